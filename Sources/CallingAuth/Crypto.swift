@@ -1,0 +1,89 @@
+import COpenSSL
+
+// Small libcrypto (OpenSSL 3) helpers shared by the verifier, TURN credentials and API keys.
+// They use only non-deprecated one-shot calls (HMAC, EVP_Digest, RAND_bytes, CRYPTO_memcmp), so
+// they hold no OpenSSL handle that would need an owner.
+
+enum Crypto {
+    /// HMAC of `data` under `key` with the digest `md` (for example `EVP_sha1()`), or nil if
+    /// libcrypto fails, which with an in-memory key and a built-in digest means it is out of memory.
+    static func hmac(_ md: OpaquePointer?, key: [UInt8], data: [UInt8]) -> [UInt8]? {
+        guard let md, key.count <= Int(Int32.max) else { return nil }
+        // HMAC() wants a non-NULL key pointer even for an empty key; an empty Array may have none.
+        let keyBytes = key.isEmpty ? [0] : key
+        var out = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var outLength: UInt32 = 0
+        let ok = keyBytes.withUnsafeBufferPointer { keyBuffer in
+            data.withUnsafeBufferPointer { dataBuffer in
+                out.withUnsafeMutableBufferPointer { outBuffer in
+                    HMAC(md, keyBuffer.baseAddress, Int32(key.count), dataBuffer.baseAddress, dataBuffer.count,
+                         outBuffer.baseAddress, &outLength) != nil
+                }
+            }
+        }
+        guard ok else {
+            ERR_clear_error()
+            return nil
+        }
+        return Array(out.prefix(Int(outLength)))
+    }
+
+    /// SHA-256 of `data`, or nil if libcrypto fails (out of memory).
+    static func sha256(_ data: [UInt8]) -> [UInt8]? {
+        var out = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var outLength: UInt32 = 0
+        let ok = data.withUnsafeBufferPointer { dataBuffer in
+            out.withUnsafeMutableBufferPointer { outBuffer in
+                EVP_Digest(dataBuffer.baseAddress, dataBuffer.count, outBuffer.baseAddress, &outLength,
+                           EVP_sha256(), nil) == 1
+            }
+        }
+        guard ok else {
+            ERR_clear_error()
+            return nil
+        }
+        return Array(out.prefix(Int(outLength)))
+    }
+
+    /// Compares without an early exit, so the time taken does not reveal how long a prefix of a
+    /// guess was right. Only the lengths are compared in variable time; callers compare values of a
+    /// public, fixed length (MACs, hashes).
+    static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        guard !lhs.isEmpty else { return true }
+        return lhs.withUnsafeBytes { left in
+            rhs.withUnsafeBytes { right in CRYPTO_memcmp(left.baseAddress, right.baseAddress, left.count) == 0 }
+        }
+    }
+
+    /// Stops the process when libcrypto fails at something that cannot fail on valid in-memory
+    /// input (a one-shot digest, the CSPRNG). There is no safe value to return instead: a
+    /// predictable "random" token or an empty MAC would be worse than not running, and no caller
+    /// input can reach this.
+    static func unrecoverable(_ what: String) -> Never {
+        fatalError("libcrypto failed in \(what); refusing to continue without working cryptography")
+    }
+
+    /// The newest message on this thread's OpenSSL error queue, after which the queue is emptied
+    /// (left there, it would be misreported by the thread's next OpenSSL user).
+    static func drainErrorQueue() -> String {
+        let code = ERR_get_error()
+        ERR_clear_error()
+        guard code != 0 else { return "no OpenSSL error recorded" }
+        var buffer = [CChar](repeating: 0, count: 256)
+        ERR_error_string_n(code, &buffer, buffer.count)
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// Lower-case hex.
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,151 @@
+import CallingCore
+import Foundation
+
+/// What a verified peer token says about its bearer.
+///
+/// On the wire: `sub`, `room_id`, `call_id`, `role`, `name`, `scope` (one space-separated string),
+/// `aud`, and the NumericDate claims `iat`, `exp`, `nbf`. `exp` and `sub` are required.
+public struct PeerTokenClaims: Sendable, Equatable {
+    /// The peer, from `sub`.
+    public var sub: PeerID
+    /// The room the token admits to (`room_id`); nil means the token is not bound to one room.
+    public var roomID: RoomID?
+    /// The business call (`call_id`).
+    public var callID: CallID?
+    /// Free-form role, for example "host" (`role`).
+    public var role: String?
+    /// Display name (`name`).
+    public var name: String?
+    /// Granted scopes, for example `["room", "presence"]`; on the wire `"room presence"`.
+    /// Empty when the claim is absent.
+    public var scope: [String]
+    /// The audience (`aud`). After verification: the verifier's expected audience if it has one;
+    /// otherwise the token's string, or the first entry of an array.
+    public var audience: String?
+    /// `iat`. Written as whole seconds (rounded down), so sub-second precision does not survive.
+    public var issuedAt: Date?
+    /// `exp`. Written as whole seconds (rounded down).
+    public var expiresAt: Date
+    /// `nbf`. Written as whole seconds (rounded down).
+    public var notBefore: Date?
+
+    public init(
+        sub: PeerID,
+        roomID: RoomID? = nil,
+        callID: CallID? = nil,
+        role: String? = nil,
+        name: String? = nil,
+        scope: [String] = [],
+        audience: String? = nil,
+        issuedAt: Date? = nil,
+        expiresAt: Date,
+        notBefore: Date? = nil
+    ) {
+        self.sub = sub
+        self.roomID = roomID
+        self.callID = callID
+        self.role = role
+        self.name = name
+        self.scope = scope
+        self.audience = audience
+        self.issuedAt = issuedAt
+        self.expiresAt = expiresAt
+        self.notBefore = notBefore
+    }
+}
+
+/// Claim names on the wire, in one place.
+enum ClaimName {
+    static let subject = "sub"
+    static let roomID = "room_id"
+    static let callID = "call_id"
+    static let role = "role"
+    static let name = "name"
+    static let scope = "scope"
+    static let audience = "aud"
+    static let issuedAt = "iat"
+    static let expiresAt = "exp"
+    static let notBefore = "nbf"
+}
+
+extension PeerTokenClaims {
+    /// Reads claims from a payload whose signature has been verified. Checks presence and types
+    /// only; time and audience are the verifier's business.
+    init(verifiedPayload payload: [String: JSONValue]) throws(TokenError) {
+        guard let subject = try Self.string(ClaimName.subject, in: payload, allowEmpty: false) else {
+            throw .missingClaim(ClaimName.subject)
+        }
+        guard let expiry = try Self.numericDate(ClaimName.expiresAt, in: payload) else {
+            throw .missingClaim(ClaimName.expiresAt)
+        }
+        let roomID = try Self.string(ClaimName.roomID, in: payload, allowEmpty: false)
+        let callID = try Self.string(ClaimName.callID, in: payload, allowEmpty: false)
+        let role = try Self.string(ClaimName.role, in: payload, allowEmpty: true)
+        let name = try Self.string(ClaimName.name, in: payload, allowEmpty: true)
+        let scopeText = try Self.string(ClaimName.scope, in: payload, allowEmpty: true)
+        let issuedAt = try Self.numericDate(ClaimName.issuedAt, in: payload)
+        let notBefore = try Self.numericDate(ClaimName.notBefore, in: payload)
+        self.init(
+            sub: PeerID(subject),
+            roomID: roomID.map { RoomID($0) },
+            callID: callID.map { CallID($0) },
+            role: role,
+            name: name,
+            scope: scopeText.map { Self.splitScope($0) } ?? [],
+            audience: nil,
+            issuedAt: issuedAt,
+            expiresAt: expiry,
+            notBefore: notBefore
+        )
+    }
+
+    /// `"room  presence"` → `["room", "presence"]`: RFC 8693 scope syntax, runs of spaces ignored.
+    static func splitScope(_ text: String) -> [String] {
+        text.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+    }
+
+    /// The `aud` claim as a list: a string is a list of one. Nil if absent; invalid if another type.
+    static func audiences(in payload: [String: JSONValue]) throws(TokenError) -> [String]? {
+        switch payload[ClaimName.audience] {
+        case nil, .null?:
+            return nil
+        case .string(let single)?:
+            return [single]
+        case .array(let entries)?:
+            var audiences = [String]()
+            for entry in entries {
+                guard case .string(let value) = entry else { throw .invalidClaim(ClaimName.audience) }
+                audiences.append(value)
+            }
+            return audiences
+        default:
+            throw .invalidClaim(ClaimName.audience)
+        }
+    }
+
+    /// A string claim; absent or JSON null reads as nil.
+    private static func string(_ name: String, in payload: [String: JSONValue], allowEmpty: Bool) throws(TokenError) -> String? {
+        switch payload[name] {
+        case nil, .null?:
+            return nil
+        case .string(let value)?:
+            guard allowEmpty || !value.isEmpty else { throw .invalidClaim(name) }
+            return value
+        default:
+            throw .invalidClaim(name)
+        }
+    }
+
+    /// A NumericDate claim (seconds since the epoch, fractions allowed).
+    private static func numericDate(_ name: String, in payload: [String: JSONValue]) throws(TokenError) -> Date? {
+        switch payload[name] {
+        case nil, .null?:
+            return nil
+        case .number(let seconds)?:
+            guard seconds.isFinite else { throw .invalidClaim(name) }
+            return Date(timeIntervalSince1970: seconds)
+        default:
+            throw .invalidClaim(name)
+        }
+    }
+}

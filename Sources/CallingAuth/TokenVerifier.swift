@@ -1,0 +1,199 @@
+import CJWT
+import COpenSSL
+import Foundation
+
+/// Verifies peer tokens: signature with libjwt, everything libjwt 1.10 does not check in Swift.
+///
+/// libjwt 1.10.2 trusts the token's own `alg` header and validates no claims. Handing it "the key"
+/// would let an attacker pick the algorithm: an HS256 token MAC'd with the (public!) RSA key PEM
+/// verifies if that PEM is passed as the key. So the header is parsed here first, the key is chosen
+/// by `alg` — HS256 gets only the secret, RS256/ES256 only a public key of the matching type — and
+/// anything else is refused before libjwt runs. `exp`, `nbf`, `aud` and `sub` are checked after.
+///
+/// A value type; `verify` allocates and frees its own libjwt handle, so one verifier can be shared
+/// by any number of threads.
+public struct TokenVerifier: Sendable {
+    /// Longer inputs are refused unparsed: libjwt decodes each segment into a stack buffer
+    /// (`alloca`) as long as the segment, so an unbounded token is a stack overflow.
+    public static let maximumTokenLength = 8192
+
+    /// The `aud` value a token must carry, if any.
+    public let audience: String?
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds.
+    public let leeway: TimeInterval
+    /// Algorithms this verifier has a key for.
+    public var acceptedAlgorithms: Set<JWTAlgorithm> {
+        var algorithms = Set<JWTAlgorithm>()
+        if secret != nil { algorithms.insert(.hs256) }
+        if let publicKey { algorithms.insert(publicKey.algorithm) }
+        return algorithms
+    }
+
+    private let secret: [UInt8]?
+    private let publicKey: InspectedKey?
+    private let clock: @Sendable () -> Date
+
+    /// - Parameters:
+    ///   - hs256Secret: accept HS256 tokens MAC'd with this secret (at least 32 bytes); nil to refuse
+    ///     HS256 altogether.
+    ///   - publicKeyPEM: accept RS256 tokens (an RSA key of at least 2048 bits) or ES256 tokens (an EC
+    ///     P-256 key), decided by the key's type. The other asymmetric algorithm stays refused.
+    ///   - audience: if set, tokens must carry it in `aud` (a string, or an array containing it).
+    ///   - leeway: seconds of clock skew allowed on `exp` and `nbf`.
+    ///   - clock: the time `verify(_:)` checks against.
+    /// - Throws: if no key is given, a key is unusable, the leeway is negative or the audience empty.
+    public init(
+        hs256Secret: [UInt8]?,
+        publicKeyPEM: String? = nil,
+        audience: String? = nil,
+        leeway: TimeInterval = 30,
+        clock: @escaping @Sendable () -> Date = { Date() }
+    ) throws(AuthConfigurationError) {
+        if let hs256Secret, hs256Secret.count < TokenIssuer.minimumSecretLength {
+            throw .secretTooShort(minimumBytes: TokenIssuer.minimumSecretLength, actualBytes: hs256Secret.count)
+        }
+        guard hs256Secret != nil || publicKeyPEM != nil else { throw .noVerificationKey }
+        guard leeway.isFinite, leeway >= 0 else { throw .invalidLeeway(leeway) }
+        if audience?.isEmpty == true { throw .emptyAudience }
+        secret = hs256Secret
+        publicKey = try publicKeyPEM.map { pem throws(AuthConfigurationError) in try PEMKeys.inspectPublicKey(pem) }
+        self.audience = audience
+        self.leeway = leeway
+        self.clock = clock
+    }
+
+    /// Verifies `token` at the injected clock's current time.
+    public func verify(_ token: String) throws(TokenError) -> PeerTokenClaims {
+        try verify(token, now: clock())
+    }
+
+    /// Verifies `token` as of `now` and returns its claims.
+    ///
+    /// Any input, however broken, ends in a `TokenError` rather than a trap. Checks run in this
+    /// order, so a forged token never learns more than `malformed`/`unsupportedAlgorithm`/
+    /// `badSignature`: structure and header → algorithm and key → signature (libjwt) → claim
+    /// presence and types → `exp` → `nbf` → `aud`.
+    public func verify(_ token: String, now: Date) throws(TokenError) -> PeerTokenClaims {
+        let parts = try Self.split(token)
+
+        // The header, read by us, decides the key. libjwt reads it again; see the check after decode.
+        guard let headerBytes = Base64URL.decode(parts.header), let header = JSONValue.object(from: headerBytes) else {
+            throw .malformed
+        }
+        let algorithm = try Self.algorithm(in: header)
+        let key = try self.key(for: algorithm)
+
+        // Only so that a broken payload is reported as malformed rather than as a bad signature.
+        guard let payloadBytes = Base64URL.decode(parts.payload), JSONValue.object(from: payloadBytes) != nil,
+              Base64URL.decode(parts.signature) != nil
+        else {
+            throw .malformed
+        }
+
+        if algorithm == .hs256 {
+            // libjwt 1.10.2 compares HMACs with strcmp, whose running time tells an attacker how many
+            // leading characters of a forged MAC are right. Checking first in constant time means
+            // libjwt only ever compares MACs that are already known to match.
+            let signingInput = Array(parts.header) + [UInt8(ascii: ".")] + Array(parts.payload)
+            guard let mac = Crypto.hmac(EVP_sha256(), key: key, data: signingInput) else {
+                throw .internalError(ENOMEM)
+            }
+            guard Crypto.constantTimeEquals(Array(Base64URL.encode(mac).utf8), Array(parts.signature)) else {
+                throw .badSignature
+            }
+        }
+
+        let decodedAlgorithm: jwt_alg_t
+        let claimsJSON: [UInt8]
+        do throws(LibJWTError) {
+            let jwt = try JWTHandle(decoding: token, key: key)
+            decodedAlgorithm = jwt.algorithm
+            claimsJSON = try jwt.grantsJSON()
+        } catch let error {
+            guard error.code == EINVAL else { throw .internalError(error.code) }
+            // For HS256 the MAC already matched above, so libjwt refused the JSON, not the signature.
+            throw algorithm == .hs256 ? .malformed : .badSignature
+        }
+        // libjwt parses the header again, with jansson. If it read a different `alg` than we did, the
+        // key we chose was checked with an algorithm we did not choose it for. This happens: for
+        // {"alg":"RS256","alg":"HS256"} Foundation keeps the first member and jansson the last, so
+        // without this check the RSA public key PEM would have served as an HMAC secret.
+        guard decodedAlgorithm == algorithm.libjwt else { throw .malformed }
+        guard let payload = JSONValue.object(from: claimsJSON) else { throw .malformed }
+
+        var claims = try PeerTokenClaims(verifiedPayload: payload)
+        let audiences = try PeerTokenClaims.audiences(in: payload)
+        let nowSeconds = now.timeIntervalSince1970
+        if nowSeconds >= claims.expiresAt.timeIntervalSince1970 + leeway { throw .expired }
+        if let notBefore = claims.notBefore, nowSeconds + leeway < notBefore.timeIntervalSince1970 {
+            throw .notYetValid
+        }
+        if let audience {
+            guard audiences?.contains(audience) == true else { throw .wrongAudience }
+            claims.audience = audience
+        } else {
+            claims.audience = audiences?.first
+        }
+        return claims
+    }
+
+    // MARK: - Steps
+
+    private typealias Segment = ArraySlice<UInt8>
+
+    /// Three non-empty base64url segments, checked byte by byte before anything decodes them. Also
+    /// what keeps NUL bytes and non-ASCII out of libjwt's C-string handling.
+    private static func split(_ token: String) throws(TokenError) -> (header: Segment, payload: Segment, signature: Segment) {
+        guard !token.isEmpty, token.utf8.count <= maximumTokenLength else { throw .malformed }
+        let bytes = Array(token.utf8)
+        var segments = [Segment]()
+        var start = 0
+        for index in bytes.indices {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: ".") {
+                segments.append(bytes[start..<index])
+                start = index + 1
+            } else if !Base64URL.isAlphabet(byte) {
+                throw .malformed
+            }
+        }
+        segments.append(bytes[start...])
+        guard segments.count == 3, segments.allSatisfy({ !$0.isEmpty }) else { throw .malformed }
+        return (segments[0], segments[1], segments[2])
+    }
+
+    /// The header's `alg`, if it is one we implement (exact, case-sensitive spelling).
+    private static func algorithm(in header: [String: JSONValue]) throws(TokenError) -> JWTAlgorithm {
+        // RFC 7515 §4.1.11: a recipient must reject critical extensions it does not understand,
+        // and we understand none.
+        if header["crit"] != nil { throw .malformed }
+        // libjwt refuses a `typ` other than JWT (case-insensitively); agree with it up front.
+        switch header["typ"] {
+        case nil: break
+        case .string(let type)? where type.caseInsensitiveCompare("JWT") == .orderedSame: break
+        default: throw .malformed
+        }
+        guard case .string(let name)? = header["alg"] else { throw .malformed }
+        guard let algorithm = JWTAlgorithm(rawValue: name) else { throw .unsupportedAlgorithm(printable(name)) }
+        return algorithm
+    }
+
+    /// The only key that may verify `algorithm`, or a refusal if this verifier has none for it.
+    private func key(for algorithm: JWTAlgorithm) throws(TokenError) -> [UInt8] {
+        switch algorithm {
+        case .hs256:
+            if let secret { return secret }
+        case .rs256, .es256:
+            if let publicKey, publicKey.algorithm == algorithm { return publicKey.pem }
+        }
+        throw .unsupportedAlgorithm(algorithm.rawValue)
+    }
+
+    /// An attacker-chosen `alg` made safe to put into an error body: at most 32 printable ASCII
+    /// characters.
+    private static func printable(_ text: String) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.prefix(32).map { scalar in
+            (0x20..<0x7F).contains(scalar.value) ? scalar : "?"
+        }))
+    }
+}

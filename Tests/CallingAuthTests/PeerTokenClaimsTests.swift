@@ -1,0 +1,33 @@
+import CallingAuth
+import CallingCore
+import Foundation
+import XCTest
+
+final class PeerTokenClaimsTests: XCTestCase {
+    func testOptionalClaimsDefaultToAbsentAndScopeToEmpty() {
+        let claims = PeerTokenClaims(sub: "alice", expiresAt: Fixture.now)
+        XCTAssertNil(claims.roomID)
+        XCTAssertNil(claims.callID)
+        XCTAssertNil(claims.audience)
+        XCTAssertEqual(claims.scope, [])
+    }
+
+    func testNullOptionalClaimsReadAsAbsent() throws {
+        let payload = #"{"sub":"alice","exp":1700003600,"room_id":null,"scope":null,"nbf":null,"aud":null}"#
+        let token = try HandMadeJWT.hmac(header: Fixture.hs256Header, payload: payload, key: Fixture.secret)
+        let claims = try TokenVerifier(hs256Secret: Fixture.secret).verify(token, now: Fixture.now)
+        XCTAssertEqual(claims, PeerTokenClaims(sub: "alice", expiresAt: Date(timeIntervalSince1970: 1_700_003_600)))
+    }
+
+    func testUnknownClaimsAreIgnored() throws {
+        let payload = Fixture.payload(extra: #""iss":"https://idp.example","jti":"x","custom":{"a":[1,2]}"#)
+        let token = try HandMadeJWT.hmac(header: Fixture.hs256Header, payload: payload, key: Fixture.secret)
+        XCTAssertEqual(try TokenVerifier(hs256Secret: Fixture.secret).verify(token, now: Fixture.now).sub, "alice")
+    }
+
+    func testEmptyScopeStringMeansNoScopes() throws {
+        let token = try HandMadeJWT.hmac(header: Fixture.hs256Header, payload: Fixture.payload(extra: #""scope":"  ""#),
+                                         key: Fixture.secret)
+        XCTAssertEqual(try TokenVerifier(hs256Secret: Fixture.secret).verify(token, now: Fixture.now).scope, [])
+    }
+}

@@ -1,0 +1,423 @@
+import CallingAuth
+import CallingCore
+import Foundation
+import XCTest
+
+final class TokenVerifierTests: XCTestCase {
+    /// HS256 with `Fixture.secret`, no audience, 30 s leeway.
+    private var plain: TokenVerifier!
+
+    override func setUpWithError() throws {
+        plain = try TokenVerifier(hs256Secret: Fixture.secret)
+    }
+
+    private func hsVerifier(audience: String? = nil, leeway: TimeInterval = 30) throws -> TokenVerifier {
+        try TokenVerifier(hs256Secret: Fixture.secret, audience: audience, leeway: leeway)
+    }
+
+    private func hsToken(_ payload: String, header: String = Fixture.hs256Header, key: [UInt8] = Fixture.secret) throws -> String {
+        try HandMadeJWT.hmac(header: header, payload: payload, key: key)
+    }
+
+    // MARK: - Independently built tokens
+
+    func testTokenSignedByTheOpenSSLCommandLineIsAccepted() throws {
+        let token = try hsToken(Fixture.payload(extra: #""room_id":"r1","scope":"room  presence""#))
+        let claims = try hsVerifier().verify(token, now: Fixture.now)
+        XCTAssertEqual(claims.sub, PeerID("alice"))
+        XCTAssertEqual(claims.roomID, RoomID("r1"))
+        XCTAssertEqual(claims.scope, ["room", "presence"], "runs of spaces separate scopes")
+        XCTAssertEqual(claims.expiresAt, Date(timeIntervalSince1970: 1_700_003_600))
+    }
+
+    func testRS256TokenSignedByTheOpenSSLCommandLineIsAccepted() throws {
+        let keys = try XCTUnwrap(Keys.rsa)
+        let token = try HandMadeJWT.rs256(payload: Fixture.payload(), keyPath: keys.privateKeyPath)
+        let verifier = try TokenVerifier(hs256Secret: nil, publicKeyPEM: keys.publicPEM)
+        XCTAssertEqual(try verifier.verify(token, now: Fixture.now).sub, "alice")
+    }
+
+    func testInjectedClockIsUsedWhenNoTimeIsPassed() throws {
+        let token = try hsToken(Fixture.payload())
+        let early = try TokenVerifier(hs256Secret: Fixture.secret, clock: { Fixture.now })
+        XCTAssertEqual(try early.verify(token).sub, "alice")
+        let late = try TokenVerifier(hs256Secret: Fixture.secret, clock: { Fixture.now.addingTimeInterval(7200) })
+        XCTAssertThrowsTokenError(.expired) { () throws(TokenError) in try late.verify(token) }
+    }
+
+    // MARK: - Tampering
+
+    func testTamperedPayloadIsRefused() throws {
+        let token = try hsToken(Fixture.payload())
+        var parts = token.split(separator: ".").map(String.init)
+        parts[1] = HandMadeJWT.base64url(Fixture.payload(sub: "mallory"))
+        let forged = parts.joined(separator: ".")
+        XCTAssertThrowsTokenError(.badSignature) { () throws(TokenError) in try self.plain.verify(forged, now: Fixture.now) }
+    }
+
+    func testTamperedSignatureIsRefused() throws {
+        let token = try hsToken(Fixture.payload())
+        var signature = Array(token.split(separator: ".")[2])
+        signature[5] = signature[5] == "A" ? "B" : "A"
+        let forged = token.split(separator: ".")[0...1].joined(separator: ".") + "." + String(signature)
+        XCTAssertThrowsTokenError(.badSignature) { () throws(TokenError) in try self.plain.verify(forged, now: Fixture.now) }
+    }
+
+    func testTokenMACdWithAnotherSecretIsRefused() throws {
+        let token = try hsToken(Fixture.payload(), key: Fixture.otherSecret)
+        XCTAssertThrowsTokenError(.badSignature) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+    }
+
+    func testTamperedRS256SignatureIsRefused() throws {
+        let keys = try XCTUnwrap(Keys.rsa)
+        let token = try HandMadeJWT.rs256(payload: Fixture.payload(), keyPath: keys.privateKeyPath)
+        var parts = token.split(separator: ".").map(String.init)
+        parts[1] = HandMadeJWT.base64url(Fixture.payload(sub: "mallory"))
+        let verifier = try TokenVerifier(hs256Secret: nil, publicKeyPEM: keys.publicPEM)
+        XCTAssertThrowsTokenError(.badSignature) { () throws(TokenError) in try verifier.verify(parts.joined(separator: "."), now: Fixture.now) }
+    }
+
+    // MARK: - Algorithms
+
+    func testAlgNoneTokenIsRefused() throws {
+        let token = HandMadeJWT.signingInput(header: #"{"alg":"none","typ":"JWT"}"#, payload: Fixture.payload()) + "."
+        XCTAssertThrowsTokenError(.malformed, "no signature segment") { () throws(TokenError) in
+            try self.plain.verify(token, now: Fixture.now)
+        }
+        // Even with something in the signature slot, `none` is not an algorithm we accept.
+        XCTAssertThrowsTokenError(.unsupportedAlgorithm("none")) { () throws(TokenError) in
+            try self.plain.verify(token + "AAAA", now: Fixture.now)
+        }
+        for spelling in ["None", "NONE"] {
+            let variant = HandMadeJWT.signingInput(header: #"{"alg":"\#(spelling)"}"#, payload: Fixture.payload()) + ".AAAA"
+            XCTAssertThrowsTokenError(.unsupportedAlgorithm(spelling)) { () throws(TokenError) in
+                try self.plain.verify(variant, now: Fixture.now)
+            }
+        }
+    }
+
+    func testHS512TokenIsRefusedEvenWithTheRightSecret() throws {
+        let token = try HandMadeJWT.hmac(header: #"{"alg":"HS512","typ":"JWT"}"#, payload: Fixture.payload(),
+                                         key: Fixture.secret, digest: "sha512")
+        XCTAssertThrowsTokenError(.unsupportedAlgorithm("HS512")) { () throws(TokenError) in
+            try self.plain.verify(token, now: Fixture.now)
+        }
+    }
+
+    func testAlgorithmNamesAreCaseSensitiveUnlikeLibjwt() throws {
+        let token = try hsToken(Fixture.payload(), header: #"{"alg":"hs256","typ":"JWT"}"#)
+        XCTAssertThrowsTokenError(.unsupportedAlgorithm("hs256")) { () throws(TokenError) in
+            try self.plain.verify(token, now: Fixture.now)
+        }
+    }
+
+    func testMissingOrNonStringAlgIsMalformed() throws {
+        for header in [#"{"typ":"JWT"}"#, #"{"alg":256}"#, #"{"alg":null}"#, #"{"alg":["HS256"]}"#] {
+            let token = try hsToken(Fixture.payload(), header: header)
+            XCTAssertThrowsTokenError(.malformed, header) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+        }
+    }
+
+    func testCriticalHeaderExtensionsAndForeignTypesAreRefused() throws {
+        for header in [#"{"alg":"HS256","crit":["exp"],"exp":1}"#, #"{"alg":"HS256","typ":"at+jwt"}"#] {
+            let token = try hsToken(Fixture.payload(), header: header)
+            XCTAssertThrowsTokenError(.malformed, header) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+        }
+        let lowercaseType = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","typ":"jwt"}"#)
+        XCTAssertEqual(try hsVerifier().verify(lowercaseType, now: Fixture.now).sub, "alice")
+    }
+
+    func testAsymmetricTokensAreRefusedWhenNoMatchingPublicKeyIsConfigured() throws {
+        let rsa = try XCTUnwrap(Keys.rsa)
+        let p256 = try XCTUnwrap(Keys.p256)
+        let claims = PeerTokenClaims(sub: "alice", expiresAt: Fixture.now.addingTimeInterval(60))
+        let rsToken = try TokenIssuer(privateKeyPEM: rsa.privatePEM).issue(claims)
+        let esToken = try TokenIssuer(privateKeyPEM: p256.privatePEM).issue(claims)
+
+        XCTAssertThrowsTokenError(.unsupportedAlgorithm("RS256"), "HS-only verifier") { () throws(TokenError) in
+            try self.plain.verify(rsToken, now: Fixture.now)
+        }
+        let rsaVerifier = try TokenVerifier(hs256Secret: Fixture.secret, publicKeyPEM: rsa.publicPEM)
+        XCTAssertThrowsTokenError(.unsupportedAlgorithm("ES256"), "RSA key configured") { () throws(TokenError) in
+            try rsaVerifier.verify(esToken, now: Fixture.now)
+        }
+        let ecVerifier = try TokenVerifier(hs256Secret: nil, publicKeyPEM: p256.publicPEM)
+        XCTAssertThrowsTokenError(.unsupportedAlgorithm("RS256"), "EC key configured") { () throws(TokenError) in
+            try ecVerifier.verify(rsToken, now: Fixture.now)
+        }
+    }
+
+    /// The classic alg-confusion attack: the RSA public key is public, so an attacker MACs an HS256
+    /// token with the PEM text as the HMAC secret. A verifier that hands libjwt "the key" whatever
+    /// the header says accepts it, because libjwt 1.10 takes the algorithm from the token.
+    func testAlgConfusionHS256TokenMACdWithThePublicKeyPEMIsRefused() throws {
+        let rsa = try XCTUnwrap(Keys.rsa)
+        let pemBytes = Array(rsa.publicPEM.utf8)
+        let attack = try hsToken(Fixture.payload(sub: "mallory"), key: pemBytes)
+
+        // Control: the MAC is genuine for a key equal to the PEM text, so the refusals below are
+        // due to key selection, not to a broken forgery.
+        let naive = try TokenVerifier(hs256Secret: pemBytes)
+        XCTAssertEqual(try naive.verify(attack, now: Fixture.now).sub, "mallory")
+
+        let rsaOnly = try TokenVerifier(hs256Secret: nil, publicKeyPEM: rsa.publicPEM)
+        XCTAssertThrowsTokenError(.unsupportedAlgorithm("HS256"), "RS256-only verifier") { () throws(TokenError) in
+            try rsaOnly.verify(attack, now: Fixture.now)
+        }
+        let both = try TokenVerifier(hs256Secret: Fixture.secret, publicKeyPEM: rsa.publicPEM)
+        XCTAssertThrowsTokenError(.badSignature, "HS256 is checked with the secret only") { () throws(TokenError) in
+            try both.verify(attack, now: Fixture.now)
+        }
+    }
+
+    /// Foundation's JSON decoder keeps the first of two equal member names, jansson (inside libjwt)
+    /// the last. For the first header below we therefore select the RSA public key while libjwt
+    /// checks an HMAC with it — the alg-confusion attack again — and only the check that libjwt's
+    /// `alg` equals ours refuses it.
+    func testHeaderRepeatingAlgCannotSmuggleAnotherAlgorithmPastKeySelection() throws {
+        let rsa = try XCTUnwrap(Keys.rsa)
+        let pemBytes = Array(rsa.publicPEM.utf8)
+        let verifier = try TokenVerifier(hs256Secret: nil, publicKeyPEM: rsa.publicPEM)
+        for header in [#"{"alg":"RS256","alg":"HS256"}"#, #"{"alg":"HS256","alg":"RS256"}"#] {
+            let token = try hsToken(Fixture.payload(sub: "mallory"), header: header, key: pemBytes)
+            do {
+                let claims = try verifier.verify(token, now: Fixture.now)
+                XCTFail("accepted \(claims.sub) with header \(header)")
+            } catch {
+                // Which one depends on which duplicate each parser keeps; both refuse.
+                XCTAssertTrue([.malformed, .unsupportedAlgorithm("HS256")].contains(error), "\(header): \(error)")
+            }
+        }
+    }
+
+    // MARK: - Time
+
+    func testExpiredTokenIsRefusedOnlyBeyondTheLeeway() throws {
+        let token = try hsToken(Fixture.payload(exp: "1700000000"))
+        let verifier = try hsVerifier(leeway: 30)
+        XCTAssertEqual(try verifier.verify(token, now: Fixture.now.addingTimeInterval(29)).sub, "alice")
+        XCTAssertThrowsTokenError(.expired) { () throws(TokenError) in
+            try verifier.verify(token, now: Fixture.now.addingTimeInterval(30))
+        }
+        XCTAssertThrowsTokenError(.expired) { () throws(TokenError) in
+            try verifier.verify(token, now: Fixture.now.addingTimeInterval(3600))
+        }
+        let strict = try hsVerifier(leeway: 0)
+        XCTAssertThrowsTokenError(.expired, "exp is exclusive") { () throws(TokenError) in
+            try strict.verify(token, now: Fixture.now)
+        }
+    }
+
+    func testTokenBeforeItsNotBeforeTimeIsRefusedBeyondTheLeeway() throws {
+        let token = try hsToken(Fixture.payload(extra: #""nbf":1700000100"#))
+        let verifier = try hsVerifier(leeway: 30)
+        XCTAssertThrowsTokenError(.notYetValid) { () throws(TokenError) in
+            try verifier.verify(token, now: Fixture.now)
+        }
+        XCTAssertEqual(try verifier.verify(token, now: Fixture.now.addingTimeInterval(70)).notBefore,
+                       Date(timeIntervalSince1970: 1_700_000_100))
+    }
+
+    func testFractionalNumericDatesAreAccepted() throws {
+        let token = try hsToken(Fixture.payload(exp: "1700003600.5"))
+        XCTAssertEqual(try hsVerifier().verify(token, now: Fixture.now).expiresAt,
+                       Date(timeIntervalSince1970: 1_700_003_600.5))
+    }
+
+    // MARK: - Required and typed claims
+
+    func testMissingExpIsRefused() throws {
+        let token = try hsToken(Fixture.payload(exp: nil))
+        XCTAssertThrowsTokenError(.missingClaim("exp")) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+    }
+
+    func testMissingSubIsRefused() throws {
+        let token = try hsToken(Fixture.payload(sub: nil))
+        XCTAssertThrowsTokenError(.missingClaim("sub")) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+    }
+
+    func testClaimsOfTheWrongTypeAreNamed() throws {
+        let cases: [(String, String)] = [
+            (#"{"sub":"alice","exp":"1700003600"}"#, "exp"),
+            (#"{"sub":"alice","exp":true}"#, "exp"),
+            (#"{"sub":42,"exp":1700003600}"#, "sub"),
+            (#"{"sub":"","exp":1700003600}"#, "sub"),
+            (Fixture.payload(extra: #""room_id":7"#), "room_id"),
+            (Fixture.payload(extra: #""room_id":"""#), "room_id"),
+            (Fixture.payload(extra: #""scope":["room"]"#), "scope"),
+            (Fixture.payload(extra: #""nbf":"soon""#), "nbf"),
+            (Fixture.payload(extra: #""iat":{}"#), "iat"),
+            (Fixture.payload(extra: #""aud":5"#), "aud"),
+            (Fixture.payload(extra: #""aud":["a",5]"#), "aud"),
+        ]
+        for (payload, name) in cases {
+            let token = try hsToken(payload)
+            XCTAssertThrowsTokenError(.invalidClaim(name), payload) { () throws(TokenError) in
+                try self.plain.verify(token, now: Fixture.now)
+            }
+        }
+    }
+
+    // MARK: - Audience
+
+    func testWrongOrMissingAudienceIsForbidden() throws {
+        let verifier = try hsVerifier(audience: "calling-server")
+        for extra in [#""aud":"billing""#, #""aud":["billing","admin"]"#, #""aud":[]"#, ""] {
+            let token = try hsToken(Fixture.payload(extra: extra))
+            XCTAssertThrowsTokenError(.wrongAudience, extra) { () throws(TokenError) in
+                try verifier.verify(token, now: Fixture.now)
+            }
+        }
+        XCTAssertEqual(TokenError.wrongAudience.httpStatus, 403)
+    }
+
+    func testAudienceMayBeAnArrayContainingTheExpectedValue() throws {
+        let token = try hsToken(Fixture.payload(extra: #""aud":["billing","calling-server"]"#))
+        XCTAssertEqual(try hsVerifier(audience: "calling-server").verify(token, now: Fixture.now).audience,
+                       "calling-server")
+        XCTAssertEqual(try hsVerifier().verify(token, now: Fixture.now).audience, "billing",
+                       "without an expected audience, the first entry is reported")
+    }
+
+    // MARK: - Hostile input
+
+    func testGarbageNeverCrashesAndIsMalformed() throws {
+        let valid = try hsToken(Fixture.payload())
+        let parts = valid.split(separator: ".").map(String.init)
+        let notJSON = HandMadeJWT.base64url("not json")
+        let invalidUTF8 = HandMadeJWT.base64url([0xFF, 0xFE, 0x7B, 0x22, 0xC3, 0x28, 0x7D])
+        let deep = HandMadeJWT.base64url(String(repeating: "[", count: 2000) + String(repeating: "]", count: 2000))
+        let table: [(String, String)] = [
+            ("empty", ""),
+            ("one dot", "."),
+            ("two dots", ".."),
+            ("three dots", "..."),
+            ("four segments", valid + ".AAAA"),
+            ("two segments", parts[0] + "." + parts[1]),
+            ("empty signature", parts[0] + "." + parts[1] + "."),
+            ("spaces", " " + valid),
+            ("bearer prefix", "Bearer " + valid),
+            ("padding", parts[0] + "=." + parts[1] + "." + parts[2]),
+            ("standard base64 alphabet", parts[0] + "." + parts[1] + "." + parts[2] + "+/"),
+            ("NUL byte", parts[0] + "\u{0}." + parts[1] + "." + parts[2]),
+            ("non-ASCII", parts[0] + "é." + parts[1] + "." + parts[2]),
+            ("emoji", "🔑.🔑.🔑"),
+            ("impossible base64 length", "A." + parts[1] + "." + parts[2]),
+            ("header not JSON", notJSON + "." + parts[1] + "." + parts[2]),
+            ("header invalid UTF-8", invalidUTF8 + "." + parts[1] + "." + parts[2]),
+            ("header is an array", HandMadeJWT.base64url(#"["HS256"]"#) + "." + parts[1] + "." + parts[2]),
+            ("header is a string", HandMadeJWT.base64url(#""HS256""#) + "." + parts[1] + "." + parts[2]),
+            ("payload not JSON", parts[0] + "." + notJSON + "." + parts[2]),
+            ("payload invalid UTF-8", parts[0] + "." + invalidUTF8 + "." + parts[2]),
+            ("payload deeply nested", parts[0] + "." + deep + "." + parts[2]),
+            ("huge", String(repeating: "A", count: 100_000) + "." + parts[1] + "." + parts[2]),
+            ("huge all dots", String(repeating: ".", count: 1_000_000)),
+            ("just over the limit", String(repeating: "A", count: TokenVerifier.maximumTokenLength - 1) + ".A.A"),
+        ]
+        let verifier = try hsVerifier()
+        for (name, token) in table {
+            XCTAssertThrowsTokenError(.malformed, name) { () throws(TokenError) in try verifier.verify(token, now: Fixture.now) }
+        }
+    }
+
+    func testPayloadLibjwtCannotParseIsMalformedNotAccepted() throws {
+        // Valid MAC over a payload jansson refuses (an integer beyond 64 bits).
+        let token = try hsToken(#"{"sub":"alice","exp":1700003600,"big":123456789012345678901234567890}"#)
+        XCTAssertThrowsTokenError(.malformed) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+    }
+
+    func testRandomBytesNeverCrashTheVerifier() throws {
+        let verifier = try hsVerifier()
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+        var generator = SplitMix64(seed: 0x5EED)
+        for _ in 0..<2000 {
+            let length = Int(generator.next() % 200)
+            let token = String((0..<length).map { _ in alphabet[Int(generator.next() % UInt64(alphabet.count))] })
+            do {
+                _ = try verifier.verify(token, now: Fixture.now)
+                XCTFail("random token accepted: \(token)")
+            } catch {
+                XCTAssertEqual(error.httpStatus, 401)
+            }
+        }
+    }
+
+    // MARK: - Threads
+
+    /// One verifier is shared by every connection thread; libjwt, jansson and OpenSSL must cope.
+    func testOneVerifierIsUsableFromManyThreadsAtOnce() throws {
+        let p256 = try XCTUnwrap(Keys.p256)
+        let claims = PeerTokenClaims(sub: "alice", expiresAt: Fixture.now.addingTimeInterval(60))
+        let hsToken = try TokenIssuer(hs256Secret: Fixture.secret).issue(claims)
+        let esToken = try TokenIssuer(privateKeyPEM: p256.privatePEM).issue(claims)
+        let forged = hsToken.dropLast(2) + "AA"
+        let verifier = try TokenVerifier(hs256Secret: Fixture.secret, publicKeyPEM: p256.publicPEM)
+        let wrong = WrongAnswers()
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            for round in 0..<150 {
+                do throws(TokenError) {
+                    let token = [hsToken, esToken, String(forged)][(thread + round) % 3]
+                    let verified = try verifier.verify(token, now: Fixture.now)
+                    if token == String(forged) || verified != claims { wrong.increment() }
+                } catch {
+                    if error != .badSignature { wrong.increment() }
+                }
+            }
+        }
+        XCTAssertEqual(wrong.count, 0)
+    }
+
+    // MARK: - Configuration
+
+    func testVerifierConfigurationIsCheckedAtStartup() throws {
+        func refusal(_ make: () throws(AuthConfigurationError) -> TokenVerifier) -> AuthConfigurationError? {
+            do {
+                _ = try make()
+                return nil
+            } catch {
+                return error
+            }
+        }
+        XCTAssertEqual(refusal { () throws(AuthConfigurationError) in try TokenVerifier(hs256Secret: nil) }, .noVerificationKey)
+        XCTAssertEqual(refusal { () throws(AuthConfigurationError) in try TokenVerifier(hs256Secret: [1, 2, 3]) },
+                       .secretTooShort(minimumBytes: 32, actualBytes: 3))
+        XCTAssertEqual(refusal { () throws(AuthConfigurationError) in try TokenVerifier(hs256Secret: Fixture.secret, leeway: -1) },
+                       .invalidLeeway(-1))
+        XCTAssertEqual(refusal { () throws(AuthConfigurationError) in try TokenVerifier(hs256Secret: Fixture.secret, audience: "") },
+                       .emptyAudience)
+        let rsa = try XCTUnwrap(Keys.rsa)
+        guard case .invalidPublicKey? = refusal({ () throws(AuthConfigurationError) in
+            try TokenVerifier(hs256Secret: nil, publicKeyPEM: "not a key")
+        }) else { return XCTFail("garbage public key accepted") }
+        // A private key file holds no PUBLIC KEY block; refusing it keeps private keys out of verifiers.
+        guard case .invalidPublicKey? = refusal({ () throws(AuthConfigurationError) in
+            try TokenVerifier(hs256Secret: nil, publicKeyPEM: rsa.privatePEM)
+        }) else { return XCTFail("private key accepted as public") }
+        let weak = try XCTUnwrap(Keys.weakRSA)
+        guard case .unsupportedKeyType? = refusal({ () throws(AuthConfigurationError) in
+            try TokenVerifier(hs256Secret: nil, publicKeyPEM: weak.publicPEM)
+        }) else { return XCTFail("1024-bit key accepted") }
+    }
+}
+
+/// A tiny deterministic generator, so a failing random input can be reproduced.
+struct SplitMix64 {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// A counter shared by `concurrentPerform` workers.
+/// `@unchecked Sendable`: `value` is only touched with `lock` held.
+final class WrongAnswers: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = 0
+    func increment() { lock.withLock { value += 1 } }
+    var count: Int { lock.withLock { value } }
+}
