@@ -1,0 +1,42 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Dependencies point inward: C adapters at the edge, CallingCore and CallingProtocol in the middle
+// with no C imports. See docs/architecture.md.
+let package = Package(
+    name: "CallingServer",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "calling-server", targets: ["calling-server"]),
+        .library(name: "CallingProtocol", targets: ["CallingProtocol"]),
+    ],
+    targets: [
+        // C libraries: one system-library target each, imported by exactly one adapter module.
+        .systemLibrary(name: "CLibWebSockets", pkgConfig: "libwebsockets", providers: [.apt(["libwebsockets-dev"])]),
+        .systemLibrary(name: "CJWT", pkgConfig: "libjwt", providers: [.apt(["libjwt-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+
+        .target(name: "CallingProtocol"),
+        .target(name: "CallingCore", dependencies: ["CallingProtocol"]),
+        .target(name: "CallingStore", dependencies: ["CSQLite", "CallingCore"], resources: [.copy("schema")]),
+        .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingCore"]),
+        .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingCore"]),
+        .target(
+            name: "CallingServer",
+            dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingAuth", "CallingTransport"]
+        ),
+        .executableTarget(name: "calling-server", dependencies: ["CallingServer"]),
+        .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
+
+        .testTarget(name: "CallingProtocolTests", dependencies: ["CallingProtocol"], resources: [.copy("Fixtures")]),
+        .testTarget(name: "CallingCoreTests", dependencies: ["CallingCore", "CallingTesting"]),
+        .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth"]),
+        .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingTesting"]),
+        .testTarget(
+            name: "CallingServerTests",
+            dependencies: ["CallingServer", "CallingTesting", "CallingAuth", "CallingProtocol"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

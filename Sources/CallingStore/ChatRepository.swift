@@ -1,0 +1,163 @@
+import CallingCore
+
+/// The chat SQL, run synchronously on a connection. `ChatStore` calls it on its queue; nothing else should
+/// (it is internal so that the queue discipline cannot be bypassed from outside the module).
+struct ChatRepository {
+    let db: SQLiteConnection
+
+    // MARK: Append
+
+    /// Writes a batch of drafts in ONE `BEGIN IMMEDIATE` transaction and returns one result per draft, in
+    /// order. Either all of them are committed or the transaction is rolled back and this throws.
+    ///
+    /// Per draft: an existing (room, sender, client_id) yields the original row marked duplicate (also
+    /// when the first copy is earlier in the same batch); otherwise it gets the room's last_seq + 1.
+    /// Because the seq is read and bumped inside the same write transaction, seqs are gap-free per room
+    /// even against another process writing the same file.
+    func append(_ drafts: [ChatDraft]) throws -> [ChatAppendResult] {
+        try db.transaction(.immediate) {
+            var lastSeqByRoom: [RoomID: Int64] = [:]
+            var byKey: [DedupKey: ChatRecord] = [:]
+            var results: [ChatAppendResult] = []
+            results.reserveCapacity(drafts.count)
+
+            for draft in drafts {
+                let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
+                if let original = try byKey[key] ?? findMessage(key) {
+                    byKey[key] = original
+                    results.append(ChatAppendResult(message: original, duplicate: true))
+                    continue
+                }
+                let seq = try (lastSeqByRoom[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
+                try db.run(
+                    """
+                    INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
+                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                    """,
+                    [.text(draft.room.rawValue), .integer(seq), .text(draft.sender.rawValue), .text(draft.clientID),
+                     .text(draft.text), SQLiteValue(draft.meta), .integer(draft.timestampMs)]
+                )
+                lastSeqByRoom[draft.room] = seq
+                let record = ChatRecord(
+                    room: draft.room, seq: seq, sender: draft.sender, clientID: draft.clientID,
+                    text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs
+                )
+                byKey[key] = record
+                results.append(ChatAppendResult(message: record, duplicate: false))
+            }
+            // One counter update per room per batch rather than per message.
+            for (room, lastSeq) in lastSeqByRoom {
+                try db.run("UPDATE rooms SET last_seq = ?2 WHERE room_id = ?1", [.text(room.rawValue), .integer(lastSeq)])
+            }
+            return results
+        }
+    }
+
+    private struct DedupKey: Hashable {
+        var room: RoomID
+        var sender: PeerID
+        var clientID: String
+    }
+
+    private func findMessage(_ key: DedupKey) throws -> ChatRecord? {
+        try db.queryFirst(
+            "SELECT seq, text, meta, ts FROM chat_messages WHERE room_id = ?1 AND sender = ?2 AND client_id = ?3",
+            [.text(key.room.rawValue), .text(key.sender.rawValue), .text(key.clientID)]
+        ) { row in
+            ChatRecord(
+                room: key.room, seq: row.int64(0), sender: key.sender, clientID: key.clientID,
+                text: row.text(1), meta: row.optionalText(2), timestampMs: row.int64(3)
+            )
+        }
+    }
+
+    /// The room's last_seq, creating its `rooms` row (last_seq 0) on its first message, so that the
+    /// message's foreign key has a parent.
+    private func lastSeqCreatingRoom(_ room: RoomID) throws -> Int64 {
+        if let lastSeq = try lastSeq(room) { return lastSeq }
+        try db.run("INSERT INTO rooms (room_id, last_seq) VALUES (?1, 0)", [.text(room.rawValue)])
+        return 0
+    }
+
+    private func lastSeq(_ room: RoomID) throws -> Int64? {
+        try db.queryFirst("SELECT last_seq FROM rooms WHERE room_id = ?1", [.text(room.rawValue)]) { $0.int64(0) }
+    }
+
+    // MARK: Read markers
+
+    /// Moves the peer's marker forward to `seq`, clamped to the room's last_seq: a client cannot claim to
+    /// have read a message that does not exist yet (a buggy or hostile client would otherwise hide every
+    /// future message from its unread count). An older or equal seq changes nothing.
+    func markRead(room: RoomID, peer: PeerID, seq: Int64, nowMs: Int64) throws -> ReadMarkerResult {
+        // IMMEDIATE: read-then-write; the clamp and the comparison must see what the write replaces.
+        try db.transaction(.immediate) {
+            let current = try marker(room: room, peer: peer)
+            let target = min(seq, try lastSeq(room) ?? 0)
+            guard target > current.seq else { return ReadMarkerResult(marker: current, moved: false) }
+            try db.run(
+                """
+                INSERT INTO read_markers (room_id, peer_id, seq, updated_ms) VALUES (?1, ?2, ?3, ?4)
+                ON CONFLICT (room_id, peer_id) DO UPDATE SET seq = excluded.seq, updated_ms = excluded.updated_ms
+                """,
+                [.text(room.rawValue), .text(peer.rawValue), .integer(target), .integer(nowMs)]
+            )
+            return ReadMarkerResult(marker: ReadMarker(room: room, peer: peer, seq: target, updatedMs: nowMs), moved: true)
+        }
+    }
+
+    private func marker(room: RoomID, peer: PeerID) throws -> ReadMarker {
+        try db.queryFirst(
+            "SELECT seq, updated_ms FROM read_markers WHERE room_id = ?1 AND peer_id = ?2",
+            [.text(room.rawValue), .text(peer.rawValue)]
+        ) { ReadMarker(room: room, peer: peer, seq: $0.int64(0), updatedMs: $0.int64(1)) }
+            ?? ReadMarker(room: room, peer: peer, seq: 0, updatedMs: nil)
+    }
+
+    // MARK: Reads
+
+    /// Largest page size honoured; a bigger `limit` is treated as this. Keeps `limit + 1` from
+    /// overflowing and one request from materializing an unbounded page. Callers apply their own, smaller
+    /// protocol limit before this.
+    static let maxHistoryLimit = 100_000
+
+    /// Messages with seq > `sinceSeq`, ascending, at most `limit` (negative counts as 0).
+    func history(room: RoomID, sinceSeq: Int64, limit: Int) throws -> HistoryPage {
+        let limit = min(max(limit, 0), Self.maxHistoryLimit)
+        // One read transaction, so lastSeq and the rows come from the same snapshot.
+        return try db.transaction(.deferred) {
+            let lastSeq = try lastSeq(room) ?? 0
+            // One row more than asked tells whether another page follows without a COUNT.
+            var messages = try db.query(
+                """
+                SELECT seq, sender, client_id, text, meta, ts FROM chat_messages
+                WHERE room_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3
+                """,
+                [.text(room.rawValue), .integer(sinceSeq), .integer(Int64(limit) + 1)]
+            ) { row in
+                ChatRecord(
+                    room: room, seq: row.int64(0), sender: PeerID(row.text(1)), clientID: row.text(2),
+                    text: row.text(3), meta: row.optionalText(4), timestampMs: row.int64(5)
+                )
+            }
+            let hasMore = messages.count > limit
+            if hasMore { messages.removeLast() }
+            return HistoryPage(
+                room: room, messages: messages, hasMore: hasMore,
+                nextSinceSeq: messages.last?.seq ?? sinceSeq, lastSeq: lastSeq
+            )
+        }
+    }
+
+    func summary(room: RoomID, peer: PeerID) throws -> RoomSummary {
+        try db.transaction(.deferred) {
+            let lastSeq = try lastSeq(room) ?? 0
+            let readSeq = try marker(room: room, peer: peer).seq
+            // Walks the (room_id, seq) primary-key range after the marker only.
+            let unread = try db.queryFirst(
+                "SELECT count(*) FROM chat_messages WHERE room_id = ?1 AND seq > ?2 AND sender <> ?3",
+                [.text(room.rawValue), .integer(readSeq), .text(peer.rawValue)]
+            ) { $0.int64(0) } ?? 0
+            return RoomSummary(room: room, peer: peer, lastSeq: lastSeq, readSeq: readSeq, unreadCount: Int(unread))
+        }
+    }
+}

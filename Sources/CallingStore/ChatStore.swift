@@ -1,0 +1,256 @@
+import CallingCore
+import Dispatch
+
+/// Chat persistence for the server: group-committed appends, read markers, history and unread counts.
+///
+/// Threading: the store owns one SQLite connection and uses it only on its own private serial queue.
+/// Every operation returns at once and reports through a completion that runs **on that queue**; the
+/// caller (the libwebsockets service thread, which must never wait on disk) hops back to its own thread,
+/// e.g. through its mailbox. Completions must therefore be quick and must not block.
+///
+/// Operations run in the order they were submitted from any one thread: an append followed by a
+/// `markRead` or `history` from the same thread sees the appended row.
+///
+/// Group commit: `appendChat` puts the draft on a pending list; one drain on the queue takes everything
+/// pending and writes it in a single transaction (several if more than `Options.maxBatchSize` are
+/// pending), then acks each draft. While one batch is being written the next one accumulates, so under
+/// load the per-transaction cost is shared by many messages, and an ack is never sent before its row is
+/// committed.
+///
+/// Call `close()` at shutdown. A store released without it still closes its connection, but only once
+/// every queued block (each of which retains the store) has run, so no accepted append is dropped.
+public final class ChatStore: @unchecked Sendable {
+    // @unchecked Sendable, because the compiler cannot see these two disciplines:
+    // - `connection` (not Sendable) is touched only on `queue`: by blocks submitted with `queue.async`, and
+    //   by `sync` and `close`, which run their body through `queue.sync` or inline when already on
+    //   `queue`. A serial queue runs one block at a time, so the connection is never used concurrently.
+    // - `appends` and `counters`, the only state touched from callers' threads, are `Locked`.
+    // Everything else is an immutable `let`: plain values, the queue and its specific key (Dispatch
+    // objects are safe to use from any thread).
+
+    public struct Options: Sendable, Equatable {
+        /// How long to wait for another process's lock before an operation fails (retryably).
+        public var busyTimeoutMs: Int32
+        /// Most appends written in one transaction. Bounds the latency of a single commit and the size of
+        /// the transaction under a flood; further drafts go into the next batch, in order.
+        public var maxBatchSize: Int
+        /// Apply pending migrations in `open`. `calling-server migrate` turns it off to report what it applied.
+        public var migrateOnOpen: Bool
+
+        public init(busyTimeoutMs: Int32 = 5_000, maxBatchSize: Int = 1_000, migrateOnOpen: Bool = true) {
+            self.busyTimeoutMs = busyTimeoutMs
+            self.maxBatchSize = maxBatchSize
+            self.migrateOnOpen = migrateOnOpen
+        }
+    }
+
+    /// The database file.
+    public let path: String
+    /// Names of the migrations `open` applied (empty when the schema was already current).
+    public let migrationsAppliedAtOpen: [String]
+
+    private let queue: DispatchQueue
+    /// Set on `queue`, so `sync`/`close` called from a completion run inline instead of deadlocking.
+    private let onQueueKey = DispatchSpecificKey<Bool>()
+    private let maxBatchSize: Int
+    /// Used only on `queue`.
+    private let connection: SQLiteConnection
+    private let appends = Locked(AppendQueue())
+    private let counters = Locked(ChatStoreMetrics())
+
+    private struct PendingAppend: Sendable {
+        var draft: ChatDraft
+        var completion: @Sendable (Result<ChatAppendResult, StoreError>) -> Void
+    }
+
+    private struct AppendQueue: Sendable {
+        var pending: [PendingAppend] = []
+        /// A drain block is on the queue and has not yet taken its batch: a new draft will be in it, so
+        /// no second drain needs scheduling.
+        var drainScheduled = false
+        var closed = false
+    }
+
+    private init(path: String, connection: SQLiteConnection, migrationsApplied: [String], options: Options) {
+        self.path = path
+        self.connection = connection
+        self.migrationsAppliedAtOpen = migrationsApplied
+        self.maxBatchSize = max(1, options.maxBatchSize)
+        self.queue = DispatchQueue(label: "calling.store.chat")
+        queue.setSpecific(key: onQueueKey, value: true)
+    }
+
+    /// Opens (creating if needed) the database and brings its schema up to date. Synchronous: meant for
+    /// start-up, before the service thread runs.
+    public static func open(path: String, options: Options = Options()) throws -> ChatStore {
+        let connection = try SQLiteConnection(path: path, options: .init(busyTimeoutMs: options.busyTimeoutMs))
+        let applied = options.migrateOnOpen ? try Migrator.bundled().migrate(connection) : []
+        return ChatStore(path: path, connection: connection, migrationsApplied: applied, options: options)
+    }
+
+    // MARK: Append (group commit)
+
+    /// Stores a chat message, or finds the original if this (room, sender, client_id) was stored before.
+    /// `completion` runs on the store queue after the row is committed (or the batch failed).
+    ///
+    /// Never blocks: takes a lock for a few instructions and, when no drain is pending, schedules one.
+    public func appendChat(
+        _ draft: ChatDraft, completion: @escaping @Sendable (Result<ChatAppendResult, StoreError>) -> Void
+    ) {
+        enum Admission { case queued, queuedAndSchedule, refused }
+        let admission = appends.withLock { state -> Admission in
+            guard !state.closed else { return .refused }
+            state.pending.append(PendingAppend(draft: draft, completion: completion))
+            if state.drainScheduled { return .queued }
+            state.drainScheduled = true
+            return .queuedAndSchedule
+        }
+        switch admission {
+        case .queued:
+            break
+        case .queuedAndSchedule:
+            queue.async { self.drain() }
+        case .refused:
+            // Still on the queue, as promised, and never re-entering the caller synchronously.
+            queue.async { completion(.failure(.closed)) }
+        }
+    }
+
+    /// On `queue`: writes every pending draft.
+    ///
+    /// It takes all of them, not just `maxBatchSize`, and writes them in consecutive transactions within
+    /// this one block: re-queueing the rest would let an operation submitted after them (a `history`
+    /// right after an `appendChat`) run before they are written.
+    private func drain() {
+        let drafts = appends.withLock { state -> [PendingAppend] in
+            // Drafts arriving from now on are not ours: the next one schedules a new drain.
+            state.drainScheduled = false
+            let taken = state.pending
+            state.pending = []
+            return taken
+        }
+        write(inBatchesOf: drafts)
+    }
+
+    /// On `queue`: `drafts` in transactions of at most `maxBatchSize`, in order.
+    private func write(inBatchesOf drafts: [PendingAppend]) {
+        var start = drafts.startIndex
+        while start < drafts.endIndex {
+            let end = min(start + maxBatchSize, drafts.endIndex)
+            write(Array(drafts[start..<end]))
+            start = end
+        }
+    }
+
+    /// On `queue`: commits `batch` in one transaction, then completes every draft in it.
+    private func write(_ batch: [PendingAppend]) {
+        guard !batch.isEmpty else { return }
+        guard connection.isOpen else {
+            for pending in batch { pending.completion(.failure(.closed)) }
+            return
+        }
+        let results: [ChatAppendResult]
+        do {
+            results = try ChatRepository(db: connection).append(batch.map(\.draft))
+        } catch {
+            counters.withLock { $0.batchesFailed += 1 }
+            let failure = StoreError(error)
+            for pending in batch { pending.completion(.failure(failure)) }
+            return
+        }
+        counters.withLock { metrics in
+            let duplicates = results.count { $0.duplicate }
+            metrics.batchesCommitted += 1
+            metrics.rowsInserted += results.count - duplicates
+            metrics.duplicates += duplicates
+            metrics.largestBatch = max(metrics.largestBatch, batch.count)
+        }
+        // Only now, after COMMIT returned, may anyone learn the seq: an ack must never name a row that a
+        // rollback or a process crash could still take back. (With synchronous=NORMAL an OS crash or power
+        // cut can still lose the newest commits; see SQLiteConnection.)
+        for (pending, result) in zip(batch, results) { pending.completion(.success(result)) }
+    }
+
+    // MARK: Read markers and reads
+
+    /// Moves `peer`'s read marker in `room` forward to `seq`. A seq at or below the current marker is
+    /// accepted but changes nothing (`moved == false`, the current marker is returned). A seq beyond the
+    /// room's last message is clamped to the last message: nobody can pre-read messages not yet sent.
+    /// `completion` runs on the store queue.
+    public func markRead(
+        room: RoomID, peer: PeerID, seq: Int64, nowMs: Int64,
+        completion: @escaping @Sendable (Result<ReadMarkerResult, StoreError>) -> Void
+    ) {
+        submit(completion) { try ChatRepository(db: $0).markRead(room: room, peer: peer, seq: seq, nowMs: nowMs) }
+    }
+
+    /// Messages in `room` with seq > `sinceSeq`, ascending, at most `limit` (values below 0 count as 0,
+    /// values above 100 000 as 100 000). `completion` runs on the store queue.
+    public func history(
+        room: RoomID, sinceSeq: Int64, limit: Int,
+        completion: @escaping @Sendable (Result<HistoryPage, StoreError>) -> Void
+    ) {
+        submit(completion) { try ChatRepository(db: $0).history(room: room, sinceSeq: sinceSeq, limit: limit) }
+    }
+
+    /// The room's last seq, `peer`'s read marker and its unread count. `completion` runs on the store queue.
+    public func roomSummary(
+        room: RoomID, peer: PeerID, completion: @escaping @Sendable (Result<RoomSummary, StoreError>) -> Void
+    ) {
+        submit(completion) { try ChatRepository(db: $0).summary(room: room, peer: peer) }
+    }
+
+    /// Runs `work` on the queue and completes with its result.
+    private func submit<Value: Sendable>(
+        _ completion: @escaping @Sendable (Result<Value, StoreError>) -> Void,
+        _ work: @escaping @Sendable (SQLiteConnection) throws -> Value
+    ) {
+        queue.async {
+            guard self.connection.isOpen else { return completion(.failure(.closed)) }
+            do {
+                completion(.success(try work(self.connection)))
+            } catch {
+                completion(.failure(StoreError(error)))
+            }
+        }
+    }
+
+    // MARK: Synchronous access
+
+    /// Runs `body` with the connection on the store queue and waits for it. For start-up, the CLI
+    /// (`calling-server migrate`) and tests only: it blocks the caller until everything submitted before
+    /// it has run, so it must **never** be called from the libwebsockets service thread. Called from a
+    /// completion (already on the queue) it runs inline. `body` must not keep the connection.
+    public func sync<T>(_ body: (SQLiteConnection) throws -> T) rethrows -> T {
+        if DispatchQueue.getSpecific(key: onQueueKey) == true { return try body(connection) }
+        return try queue.sync { try body(connection) }
+    }
+
+    /// Applies pending migrations now and returns their names. Synchronous, like `sync`.
+    @discardableResult
+    public func migrate() throws -> [String] {
+        try sync { try Migrator.bundled().migrate($0) }
+    }
+
+    /// Counters for `/metrics`. Cheap; callable from any thread.
+    public var metrics: ChatStoreMetrics {
+        counters.withLock { $0 }
+    }
+
+    /// Stops accepting appends, writes every draft already accepted (their completions run normally),
+    /// waits for everything queued before it, then closes the connection. Later calls complete with
+    /// `.closed`. Blocks like `sync`: call it at shutdown, not from the service thread. Idempotent.
+    public func close() {
+        appends.withLock { $0.closed = true }
+        sync { connection in
+            // Drain blocks still on the queue will find nothing left; the drafts are written here.
+            let drafts = appends.withLock { state -> [PendingAppend] in
+                let taken = state.pending
+                state.pending = []
+                return taken
+            }
+            write(inBatchesOf: drafts)
+            connection.close()
+        }
+    }
+}

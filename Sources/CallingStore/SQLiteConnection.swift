@@ -1,0 +1,205 @@
+import CSQLite
+
+/// One SQLite database connection, owning its `sqlite3*` and closing it exactly once.
+///
+/// Opened in SQLite's multi-thread mode (`SQLITE_OPEN_NOMUTEX`): SQLite does no locking of its own on
+/// the connection, so it must only be used from one thread or serial queue at a time. The type is not
+/// `Sendable`, which lets the compiler enforce that; `ChatStore` keeps its connection on its own queue.
+///
+/// Every connection is configured the same way: WAL journal (readers never block the writer),
+/// `synchronous=NORMAL` (in WAL mode a commit is durable against a process crash and only an OS crash or
+/// power cut can lose the last transactions; FULL costs about 9x in insert rate here), a busy timeout
+/// (another process such as `calling-server migrate` may hold the write lock briefly), and
+/// `foreign_keys=ON` (SQLite's default is off, per connection).
+public final class SQLiteConnection {
+    public struct Options: Sendable, Equatable {
+        /// How long a statement waits for another connection's lock before failing with `SQLITE_BUSY`.
+        public var busyTimeoutMs: Int32
+        /// Open without write access (and without creating the file), e.g. for inspection tools.
+        public var readOnly: Bool
+
+        public init(busyTimeoutMs: Int32 = 5_000, readOnly: Bool = false) {
+            self.busyTimeoutMs = busyTimeoutMs
+            self.readOnly = readOnly
+        }
+    }
+
+    /// How a transaction takes its locks.
+    public enum TransactionKind: String, Sendable {
+        /// Takes the read snapshot at the first read and the write lock at the first write. Right for
+        /// read-only transactions; a write after a read can fail with `SQLITE_BUSY` without waiting.
+        case deferred = "BEGIN DEFERRED"
+        /// Takes the write lock up front (waiting up to the busy timeout), so a read-then-write transaction
+        /// such as "read last_seq, insert last_seq + 1" can never lose a race to another writer.
+        case immediate = "BEGIN IMMEDIATE"
+    }
+
+    /// The path given at open.
+    public let path: String
+    /// `nil` once closed. Only `close()` releases it, and `close()` clears it, so it is closed exactly once.
+    private var handle: OpaquePointer?
+    /// Prepared statements by SQL text. Keys are the fixed SQL strings of the repositories (values are
+    /// bound, never interpolated), so the cache stays as small as the set of queries in the code.
+    private var statementCache: [String: Statement] = [:]
+
+    /// Opens (creating if needed, unless read-only) the database at `path` and configures it.
+    public init(path: String, options: Options = Options()) throws {
+        self.path = path
+        var db: OpaquePointer?
+        let access = options.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
+        let resultCode = sqlite3_open_v2(path, &db, access | SQLITE_OPEN_NOMUTEX, nil)
+        // Even a failed open usually returns a handle (so the message can be read); it must still be closed.
+        handle = db
+        guard let db else { throw SQLiteError(code: SQLITE_NOMEM, message: "out of memory opening \(path)") }
+        try check(resultCode, db: db)
+        // Report SQLITE_CONSTRAINT_UNIQUE rather than just SQLITE_CONSTRAINT, SQLITE_IOERR_FSYNC rather
+        // than SQLITE_IOERR: the operator needs to know which.
+        sqlite3_extended_result_codes(db, 1)
+        // Busy timeout first: switching to WAL needs a lock that another process may hold.
+        try check(sqlite3_busy_timeout(db, options.busyTimeoutMs), db: db)
+        if !options.readOnly {
+            let mode = try queryFirst("PRAGMA journal_mode = WAL") { $0.text(0) }
+            // An in-memory database reports "memory" and cannot use WAL; any file database must.
+            if mode?.lowercased() != "wal", !Self.isInMemory(path) {
+                throw SQLiteError(code: SQLITE_CANTOPEN, message: "could not enable WAL (journal_mode is \(mode ?? "?"))")
+            }
+        }
+        try execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+        // If anything above threw, deinit runs (all stored properties are set) and closes the handle.
+    }
+
+    deinit { close() }
+
+    private static func isInMemory(_ path: String) -> Bool {
+        path.isEmpty || path == ":memory:" || path.hasPrefix("file::memory:")
+    }
+
+    /// `false` after `close()`.
+    public var isOpen: Bool { handle != nil }
+
+    /// Finalizes cached statements and closes the connection. Idempotent.
+    ///
+    /// Uses `sqlite3_close_v2`: if a caller still holds an uncached `Statement`, the connection becomes a
+    /// zombie that SQLite frees when that statement is finalized, instead of the close failing and leaking.
+    public func close() {
+        guard let db = handle else { return }
+        for statement in statementCache.values { statement.finalize() }
+        statementCache.removeAll()
+        handle = nil
+        // close_v2 only fails for a handle that is not a connection, which `handle` cannot be.
+        sqlite3_close_v2(db)
+    }
+
+    private func live() throws(SQLiteError) -> OpaquePointer {
+        guard let handle else { throw .misuse("connection to \(path) is closed") }
+        return handle
+    }
+
+    // MARK: Statements
+
+    /// Compiles a statement owned by the caller (not cached). For one-off queries.
+    public func prepare(_ sql: String) throws(SQLiteError) -> Statement {
+        try Statement(db: live(), sql: sql, persistent: false)
+    }
+
+    /// The cached statement for `sql`, compiled on first use, reset and with bindings cleared.
+    ///
+    /// Do not nest two uses of the same SQL (e.g. run a query inside the row loop of the same query):
+    /// they share one statement, and the inner use would reset the outer.
+    public func cachedStatement(_ sql: String) throws(SQLiteError) -> Statement {
+        let db = try live()
+        if let statement = statementCache[sql] {
+            statement.reset()
+            return statement
+        }
+        let statement = try Statement(db: db, sql: sql, persistent: true)
+        statementCache[sql] = statement
+        return statement
+    }
+
+    /// Number of statements in the cache; for tests and diagnostics.
+    public var cachedStatementCount: Int { statementCache.count }
+
+    /// Runs one statement that returns no rows (INSERT, UPDATE, DELETE, DDL) through the cache.
+    public func run(_ sql: String, _ values: [SQLiteValue] = []) throws(SQLiteError) {
+        let statement = try cachedStatement(sql)
+        defer { statement.reset() }
+        try statement.bind(values)
+        while try statement.step() {}
+    }
+
+    /// Runs one query through the cache and maps every row.
+    public func query<Row>(
+        _ sql: String, _ values: [SQLiteValue] = [], row: (Statement) throws -> Row
+    ) throws -> [Row] {
+        let statement = try cachedStatement(sql)
+        // Reset even when `row` throws half-way: an unfinished SELECT holds a read transaction open.
+        defer { statement.reset() }
+        try statement.bind(values)
+        var rows: [Row] = []
+        while try statement.step() { rows.append(try row(statement)) }
+        return rows
+    }
+
+    /// Runs one query through the cache and maps its first row, if any.
+    public func queryFirst<Row>(
+        _ sql: String, _ values: [SQLiteValue] = [], row: (Statement) throws -> Row
+    ) throws -> Row? {
+        let statement = try cachedStatement(sql)
+        defer { statement.reset() }
+        try statement.bind(values)
+        return try statement.step() ? row(statement) : nil
+    }
+
+    /// Runs a script of zero or more statements without bindings (migrations, pragmas).
+    public func execute(_ script: String) throws(SQLiteError) {
+        let db = try live()
+        try check(sqlite3_exec(db, script, nil, nil, nil), db: db)
+    }
+
+    /// Rows changed by the most recent INSERT, UPDATE or DELETE.
+    public var changes: Int64 {
+        handle.map { sqlite3_changes64($0) } ?? 0
+    }
+
+    // MARK: Transactions
+
+    /// `true` while a transaction is open.
+    public var isInTransaction: Bool {
+        handle.map { sqlite3_get_autocommit($0) == 0 } ?? false
+    }
+
+    /// Runs `body` in a transaction: COMMIT if it returns, ROLLBACK if it (or the COMMIT) throws.
+    /// Not reentrant: SQLite has no nested BEGIN (use SAVEPOINT for that).
+    public func transaction<Result>(_ kind: TransactionKind = .deferred, _ body: () throws -> Result) throws -> Result {
+        try execute(kind.rawValue)
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            // Some errors (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM, a failed COMMIT) make SQLite roll back
+            // on its own; a second ROLLBACK would then fail and hide the original error.
+            if isInTransaction { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    // MARK: Pragmas
+
+    /// `PRAGMA user_version`: the number of the last schema migration applied (see `Migrator`).
+    public func userVersion() throws -> Int {
+        Int(try queryFirst("PRAGMA user_version") { $0.int64(0) } ?? 0)
+    }
+
+    /// Sets `PRAGMA user_version`. Transactional: rolled back with the transaction it runs in.
+    public func setUserVersion(_ version: Int) throws(SQLiteError) {
+        // PRAGMA takes no bound parameters; `version` is an Int, so interpolation cannot inject SQL.
+        try execute("PRAGMA user_version = \(version)")
+    }
+}
+
+// The connection is opened in multi-thread mode and must stay on one thread or serial queue; see the type
+// comment. Spelled out so that nobody adds a conformance by accident.
+@available(*, unavailable)
+extension SQLiteConnection: Sendable {}
