@@ -1,0 +1,352 @@
+/// Milliseconds since the Unix epoch. The hub never reads a clock: every input carries `now`,
+/// so tests drive time by hand and replays are deterministic.
+public typealias Millis = Int64
+
+/// Who a connection is, as proven by its token.
+public struct PeerIdentity: Sendable, Equatable {
+    public var peer: PeerID
+    public var room: RoomID
+    public var call: CallID?
+    public var role: String
+    public var name: String?
+
+    public init(peer: PeerID, room: RoomID, call: CallID? = nil, role: String = "peer", name: String? = nil) {
+        self.peer = peer
+        self.room = room
+        self.call = call
+        self.role = role
+        self.name = name
+    }
+
+    var rosterEntry: JSONValue {
+        var fields: [String: JSONValue] = ["peer_id": .string(peer.rawValue), "role": .string(role)]
+        fields["name"] = name.map(JSONValue.string) ?? .null
+        return .object(fields)
+    }
+}
+
+/// What the hub knows of a room's chat when a peer joins; loaded from the store before `join`.
+public struct ChatResume: Sendable, Equatable {
+    public var lastSeq: Int64
+    public var readSeq: Int64
+    public var unread: Int64
+    /// Messages after the peer's `last_seq`, oldest first, at most the replay cap.
+    public var replay: [ChatMessage]
+    /// False when more messages were missed than the replay carries.
+    public var complete: Bool
+    /// Whether the client asked to resume (sent `last_seq`).
+    public var requested: Bool
+
+    public init(lastSeq: Int64 = 0, readSeq: Int64 = 0, unread: Int64 = 0, replay: [ChatMessage] = [],
+                complete: Bool = true, requested: Bool = false) {
+        self.lastSeq = lastSeq
+        self.readSeq = readSeq
+        self.unread = unread
+        self.replay = replay
+        self.complete = complete
+        self.requested = requested
+    }
+}
+
+/// A stored chat message, as broadcast and replayed.
+public struct ChatMessage: Sendable, Equatable {
+    public var room: RoomID
+    public var seq: Int64
+    public var from: PeerID
+    public var clientID: String
+    public var text: String
+    public var meta: JSONValue?
+    public var timestamp: Millis
+
+    public init(room: RoomID, seq: Int64, from: PeerID, clientID: String, text: String, meta: JSONValue?, timestamp: Millis) {
+        self.room = room
+        self.seq = seq
+        self.from = from
+        self.clientID = clientID
+        self.text = text
+        self.meta = meta
+        self.timestamp = timestamp
+    }
+
+    public var frame: Frame {
+        Frame(.chat, from: from.rawValue, payload: [
+            "seq": .int(seq), "client_id": .string(clientID), "text": .string(text),
+            "meta": meta ?? .null, "ts": .int(timestamp),
+        ])
+    }
+}
+
+/// Everything the hub reacts to. Inputs arrive on one thread, in order.
+public enum HubInput: Sendable {
+    /// An authenticated connection joins its token's room.
+    case join(ConnectionID, PeerIdentity, ChatResume)
+    case message(ConnectionID, ClientMessage)
+    case disconnect(ConnectionID)
+    /// The store committed (or refused) a chat the hub asked it to persist.
+    case chatStored(ChatStoreOutcome)
+    /// The store moved (or kept) a read marker.
+    case readStored(room: RoomID, peer: PeerID, seq: Int64, moved: Bool)
+    /// Time passed; due timers fire.
+    case tick
+}
+
+public enum ChatStoreOutcome: Sendable, Equatable {
+    case stored(ChatMessage, connection: ConnectionID, duplicate: Bool)
+    case failed(room: RoomID, peer: PeerID, clientID: String, connection: ConnectionID, WireError)
+}
+
+/// What the hub asks its environment to do, in order.
+public enum HubEffect: Sendable, Equatable {
+    /// Deliver one frame to each connection; the frame is encoded once for all of them.
+    case send([ConnectionID], Frame)
+    /// Close a connection after the frames already queued for it.
+    case close(ConnectionID, CloseCode)
+    /// Persist a chat; the result comes back as `.chatStored`.
+    case storeChat(connection: ConnectionID, room: RoomID, peer: PeerID, ChatSubmission, timestamp: Millis)
+    /// Persist a read marker; the result comes back as `.readStored`.
+    case storeRead(room: RoomID, peer: PeerID, seq: Int64)
+    /// Persist a stats sample for analytics.
+    case storeStats(room: RoomID, call: CallID?, peer: PeerID, StatsSample, timestamp: Millis)
+}
+
+/// Settings the hub applies; all come from configuration.
+public struct HubSettings: Sendable, Equatable {
+    public var pingIntervalMs: Int64
+    public var typingTTLMs: Int64
+    public var chatMaxTextBytes: Int
+    public var chatMaxMetaBytes: Int
+
+    public init(pingIntervalMs: Int64 = 25_000, typingTTLMs: Int64 = 6_000, chatMaxTextBytes: Int = 4_096,
+                chatMaxMetaBytes: Int = 2_048) {
+        self.pingIntervalMs = pingIntervalMs
+        self.typingTTLMs = typingTTLMs
+        self.chatMaxTextBytes = chatMaxTextBytes
+        self.chatMaxMetaBytes = chatMaxMetaBytes
+    }
+}
+
+/// Rooms, peers and routing rules: a synchronous state machine that turns inputs into effects.
+/// It owns no socket, no disk and no clock, so it is tested exhaustively without any of them.
+public struct Hub: Sendable {
+    struct Member: Sendable {
+        var identity: PeerIdentity
+        var connection: ConnectionID
+        var typingUntil: Millis?
+    }
+
+    struct Room: Sendable {
+        var members: [PeerID: Member] = [:]
+        /// Join order, so rosters and broadcasts are deterministic.
+        var order: [PeerID] = []
+    }
+
+    public let settings: HubSettings
+    private var rooms: [RoomID: Room] = [:]
+    private var connections: [ConnectionID: (room: RoomID, peer: PeerID)] = [:]
+
+    public init(settings: HubSettings = HubSettings()) {
+        self.settings = settings
+    }
+
+    public var roomCount: Int { rooms.count }
+    public var peerCount: Int { connections.count }
+
+    public func members(of room: RoomID) -> [PeerID] { rooms[room]?.order ?? [] }
+
+    public func identity(of connection: ConnectionID) -> PeerIdentity? {
+        guard let (room, peer) = connections[connection] else { return nil }
+        return rooms[room]?.members[peer]?.identity
+    }
+
+    public mutating func handle(_ input: HubInput, now: Millis) -> [HubEffect] {
+        switch input {
+        case .join(let connection, let identity, let resume):
+            return join(connection, identity, resume, now: now)
+        case .message(let connection, let message):
+            return handle(message, from: connection, now: now)
+        case .disconnect(let connection):
+            return leave(connection)
+        case .chatStored(let outcome):
+            return chatStored(outcome, now: now)
+        case .readStored(let room, let peer, let seq, let moved):
+            guard moved, let members = rooms[room] else { return [] }
+            let others = members.order.filter { $0 != peer }.compactMap { members.members[$0]?.connection }
+            return others.isEmpty ? [] : [.send(others, Frame(.read, from: peer.rawValue, payload: ["seq": .int(seq)]))]
+        case .tick:
+            return expireTyping(now: now)
+        }
+    }
+
+    // MARK: membership
+
+    private mutating func join(_ connection: ConnectionID, _ identity: PeerIdentity, _ resume: ChatResume, now: Millis)
+        -> [HubEffect]
+    {
+        var effects: [HubEffect] = []
+        var room = rooms[identity.room] ?? Room()
+        let takeover = room.members[identity.peer]
+        if let takeover {
+            // Same peer id again: the new connection takes the seat. The room sees no leave/join.
+            connections[takeover.connection] = nil
+            effects.append(.close(takeover.connection, .replaced))
+        } else {
+            room.order.append(identity.peer)
+        }
+        room.members[identity.peer] = Member(identity: identity, connection: connection, typingUntil: takeover?.typingUntil)
+        connections[connection] = (identity.room, identity.peer)
+
+        let roster = room.order.filter { $0 != identity.peer }.compactMap { room.members[$0]?.identity.rosterEntry }
+        var welcome: [String: JSONValue] = [
+            "peer_id": .string(identity.peer.rawValue),
+            "room_id": .string(identity.room.rawValue),
+            "call_id": identity.call.map { .string($0.rawValue) } ?? .null,
+            "role": .string(identity.role),
+            "name": identity.name.map(JSONValue.string) ?? .null,
+            "peers": .array(roster),
+            "ping_interval_ms": .int(settings.pingIntervalMs),
+            "server_time": .int(now),
+            "last_seq": .int(resume.lastSeq),
+            "read_seq": .int(resume.readSeq),
+            "unread": .int(resume.unread),
+        ]
+        if resume.requested {
+            welcome["recovered"] = .bool(resume.complete)
+            welcome["replay_count"] = .int(Int64(resume.replay.count))
+        }
+        effects.append(.send([connection], Frame(.welcome, payload: .object(welcome))))
+        for message in resume.replay {
+            effects.append(.send([connection], message.frame))
+        }
+        if takeover == nil {
+            let others = room.order.filter { $0 != identity.peer }.compactMap { room.members[$0]?.connection }
+            if !others.isEmpty {
+                effects.append(.send(others, Frame(.peerJoined, from: identity.peer.rawValue, payload: identity.rosterEntry)))
+            }
+        }
+        // Typing state of the others, so a joiner does not miss an indicator that is already on.
+        for peer in room.order where peer != identity.peer {
+            if let member = room.members[peer], let until = member.typingUntil, until > now {
+                effects.append(.send([connection], Frame(.typing, from: peer.rawValue, payload: ["typing": true])))
+            }
+        }
+        rooms[identity.room] = room
+        return effects
+    }
+
+    private mutating func leave(_ connection: ConnectionID) -> [HubEffect] {
+        guard let (roomID, peer) = connections.removeValue(forKey: connection), var room = rooms[roomID] else { return [] }
+        guard let member = room.members[peer], member.connection == connection else { return [] }
+        room.members[peer] = nil
+        room.order.removeAll { $0 == peer }
+        if room.order.isEmpty {
+            rooms[roomID] = nil
+            return []
+        }
+        rooms[roomID] = room
+        let others = room.order.compactMap { room.members[$0]?.connection }
+        var effects: [HubEffect] = []
+        if member.typingUntil != nil {
+            effects.append(.send(others, Frame(.typing, from: peer.rawValue, payload: ["typing": false])))
+        }
+        effects.append(.send(others, Frame(.peerLeft, from: peer.rawValue, payload: ["peer_id": .string(peer.rawValue)])))
+        return effects
+    }
+
+    // MARK: frames
+
+    private mutating func handle(_ message: ClientMessage, from connection: ConnectionID, now: Millis) -> [HubEffect] {
+        guard let (roomID, peer) = connections[connection], let room = rooms[roomID],
+            let sender = room.members[peer]
+        else { return [] }
+        switch message {
+        case .relay(let kind, let to, let payload):
+            let frame = Frame(kind.frameType, from: peer.rawValue, to: to?.rawValue, payload: payload)
+            if let to {
+                guard to != peer, let target = room.members[to] else {
+                    return [.send([connection], Frame.error(
+                        .peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue))]
+                }
+                return [.send([target.connection], frame)]
+            }
+            let others = room.order.filter { $0 != peer }.compactMap { room.members[$0]?.connection }
+            return others.isEmpty ? [] : [.send(others, frame)]
+        case .ping(let payload):
+            return [.send([connection], Frame(.pong, payload: payload))]
+        case .typing(let typing):
+            return setTyping(typing, room: roomID, peer: peer, now: now)
+        case .chat(let submission):
+            if let error = validate(submission) {
+                return [.send([connection], Frame(.chatAck, payload: ["client_id": .string(submission.clientID)], error: error))]
+            }
+            // Sending a message ends the sender's typing indicator.
+            var effects = setTyping(false, room: roomID, peer: peer, now: now)
+            effects.append(.storeChat(connection: connection, room: roomID, peer: peer, submission, timestamp: now))
+            return effects
+        case .read(let seq):
+            return [.storeRead(room: roomID, peer: peer, seq: seq)]
+        case .stats(let sample):
+            return [.storeStats(room: roomID, call: sender.identity.call, peer: peer, sample, timestamp: now)]
+        }
+    }
+
+    private func validate(_ chat: ChatSubmission) -> WireError? {
+        if chat.text.allSatisfy(\.isWhitespace) { return WireError(.chatEmpty, "chat text is empty") }
+        if chat.text.utf8.count > settings.chatMaxTextBytes {
+            return WireError(.chatTooLong, "chat text is longer than \(settings.chatMaxTextBytes) bytes")
+        }
+        if let meta = chat.meta {
+            guard meta.objectValue != nil else { return WireError(.chatMetaInvalid, "chat meta must be an object") }
+            if JSONWriter.bytes(meta).count > settings.chatMaxMetaBytes {
+                return WireError(.chatMetaInvalid, "chat meta is larger than \(settings.chatMaxMetaBytes) bytes")
+            }
+        }
+        return nil
+    }
+
+    private mutating func chatStored(_ outcome: ChatStoreOutcome, now: Millis) -> [HubEffect] {
+        switch outcome {
+        case .failed(_, _, let clientID, let connection, let error):
+            guard connections[connection] != nil else { return [] }
+            return [.send([connection], Frame(.chatAck, payload: ["client_id": .string(clientID)], error: error))]
+        case .stored(let message, let connection, let duplicate):
+            var effects: [HubEffect] = []
+            let ack = Frame(.chatAck, payload: [
+                "client_id": .string(message.clientID), "seq": .int(message.seq), "ts": .int(message.timestamp),
+            ])
+            // The sender may have reconnected on a new connection while the insert was in flight.
+            let senderConnection = rooms[message.room]?.members[message.from]?.connection
+            let ackTarget = connections[connection] != nil ? connection : senderConnection
+            if let ackTarget { effects.append(.send([ackTarget], ack)) }
+            guard !duplicate, let room = rooms[message.room] else { return effects }
+            let others = room.order.filter { $0 != message.from }.compactMap { room.members[$0]?.connection }
+            if !others.isEmpty { effects.append(.send(others, message.frame)) }
+            return effects
+        }
+    }
+
+    // MARK: typing
+
+    private mutating func setTyping(_ typing: Bool, room roomID: RoomID, peer: PeerID, now: Millis) -> [HubEffect] {
+        guard var room = rooms[roomID], var member = room.members[peer] else { return [] }
+        let wasTyping = member.typingUntil != nil
+        member.typingUntil = typing ? now + settings.typingTTLMs : nil
+        room.members[peer] = member
+        rooms[roomID] = room
+        // Repeated "typing: true" only extends the TTL; others hear about changes, not heartbeats.
+        guard typing != wasTyping else { return [] }
+        let others = room.order.filter { $0 != peer }.compactMap { room.members[$0]?.connection }
+        return others.isEmpty ? [] : [.send(others, Frame(.typing, from: peer.rawValue, payload: ["typing": .bool(typing)]))]
+    }
+
+    private mutating func expireTyping(now: Millis) -> [HubEffect] {
+        var effects: [HubEffect] = []
+        for (roomID, room) in rooms.sorted(by: { $0.key < $1.key }) {
+            for peer in room.order {
+                if let until = room.members[peer]?.typingUntil, until <= now {
+                    effects += setTyping(false, room: roomID, peer: peer, now: now)
+                }
+            }
+        }
+        return effects
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import Synchronization
+
+/// A small logger in swift-log's shape: constant messages, data in metadata (`room.id`, `peer.id`).
+/// Tokens and SDP are never logged above trace.
+public struct Logger: Sendable {
+    public enum Level: Int, Sendable, Comparable, CaseIterable {
+        case trace, debug, info, notice, warning, error, critical
+
+        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rawValue < rhs.rawValue }
+
+        public init?(name: String) {
+            guard let level = Level.allCases.first(where: { "\($0)" == name.lowercased() }) else { return nil }
+            self = level
+        }
+    }
+
+    public typealias Metadata = [String: String]
+
+    public let label: String
+    public var level: Level
+    public let handler: any LogHandler
+
+    public init(label: String, level: Level = .info, handler: any LogHandler = StderrLogHandler()) {
+        self.label = label
+        self.level = level
+        self.handler = handler
+    }
+
+    public func log(_ level: Level, _ message: @autoclosure () -> String, _ metadata: @autoclosure () -> Metadata = [:]) {
+        guard level >= self.level else { return }
+        handler.log(LogRecord(label: label, level: level, message: message(), metadata: metadata(), date: Date()))
+    }
+
+    public func trace(_ message: @autoclosure () -> String, _ metadata: @autoclosure () -> Metadata = [:]) { log(.trace, message(), metadata()) }
+    public func debug(_ message: @autoclosure () -> String, _ metadata: @autoclosure () -> Metadata = [:]) { log(.debug, message(), metadata()) }
+    public func info(_ message: @autoclosure () -> String, _ metadata: @autoclosure () -> Metadata = [:]) { log(.info, message(), metadata()) }
+    public func warning(_ message: @autoclosure () -> String, _ metadata: @autoclosure () -> Metadata = [:]) { log(.warning, message(), metadata()) }
+    public func error(_ message: @autoclosure () -> String, _ metadata: @autoclosure () -> Metadata = [:]) { log(.error, message(), metadata()) }
+    public func critical(_ message: @autoclosure () -> String, _ metadata: @autoclosure () -> Metadata = [:]) { log(.critical, message(), metadata()) }
+
+    /// The same sink under another label.
+    public func labeled(_ label: String) -> Logger { Logger(label: label, level: level, handler: handler) }
+}
+
+public struct LogRecord: Sendable {
+    public var label: String
+    public var level: Logger.Level
+    public var message: String
+    public var metadata: Logger.Metadata
+    public var date: Date
+}
+
+public protocol LogHandler: Sendable {
+    func log(_ record: LogRecord)
+}
+
+/// logfmt-style lines on stderr: `ts=… level=info label=server msg="listening" port=8080`.
+public struct StderrLogHandler: LogHandler {
+    public init() {}
+
+    public func log(_ record: LogRecord) {
+        var line = "ts=\(record.date.timeIntervalSince1970) level=\(record.level) label=\(record.label) msg=\"\(record.message)\""
+        for key in record.metadata.keys.sorted() {
+            let value = record.metadata[key] ?? ""
+            line += value.contains(" ") || value.isEmpty ? " \(key)=\"\(value)\"" : " \(key)=\(value)"
+        }
+        line += "\n"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+}
+
+/// Keeps records in memory so tests can assert on what was logged.
+public final class MemoryLogHandler: LogHandler {
+    private let records = Mutex<[LogRecord]>([])
+
+    public init() {}
+
+    public func log(_ record: LogRecord) { records.withLock { $0.append(record) } }
+
+    public var all: [LogRecord] { records.withLock { $0 } }
+}

@@ -1,0 +1,211 @@
+/// A client frame after envelope and payload validation: everything the hub acts on is typed.
+public enum ClientMessage: Sendable, Equatable {
+    /// offer / answer / candidate / data, relayed with `from` stamped by the server.
+    case relay(RelayKind, to: PeerID?, payload: JSONValue?)
+    case chat(ChatSubmission)
+    case typing(Bool)
+    case read(seq: Int64)
+    case stats(StatsSample)
+    case ping(payload: JSONValue?)
+
+    public var frameType: FrameType {
+        switch self {
+        case .relay(let kind, _, _): return kind.frameType
+        case .chat: return .chat
+        case .typing: return .typing
+        case .read: return .read
+        case .stats: return .stats
+        case .ping: return .ping
+        }
+    }
+}
+
+public enum RelayKind: String, Sendable, Equatable {
+    case offer, answer, candidate, data
+
+    public var frameType: FrameType {
+        switch self {
+        case .offer: return .offer
+        case .answer: return .answer
+        case .candidate: return .candidate
+        case .data: return .data
+        }
+    }
+}
+
+/// `chat` as sent by a client. Text and meta limits are checked by the hub, which answers with a
+/// `chat-ack` carrying the error so the sender's pending `sendChat` settles.
+public struct ChatSubmission: Sendable, Equatable {
+    public var clientID: String
+    public var text: String
+    public var meta: JSONValue?
+
+    public init(clientID: String, text: String, meta: JSONValue? = nil) {
+        self.clientID = clientID
+        self.text = text
+        self.meta = meta
+    }
+}
+
+/// The seed SDKs' 5-second quality sample; units as in the JS SDK.
+public struct StatsSample: Sendable, Equatable {
+    public var rttMs: Double?
+    public var jitterMs: Double?
+    /// Ratio 0–1, not percent.
+    public var packetLoss: Double?
+    public var bitrateKbps: Double?
+
+    public init(rttMs: Double? = nil, jitterMs: Double? = nil, packetLoss: Double? = nil, bitrateKbps: Double? = nil) {
+        self.rttMs = rttMs
+        self.jitterMs = jitterMs
+        self.packetLoss = packetLoss
+        self.bitrateKbps = bitrateKbps
+    }
+
+    public var json: JSONValue {
+        var fields: [String: JSONValue] = [:]
+        if let rttMs { fields["rtt_ms"] = .double(rttMs) }
+        if let jitterMs { fields["jitter_ms"] = .double(jitterMs) }
+        if let packetLoss { fields["packet_loss"] = .double(packetLoss) }
+        if let bitrateKbps { fields["bitrate_kbps"] = .double(bitrateKbps) }
+        return .object(fields)
+    }
+}
+
+/// Why a client frame was refused: becomes an `error` frame; the connection stays open.
+public struct FrameError: Error, Sendable, Equatable {
+    public var code: ErrorCode
+    public var message: String
+    /// The frame's `type`, when it could be read, echoed so clients can match the error.
+    public var type: String?
+
+    public init(_ code: ErrorCode, _ message: String, type: String? = nil) {
+        self.code = code
+        self.message = message
+        self.type = type
+    }
+
+    public var frame: Frame { Frame.error(code, message, inReplyTo: type) }
+}
+
+/// Limits applied while decoding. Each is a configuration key (docs/configuration.md).
+public struct FrameLimits: Sendable, Equatable {
+    /// Longest `client_id` accepted on `chat`.
+    public var maxClientIDBytes: Int
+    /// Longest peer id accepted in `to`.
+    public var maxPeerIDBytes: Int
+
+    public init(maxClientIDBytes: Int = 128, maxPeerIDBytes: Int = 128) {
+        self.maxClientIDBytes = maxClientIDBytes
+        self.maxPeerIDBytes = maxPeerIDBytes
+    }
+}
+
+public enum ClientFrameDecoder {
+    /// Parses and validates one text frame. `from` in the input is ignored: the server stamps it.
+    public static func decode(_ bytes: some Collection<UInt8>, limits: FrameLimits = FrameLimits()) throws(FrameError)
+        -> ClientMessage
+    {
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(bytes)
+        } catch {
+            if error == .invalidUTF8 { throw FrameError(.invalidUTF8, error.message) }
+            throw FrameError(.badJSON, error.message)
+        }
+        return try decode(value, limits: limits)
+    }
+
+    public static func decode(_ value: JSONValue, limits: FrameLimits = FrameLimits()) throws(FrameError) -> ClientMessage {
+        guard let fields = value.objectValue else { throw FrameError(.badFrame, "a frame must be a JSON object") }
+        guard let typeValue = fields["type"] else { throw FrameError(.badFrame, "missing field 'type'") }
+        guard let typeName = typeValue.stringValue else { throw FrameError(.badFrame, "field 'type' must be a string") }
+        guard let type = FrameType(rawValue: typeName), type.isClientSendable else {
+            throw FrameError(.unknownType, "unknown frame type '\(typeName.prefix(64))'", type: typeName)
+        }
+        let to: PeerID?
+        switch fields["to"] {
+        case nil, .null?: to = nil
+        case .string(let s)?:
+            guard !s.isEmpty, s.utf8.count <= limits.maxPeerIDBytes else {
+                throw FrameError(.badFrame, "field 'to' must be a peer id of 1–\(limits.maxPeerIDBytes) bytes", type: typeName)
+            }
+            to = PeerID(s)
+        default: throw FrameError(.badFrame, "field 'to' must be a string", type: typeName)
+        }
+        let payload = fields["payload"].flatMap { $0.isNull ? nil : $0 }
+        func invalid(_ message: String) -> FrameError { FrameError(.invalidPayload, message, type: typeName) }
+
+        switch type {
+        case .offer, .answer:
+            guard let to else { throw invalid("\(typeName) needs 'to'") }
+            guard let sdp = payload?["sdp"]?.stringValue, !sdp.isEmpty else {
+                throw invalid("\(typeName) payload needs a non-empty string 'sdp'")
+            }
+            return .relay(type == .offer ? .offer : .answer, to: to, payload: payload)
+        case .candidate:
+            guard let to else { throw invalid("candidate needs 'to'") }
+            guard let body = payload?.objectValue, body["candidate"]?.stringValue != nil else {
+                throw invalid("candidate payload needs a string 'candidate'")
+            }
+            if let mid = body["sdpMid"], mid.stringValue == nil, !mid.isNull {
+                throw invalid("'sdpMid' must be a string or null")
+            }
+            if let index = body["sdpMLineIndex"], index.int64Value == nil, !index.isNull {
+                throw invalid("'sdpMLineIndex' must be an integer or null")
+            }
+            return .relay(.candidate, to: to, payload: payload)
+        case .data:
+            return .relay(.data, to: to, payload: payload)
+        case .chat:
+            guard let body = payload?.objectValue else { throw invalid("chat payload must be an object") }
+            guard let clientID = body["client_id"]?.stringValue, !clientID.isEmpty,
+                clientID.utf8.count <= limits.maxClientIDBytes
+            else { throw invalid("chat needs a string 'client_id' of 1–\(limits.maxClientIDBytes) bytes") }
+            guard let text = body["text"]?.stringValue else { throw invalid("chat needs a string 'text'") }
+            let meta = body["meta"].flatMap { $0.isNull ? nil : $0 }
+            return .chat(ChatSubmission(clientID: clientID, text: text, meta: meta))
+        case .typing:
+            guard let typing = payload?["typing"]?.boolValue else { throw invalid("typing needs a boolean 'typing'") }
+            return .typing(typing)
+        case .read:
+            guard let seq = payload?["seq"]?.int64Value, seq >= 0 else {
+                throw invalid("read needs a non-negative integer 'seq'")
+            }
+            return .read(seq: seq)
+        case .stats:
+            return .stats(try decodeStats(payload, typeName: typeName))
+        case .ping:
+            return .ping(payload: payload)
+        default:
+            throw FrameError(.unknownType, "unknown frame type '\(typeName)'", type: typeName)
+        }
+    }
+
+    /// Ranges are generous physical bounds: anything outside is a broken client, not a bad network.
+    static func decodeStats(_ payload: JSONValue?, typeName: String) throws(FrameError) -> StatsSample {
+        guard let body = payload?.objectValue else {
+            throw FrameError(.invalidPayload, "stats payload must be an object", type: typeName)
+        }
+        func field(_ key: String, _ range: ClosedRange<Double>) throws(FrameError) -> Double? {
+            guard let raw = body[key], !raw.isNull else { return nil }
+            guard let number = raw.doubleValue else {
+                throw FrameError(.invalidPayload, "stats '\(key)' must be a number", type: typeName)
+            }
+            guard range.contains(number) else {
+                throw FrameError(
+                    .invalidPayload, "stats '\(key)' must be within \(range.lowerBound)…\(range.upperBound)", type: typeName)
+            }
+            return number
+        }
+        let sample = StatsSample(
+            rttMs: try field("rtt_ms", 0...60_000),
+            jitterMs: try field("jitter_ms", 0...60_000),
+            packetLoss: try field("packet_loss", 0...1),
+            bitrateKbps: try field("bitrate_kbps", 0...1_000_000))
+        guard sample != StatsSample() else {
+            throw FrameError(.invalidPayload, "stats needs at least one of rtt_ms, jitter_ms, packet_loss, bitrate_kbps", type: typeName)
+        }
+        return sample
+    }
+}

@@ -1,0 +1,110 @@
+/// Stable numeric codes carried in `error` frames (`{"code":…, "message":…}`). The table in
+/// docs/protocol.md is generated from the same facts; a code never changes meaning once shipped.
+public enum ErrorCode: Int, Sendable, CaseIterable, CustomStringConvertible {
+    /// The text frame is not valid JSON.
+    case badJSON = 400
+    /// Valid JSON, but not a frame object: `type` missing or a field of the wrong type.
+    case badFrame = 401
+    /// `type` is not a frame a client may send.
+    case unknownType = 402
+    /// The token does not allow this action (for example presence frames with a room-only token).
+    case forbidden = 403
+    /// `to` names no peer in the room.
+    case peerNotFound = 404
+    /// The frame exceeds `max_frame_bytes`; it was dropped unread.
+    case frameTooLarge = 413
+    /// Binary frames carry nothing in this protocol.
+    case binaryUnsupported = 415
+    /// A text frame whose bytes are not UTF-8.
+    case invalidUTF8 = 416
+    /// The payload does not match the frame type (a missing `sdp`, a `to` where none may be, …).
+    case invalidPayload = 422
+    /// Chat text is empty or only whitespace.
+    case chatEmpty = 440
+    /// Chat text is longer than `chat.max_text_bytes`.
+    case chatTooLong = 441
+    /// Chat `meta` is not an object or is larger than `chat.max_meta_bytes`.
+    case chatMetaInvalid = 442
+    /// More frames than `max_frames_per_second` allows; the frame was dropped.
+    case rateLimited = 429
+    /// The request conflicts with the current state (for example accepting an ended request).
+    case conflict = 409
+    /// The server failed; the same frame may succeed later.
+    case internalError = 500
+    /// A dependency (the store) is unavailable; retry later.
+    case unavailable = 503
+
+    /// Whether retrying the same frame later can succeed.
+    public var isTemporary: Bool {
+        switch self {
+        case .rateLimited, .internalError, .unavailable, .peerNotFound: return true
+        default: return false
+        }
+    }
+
+    /// Short stable name, used in logs and metrics labels.
+    public var name: String {
+        switch self {
+        case .badJSON: return "bad_json"
+        case .badFrame: return "bad_frame"
+        case .unknownType: return "unknown_type"
+        case .forbidden: return "forbidden"
+        case .peerNotFound: return "peer_not_found"
+        case .frameTooLarge: return "frame_too_large"
+        case .binaryUnsupported: return "binary_unsupported"
+        case .invalidUTF8: return "invalid_utf8"
+        case .invalidPayload: return "invalid_payload"
+        case .chatEmpty: return "chat_empty"
+        case .chatTooLong: return "chat_too_long"
+        case .chatMetaInvalid: return "chat_meta_invalid"
+        case .rateLimited: return "rate_limited"
+        case .conflict: return "conflict"
+        case .internalError: return "internal_error"
+        case .unavailable: return "unavailable"
+        }
+    }
+
+    public var description: String { name }
+}
+
+/// WebSocket close codes. 4000–4399 mean "reconnect is fine (with backoff)"; 4400–4999 are terminal:
+/// an SDK must not reconnect on its own (the reason would still hold, or the user must act).
+public enum CloseCode: UInt16, Sendable, CaseIterable {
+    /// Normal closure, initiated by the client.
+    case normal = 1000
+    /// The server is shutting down or restarting. Reconnect.
+    case goingAway = 1001
+    /// The server failed unexpectedly. Reconnect.
+    case internalError = 1011
+    /// The connection's outbound queue exceeded `max_queue_bytes`: the client reads too slowly.
+    case slowConsumer = 4000
+    /// Too many frames dropped for exceeding the rate limit in a row (`flood_close_after`).
+    case flood = 4001
+    /// No frame (not even a ping) within the idle timeout.
+    case idleTimeout = 4002
+    /// Another connection with the same peer id joined the room and took over. Terminal.
+    case replaced = 4400
+    /// The token expired while connected; reconnect only with a fresh token. Terminal.
+    case tokenExpired = 4401
+    /// The consultation meter reached its limit and the room was closed. Terminal.
+    case consultationEnded = 4410
+    /// The room was closed by the server API. Terminal.
+    case roomClosed = 4404
+
+    public var isTerminal: Bool { rawValue >= 4400 && rawValue < 5000 }
+
+    public var reason: String {
+        switch self {
+        case .normal: return "normal"
+        case .goingAway: return "server shutting down"
+        case .internalError: return "internal error"
+        case .slowConsumer: return "slow consumer"
+        case .flood: return "flood"
+        case .idleTimeout: return "idle timeout"
+        case .replaced: return "replaced"
+        case .tokenExpired: return "token expired"
+        case .consultationEnded: return "consultation ended"
+        case .roomClosed: return "room closed"
+        }
+    }
+}

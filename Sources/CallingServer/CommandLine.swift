@@ -1,0 +1,209 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import Foundation
+
+/// `calling-server <subcommand> [--flag value]…`. Kept in the library so tests can run commands
+/// in-process; the executable only forwards `CommandLine.arguments`.
+public enum CallingCommand {
+    public static let usage = """
+        usage: calling-server <command> [flags]
+
+          serve    [--config FILE] [--host H] [--port P] [--data-dir DIR] [--<key> VALUE]…
+                   run the signaling server (every key of docs/configuration.md is a flag)
+          token    --room ROOM --peer PEER [--role R] [--name N] [--call CALL] [--scope S] [--ttl SECONDS]
+                   print a peer token signed with the server's secret (same config flags as serve)
+          migrate  [--data-dir DIR]   apply SQLite migrations and exit
+          config   print the effective configuration (secrets hidden)
+        """
+
+    /// Splits `--key value` / `--key=value` flags; a bare word is an error.
+    static func parseFlags(_ arguments: ArraySlice<String>) -> Result<[String: String], ConfigProblems> {
+        var flags: [String: String] = [:]
+        var problems: [String] = []
+        var iterator = arguments.makeIterator()
+        while let argument = iterator.next() {
+            guard argument.hasPrefix("--"), argument.count > 2 else {
+                problems.append("unexpected argument '\(argument)'")
+                continue
+            }
+            let body = argument.dropFirst(2)
+            if let equals = body.firstIndex(of: "=") {
+                flags[String(body[..<equals])] = String(body[body.index(after: equals)...])
+            } else if let value = iterator.next() {
+                flags[String(body)] = value
+            } else {
+                problems.append("flag \(argument) needs a value")
+            }
+        }
+        return problems.isEmpty ? .success(flags) : .failure(ConfigProblems(problems: problems))
+    }
+
+    /// Loads the layered config; `--config`/`CALLING_CONFIG` names the JSON file.
+    static func loadConfig(flags: [String: String], environment: [String: String]) -> Result<ServerConfig, ConfigProblems> {
+        var flags = flags
+        let file = flags.removeValue(forKey: "config") ?? environment["CALLING_CONFIG"]
+        var fileValues: [String: JSONValue]?
+        if let file {
+            guard let data = FileManager.default.contents(atPath: file) else {
+                return .failure(ConfigProblems(problems: ["config file \(file) cannot be read"]))
+            }
+            do {
+                guard let object = try JSONParser.parse(Array(data)).objectValue else {
+                    return .failure(ConfigProblems(problems: ["config file \(file) must hold a JSON object"]))
+                }
+                fileValues = object
+            } catch {
+                return .failure(ConfigProblems(problems: ["config file \(file): \(error.message)"]))
+            }
+        }
+        return ServerConfig.load(file: fileValues, environment: environment, flags: flags)
+    }
+
+    /// Runs a command; returns the process exit code. `serve` blocks until SIGINT/SIGTERM.
+    public static func run(_ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment) -> Int32 {
+        guard arguments.count >= 2 else {
+            print(usage)
+            return 64
+        }
+        let command = arguments[1]
+        let flags: [String: String]
+        switch parseFlags(arguments.dropFirst(2)) {
+        case .failure(let problems):
+            printError(problems.description)
+            return 64
+        case .success(let parsed): flags = parsed
+        }
+        switch command {
+        case "serve": return serve(flags: flags, environment: environment)
+        case "token": return token(flags: flags, environment: environment)
+        case "migrate": return migrate(flags: flags, environment: environment)
+        case "config":
+            guard case .success(let config) = loadConfig(flags: flags, environment: environment).mapError({ error -> ConfigProblems in
+                printError(error.description)
+                return error
+            }) else { return 78 }
+            for (key, value) in config.summary { print("\(key) = \(value)") }
+            return 0
+        case "help", "--help", "-h":
+            print(usage)
+            return 0
+        default:
+            printError("unknown command '\(command)'\n\(usage)")
+            return 64
+        }
+    }
+
+    static func printError(_ text: String) {
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+
+    private static func serve(flags: [String: String], environment: [String: String]) -> Int32 {
+        let config: ServerConfig
+        switch loadConfig(flags: flags, environment: environment) {
+        case .failure(let problems):
+            printError(problems.description)
+            return 78  // EX_CONFIG
+        case .success(let loaded): config = loaded
+        }
+        let logger = Logger(label: "server", level: config.logLevel)
+        // Signals are handled on a dispatch queue; the default action must be off first.
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGPIPE, SIG_IGN)
+        let app: ServerApp
+        do {
+            app = try ServerApp(config: config, logger: logger)
+            try app.start()
+        } catch {
+            printError("calling-server: cannot start: \(error)")
+            return 1
+        }
+        // Machine-readable line for scripts and tests that start the server on port 0.
+        // Written unbuffered: scripts wait for this line before connecting.
+        let banner = "calling-server listening on http://\(config.host):\(app.port)\n"
+            + "mint a token: calling-server token --data-dir \(config.dataDir) --room demo --peer alice\n"
+        FileHandle.standardOutput.write(Data(banner.utf8))
+        let done = DispatchSemaphore(value: 0)
+        let signalQueue = DispatchQueue(label: "signals")
+        var sources: [DispatchSourceSignal] = []
+        for signalNumber in [SIGINT, SIGTERM] {
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: signalQueue)
+            source.setEventHandler {
+                logger.info("shutting down", ["signal": "\(signalNumber)"])
+                done.signal()
+            }
+            source.resume()
+            sources.append(source)
+        }
+        done.wait()
+        // A second signal while draining skips the grace period.
+        for source in sources {
+            source.setEventHandler { _exit(0) }
+        }
+        app.stop()
+        return 0
+    }
+
+    private static func token(flags: [String: String], environment: [String: String]) -> Int32 {
+        var flags = flags
+        let tokenKeys = ["room", "peer", "role", "name", "call", "scope", "ttl", "audience"]
+        var options: [String: String] = [:]
+        for key in tokenKeys { options[key] = flags.removeValue(forKey: key) }
+        let config: ServerConfig
+        switch loadConfig(flags: flags, environment: environment) {
+        case .failure(let problems):
+            printError(problems.description)
+            return 78
+        case .success(let loaded): config = loaded
+        }
+        var problems: [String] = []
+        if options["peer"]?.isEmpty ?? true { problems.append("--peer is required") }
+        let scope = (options["scope"] ?? "room").split(separator: " ").map(String.init)
+        if options["room"]?.isEmpty ?? true, scope.contains("room") { problems.append("--room is required for a room token") }
+        var ttl = config.tokenTTLSeconds
+        if let raw = options["ttl"] {
+            if let parsed = Int(raw), parsed > 0 { ttl = parsed } else { problems.append("--ttl must be a positive number of seconds") }
+        }
+        guard problems.isEmpty, let peer = options["peer"] else {
+            printError(problems.joined(separator: "\n"))
+            return 64
+        }
+        do {
+            let secret = try SigningSecret.load(config: config)
+            let issuer = try TokenIssuer(hs256Secret: secret)
+            let now = Date()
+            let claims = PeerTokenClaims(
+                sub: PeerID(peer), roomID: options["room"].map { RoomID($0) }, callID: options["call"].map { CallID($0) },
+                role: options["role"] ?? "peer", name: options["name"], scope: scope,
+                audience: options["audience"] ?? config.jwtAudience, issuedAt: now,
+                expiresAt: now.addingTimeInterval(TimeInterval(ttl)))
+            print(try issuer.issue(claims))
+            return 0
+        } catch {
+            printError("calling-server token: \(error)")
+            return 1
+        }
+    }
+
+    private static func migrate(flags: [String: String], environment: [String: String]) -> Int32 {
+        let config: ServerConfig
+        switch loadConfig(flags: flags, environment: environment) {
+        case .failure(let problems):
+            printError(problems.description)
+            return 78
+        case .success(let loaded): config = loaded
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
+            let store = try ChatStore.open(path: config.databasePath, options: .init(migrateOnOpen: false))
+            defer { store.close() }
+            let applied = try store.migrate()
+            print(applied.isEmpty ? "schema is up to date" : "applied: \(applied.joined(separator: ", "))")
+            return 0
+        } catch {
+            printError("calling-server migrate: \(error)")
+            return 1
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import CallingTransport
+import Foundation
+
+/// The REST surface. Runs on the service thread; anything that touches disk completes later
+/// through `transport.post`, so the loop never waits.
+final class HTTPRoutes: @unchecked Sendable {
+    // @unchecked: used only on the service thread; store completions hop back via `post`.
+    unowned(unsafe) let service: SignalingService
+    let store: ChatStore
+    let config: ServerConfig
+
+    init(service: SignalingService, store: ChatStore, config: ServerConfig) {
+        self.service = service
+        self.store = store
+        self.config = config
+    }
+
+    func handle(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        let segments = request.pathSegments
+        switch (request.method, segments.count) {
+        case (.get, 1) where segments[0] == "healthz", (.head, 1) where segments[0] == "healthz":
+            respond(.json(200, ["status": "ok"]))
+        case (.get, 1) where segments[0] == "metrics":
+            let text = service.metrics.render(hub: service.hubSnapshot, transport: service.transport.counters,
+                                              connections: service.transport.connectionCount, capacity: service.transport.capacity)
+            respond(.text(200, text, contentType: "text/plain; version=0.0.4"))
+        case (_, 4) where segments[0] == "v1" && segments[1] == "rooms" && segments[3] == "messages":
+            guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
+            messages(room: RoomID(String(segments[2])), request, respond)
+        case (_, 2) where segments[0] == "v1" && segments[1] == "ws":
+            respond(.problem(426, code: "upgrade_required", detail: "/v1/ws is a WebSocket endpoint", headers: [("upgrade", "websocket")]))
+        default:
+            respond(.problem(404, code: "not_found", detail: "no route for \(request.method.rawValue) \(request.path.prefix(200))"))
+        }
+    }
+
+    private func methodNotAllowed(_ allowed: [String]) -> HTTPResponse {
+        .problem(405, code: "method_not_allowed", detail: "use \(allowed.joined(separator: ", "))",
+                 headers: [("allow", allowed.joined(separator: ", "))])
+    }
+
+    /// `GET /v1/rooms/{id}/messages?since_seq=&limit=`: history paging with a peer token of that room.
+    private func messages(room: RoomID, _ request: HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        let claims: PeerTokenClaims
+        switch service.authenticate(request) {
+        case .failure(let response): return respond(response)
+        case .success(let verified): claims = verified
+        }
+        guard claims.roomID == room else {
+            return respond(.problem(403, code: "wrong_room", detail: "the token is for another room"))
+        }
+        var problems: [String] = []
+        var sinceSeq: Int64 = 0
+        if let raw = request.query["since_seq"] {
+            if let value = Int64(raw), value >= 0 { sinceSeq = value } else { problems.append("since_seq must be a non-negative integer") }
+        }
+        var limit = config.historyDefaultLimit
+        if let raw = request.query["limit"] {
+            if let value = Int(raw), value >= 1 {
+                limit = min(value, config.historyMaxLimit)
+            } else {
+                problems.append("limit must be an integer from 1 to \(config.historyMaxLimit)")
+            }
+        }
+        guard problems.isEmpty else {
+            return respond(.problem(400, code: "bad_parameter", detail: problems.joined(separator: "; ")))
+        }
+        store.history(room: room, sinceSeq: sinceSeq, limit: limit) { [service, limit] result in
+            let response: HTTPResponse
+            switch result {
+            case .success(let page):
+                response = .json(200, [
+                    "room_id": .string(room.rawValue),
+                    "messages": .array(page.messages.map { ChatMessage(record: $0).historyJSON }),
+                    "next_since_seq": .int(page.nextSinceSeq),
+                    "has_more": .bool(page.hasMore),
+                    "last_seq": .int(page.lastSeq),
+                    "limit": .int(Int64(limit)),
+                ])
+            case .failure:
+                response = .problem(503, code: "store_unavailable", detail: "history is temporarily unavailable",
+                                    headers: [("retry-after", "1")])
+            }
+            service.transport.post { respond(response) }
+        }
+    }
+}
+
+extension ChatMessage {
+    /// A message as listed by the history API: the chat frame's payload plus `from`.
+    var historyJSON: JSONValue {
+        ["seq": .int(seq), "from": .string(from.rawValue), "client_id": .string(clientID), "text": .string(text),
+         "meta": meta ?? .null, "ts": .int(timestamp)]
+    }
+}

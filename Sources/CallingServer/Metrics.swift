@@ -1,0 +1,48 @@
+import CallingCore
+import CallingTransport
+
+/// Counters exposed at /metrics in Prometheus text format. Owned by the service thread.
+final class Metrics {
+    var framesIn: [String: Int] = [:]
+    var framesOut: [String: Int] = [:]
+    var errors: [String: Int] = [:]
+    var upgrades: [String: Int] = [:]
+    var closes: [String: Int] = [:]
+    var httpRequests: [String: Int] = [:]
+    var chatStored = 0
+    var chatDuplicates = 0
+    var storeFailures = 0
+
+    func render(hub: Hub, transport: TransportCounters, connections: Int, capacity: Int) -> String {
+        var out = ""
+        func gauge(_ name: String, _ help: String, _ value: Int) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) gauge\n\(name) \(value)\n"
+        }
+        func counter(_ name: String, _ help: String, _ value: Int) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) counter\n\(name) \(value)\n"
+        }
+        func labeled(_ name: String, _ help: String, _ label: String, _ values: [String: Int]) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) counter\n"
+            for key in values.keys.sorted() { out += "\(name){\(label)=\"\(key)\"} \(values[key] ?? 0)\n" }
+        }
+        gauge("calling_connections", "Open WebSocket connections.", connections)
+        gauge("calling_peers", "Peers joined to a room.", hub.peerCount)
+        gauge("calling_rooms", "Rooms with at least one peer.", hub.roomCount)
+        gauge("calling_peer_capacity", "Peers this process can hold (open-file limit minus reserve).", capacity)
+        counter("calling_connections_accepted_total", "WebSocket connections accepted.", transport.accepted)
+        counter("calling_queue_drops_total", "Connections closed because their outbound queue exceeded max_queue_bytes.",
+                transport.closedSlowConsumer)
+        counter("calling_capacity_rejections_total", "Upgrades refused with 503 at peer capacity.", transport.rejectedAtCapacity)
+        counter("calling_bytes_out_total", "WebSocket payload bytes written.", transport.bytesOut)
+        labeled("calling_frames_in_total", "Frames received, by type.", "type", framesIn)
+        labeled("calling_frames_out_total", "Frames queued for delivery, by type (one per recipient).", "type", framesOut)
+        labeled("calling_errors_total", "Error frames sent, by code name.", "code", errors)
+        labeled("calling_upgrades_total", "WebSocket upgrade outcomes.", "result", upgrades)
+        labeled("calling_closes_total", "Server-initiated closes, by reason.", "reason", closes)
+        labeled("calling_http_requests_total", "HTTP requests, by status.", "status", httpRequests)
+        counter("calling_chat_stored_total", "Chat messages committed.", chatStored)
+        counter("calling_chat_duplicates_total", "Chat retries answered with the original ack.", chatDuplicates)
+        counter("calling_store_failures_total", "Store operations that failed.", storeFailures)
+        return out
+    }
+}

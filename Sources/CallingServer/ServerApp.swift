@@ -1,0 +1,128 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import CallingTransport
+import Foundation
+
+/// Wires config, secret, store, transport and service together, and runs the heartbeat thread
+/// that drives timers and watches the service loop.
+public final class ServerApp: @unchecked Sendable {
+    // @unchecked: `start`/`stop` are called from the main thread only; the heartbeat thread reads
+    // immutable references and the transport's atomic progress counter.
+    public let config: ServerConfig
+    public let logger: Logger
+    let store: ChatStore
+    let transport: WebSocketServer
+    let service: SignalingService
+    private var heartbeat: Thread?
+    private let stopping = NSCondition()
+    private var stopRequested = false
+
+    public init(config: ServerConfig, logger: Logger) throws {
+        self.config = config
+        self.logger = logger
+        try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
+        let secret = try SigningSecret.load(config: config, logger: logger)
+        let publicKey = try config.jwtPublicKeyFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
+        let verifier = try TokenVerifier(hs256Secret: secret, publicKeyPEM: publicKey, audience: config.jwtAudience,
+                                         leeway: config.jwtLeewaySeconds)
+        store = try ChatStore.open(path: config.databasePath,
+                                   options: .init(busyTimeoutMs: Int32(config.sqliteBusyTimeoutMs)))
+        if !store.migrationsAppliedAtOpen.isEmpty {
+            logger.info("migrations applied", ["names": store.migrationsAppliedAtOpen.joined(separator: ",")])
+        }
+        transport = WebSocketServer(settings: config.transport, logger: logger.labeled("transport"))
+        service = SignalingService(config: config, verifier: verifier, store: store, logger: logger.labeled("signaling"))
+        service.transport = transport
+        service.routes = HTTPRoutes(service: service, store: store, config: config)
+        transport.delegate = service
+    }
+
+    /// The bound port.
+    public var port: Int { transport.port }
+
+    public func start() throws {
+        try transport.start()
+        let thread = Thread { [self] in runHeartbeat() }
+        thread.name = "heartbeat"
+        heartbeat = thread
+        thread.start()
+    }
+
+    /// Graceful stop: peers get 1001, pending chat writes are flushed, then the store closes.
+    public func stop() {
+        stopping.lock()
+        stopRequested = true
+        stopping.broadcast()
+        stopping.unlock()
+        transport.stop(grace: config.shutdownGraceSeconds)
+        store.close()
+        logger.info("stopped")
+    }
+
+    /// Posts a tick every `tick_ms` and exits the process if the service loop stops draining its
+    /// inbox for `watchdog_seconds` (libwebsockets #2889: a spinning loop never recovers).
+    private func runHeartbeat() {
+        var lastProgress = transport.progress
+        var lastChange = Date()
+        let interval = Double(config.tickMs) / 1000
+        while true {
+            stopping.lock()
+            if !stopRequested { _ = stopping.wait(until: Date().addingTimeInterval(interval)) }
+            let done = stopRequested
+            stopping.unlock()
+            if done { return }
+            transport.post { [service] in service.tick() }
+            let progress = transport.progress
+            if progress != lastProgress {
+                lastProgress = progress
+                lastChange = Date()
+            } else if Date().timeIntervalSince(lastChange) > config.watchdogSeconds {
+                logger.critical("service loop stalled; exiting so the supervisor restarts us",
+                                ["stalled_seconds": "\(Int(Date().timeIntervalSince(lastChange)))"])
+                _exit(70)
+            }
+        }
+    }
+}
+
+/// The HS256 signing secret: `CALLING_JWT_SECRET`, else the secret file, else (only at the default
+/// path) a freshly generated one that is kept for the next start.
+public enum SigningSecret {
+    public static func load(config: ServerConfig, logger: Logger? = nil) throws -> [UInt8] {
+        if let secret = config.jwtSecret { return try validated(Array(secret.utf8), source: "CALLING_JWT_SECRET") }
+        let path = config.resolvedSecretFile
+        if let text = try? String(contentsOfFile: path, encoding: .utf8) {
+            return try validated(Array(text.trimmingCharacters(in: .whitespacesAndNewlines).utf8), source: path)
+        }
+        guard config.jwtSecretFile == nil else { throw SecretError.unreadable(path) }
+        try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
+        let generated = SecureRandom.token(bytes: 32)
+        guard FileManager.default.createFile(atPath: path, contents: Data((generated + "\n").utf8),
+                                             attributes: [.posixPermissions: 0o600])
+        else { throw SecretError.unwritable(path) }
+        logger?.log(.notice, "generated a dev signing secret", ["path": path])
+        return Array(generated.utf8)
+    }
+
+    private static func validated(_ bytes: [UInt8], source: String) throws -> [UInt8] {
+        guard bytes.count >= TokenIssuer.minimumSecretLength else {
+            throw SecretError.tooShort(source, minimum: TokenIssuer.minimumSecretLength)
+        }
+        return bytes
+    }
+
+    public enum SecretError: Error, CustomStringConvertible {
+        case unreadable(String)
+        case unwritable(String)
+        case tooShort(String, minimum: Int)
+
+        public var description: String {
+            switch self {
+            case .unreadable(let path): return "cannot read the JWT secret file \(path)"
+            case .unwritable(let path): return "cannot write a generated JWT secret to \(path)"
+            case .tooShort(let source, let minimum): return "the JWT secret from \(source) is shorter than \(minimum) bytes"
+            }
+        }
+    }
+}

@@ -1,0 +1,237 @@
+import CallingCore
+import CallingTransport
+import Foundation
+
+/// Every setting of `calling-server serve`. Layers, later wins: defaults < JSON file (`--config`)
+/// < `CALLING_*` environment < command-line flags. Flag names equal the JSON keys (`--data_dir` or
+/// `--data-dir`), env names are `CALLING_` + the upper-cased key. docs/configuration.md lists them.
+public struct ServerConfig: Sendable, Equatable {
+    public var host = "127.0.0.1"
+    public var port = 8080
+    public var dataDir = "./data"
+    public var logLevel = Logger.Level.info
+    public var eventLoop = TransportSettings.EventLoop.libev
+
+    /// File holding the HS256 secret; generated on first start when missing. Default `<data_dir>/jwt-secret`.
+    public var jwtSecretFile: String?
+    /// The secret itself; only from the environment (`CALLING_JWT_SECRET`), never a flag or file key.
+    public var jwtSecret: String?
+    /// PEM public key accepting RS256 or ES256 tokens in addition to HS256.
+    public var jwtPublicKeyFile: String?
+    public var jwtAudience: String? = "calling-server"
+    public var jwtLeewaySeconds = 30.0
+    public var tokenTTLSeconds = 3600
+
+    public var maxFrameBytes = 65_536
+    public var maxQueueBytes = 1_048_576
+    public var maxBodyBytes = 262_144
+    public var maxFramesPerSecond = 50.0
+    public var frameBurst = 200.0
+    public var floodCloseAfter = 100
+    public var pingIntervalMs = 25_000
+    public var idlePingSeconds = 30
+    public var idleHangupSeconds = 75
+    public var watchdogSeconds = 10.0
+    public var shutdownGraceSeconds = 3.0
+    public var reservedFileDescriptors = 128
+    public var tickMs = 250
+
+    public var typingTTLMs = 6_000
+    public var chatMaxTextBytes = 4_096
+    public var chatMaxMetaBytes = 2_048
+    public var replayCap = 500
+    public var historyDefaultLimit = 50
+    public var historyMaxLimit = 200
+    public var sqliteBusyTimeoutMs = 5_000
+
+    public init() {}
+
+    public var resolvedSecretFile: String { jwtSecretFile ?? (dataDir as NSString).appendingPathComponent("jwt-secret") }
+    public var databasePath: String { (dataDir as NSString).appendingPathComponent("calling.sqlite") }
+
+    public var transport: TransportSettings {
+        TransportSettings(host: host, port: port, eventLoop: eventLoop, maxFrameBytes: maxFrameBytes, maxQueueBytes: maxQueueBytes,
+                          maxBodyBytes: maxBodyBytes, reservedFileDescriptors: reservedFileDescriptors,
+                          idlePingSeconds: idlePingSeconds, idleHangupSeconds: idleHangupSeconds, watchdogSeconds: watchdogSeconds)
+    }
+
+    public var hub: HubSettings {
+        HubSettings(pingIntervalMs: Int64(pingIntervalMs), typingTTLMs: Int64(typingTTLMs), chatMaxTextBytes: chatMaxTextBytes,
+                    chatMaxMetaBytes: chatMaxMetaBytes)
+    }
+
+    /// One entry per key: its JSON name, a one-line meaning, and how to read and write it.
+    struct Key: Sendable {
+        let name: String
+        let help: String
+        let apply: @Sendable (inout ServerConfig, String) -> String?  // returns a problem, or nil
+        let show: @Sendable (ServerConfig) -> String
+    }
+
+    static let keys: [Key] = [
+        .string("host", "address to listen on", \.host),
+        .int("port", "TCP port for HTTP and WebSocket (0 picks a free one)", \.port, 0...65_535),
+        .string("data_dir", "folder for the SQLite file and the generated dev secret", \.dataDir),
+        Key(name: "log_level", help: "trace, debug, info, notice, warning, error, critical",
+            apply: { config, value in
+                guard let level = Logger.Level(name: value) else { return "log_level: unknown level '\(value)'" }
+                config.logLevel = level
+                return nil
+            }, show: { "\($0.logLevel)" }),
+        Key(name: "event_loop", help: "libev (epoll; default) or poll",
+            apply: { config, value in
+                guard let loop = TransportSettings.EventLoop(rawValue: value) else {
+                    return "event_loop: must be libev or poll, not '\(value)'"
+                }
+                config.eventLoop = loop
+                return nil
+            }, show: { $0.eventLoop.rawValue }),
+        .optionalString("jwt_secret_file", "file with the HS256 secret (default <data_dir>/jwt-secret)", \.jwtSecretFile),
+        .optionalString("jwt_public_key_file", "PEM public key for RS256/ES256 tokens", \.jwtPublicKeyFile),
+        .optionalString("jwt_audience", "required `aud` claim; empty disables the check", \.jwtAudience),
+        .double("jwt_leeway_seconds", "clock skew allowed on exp/nbf", \.jwtLeewaySeconds, 0...600),
+        .int("token_ttl_seconds", "lifetime of tokens minted by `calling-server token`", \.tokenTTLSeconds, 1...31_536_000),
+        .int("max_frame_bytes", "largest WebSocket message accepted", \.maxFrameBytes, 1_024...16_777_216),
+        .int("max_queue_bytes", "outbound bytes queued per connection before closing it (4000)", \.maxQueueBytes,
+             4_096...1_073_741_824),
+        .int("max_body_bytes", "largest HTTP request body", \.maxBodyBytes, 1_024...16_777_216),
+        .double("max_frames_per_second", "sustained inbound frames per connection", \.maxFramesPerSecond, 1...1_000_000),
+        .double("frame_burst", "inbound frames allowed at once above the rate", \.frameBurst, 1...1_000_000),
+        .int("flood_close_after", "consecutive rate-limited frames before closing (4001)", \.floodCloseAfter, 1...1_000_000),
+        .int("ping_interval_ms", "app-level ping interval announced in welcome", \.pingIntervalMs, 1_000...600_000),
+        .int("idle_ping_seconds", "idle seconds before the server sends a WebSocket PING", \.idlePingSeconds, 1...3_600),
+        .int("idle_hangup_seconds", "idle seconds before an unresponsive socket is dropped", \.idleHangupSeconds, 2...7_200),
+        .double("watchdog_seconds", "service-loop stall that makes the process exit (70)", \.watchdogSeconds, 1...600),
+        .double("shutdown_grace_seconds", "time peers get to close on SIGTERM", \.shutdownGraceSeconds, 0...120),
+        .int("reserved_fds", "file descriptors kept free below the open-file limit", \.reservedFileDescriptors, 16...100_000),
+        .int("tick_ms", "timer resolution (typing expiry, token expiry)", \.tickMs, 10...5_000),
+        .int("typing_ttl_ms", "typing indicator expiry", \.typingTTLMs, 500...600_000),
+        .int("chat_max_text_bytes", "longest chat text", \.chatMaxTextBytes, 1...1_048_576),
+        .int("chat_max_meta_bytes", "largest chat meta object (serialized)", \.chatMaxMetaBytes, 2...1_048_576),
+        .int("replay_cap", "messages replayed on resume before saying recovered=false", \.replayCap, 0...100_000),
+        .int("history_default_limit", "GET …/messages default limit", \.historyDefaultLimit, 1...10_000),
+        .int("history_max_limit", "GET …/messages largest limit", \.historyMaxLimit, 1...10_000),
+        .int("sqlite_busy_timeout_ms", "SQLite busy_timeout", \.sqliteBusyTimeoutMs, 0...600_000),
+    ]
+
+    /// Builds the configuration from its layers; returns every problem at once.
+    public static func load(file: [String: JSONValue]?, environment: [String: String], flags: [String: String])
+        -> Result<ServerConfig, ConfigProblems>
+    {
+        var config = ServerConfig()
+        var problems: [String] = []
+        let byName = Dictionary(uniqueKeysWithValues: keys.map { ($0.name, $0) })
+        func apply(_ name: String, _ value: String, source: String) {
+            guard let key = byName[name] else {
+                problems.append("\(source): unknown key '\(name)'")
+                return
+            }
+            if let problem = key.apply(&config, value) { problems.append("\(source): \(problem)") }
+        }
+        for (name, value) in (file ?? [:]).sorted(by: { $0.key < $1.key }) {
+            if name == "jwt_secret" {
+                problems.append("config file: 'jwt_secret' may not be stored in the config file; use CALLING_JWT_SECRET or jwt_secret_file")
+                continue
+            }
+            let text: String
+            switch value {
+            case .string(let s): text = s
+            case .int(let i): text = String(i)
+            case .double(let d): text = String(d)
+            case .bool(let b): text = String(b)
+            case .null: text = ""
+            default:
+                problems.append("config file: '\(name)' must be a string or number")
+                continue
+            }
+            apply(name, text, source: "config file")
+        }
+        for (variable, value) in environment.sorted(by: { $0.key < $1.key }) where variable.hasPrefix("CALLING_") {
+            let name = variable.dropFirst("CALLING_".count).lowercased()
+            if name == "jwt_secret" {
+                config.jwtSecret = value
+                continue
+            }
+            if name == "config" { continue }
+            apply(name, value, source: "env \(variable)")
+        }
+        for (flag, value) in flags.sorted(by: { $0.key < $1.key }) {
+            let name = flag.replacingOccurrences(of: "-", with: "_")
+            if name == "jwt_secret" {
+                problems.append("flag --\(flag): secrets are never passed as flags; use CALLING_JWT_SECRET or jwt_secret_file")
+                continue
+            }
+            apply(name, value, source: "flag --\(flag)")
+        }
+        if config.idleHangupSeconds <= config.idlePingSeconds {
+            problems.append("idle_hangup_seconds must be greater than idle_ping_seconds")
+        }
+        if config.historyDefaultLimit > config.historyMaxLimit {
+            problems.append("history_default_limit must not exceed history_max_limit")
+        }
+        return problems.isEmpty ? .success(config) : .failure(ConfigProblems(problems: problems))
+    }
+
+    /// `key = value` lines of the effective configuration, secrets masked.
+    public var summary: [(String, String)] {
+        Self.keys.map { ($0.name, $0.show(self)) } + [("jwt_secret", jwtSecret == nil ? "(unset)" : "(set, hidden)")]
+    }
+
+    /// Markdown table of every key, for docs/configuration.md (kept true by a test).
+    public static var markdownTable: String {
+        let defaults = ServerConfig()
+        var lines = ["| key | env | default | meaning |", "| --- | --- | --- | --- |"]
+        for key in keys {
+            let shown = key.show(defaults)
+            lines.append("| `\(key.name)` | `CALLING_\(key.name.uppercased())` | `\(shown.isEmpty ? "(unset)" : shown)` | \(key.help) |")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+public struct ConfigProblems: Error, CustomStringConvertible, Equatable {
+    public var problems: [String]
+    public var description: String { "invalid configuration:\n" + problems.map { "  - \($0)" }.joined(separator: "\n") }
+}
+
+extension ServerConfig.Key {
+    static func string(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, String> & Sendable) -> Self {
+        Self(name: name, help: help, apply: { config, value in
+            guard !value.isEmpty else { return "\(name): must not be empty" }
+            config[keyPath: path] = value
+            return nil
+        }, show: { $0[keyPath: path] })
+    }
+
+    static func optionalString(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, String?> & Sendable) -> Self {
+        Self(name: name, help: help, apply: { config, value in
+            config[keyPath: path] = value.isEmpty ? nil : value
+            return nil
+        }, show: { $0[keyPath: path] ?? "" })
+    }
+
+    static func int(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Int> & Sendable,
+                    _ range: ClosedRange<Int>) -> Self
+    {
+        Self(name: name, help: help, apply: { config, value in
+            guard let number = Int(value) else { return "\(name): '\(value)' is not an integer" }
+            guard range.contains(number) else { return "\(name): \(number) is outside \(range.lowerBound)…\(range.upperBound)" }
+            config[keyPath: path] = number
+            return nil
+        }, show: { String($0[keyPath: path]) })
+    }
+
+    static func double(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Double> & Sendable,
+                       _ range: ClosedRange<Double>) -> Self
+    {
+        Self(name: name, help: help, apply: { config, value in
+            guard let number = Double(value), number.isFinite else { return "\(name): '\(value)' is not a number" }
+            guard range.contains(number) else { return "\(name): \(number) is outside \(range.lowerBound)…\(range.upperBound)" }
+            config[keyPath: path] = number
+            return nil
+        }, show: { value in
+            let number = value[keyPath: path]
+            return number.rounded() == number ? String(Int(number)) : String(number)
+        })
+    }
+}

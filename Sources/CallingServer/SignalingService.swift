@@ -1,0 +1,311 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import CallingTransport
+import Foundation
+
+/// What a connection proved at upgrade time, handed from `shouldUpgrade` to `didOpen`.
+struct JoinTicket: Sendable {
+    var identity: PeerIdentity
+    var expiresAt: Date
+    /// `last_seq` from the query: the client wants the messages after it replayed.
+    var resumeAfter: Int64?
+}
+
+/// The room protocol on top of the transport: authenticates upgrades, decodes frames, runs the hub
+/// and carries out its effects. Lives on the service thread (every delegate call arrives there),
+/// so its state needs no locks; store completions come back through `transport.post`.
+// @unchecked Sendable: every stored property is touched only on the service thread. Store completions
+// run elsewhere and capture `self` solely to hop back through `transport.post`.
+final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
+    struct Session {
+        var ticket: JoinTicket
+        var limiter: RateLimiter
+        var joined = false
+        /// Frames that arrived before the join finished loading chat state, in order.
+        var early: [ClientMessage] = []
+    }
+
+    let config: ServerConfig
+    let verifier: TokenVerifier
+    let store: ChatStore
+    let logger: Logger
+    let metrics = Metrics()
+    let now: @Sendable () -> Millis
+    unowned(unsafe) var transport: WebSocketServer!
+    var routes: HTTPRoutes!
+
+    private var hub: Hub
+    private var sessions: [ConnectionID: Session] = [:]
+    private var lastExpiryCheck: Millis = 0
+
+    init(config: ServerConfig, verifier: TokenVerifier, store: ChatStore, logger: Logger,
+         now: @escaping @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) })
+    {
+        self.config = config
+        self.verifier = verifier
+        self.store = store
+        self.logger = logger
+        self.now = now
+        self.hub = Hub(settings: config.hub)
+    }
+
+    var hubSnapshot: Hub { hub }
+
+    // MARK: upgrade
+
+    func server(_ server: WebSocketServer, shouldUpgrade request: HTTPRequest) -> UpgradeDecision {
+        guard request.path == "/v1/ws" else {
+            metrics.upgrades["not_found", default: 0] += 1
+            return .reject(.problem(404, code: "not_found", detail: "no WebSocket endpoint at \(request.path.prefix(200))"))
+        }
+        switch authenticate(request) {
+        case .failure(let response):
+            metrics.upgrades["refused_\(response.status)", default: 0] += 1
+            return .reject(response)
+        case .success(let claims):
+            guard let room = claims.roomID else {
+                metrics.upgrades["refused_403", default: 0] += 1
+                return .reject(.problem(403, code: "token_no_room", detail: "the token names no room_id"))
+            }
+            if !claims.scope.isEmpty, !claims.scope.contains("room") {
+                metrics.upgrades["refused_403", default: 0] += 1
+                return .reject(.problem(403, code: "token_wrong_scope", detail: "the token's scope does not include 'room'"))
+            }
+            var resumeAfter: Int64?
+            if let raw = request.query["last_seq"] {
+                guard let value = Int64(raw), value >= 0 else {
+                    metrics.upgrades["refused_400", default: 0] += 1
+                    return .reject(.problem(400, code: "bad_last_seq", detail: "last_seq must be a non-negative integer"))
+                }
+                resumeAfter = value
+            }
+            let identity = PeerIdentity(peer: claims.sub, room: room, call: claims.callID, role: claims.role ?? "peer",
+                                        name: claims.name)
+            metrics.upgrades["accepted", default: 0] += 1
+            return .accept(context: JoinTicket(identity: identity, expiresAt: claims.expiresAt, resumeAfter: resumeAfter))
+        }
+    }
+
+    /// The token from `?token=` or `Authorization: Bearer`, verified; or the HTTP refusal.
+    func authenticate(_ request: HTTPRequest) -> Result<PeerTokenClaims, HTTPResponse> {
+        guard let token = request.query["token"] ?? request.bearerToken, !token.isEmpty else {
+            return .failure(.problem(401, code: "token_missing", detail: "pass a token as ?token= or Authorization: Bearer",
+                                     headers: [("www-authenticate", "Bearer")]))
+        }
+        do throws(TokenError) {
+            return .success(try verifier.verify(token))
+        } catch {
+            return .failure(.problem(error.httpStatus, code: error.code, detail: error.message,
+                                     headers: error.httpStatus == 401 ? [("www-authenticate", "Bearer error=\"invalid_token\"")] : []))
+        }
+    }
+
+    // MARK: connection lifecycle
+
+    func server(_ server: WebSocketServer, didOpen connection: ConnectionID, context: any Sendable) {
+        guard let ticket = context as? JoinTicket else {
+            transport.close(connection, code: .internalError)
+            return
+        }
+        sessions[connection] = Session(ticket: ticket, limiter: RateLimiter(perSecond: config.maxFramesPerSecond,
+                                                                             burst: config.frameBurst))
+        loadResume(for: ticket) { [transport] resume in
+            transport!.post { [self] in finishJoin(connection, ticket: ticket, resume: resume) }
+        }
+    }
+
+    /// Reads the room's chat position (and the missed messages when resuming) on the store queue.
+    private func loadResume(for ticket: JoinTicket, completion: @escaping @Sendable (Result<ChatResume, StoreError>) -> Void) {
+        let room = ticket.identity.room
+        let peer = ticket.identity.peer
+        let replayCap = config.replayCap
+        store.roomSummary(room: room, peer: peer) { [store] summaryResult in
+            switch summaryResult {
+            case .failure(let error):
+                completion(.failure(error))
+            case .success(let summary):
+                let base = ChatResume(lastSeq: summary.lastSeq, readSeq: summary.readSeq, unread: Int64(summary.unreadCount))
+                guard let after = ticket.resumeAfter else { return completion(.success(base)) }
+                store.history(room: room, sinceSeq: after, limit: replayCap) { historyResult in
+                    switch historyResult {
+                    case .failure(let error):
+                        completion(.failure(error))
+                    case .success(let page):
+                        var resume = base
+                        resume.requested = true
+                        resume.replay = page.messages.map(ChatMessage.init(record:))
+                        resume.complete = !page.hasMore
+                        resume.lastSeq = max(resume.lastSeq, page.lastSeq)
+                        completion(.success(resume))
+                    }
+                }
+            }
+        }
+    }
+
+    private func finishJoin(_ connection: ConnectionID, ticket: JoinTicket, resume: Result<ChatResume, StoreError>) {
+        guard sessions[connection] != nil else { return }  // left while loading
+        let state: ChatResume
+        switch resume {
+        case .success(let loaded):
+            state = loaded
+        case .failure(let error):
+            // Signaling still works without chat state; the client sees recovered=false if it asked.
+            metrics.storeFailures += 1
+            logger.error("chat state unavailable at join", ["room.id": ticket.identity.room.rawValue, "error": "\(error)"])
+            state = ChatResume(complete: false, requested: ticket.resumeAfter != nil)
+        }
+        sessions[connection]?.joined = true
+        apply(hub.handle(.join(connection, ticket.identity, state), now: now()))
+        let early = sessions[connection]?.early ?? []
+        sessions[connection]?.early = []
+        for message in early { apply(hub.handle(.message(connection, message), now: now())) }
+    }
+
+    func server(_ server: WebSocketServer, didClose connection: ConnectionID) {
+        guard let session = sessions.removeValue(forKey: connection) else { return }
+        if session.joined { apply(hub.handle(.disconnect(connection), now: now())) }
+    }
+
+    // MARK: frames
+
+    func server(_ server: WebSocketServer, didReceive message: InboundMessage, on connection: ConnectionID) {
+        guard var session = sessions[connection] else { return }
+        guard session.limiter.admit(now: now()) else {
+            let drops = session.limiter.consecutiveDrops
+            sessions[connection] = session
+            if drops >= config.floodCloseAfter {
+                metrics.closes["flood", default: 0] += 1
+                transport.close(connection, code: .flood)
+            } else if drops == 1 || drops % 50 == 0 {
+                // One error per burst, not one per dropped frame: answering every frame would let a
+                // flooding client double its own traffic.
+                sendError(FrameError(.rateLimited, "more than \(Int(config.maxFramesPerSecond)) frames per second; frames are being dropped"),
+                          to: connection)
+            }
+            return
+        }
+        sessions[connection] = session
+        let decoded: ClientMessage
+        switch message {
+        case .binary:
+            return sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
+        case .tooLarge(let count):
+            return sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
+                             to: connection)
+        case .text(let bytes):
+            do {
+                decoded = try ClientFrameDecoder.decode(bytes)
+            } catch {
+                return sendError(error, to: connection)
+            }
+        }
+        metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
+        guard session.joined else {
+            sessions[connection]?.early.append(decoded)
+            return
+        }
+        apply(hub.handle(.message(connection, decoded), now: now()))
+    }
+
+    private func sendError(_ error: FrameError, to connection: ConnectionID) {
+        metrics.errors[error.code.name, default: 0] += 1
+        deliver(error.frame, to: [connection])
+    }
+
+    // MARK: effects
+
+    func apply(_ effects: [HubEffect]) {
+        for effect in effects {
+            switch effect {
+            case .send(let targets, let frame):
+                if frame.type == FrameType.error.rawValue, let code = frame.error?.code, let name = ErrorCode(rawValue: code)?.name {
+                    metrics.errors[name, default: 0] += targets.count
+                }
+                deliver(frame, to: targets)
+            case .close(let connection, let code):
+                metrics.closes[code.reason, default: 0] += 1
+                if code == .replaced { sessions[connection] = nil }
+                transport.close(connection, code: code)
+            case .storeChat(let connection, let room, let peer, let submission, let timestamp):
+                storeChat(connection: connection, room: room, peer: peer, submission, timestamp: timestamp)
+            case .storeRead(let room, let peer, let seq):
+                store.markRead(room: room, peer: peer, seq: seq, nowMs: now()) { [transport] result in
+                    transport!.post { [self] in
+                        switch result {
+                        case .success(let outcome):
+                            apply(hub.handle(.readStored(room: room, peer: peer, seq: outcome.marker.seq, moved: outcome.moved), now: now()))
+                        case .failure(let error):
+                            metrics.storeFailures += 1
+                            logger.error("read marker not stored", ["room.id": room.rawValue, "error": "\(error)"])
+                        }
+                    }
+                }
+            case .storeStats:
+                break  // Stats persistence arrives with the calls API (issue 4); the frame is validated already.
+            }
+        }
+    }
+
+    private func storeChat(connection: ConnectionID, room: RoomID, peer: PeerID, _ submission: ChatSubmission, timestamp: Millis) {
+        let draft = ChatDraft(room: room, sender: peer, clientID: submission.clientID, text: submission.text,
+                              meta: submission.meta.map(JSONWriter.string), timestampMs: timestamp)
+        store.appendChat(draft) { [transport] result in
+            let outcome: ChatStoreOutcome
+            switch result {
+            case .success(let stored):
+                outcome = .stored(ChatMessage(record: stored.message), connection: connection, duplicate: stored.duplicate)
+            case .failure(let error):
+                outcome = .failed(room: room, peer: peer, clientID: submission.clientID, connection: connection,
+                                  WireError(.unavailable, "chat not stored: \(error.isRetryable ? "store busy" : "store error"); retry with the same client_id"))
+            }
+            transport!.post { [self] in
+                switch outcome {
+                case .stored(_, _, let duplicate): if duplicate { metrics.chatDuplicates += 1 } else { metrics.chatStored += 1 }
+                case .failed: metrics.storeFailures += 1
+                }
+                apply(hub.handle(.chatStored(outcome), now: now()))
+            }
+        }
+    }
+
+    private func deliver(_ frame: Frame, to targets: [ConnectionID]) {
+        guard !targets.isEmpty else { return }
+        let message = OutboundMessage(frame.encoded())
+        metrics.framesOut[frame.type, default: 0] += targets.count
+        for target in targets { transport.send(message, to: target) }
+    }
+
+    // MARK: timers
+
+    /// Runs every `tick_ms` on the service thread.
+    func tick() {
+        let current = now()
+        apply(hub.handle(.tick, now: current))
+        guard current - lastExpiryCheck >= 1_000 else { return }
+        lastExpiryCheck = current
+        let nowDate = Date(timeIntervalSince1970: Double(current) / 1000)
+        for (connection, session) in sessions where session.ticket.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate {
+            metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
+            transport.close(connection, code: .tokenExpired)
+        }
+    }
+
+    // MARK: HTTP
+
+    func server(_ server: WebSocketServer, handle request: HTTPRequest, responder: HTTPResponder) {
+        routes.handle(request) { [self] response in
+            metrics.httpRequests[String(response.status), default: 0] += 1
+            responder.respond(response)
+        }
+    }
+}
+
+extension ChatMessage {
+    init(record: ChatRecord) {
+        let meta = record.meta.flatMap { try? JSONParser.parse($0) }
+        self.init(room: record.room, seq: record.seq, from: record.sender, clientID: record.clientID, text: record.text,
+                  meta: meta, timestamp: record.timestampMs)
+    }
+}

@@ -1,0 +1,688 @@
+import CLibWebSockets
+import CallingCore
+import Foundation
+import Synchronization
+
+/// Receives everything the server sees. Every method runs on the service thread, which owns all
+/// connection state, so implementations need no locks for state they only touch from here.
+public protocol WebSocketServerDelegate: AnyObject {
+    /// A WebSocket upgrade arrived; decide before any 101 is sent.
+    func server(_ server: WebSocketServer, shouldUpgrade request: HTTPRequest) -> UpgradeDecision
+    func server(_ server: WebSocketServer, didOpen connection: ConnectionID, context: any Sendable)
+    func server(_ server: WebSocketServer, didReceive message: InboundMessage, on connection: ConnectionID)
+    /// The connection is gone (either side closed it, or the network did).
+    func server(_ server: WebSocketServer, didClose connection: ConnectionID)
+    /// A plain HTTP request; answer through `responder`, now or later (on the service thread).
+    func server(_ server: WebSocketServer, handle request: HTTPRequest, responder: HTTPResponder)
+}
+
+public enum TransportError: Error, CustomStringConvertible {
+    case listenFailed(host: String, port: Int)
+    case alreadyStarted
+
+    public var description: String {
+        switch self {
+        case .listenFailed(let host, let port): return "cannot listen on \(host):\(port) (in use, or not a local address)"
+        case .alreadyStarted: return "server already started"
+        }
+    }
+}
+
+/// Counters read by /metrics on the service thread.
+public struct TransportCounters: Sendable {
+    public var accepted = 0
+    public var closedSlowConsumer = 0
+    public var rejectedAtCapacity = 0
+    public var oversizeMessages = 0
+    public var framesOut = 0
+    public var bytesOut = 0
+}
+
+/// Answers one HTTP request. Call `respond` exactly once, on the service thread; a response for a
+/// request whose client has gone is dropped.
+public struct HTTPResponder: Sendable {
+    let server: WebSocketServer
+    let exchangeID: UInt64
+
+    public func respond(_ response: HTTPResponse) {
+        server.respond(exchangeID: exchangeID, response)
+    }
+}
+
+/// A libwebsockets server: one port for HTTP and WebSocket, one service thread.
+///
+/// Threading: `start`, `stop`, `post` and `capacity` may be called from any thread. Everything
+/// else (`send`, `close`, `counters`, the delegate) belongs to the service thread. Other threads
+/// reach it only through `post`, which queues a closure and wakes the loop with
+/// `lws_cancel_service`, the one lws call that is safe from another thread.
+public final class WebSocketServer: @unchecked Sendable {
+    // @unchecked: mutable state is split in two. `inbox`/`lifecycle` are Mutex-protected and
+    // touched from any thread; `state` is only ever touched on the service thread.
+    public let settings: TransportSettings
+    public weak var delegate: (any WebSocketServerDelegate)?
+    private let logger: Logger
+
+    private let inbox = Mutex<[@Sendable () -> Void]>([])
+    private let lifecycleLock = NSLock()
+    private var lifecycleState = Lifecycle()
+    private let state = ServiceState()
+    private let loopProgress = Atomic<Int64>(0)
+
+    private struct Lifecycle {
+        var context: OpaquePointer?
+        var port = 0
+        var running = false
+        var thread: Thread?
+    }
+
+    private var protocols: UnsafeMutablePointer<lws_protocols>?
+    private var retryPolicy: UnsafeMutablePointer<lws_retry_bo_t>?
+    private var cStrings: [UnsafeMutablePointer<CChar>] = []
+
+    /// Peers this process can hold: the open-file limit minus `reservedFileDescriptors`.
+    public private(set) var capacity = 0
+
+    public init(settings: TransportSettings, logger: Logger) {
+        self.settings = settings
+        self.logger = logger
+    }
+
+    deinit {
+        protocols?.deallocate()
+        retryPolicy?.deallocate()
+        for string in cStrings { free(string) }
+    }
+
+    private func withLifecycle<T>(_ body: (inout Lifecycle) -> T) -> T {
+        lifecycleLock.lock()
+        defer { lifecycleLock.unlock() }
+        return body(&lifecycleState)
+    }
+
+    /// The bound port (useful with port 0).
+    public var port: Int { withLifecycle { $0.port } }
+
+    // MARK: lifecycle
+
+    /// Binds and starts the service thread; returns once the port is listening.
+    public func start() throws {
+        if withLifecycle({ $0.running }) { throw TransportError.alreadyStarted }
+        capacity = FileDescriptorLimit.raiseToHard() - settings.reservedFileDescriptors
+        // lws's own notices go to stderr unformatted; keep only its warnings and errors.
+        lws_set_log_level(LLL_ERR | LLL_WARN, nil)
+        let ready = DispatchSemaphore(value: 0)
+        let outcome = Mutex<Result<Int, TransportError>?>(nil)
+        let thread = Thread { [self] in
+            guard let context = createContext() else {
+                outcome.withLock { $0 = .failure(.listenFailed(host: settings.host, port: settings.port)) }
+                ready.signal()
+                return
+            }
+            let vhost = lws_get_vhost_by_name(context, "default")
+            let port = vhost.map { Int(lws_get_vhost_listen_port($0)) } ?? settings.port
+            withLifecycle {
+                $0.context = context
+                $0.port = port
+                $0.running = true
+            }
+            outcome.withLock { $0 = .success(port) }
+            ready.signal()
+            runLoop(context)
+        }
+        thread.name = "lws-service"
+        thread.stackSize = 1 << 20
+        withLifecycle { $0.thread = thread }
+        thread.start()
+        ready.wait()
+        if case .failure(let error)? = outcome.withLock({ $0 }) { throw error }
+        logger.info("listening", ["host": settings.host, "port": "\(port)", "event_loop": settings.eventLoop.rawValue,
+                                  "peer_capacity": "\(capacity)"])
+    }
+
+    /// Runs on the service thread until the context is destroyed.
+    private func runLoop(_ context: OpaquePointer) {
+        while withLifecycle({ $0.running }) {
+            // With the libev loop lws_service only returns once the loop is stopped by the first
+            // stage of lws_context_destroy; with poll() it returns after each wakeup.
+            if lws_service(context, 0) < 0 { break }
+        }
+        withLifecycle { $0.context = nil }
+        lws_context_destroy(context)
+        withLifecycle { $0.running = false }
+    }
+
+    /// Closes every WebSocket with 1001, waits up to `grace` for them to go, then stops the loop.
+    /// Blocks the caller (a signal-handling thread, never the service thread).
+    public func stop(grace: TimeInterval = 3) {
+        guard withLifecycle({ $0.running }) else { return }
+        let drained = DispatchSemaphore(value: 0)
+        post { [self] in
+            state.shuttingDown = true
+            state.onDrained = { drained.signal() }
+            if state.connections.isEmpty { drained.signal() }
+            for id in state.connections.keys.sorted() { close(id, code: .goingAway) }
+        }
+        _ = drained.wait(timeout: .now() + grace)
+        post { [self] in
+            withLifecycle { $0.running = false }
+            // First stage from inside the loop: closes every socket and stops the event loop,
+            // which makes lws_service return; runLoop then performs the final destroy.
+            if let context = withLifecycle({ $0.context }) { lws_context_destroy(context) }
+        }
+        let thread = withLifecycle { $0.thread }
+        let deadline = Date().addingTimeInterval(grace + 2)
+        while thread?.isFinished == false, withLifecycle({ $0.context != nil }), Date() < deadline {
+            usleep(10_000)
+        }
+    }
+
+    /// Runs `work` on the service thread, after the work posted before it.
+    public func post(_ work: @escaping @Sendable () -> Void) {
+        let wasEmpty = inbox.withLock { queue -> Bool in
+            queue.append(work)
+            return queue.count == 1
+        }
+        guard wasEmpty else { return }  // a wake-up is already pending
+        withLifecycle { life in
+            if let context = life.context { lws_cancel_service(context) }
+        }
+    }
+
+    /// Wakes the loop without work: the watchdog's liveness probe.
+    func probe() {
+        withLifecycle { life in
+            if let context = life.context { lws_cancel_service(context) }
+        }
+    }
+
+    /// Increments each time the service thread drains its inbox; the watchdog reads it.
+    public var progress: Int64 { loopProgress.load(ordering: .relaxed) }
+
+    private func drainInbox() {
+        loopProgress.add(1, ordering: .relaxed)
+        let work = inbox.withLock { queue -> [@Sendable () -> Void] in
+            defer { queue.removeAll(keepingCapacity: true) }
+            return queue
+        }
+        for item in work { item() }
+    }
+
+    // MARK: service-thread API
+
+    /// Counters for /metrics. Service thread only.
+    public var counters: TransportCounters { state.counters }
+
+    /// Open WebSocket connections. Service thread only.
+    public var connectionCount: Int { state.connections.count }
+
+    /// Queues `message` for `connection`. A connection whose queue passes `maxQueueBytes` is closed
+    /// as a slow consumer from its own WRITEABLE callback (lws-notes.md: the #2889 guard).
+    public func send(_ message: OutboundMessage, to connection: ConnectionID) {
+        guard let conn = state.connections[connection], conn.closeCode == nil else { return }
+        conn.queue.append(message)
+        conn.queuedBytes += message.count
+        if conn.queuedBytes > settings.maxQueueBytes {
+            conn.queue.removeAll()
+            conn.queuedBytes = 0
+            conn.closeCode = CloseCode.slowConsumer.rawValue
+            state.counters.closedSlowConsumer += 1
+            logger.warning("closing slow consumer", ["conn": "\(connection)", "max_queue_bytes": "\(settings.maxQueueBytes)"])
+        }
+        lws_callback_on_writable(conn.wsi)
+    }
+
+    /// Closes after the frames already queued have been written.
+    public func close(_ connection: ConnectionID, code: CloseCode) {
+        guard let conn = state.connections[connection], conn.closeCode == nil else { return }
+        conn.closeCode = code.rawValue
+        lws_callback_on_writable(conn.wsi)
+    }
+
+    func respond(exchangeID: UInt64, _ response: HTTPResponse) {
+        guard let exchange = state.exchangesByID[exchangeID], exchange.response == nil else { return }
+        exchange.response = response
+        lws_callback_on_writable(exchange.wsi)
+    }
+
+    // MARK: context
+
+    private func createContext() -> OpaquePointer? {
+        let name = strdup("calling")!
+        cStrings.append(name)
+        let protocolList = UnsafeMutablePointer<lws_protocols>.allocate(capacity: 2)
+        protocolList.initialize(repeating: lws_protocols(), count: 2)
+        protocolList[0].name = UnsafePointer(name)
+        protocolList[0].callback = serviceCallback
+        protocolList[0].per_session_data_size = MemoryLayout<UInt64>.size
+        // Both at least the largest frame: lws-notes.md, the #2889 guard.
+        protocolList[0].rx_buffer_size = settings.maxFrameBytes + 1024
+        protocolList[0].tx_packet_size = settings.maxFrameBytes + 1024
+        protocols = protocolList
+
+        let policy = UnsafeMutablePointer<lws_retry_bo_t>.allocate(capacity: 1)
+        policy.initialize(to: lws_retry_bo_t())
+        policy.pointee.secs_since_valid_ping = UInt16(clamping: settings.idlePingSeconds)
+        policy.pointee.secs_since_valid_hangup = UInt16(clamping: settings.idleHangupSeconds)
+        retryPolicy = policy
+
+        var info = lws_context_creation_info()
+        info.port = Int32(settings.port)
+        let iface = strdup(settings.host)!
+        cStrings.append(iface)
+        info.iface = UnsafePointer(iface)
+        info.protocols = UnsafePointer(protocolList)
+        info.gid = -1
+        info.uid = -1
+        info.user = Unmanaged.passUnretained(self).toOpaque()
+        info.max_http_header_data = 8192
+        info.pt_serv_buf_size = 16_384
+        info.timeout_secs = 20
+        info.retry_and_idle_policy = UnsafePointer(policy)
+        info.fd_limit_per_thread = UInt32(max(1024, capacity + settings.reservedFileDescriptors))
+        let server = strdup("calling-server")!
+        cStrings.append(server)
+        info.server_string = UnsafePointer(server)
+        if settings.eventLoop == .libev { info.options |= cs_lws_option_libev() }
+        if !settings.host.contains(":") { info.options |= cs_lws_option_disable_ipv6() }
+        return lws_create_context(&info)
+    }
+
+    // MARK: callback (service thread)
+
+    fileprivate func handle(_ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
+                            _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
+    {
+        switch reason {
+        case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+            drainInbox()
+            return 0
+
+        case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+            return confirmUpgrade(wsi)
+
+        case LWS_CALLBACK_ESTABLISHED:
+            guard let user, let context = state.pendingUpgrades.removeValue(forKey: wsi) else { return -1 }
+            state.nextConnection += 1
+            let id = ConnectionID(state.nextConnection)
+            user.storeBytes(of: id.rawValue, as: UInt64.self)
+            state.connections[id] = WSConnection(wsi: wsi)
+            state.counters.accepted += 1
+            delegate?.server(self, didOpen: id, context: context)
+            return 0
+
+        case LWS_CALLBACK_RECEIVE:
+            guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
+            let id = ConnectionID(user.load(as: UInt64.self))
+            receive(conn, id: id, wsi: wsi, input: input, length: length)
+            return 0
+
+        case LWS_CALLBACK_SERVER_WRITEABLE:
+            guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
+            return writeNext(conn, wsi: wsi)
+
+        case LWS_CALLBACK_CLOSED:
+            state.pendingUpgrades[wsi] = nil
+            guard let user else { return 0 }
+            let id = ConnectionID(user.load(as: UInt64.self))
+            guard state.connections.removeValue(forKey: id) != nil else { return 0 }
+            delegate?.server(self, didClose: id)
+            if state.shuttingDown, state.connections.isEmpty { state.onDrained?() }
+            return 0
+
+        case LWS_CALLBACK_HTTP:
+            return beginHTTP(wsi, input: input, length: length)
+
+        case LWS_CALLBACK_HTTP_BODY:
+            guard let exchange = state.exchanges[wsi], let input else { return 0 }
+            if exchange.request.body.count + length > settings.maxBodyBytes {
+                exchange.bodyTooLarge = true
+            } else {
+                exchange.request.body.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
+            }
+            return 0
+
+        case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+            guard let exchange = state.exchanges[wsi] else { return 0 }
+            dispatchHTTP(exchange)
+            return 0
+
+        case LWS_CALLBACK_HTTP_WRITEABLE:
+            guard let exchange = state.exchanges[wsi] else { return 0 }
+            return writeHTTP(exchange, wsi: wsi)
+
+        case LWS_CALLBACK_CLOSED_HTTP:
+            state.pendingUpgrades[wsi] = nil
+            if let exchange = state.exchanges.removeValue(forKey: wsi) {
+                state.exchangesByID[exchange.id] = nil
+            }
+            return 0
+
+        default:
+            return 0
+        }
+    }
+
+    private func confirmUpgrade(_ wsi: OpaquePointer) -> Int32 {
+        guard var request = readRequest(wsi, method: .get) else { return -1 }
+        request.path = copyHeader(wsi, WSI_TOKEN_GET_URI) ?? "/"
+        if state.shuttingDown {
+            return writeImmediate(wsi, .problem(503, code: "shutting_down", detail: "the server is shutting down",
+                                                headers: [("retry-after", "1")]))
+        }
+        if state.connections.count + state.pendingUpgrades.count >= capacity {
+            state.counters.rejectedAtCapacity += 1
+            logger.warning("refusing peer at capacity", ["capacity": "\(capacity)"])
+            return writeImmediate(wsi, .problem(503, code: "at_capacity", detail: "the server holds as many peers as it can",
+                                                headers: [("retry-after", "5")]))
+        }
+        guard let delegate else { return -1 }
+        switch delegate.server(self, shouldUpgrade: request) {
+        case .accept(let context):
+            state.pendingUpgrades[wsi] = context
+            return 0
+        case .reject(let response):
+            return writeImmediate(wsi, response)
+        }
+    }
+
+    /// Writes a complete small response from inside a callback (upgrade refusal). The head is
+    /// built by hand: at this point lws has not recorded the request's HTTP version, and its header
+    /// helpers would answer "HTTP/1.0", which WebSocket clients reject as an invalid response.
+    /// lws buffers whatever the socket does not take at once.
+    private func writeImmediate(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Int32 {
+        var head = "HTTP/1.1 \(response.status) \(HTTPResponse.reasonPhrase(response.status))\r\n"
+        head += "server: calling-server\r\n"
+        for (name, value) in response.headers { head += "\(name): \(value)\r\n" }
+        head += "content-length: \(response.body.count)\r\nconnection: close\r\n\r\n"
+        let message = OutboundMessage(Array(head.utf8) + response.body)
+        if lws_write(wsi, message.payloadPointer, message.count, LWS_WRITE_HTTP_FINAL) < 0 { return -1 }
+        return 1
+    }
+
+    private func receive(_ conn: WSConnection, id: ConnectionID, wsi: OpaquePointer, input: UnsafeMutableRawPointer?,
+                         length: Int)
+    {
+        if lws_is_first_fragment(wsi) != 0 {
+            conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536)
+            conn.rxDiscarded = 0
+            conn.rxBinary = lws_frame_is_binary(wsi) != 0
+        }
+        if conn.rxDiscarded > 0 || conn.rx.count + length > settings.maxFrameBytes {
+            // Too large: stop buffering, count the rest, and answer once the message ends.
+            conn.rxDiscarded += conn.rx.count + length
+            conn.rx.removeAll()
+        } else if let input, length > 0 {
+            conn.rx.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
+        }
+        guard lws_is_final_fragment(wsi) != 0, lws_remaining_packet_payload(wsi) == 0 else { return }
+        let message: InboundMessage
+        if conn.rxDiscarded > 0 {
+            state.counters.oversizeMessages += 1
+            message = .tooLarge(byteCount: conn.rxDiscarded)
+        } else if conn.rxBinary {
+            message = .binary(byteCount: conn.rx.count)
+        } else {
+            message = .text(conn.rx)
+        }
+        conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536)
+        conn.rxDiscarded = 0
+        delegate?.server(self, didReceive: message, on: id)
+    }
+
+    private func writeNext(_ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
+        if conn.closeCode == CloseCode.slowConsumer.rawValue || (conn.queue.isEmpty && conn.closeCode != nil) {
+            let code = conn.closeCode ?? CloseCode.normal.rawValue
+            let reason = Array((CloseCode(rawValue: code)?.reason ?? "").utf8)
+            reason.withUnsafeBufferPointer { buffer in
+                let pointer = UnsafeMutablePointer(mutating: buffer.baseAddress)
+                lws_close_reason(wsi, lws_close_status(rawValue: UInt32(code)), pointer, buffer.count)
+            }
+            return -1
+        }
+        guard let message = conn.queue.popFirst() else { return 0 }
+        conn.queuedBytes -= message.count
+        if lws_write(wsi, message.payloadPointer, message.count, LWS_WRITE_TEXT) < message.count { return -1 }
+        state.counters.framesOut += 1
+        state.counters.bytesOut += message.count
+        if !conn.queue.isEmpty || conn.closeCode != nil { lws_callback_on_writable(wsi) }
+        return 0
+    }
+
+    // MARK: HTTP
+
+    private func beginHTTP(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?, length: Int) -> Int32 {
+        guard let method = requestMethod(wsi), var request = readRequest(wsi, method: method) else { return -1 }
+        if let input, length > 0 {
+            request.path = String(decoding: UnsafeRawBufferPointer(start: input, count: length), as: UTF8.self)
+        }
+        state.nextExchange += 1
+        let exchange = HTTPExchange(id: state.nextExchange, wsi: wsi, request: request)
+        if let previous = state.exchanges[wsi] { state.exchangesByID[previous.id] = nil }
+        state.exchanges[wsi] = exchange
+        state.exchangesByID[exchange.id] = exchange
+        let declaredLength = Int(request.headers["content-length"] ?? "") ?? 0
+        let chunked = request.headers["transfer-encoding"]?.lowercased().contains("chunked") ?? false
+        if declaredLength > settings.maxBodyBytes {
+            exchange.bodyTooLarge = true
+            dispatchHTTP(exchange)
+        } else if declaredLength == 0 && !chunked {
+            dispatchHTTP(exchange)
+        }
+        // Otherwise the body arrives through HTTP_BODY and is dispatched on HTTP_BODY_COMPLETION.
+        return 0
+    }
+
+    private func dispatchHTTP(_ exchange: HTTPExchange) {
+        guard !exchange.dispatched else { return }
+        exchange.dispatched = true
+        if exchange.bodyTooLarge {
+            respond(exchangeID: exchange.id, .problem(413, code: "body_too_large",
+                                                      detail: "request bodies are limited to \(settings.maxBodyBytes) bytes"))
+            return
+        }
+        guard let delegate else {
+            respond(exchangeID: exchange.id, .problem(503, code: "unavailable", detail: "server is not ready"))
+            return
+        }
+        delegate.server(self, handle: exchange.request, responder: HTTPResponder(server: self, exchangeID: exchange.id))
+    }
+
+    private func writeHTTP(_ exchange: HTTPExchange, wsi: OpaquePointer) -> Int32 {
+        guard let response = exchange.response else { return 0 }
+        if !exchange.headersSent {
+            exchange.headersSent = true
+            guard writeHeaders(wsi, response) else { return -1 }
+            if response.body.isEmpty || exchange.request.method == .head { return completeHTTP(exchange, wsi: wsi) }
+            lws_callback_on_writable(wsi)
+            return 0
+        }
+        let chunkSize = 16_384
+        let end = min(response.body.count, exchange.bodyOffset + chunkSize)
+        let chunk = OutboundMessage(response.body[exchange.bodyOffset..<end])
+        let final = end == response.body.count
+        if lws_write(wsi, chunk.payloadPointer, chunk.count, final ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < 0 { return -1 }
+        exchange.bodyOffset = end
+        if final { return completeHTTP(exchange, wsi: wsi) }
+        lws_callback_on_writable(wsi)
+        return 0
+    }
+
+    private func completeHTTP(_ exchange: HTTPExchange, wsi: OpaquePointer) -> Int32 {
+        state.exchanges[wsi] = nil
+        state.exchangesByID[exchange.id] = nil
+        // Keep-alive: lws waits for the next request on this socket, or tells us to close it.
+        return lws_http_transaction_completed(wsi) != 0 ? -1 : 0
+    }
+
+    private func writeHeaders(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Bool {
+        var headerBytes = 512
+        for (name, value) in response.headers { headerBytes += name.utf8.count + value.utf8.count + 8 }
+        let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: OutboundMessage.headroom + headerBytes)
+        defer { buffer.deallocate() }
+        let start = buffer + OutboundMessage.headroom
+        var cursor: UnsafeMutablePointer<UInt8>? = start
+        let end = start + headerBytes
+        if lws_add_http_header_status(wsi, UInt32(response.status), &cursor, end) != 0 { return false }
+        for (name, value) in response.headers {
+            let headerName = Array((name.lowercased() + ":").utf8) + [0]
+            let headerValue = Array(value.utf8)
+            let failed = headerName.withUnsafeBufferPointer { namePointer in
+                headerValue.withUnsafeBufferPointer { valuePointer in
+                    lws_add_http_header_by_name(wsi, namePointer.baseAddress, valuePointer.baseAddress,
+                                                Int32(valuePointer.count), &cursor, end) != 0
+                }
+            }
+            if failed { return false }
+        }
+        if lws_add_http_header_content_length(wsi, UInt64(response.body.count), &cursor, end) != 0 { return false }
+        if lws_finalize_http_header(wsi, &cursor, end) != 0 { return false }
+        guard let cursor else { return false }
+        return lws_write(wsi, start, cursor - start, LWS_WRITE_HTTP_HEADERS) >= 0
+    }
+
+    private func requestMethod(_ wsi: OpaquePointer) -> HTTPMethod? {
+        let candidates: [(lws_token_indexes, HTTPMethod)] = [
+            (WSI_TOKEN_GET_URI, .get), (WSI_TOKEN_POST_URI, .post), (WSI_TOKEN_PATCH_URI, .patch),
+            (WSI_TOKEN_DELETE_URI, .delete), (WSI_TOKEN_OPTIONS_URI, .options), (WSI_TOKEN_PUT_URI, .put),
+            (WSI_TOKEN_HEAD_URI, .head),
+        ]
+        return candidates.first { lws_hdr_total_length(wsi, $0.0) > 0 }?.1
+    }
+
+    private static let copiedHeaders: [(lws_token_indexes, String)] = [
+        (WSI_TOKEN_HTTP_AUTHORIZATION, "authorization"), (WSI_TOKEN_HTTP_CONTENT_TYPE, "content-type"),
+        (WSI_TOKEN_HTTP_CONTENT_LENGTH, "content-length"), (WSI_TOKEN_HTTP_IF_MATCH, "if-match"),
+        (WSI_TOKEN_HTTP_ACCEPT, "accept"), (WSI_TOKEN_ORIGIN, "origin"),
+        (WSI_TOKEN_HTTP_TRANSFER_ENCODING, "transfer-encoding"), (WSI_TOKEN_X_FORWARDED_FOR, "x-forwarded-for"),
+        (WSI_TOKEN_HTTP_USER_AGENT, "user-agent"),
+    ]
+
+    private func readRequest(_ wsi: OpaquePointer, method: HTTPMethod) -> HTTPRequest? {
+        var headers: [String: String] = [:]
+        for (token, name) in Self.copiedHeaders {
+            if let value = copyHeader(wsi, token) { headers[name] = value }
+        }
+        if let apiKey = copyCustomHeader(wsi, "x-api-key:") { headers["x-api-key"] = apiKey }
+        var query: [String: String] = [:]
+        let queryBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: 8192)
+        defer { queryBuffer.deallocate() }
+        let queryLength = cs_lws_copy_query(wsi, queryBuffer, 8192)
+        if queryLength > 0 {
+            let raw = String(decoding: UnsafeRawBufferPointer(start: queryBuffer, count: Int(queryLength)), as: UTF8.self)
+            for pair in raw.split(separator: "\u{1f}") {
+                let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                query[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
+            }
+        }
+        var peer = [CChar](repeating: 0, count: 64)
+        let remote = peer.withUnsafeMutableBufferPointer { buffer -> String in
+            guard let address = lws_get_peer_simple(wsi, buffer.baseAddress, buffer.count) else { return "" }
+            return String(cString: address)
+        }
+        return HTTPRequest(method: method, path: "/", query: query, headers: headers, remoteAddress: remote)
+    }
+
+    private func copyHeader(_ wsi: OpaquePointer, _ token: lws_token_indexes) -> String? {
+        let length = Int(lws_hdr_total_length(wsi, token))
+        guard length > 0 else { return nil }
+        var buffer = [CChar](repeating: 0, count: length + 1)
+        let copied = buffer.withUnsafeMutableBufferPointer { lws_hdr_copy(wsi, $0.baseAddress, Int32($0.count), token) }
+        guard copied >= 0 else { return nil }
+        return String(decoding: buffer.prefix(Int(copied)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private func copyCustomHeader(_ wsi: OpaquePointer, _ name: String) -> String? {
+        let nameBytes = Array(name.utf8CString)
+        let length = nameBytes.withUnsafeBufferPointer { lws_hdr_custom_length(wsi, $0.baseAddress, Int32(name.utf8.count)) }
+        guard length > 0 else { return nil }
+        var buffer = [CChar](repeating: 0, count: Int(length) + 1)
+        let copied = buffer.withUnsafeMutableBufferPointer { out in
+            nameBytes.withUnsafeBufferPointer {
+                lws_hdr_custom_copy(wsi, out.baseAddress, Int32(out.count), $0.baseAddress, Int32(name.utf8.count))
+            }
+        }
+        guard copied >= 0 else { return nil }
+        return String(decoding: buffer.prefix(Int(copied)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// The C entry point. lws calls it on the service thread; the server is recovered from the
+/// context's user pointer, which `start` set to an unretained reference that outlives the context.
+private func serviceCallback(
+    _ wsi: OpaquePointer?, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
+    _ input: UnsafeMutableRawPointer?, _ length: Int
+) -> Int32 {
+    guard let wsi, let context = lws_get_context(wsi), let owner = lws_context_user(context) else { return 0 }
+    let server = Unmanaged<WebSocketServer>.fromOpaque(owner).takeUnretainedValue()
+    return server.handle(wsi, reason, user, input, length)
+}
+
+/// Service-thread-only state. Not Sendable on purpose: nothing else may hold it.
+private final class ServiceState {
+    var connections: [ConnectionID: WSConnection] = [:]
+    var pendingUpgrades: [OpaquePointer: any Sendable] = [:]
+    var exchanges: [OpaquePointer: HTTPExchange] = [:]
+    var exchangesByID: [UInt64: HTTPExchange] = [:]
+    var nextConnection: UInt64 = 0
+    var nextExchange: UInt64 = 0
+    var counters = TransportCounters()
+    var shuttingDown = false
+    var onDrained: (() -> Void)?
+}
+
+private final class WSConnection {
+    let wsi: OpaquePointer
+    var queue = FIFO<OutboundMessage>()
+    var queuedBytes = 0
+    var rx: [UInt8] = []
+    var rxDiscarded = 0
+    var rxBinary = false
+    /// Set once: the close code to send after the queue drains (slow consumers close at once).
+    var closeCode: UInt16?
+
+    init(wsi: OpaquePointer) { self.wsi = wsi }
+}
+
+private final class HTTPExchange {
+    let id: UInt64
+    let wsi: OpaquePointer
+    var request: HTTPRequest
+    var bodyTooLarge = false
+    var dispatched = false
+    var response: HTTPResponse?
+    var headersSent = false
+    var bodyOffset = 0
+
+    init(id: UInt64, wsi: OpaquePointer, request: HTTPRequest) {
+        self.id = id
+        self.wsi = wsi
+        self.request = request
+    }
+}
+
+/// Array-backed queue with amortised O(1) pops.
+struct FIFO<Element> {
+    private var items: [Element] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == items.count }
+    var count: Int { items.count - head }
+
+    mutating func append(_ item: Element) { items.append(item) }
+
+    mutating func popFirst() -> Element? {
+        guard head < items.count else { return nil }
+        let item = items[head]
+        head += 1
+        if head >= 64 && head * 2 >= items.count {
+            items.removeFirst(head)
+            head = 0
+        }
+        return item
+    }
+
+    mutating func removeAll() {
+        items.removeAll()
+        head = 0
+    }
+}

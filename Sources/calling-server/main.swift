@@ -1,0 +1,4 @@
+import CallingServer
+import Foundation
+
+exit(CallingCommand.run(CommandLine.arguments))

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what calling-server needs on Debian 12, and nothing when it is all present.
+#   deploy/install-deps.sh          build + serve needs (C libraries, pkg-config)
+#   deploy/install-deps.sh --test   also what the test suite needs (coturn, Python websockets)
+# Idempotent and quiet when everything is present; must run as root when something is missing.
+set -euo pipefail
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+debs=(
+  pkg-config
+  libwebsockets-dev libwebsockets-evlib-ev libev4
+  libjwt-dev
+  libsqlite3-dev
+  libssl-dev
+)
+if [ "$want_test" = 1 ]; then
+  debs+=(coturn iproute2 procps)
+fi
+
+missing=()
+for p in "${debs[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing Debian packages: ${missing[*]} (run as root, or apt-get install them)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # coturn's package enables a system service on install; tests start their own instance.
+  if printf '%s\n' "${missing[@]}" | grep -qx coturn; then
+    (systemctl disable --now coturn >/dev/null 2>&1 || service coturn stop >/dev/null 2>&1 || true)
+  fi
+fi
+
+if [ "$want_test" = 1 ]; then
+  if ! python3 -c 'import websockets' >/dev/null 2>&1; then
+    echo "install-deps: installing Python websockets (test peer)"
+    python3 -m pip install -q --disable-pip-version-check 'websockets>=12,<16'
+  fi
+fi
