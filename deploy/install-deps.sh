@@ -41,8 +41,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ "$want_test" = 1 ]; then
-  if ! python3 -c 'import websockets' >/dev/null 2>&1; then
-    echo "install-deps: installing Python websockets (test peer)"
-    python3 -m pip install -q --disable-pip-version-check 'websockets>=12,<16'
+  # Independent test peers and the runner for tests/integration (PyPI, test tools only).
+  pips=()
+  python3 -c 'import websockets' >/dev/null 2>&1 || pips+=('websockets>=12,<16')
+  python3 -c 'import pytest' >/dev/null 2>&1 || pips+=('pytest>=7')
+  if [ ${#pips[@]} -gt 0 ]; then
+    echo "install-deps: installing Python ${pips[*]}"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "${pips[@]}"
   fi
 fi

@@ -1,0 +1,41 @@
+# Two entry points for a fresh Debian 12 machine (see README.md):
+#   make serve   install what is missing, build, run the server on embedded SQLite
+#   make test    install what is missing, build, run every test
+SWIFT ?= swift
+HOST ?= 127.0.0.1
+PORT ?= 8080
+DATA_DIR ?= ./data
+BIN := .build/debug/calling-server
+
+.PHONY: deps test-deps build release serve test test-swift test-integration bench clean
+
+deps:
+	@bash deploy/install-deps.sh
+
+test-deps:
+	@bash deploy/install-deps.sh --test
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+serve: build
+	$(BIN) serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+
+test: test-deps
+	$(SWIFT) build --build-tests
+	$(MAKE) --no-print-directory test-swift test-integration
+
+test-swift:
+	$(SWIFT) test --skip-build
+
+test-integration:
+	python3 -m pytest -q -p no:cacheprovider tests/integration
+
+bench: release
+	.build/release/calling-server bench chat
+
+clean:
+	rm -rf .build
