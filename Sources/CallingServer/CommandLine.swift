@@ -2,6 +2,8 @@ import CallingAuth
 import CallingCore
 import CallingStore
 import Foundation
+import Synchronization
+import CallingTransport
 
 /// `calling-server <subcommand> [--flag value]…`. Kept in the library so tests can run commands
 /// in-process; the executable only forwards `CommandLine.arguments`.
@@ -15,6 +17,8 @@ public enum CallingCommand {
                    print a peer token signed with the server's secret (same config flags as serve)
           migrate  [--data-dir DIR]   apply SQLite migrations and exit
           config   print the effective configuration (secrets hidden)
+          bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--event-loop libev|poll]
+                   acked chat messages per second and ack latency against an in-process server
         """
 
     /// Splits `--key value` / `--key=value` flags; a bare word is an error.
@@ -67,6 +71,7 @@ public enum CallingCommand {
             return 64
         }
         let command = arguments[1]
+        if command == "bench" { return bench(arguments: arguments) }
         let flags: [String: String]
         switch parseFlags(arguments.dropFirst(2)) {
         case .failure(let problems):
@@ -143,6 +148,54 @@ public enum CallingCommand {
         }
         app.stop()
         return 0
+    }
+
+    private static func bench(arguments: [String]) -> Int32 {
+        guard arguments.count >= 3, arguments[2] == "chat", case .success(let flags) = parseFlags(arguments.dropFirst(3)) else {
+            printError("usage: calling-server bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R]")
+            return 64
+        }
+        var options = ChatBenchmark.Options()
+        var problems: [String] = []
+        for (key, value) in flags {
+            switch key.replacingOccurrences(of: "_", with: "-") {
+            case "rooms": if let v = Int(value), v > 0 { options.rooms = v } else { problems.append("--rooms") }
+            case "senders-per-room": if let v = Int(value), v > 0 { options.sendersPerRoom = v } else { problems.append("--senders-per-room") }
+            case "window": if let v = Int(value), v > 0 { options.window = v } else { problems.append("--window") }
+            case "seconds": if let v = Double(value), v > 0 { options.seconds = v } else { problems.append("--seconds") }
+            case "latency-seconds": if let v = Double(value), v > 0 { options.latencySeconds = v } else { problems.append("--latency-seconds") }
+            case "rate": if let v = Double(value), v > 0 { options.rate = v } else { problems.append("--rate") }
+            case "event-loop":
+                if let loop = TransportSettings.EventLoop(rawValue: value) { options.eventLoop = loop } else { problems.append("--event-loop") }
+            default: problems.append("unknown flag --\(key)")
+            }
+        }
+        guard problems.isEmpty else {
+            printError("bad bench flags: \(problems.joined(separator: ", "))")
+            return 64
+        }
+        let result = Mutex<Result<ChatBenchmark.Report, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do {
+                let report = try await ChatBenchmark.run(options, logger: Logger(label: "bench", level: .warning))
+                result.withLock { $0 = .success(report) }
+            } catch {
+                result.withLock { $0 = .failure(error) }
+            }
+            done.signal()
+        }
+        done.wait()
+        switch result.withLock({ $0 }) {
+        case .success(let report)?:
+            print(report)
+            return 0
+        case .failure(let error)?:
+            printError("bench failed: \(error)")
+            return 1
+        case nil:
+            return 1
+        }
     }
 
     private static func token(flags: [String: String], environment: [String: String]) -> Int32 {
