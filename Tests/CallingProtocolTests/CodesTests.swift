@@ -1,0 +1,101 @@
+import CallingProtocol
+import XCTest
+
+final class CodesTests: XCTestCase {
+    // MARK: - Error codes
+
+    func test_error_codes_are_unique() {
+        let codes = ErrorCode.allCases.map(\.rawValue)
+        XCTAssertEqual(Set(codes).count, codes.count)
+    }
+
+    func test_error_code_names_are_unique_snake_case() {
+        let names = ErrorCode.allCases.map(\.name)
+        XCTAssertEqual(Set(names).count, names.count)
+        for name in names {
+            XCTAssertFalse(name.isEmpty)
+            XCTAssertTrue(name.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "_" }, "\(name) is a metrics label")
+        }
+    }
+
+    func test_error_codes_follow_http_classes() {
+        for code in ErrorCode.allCases {
+            XCTAssertTrue((400...599).contains(code.rawValue), "\(code) = \(code.rawValue)")
+            // Server-side failures are 5xx and always worth a retry.
+            if code.rawValue >= 500 { XCTAssertTrue(code.isTemporary, "\(code)") }
+        }
+    }
+
+    func test_shipped_error_codes_keep_their_numbers() {
+        let expected: [ErrorCode: Int] = [
+            .badJSON: 400, .badFrame: 401, .unknownType: 402, .forbidden: 403, .peerNotFound: 404,
+            .conflict: 409, .frameTooLarge: 413, .binaryUnsupported: 415, .invalidUTF8: 416, .invalidPayload: 422,
+            .rateLimited: 429, .chatEmpty: 440, .chatTooLong: 441, .chatMetaInvalid: 442, .internalError: 500,
+            .unavailable: 503,
+        ]
+        XCTAssertEqual(Set(ErrorCode.allCases), Set(expected.keys), "a new code needs a row here and in docs/protocol.md")
+        for (code, number) in expected {
+            XCTAssertEqual(code.rawValue, number, "\(code)")
+            XCTAssertEqual(ErrorCode(rawValue: number), code)
+        }
+    }
+
+    func test_only_transient_failures_are_worth_retrying() {
+        let temporary = Set(ErrorCode.allCases.filter(\.isTemporary))
+        XCTAssertEqual(temporary, [.rateLimited, .internalError, .unavailable, .peerNotFound])
+        XCTAssertFalse(ErrorCode.badJSON.isTemporary, "resending a malformed frame cannot succeed")
+        XCTAssertFalse(ErrorCode.chatTooLong.isTemporary)
+    }
+
+    func test_error_code_description_is_its_name() {
+        XCTAssertEqual(ErrorCode.chatMetaInvalid.description, "chat_meta_invalid")
+        XCTAssertEqual("\(ErrorCode.invalidUTF8)", "invalid_utf8")
+    }
+
+    // MARK: - Close codes
+
+    func test_close_codes_are_unique() {
+        let codes = CloseCode.allCases.map(\.rawValue)
+        XCTAssertEqual(Set(codes).count, codes.count)
+    }
+
+    func test_application_close_codes_live_in_4000_to_4999() {
+        for code in CloseCode.allCases where code.rawValue >= 3000 {
+            XCTAssertTrue((4000...4999).contains(code.rawValue), "\(code) = \(code.rawValue)")
+        }
+    }
+
+    func test_4000_to_4399_allow_reconnect() {
+        let reconnect = CloseCode.allCases.filter { (4000...4399).contains($0.rawValue) }
+        XCTAssertEqual(Set(reconnect), [.slowConsumer, .flood, .idleTimeout])
+        for code in reconnect { XCTAssertFalse(code.isTerminal, "\(code)") }
+    }
+
+    func test_4400_to_4999_are_terminal() {
+        let terminal = CloseCode.allCases.filter { (4400...4999).contains($0.rawValue) }
+        XCTAssertEqual(Set(terminal), [.replaced, .tokenExpired, .consultationEnded, .roomClosed])
+        for code in terminal { XCTAssertTrue(code.isTerminal, "\(code)") }
+    }
+
+    func test_a_replaced_connection_must_not_reconnect_on_its_own() {
+        XCTAssertEqual(CloseCode.replaced.rawValue, 4400)
+        XCTAssertTrue(CloseCode.replaced.isTerminal)
+    }
+
+    func test_standard_close_codes_are_not_terminal() {
+        XCTAssertEqual(CloseCode.normal.rawValue, 1000)
+        XCTAssertEqual(CloseCode.goingAway.rawValue, 1001)
+        XCTAssertEqual(CloseCode.internalError.rawValue, 1011)
+        for code in [CloseCode.normal, .goingAway, .internalError] { XCTAssertFalse(code.isTerminal, "\(code)") }
+    }
+
+    func test_close_reasons_are_unique_and_fit_a_close_frame() {
+        let reasons = CloseCode.allCases.map(\.reason)
+        XCTAssertEqual(Set(reasons).count, reasons.count)
+        for reason in reasons {
+            XCTAssertFalse(reason.isEmpty)
+            // RFC 6455 §5.5: control frame payload ≤ 125 bytes, 2 of them the code.
+            XCTAssertLessThanOrEqual(reason.utf8.count, 123, reason)
+        }
+    }
+}

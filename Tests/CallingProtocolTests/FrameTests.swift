@@ -1,0 +1,126 @@
+import CallingProtocol
+import XCTest
+
+final class FrameTests: XCTestCase {
+    // MARK: - Golden server frames
+
+    /// Every file in `Fixtures/server-frames/` is the exact byte encoding of one of these frames.
+    /// Keys are sorted by the writer, so the encoding is deterministic and SDKs can rely on it.
+    private static let goldenFrames: [String: Frame] = [
+        "welcome": Frame(.welcome, payload: [
+            "peer_id": "alice", "room_id": "room-1", "call_id": "call-1", "role": "patient", "name": "Alice",
+            "peers": [["peer_id": "bob", "role": "agent", "name": nil]],
+            "ping_interval_ms": 25_000, "server_time": 1_700_000_000_000,
+            "last_seq": 12, "read_seq": 10, "unread": 2,
+        ]),
+        "welcome-resumed": Frame(.welcome, payload: [
+            "peer_id": "alice", "room_id": "room-1", "call_id": nil, "role": "peer", "name": nil, "peers": [],
+            "ping_interval_ms": 25_000, "server_time": 1_700_000_000_000,
+            "last_seq": 3, "read_seq": 3, "unread": 0, "recovered": false, "replay_count": 2,
+        ]),
+        "peer-joined": Frame(.peerJoined, from: "bob", payload: ["peer_id": "bob", "role": "agent", "name": "Bob"]),
+        "peer-left": Frame(.peerLeft, from: "bob", payload: ["peer_id": "bob"]),
+        "offer-relayed": Frame(.offer, from: "alice", to: "bob", payload: [
+            "type": "offer", "sdp": "v=0\r\no=- 4611 2 IN IP4 127.0.0.1\r\n",
+        ]),
+        "candidate-relayed": Frame(.candidate, from: "alice", to: "bob", payload: [
+            "candidate": "candidate:1 1 udp 2122260223 192.0.2.1 54400 typ host", "sdpMid": nil, "sdpMLineIndex": 0,
+        ]),
+        "data-broadcast": Frame(.data, from: "alice", payload: [
+            "kind": "hangup", "half": 0.5, "whole": 2.0, "big": 1e20, "tiny": 1e-7,
+        ]),
+        "chat": Frame(.chat, from: "alice", payload: [
+            "seq": 13, "client_id": "c-1", "text": "café \"quoted\"\n😀", "meta": ["reply_to": 12], "ts": 1_700_000_000_123,
+        ]),
+        "chat-ack": Frame(.chatAck, payload: ["client_id": "c-1", "seq": 13, "ts": 1_700_000_000_123]),
+        "chat-ack-error": Frame(.chatAck, payload: ["client_id": "c-2"], error: WireError(.chatEmpty, "chat text is empty")),
+        "typing": Frame(.typing, from: "alice", payload: ["typing": true]),
+        "read": Frame(.read, from: "alice", payload: ["seq": 13]),
+        "pong": Frame(.pong, payload: ["n": 7]),
+        "pong-empty": Frame(.pong),
+        "error": Frame.error(.peerNotFound, "no peer 'carol' in this room", inReplyTo: "offer"),
+        "error-without-type": Frame.error(.badJSON, "JSON ends early"),
+        "error-escaping": Frame.error(.invalidPayload, "say \"hi\" \\ tab\there \u{1}\u{1F} end", inReplyTo: "chat"),
+    ]
+
+    func test_server_frames_encode_byte_for_byte_as_the_golden_files() throws {
+        let files = try Fixtures.files(in: "server-frames", suffix: ".json")
+        let names = Set(files.map { Fixtures.name(of: $0, dropping: ".json") })
+        XCTAssertEqual(names, Set(Self.goldenFrames.keys), "every golden file has a frame and every frame a golden file")
+        for url in files {
+            let name = Fixtures.name(of: url, dropping: ".json")
+            guard let frame = Self.goldenFrames[name] else { continue }
+            let expected = try Fixtures.line(url)
+            let actual = frame.encoded()
+            XCTAssertEqual(
+                String(decoding: actual, as: UTF8.self), String(decoding: expected, as: UTF8.self), "server-frames/\(name).json")
+            XCTAssertEqual(actual, expected, "server-frames/\(name).json bytes")
+        }
+    }
+
+    func test_golden_server_frames_are_valid_json_that_decodes_to_the_same_frame() throws {
+        for url in try Fixtures.files(in: "server-frames", suffix: ".json") {
+            let name = Fixtures.name(of: url, dropping: ".json")
+            guard let frame = Self.goldenFrames[name] else { continue }
+            let parsed = try JSONParser.parse(Fixtures.line(url))
+            // Integral doubles are written as integers, so compare re-encodings rather than values.
+            XCTAssertEqual(JSONWriter.bytes(parsed), JSONWriter.bytes(frame.json), name)
+        }
+    }
+
+    // MARK: - Envelope
+
+    func test_absent_fields_are_omitted_not_null() {
+        XCTAssertEqual(Frame(.ping).json, ["type": "ping"])
+        XCTAssertEqual(JSONWriter.string(Frame(type: "pong").json), #"{"type":"pong"}"#)
+    }
+
+    func test_every_envelope_field_is_written_under_its_wire_name() {
+        let frame = Frame(.data, from: "a", to: "b", payload: ["k": 1], error: WireError(code: 500, message: "m"))
+        XCTAssertEqual(frame.json, [
+            "type": "data", "from": "a", "to": "b", "payload": ["k": 1], "error": ["code": 500, "message": "m"],
+        ])
+    }
+
+    func test_explicit_null_payload_is_kept() {
+        XCTAssertEqual(JSONWriter.string(Frame(.data, payload: .null).json), #"{"payload":null,"type":"data"}"#)
+    }
+
+    func test_typed_and_string_initialisers_agree() {
+        XCTAssertEqual(Frame(.chatAck, from: "x"), Frame(type: "chat-ack", from: "x"))
+    }
+
+    func test_error_frame_echoes_the_refused_type() {
+        let frame = Frame.error(.unknownType, "unknown frame type 'hello'", inReplyTo: "hello")
+        XCTAssertEqual(frame.type, "error")
+        XCTAssertEqual(frame.payload, ["type": "hello"])
+        XCTAssertEqual(frame.error, WireError(code: 402, message: "unknown frame type 'hello'"))
+        XCTAssertNil(frame.from)
+        XCTAssertNil(frame.to)
+    }
+
+    func test_error_frame_without_a_type_has_no_payload() {
+        let frame = Frame.error(.badJSON, "JSON ends early")
+        XCTAssertNil(frame.payload)
+        XCTAssertEqual(frame.error?.code, 400)
+    }
+
+    func test_wire_error_carries_the_numeric_code() {
+        XCTAssertEqual(WireError(.rateLimited, "slow down"), WireError(code: 429, message: "slow down"))
+        XCTAssertEqual(WireError(.rateLimited, "slow down").json, ["code": 429, "message": "slow down"])
+    }
+
+    // MARK: - Frame types
+
+    func test_frame_types_use_the_sdk_wire_names() {
+        XCTAssertEqual(
+            FrameType.allCases.map(\.rawValue),
+            ["welcome", "peer-joined", "peer-left", "offer", "answer", "candidate", "data", "chat", "chat-ack", "typing",
+             "read", "meter", "stats", "ping", "pong", "error"])
+    }
+
+    func test_clients_may_send_only_signalling_chat_and_keepalive_frames() {
+        let sendable = Set(FrameType.allCases.filter(\.isClientSendable))
+        XCTAssertEqual(sendable, [.offer, .answer, .candidate, .data, .chat, .typing, .read, .stats, .ping])
+    }
+}

@@ -1,0 +1,32 @@
+import CallingProtocol
+import Foundation
+import XCTest
+
+final class IdentifiersTests: XCTestCase {
+    func test_identifiers_encode_as_plain_json_strings() throws {
+        let encoded = try JSONEncoder().encode([PeerID("alice")])
+        XCTAssertEqual(String(decoding: encoded, as: UTF8.self), #"["alice"]"#)
+        XCTAssertEqual(try JSONDecoder().decode([RoomID].self, from: Data(#"["room-1"]"#.utf8)), [RoomID("room-1")])
+        XCTAssertEqual(try JSONDecoder().decode(CallID.self, from: Data(#""call-9""#.utf8)), CallID("call-9"))
+    }
+
+    func test_identifiers_print_as_their_raw_value() {
+        XCTAssertEqual("\(PeerID("alice"))", "alice")
+        XCTAssertEqual("\(RoomID("room-1"))", "room-1")
+        XCTAssertEqual("\(CallID("call-1"))", "call-1")
+        XCTAssertEqual("\(ConnectionID(42))", "c42")
+    }
+
+    func test_literals_and_initialisers_agree() {
+        let peer: PeerID = "alice"
+        XCTAssertEqual(peer, PeerID("alice"))
+        let room: RoomID = "r"
+        XCTAssertEqual(room.rawValue, "r")
+    }
+
+    func test_identifiers_sort_by_raw_value() {
+        XCTAssertEqual([PeerID("carol"), "alice", "bob"].sorted(), ["alice", "bob", "carol"])
+        XCTAssertEqual([RoomID("b"), "a"].sorted(), ["a", "b"])
+        XCTAssertEqual([ConnectionID(10), ConnectionID(9)].sorted(), [ConnectionID(9), ConnectionID(10)], "numeric, not textual")
+    }
+}
