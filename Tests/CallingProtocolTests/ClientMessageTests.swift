@@ -208,7 +208,7 @@ final class ClientMessageTests: XCTestCase {
     }
 
     // KNOWN BUG (left failing on purpose, see the report): ErrorCode.invalidPayload is documented
-    // (Sources/CallingProtocol/Codes.swift:19) to cover "a `to` where none may be", but
+    // (Sources/CallingProtocol/Codes.swift:20) to cover "a `to` where none may be", but
     // ClientFrameDecoder.decode (Sources/CallingProtocol/ClientMessage.swift, the `switch type`
     // cases for chat/typing/read/stats/ping) silently drops `to`. A client that sends a chat
     // addressed to one peer gets it broadcast to the whole room instead of being told it is refused.
