@@ -305,9 +305,11 @@ public struct Hub: Sendable {
 
     private mutating func chatStored(_ outcome: ChatStoreOutcome, now: Millis) -> [HubEffect] {
         switch outcome {
-        case .failed(_, _, let clientID, let connection, let error):
-            guard connections[connection] != nil else { return [] }
-            return [.send([connection], Frame(.chatAck, payload: ["client_id": .string(clientID)], error: error))]
+        case .failed(let room, let peer, let clientID, let connection, let error):
+            // Like a success, the answer follows a sender who reconnected meanwhile.
+            let target = connections[connection] != nil ? connection : rooms[room]?.members[peer]?.connection
+            guard let target else { return [] }
+            return [.send([target], Frame(.chatAck, payload: ["client_id": .string(clientID)], error: error))]
         case .stored(let message, let connection, let duplicate):
             var effects: [HubEffect] = []
             let ack = Frame(.chatAck, payload: [

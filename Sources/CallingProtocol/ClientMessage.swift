@@ -110,7 +110,11 @@ public enum ClientFrameDecoder {
         do {
             value = try JSONParser.parse(bytes)
         } catch {
-            if error == .invalidUTF8 { throw FrameError(.invalidUTF8, error.message) }
+            // A parse failure may be caused by bad UTF-8 outside any string; tell the two apart
+            // only on this cold path (a successful parse implies valid UTF-8).
+            if error == .invalidUTF8 || String(validating: Array(bytes), as: UTF8.self) == nil {
+                throw FrameError(.invalidUTF8, JSONParseError.invalidUTF8.message)
+            }
             throw FrameError(.badJSON, error.message)
         }
         return try decode(value, limits: limits)
@@ -133,8 +137,13 @@ public enum ClientFrameDecoder {
             to = PeerID(s)
         default: throw FrameError(.badFrame, "field 'to' must be a string", type: typeName)
         }
-        let payload = fields["payload"].flatMap { $0.isNull ? nil : $0 }
+        let payload = fields["payload"].flatMap(JSONValue.nonNull)
         func invalid(_ message: String) -> FrameError { FrameError(.invalidPayload, message, type: typeName) }
+        // Only relayed frames are addressed; a `to` elsewhere would silently broadcast what the
+        // client meant for one peer, so it is refused instead.
+        if to != nil, ![.offer, .answer, .candidate, .data].contains(type) {
+            throw invalid("\(typeName) cannot be addressed; remove 'to'")
+        }
 
         switch type {
         case .offer, .answer:
@@ -163,7 +172,7 @@ public enum ClientFrameDecoder {
                 clientID.utf8.count <= limits.maxClientIDBytes
             else { throw invalid("chat needs a string 'client_id' of 1–\(limits.maxClientIDBytes) bytes") }
             guard let text = body["text"]?.stringValue else { throw invalid("chat needs a string 'text'") }
-            let meta = body["meta"].flatMap { $0.isNull ? nil : $0 }
+            let meta = body["meta"].flatMap(JSONValue.nonNull)
             return .chat(ChatSubmission(clientID: clientID, text: text, meta: meta))
         case .typing:
             guard let typing = payload?["typing"]?.boolValue else { throw invalid("typing needs a boolean 'typing'") }

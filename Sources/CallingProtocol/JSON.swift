@@ -21,6 +21,12 @@ public enum JSONValue: Sendable, Equatable, Hashable {
     public var arrayValue: [JSONValue]? { if case .array(let a) = self { return a } else { return nil } }
     public var isNull: Bool { self == .null }
 
+    /// `nil` for JSON null: a field sent as `null` means the same as an absent field.
+    public static func nonNull(_ value: JSONValue) -> JSONValue? {
+        if case .null = value { return nil }
+        return value
+    }
+
     /// Integers, and doubles that hold an exact integer (`3.0`), as Int64.
     public var int64Value: Int64? {
         switch self {
@@ -323,6 +329,8 @@ public enum JSONWriter {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
         case .int(let i): out.append(contentsOf: String(i).utf8)
+        case .double(let d) where !d.isFinite:
+            out.append(contentsOf: "null".utf8)  // JSON has no NaN or infinity
         case .double(let d):
             if d.rounded() == d && abs(d) < 1e15 {
                 out.append(contentsOf: String(Int64(d)).utf8)

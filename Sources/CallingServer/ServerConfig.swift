@@ -36,6 +36,8 @@ public struct ServerConfig: Sendable, Equatable {
     public var reservedFileDescriptors = 128
     public var tickMs = 250
 
+    public var maxClientIDBytes = 128
+    public var maxPeerIDBytes = 128
     public var typingTTLMs = 6_000
     public var chatMaxTextBytes = 4_096
     public var chatMaxMetaBytes = 2_048
@@ -53,6 +55,10 @@ public struct ServerConfig: Sendable, Equatable {
         TransportSettings(host: host, port: port, eventLoop: eventLoop, maxFrameBytes: maxFrameBytes, maxQueueBytes: maxQueueBytes,
                           maxBodyBytes: maxBodyBytes, reservedFileDescriptors: reservedFileDescriptors,
                           idlePingSeconds: idlePingSeconds, idleHangupSeconds: idleHangupSeconds, watchdogSeconds: watchdogSeconds)
+    }
+
+    public var frameLimits: FrameLimits {
+        FrameLimits(maxClientIDBytes: maxClientIDBytes, maxPeerIDBytes: maxPeerIDBytes)
     }
 
     public var hub: HubSettings {
@@ -105,6 +111,8 @@ public struct ServerConfig: Sendable, Equatable {
         .double("shutdown_grace_seconds", "time peers get to close on SIGTERM", \.shutdownGraceSeconds, 0...120),
         .int("reserved_fds", "file descriptors kept free below the open-file limit", \.reservedFileDescriptors, 16...100_000),
         .int("tick_ms", "timer resolution (typing expiry, token expiry)", \.tickMs, 10...5_000),
+        .int("max_client_id_bytes", "longest chat client_id", \.maxClientIDBytes, 8...1_024),
+        .int("max_peer_id_bytes", "longest peer id accepted in `to`", \.maxPeerIDBytes, 8...1_024),
         .int("typing_ttl_ms", "typing indicator expiry", \.typingTTLMs, 500...600_000),
         .int("chat_max_text_bytes", "longest chat text", \.chatMaxTextBytes, 1...1_048_576),
         .int("chat_max_meta_bytes", "largest chat meta object (serialized)", \.chatMaxMetaBytes, 2...1_048_576),

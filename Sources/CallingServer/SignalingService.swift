@@ -196,7 +196,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                              to: connection)
         case .text(let bytes):
             do {
-                decoded = try ClientFrameDecoder.decode(bytes)
+                decoded = try ClientFrameDecoder.decode(bytes, limits: config.frameLimits)
             } catch {
                 return sendError(error, to: connection)
             }

@@ -485,10 +485,6 @@ final class HubTests: XCTestCase {
         assertChatRefused(send(alice, .chat(ChatSubmission(clientID: "c-2", text: "hi", meta: tooBig))), clientID: "c-2", code: .chatMetaInvalid)
     }
 
-    // KNOWN BUG (left failing on purpose, see the report): the decoder keeps `"meta": null` as
-    // JSONValue.null instead of dropping it (Sources/CallingProtocol/ClientMessage.swift:166), and
-    // Hub.validate (Sources/CallingCore/Hub.swift:297-298) then refuses the chat with 442
-    // chat_meta_invalid. An SDK that always sends `meta` (null when unused) cannot chat at all.
     func test_chat_from_the_wire_with_null_meta_is_stored_not_refused() throws {
         joinAll()
         let wire = #"{"type":"chat","payload":{"client_id":"c-1","text":"hello","meta":null}}"#
@@ -572,11 +568,6 @@ final class HubTests: XCTestCase {
             hub.handle(.chatStored(outcome), now: now), [.send([alice], Frame(.chatAck, payload: ["client_id": "c-1"], error: error))])
     }
 
-    // KNOWN BUG (left failing on purpose, see the report): a successful store outcome follows the
-    // sender to its new connection (Hub.swift:316-319), but a failed one is dropped when the
-    // original connection is gone (Hub.swift:308-309, which ignores the `room` and `peer` the outcome
-    // carries). A client that reconnected while its chat was in flight waits for its sendChat
-    // timeout instead of hearing that the store refused the message.
     func test_store_failure_ack_follows_the_sender_to_a_new_connection() {
         joinAll()
         disconnect(alice)

@@ -193,12 +193,6 @@ final class ClientMessageTests: XCTestCase {
         XCTAssertEqual(decode(#"{"type":"read","payload":{"seq":7.0}}"#), .read(seq: 7))
     }
 
-    // KNOWN BUG (left failing on purpose, see the report): an explicit JSON null is meant to read as
-    // "absent" (Sources/CallingProtocol/ClientMessage.swift:136 for `payload`, :166 for `meta`), but
-    // `x.flatMap { $0.isNull ? nil : $0 }` yields `.null`, not `nil`: JSONValue is
-    // ExpressibleByNilLiteral, so that `nil` literal is JSONValue.null. A chat sent with
-    // `"meta": null` is then refused by the hub with 442 (see HubTests), and
-    // `{"type":"ping","payload":null}` is answered with `"payload":null`.
     func test_explicit_null_meta_and_payload_read_as_absent() {
         XCTAssertEqual(
             decode(#"{"type":"chat","payload":{"client_id":"c-2","text":"hi","meta":null}}"#),
@@ -207,11 +201,6 @@ final class ClientMessageTests: XCTestCase {
         XCTAssertEqual(decode(#"{"type":"data","to":"bob","payload":null}"#), .relay(.data, to: "bob", payload: nil))
     }
 
-    // KNOWN BUG (left failing on purpose, see the report): ErrorCode.invalidPayload is documented
-    // (Sources/CallingProtocol/Codes.swift:20) to cover "a `to` where none may be", but
-    // ClientFrameDecoder.decode (Sources/CallingProtocol/ClientMessage.swift, the `switch type`
-    // cases for chat/typing/read/stats/ping) silently drops `to`. A client that sends a chat
-    // addressed to one peer gets it broadcast to the whole room instead of being told it is refused.
     func test_to_on_a_frame_that_cannot_be_addressed_is_refused_rather_than_dropped() {
         let frames = [
             #"{"type":"chat","to":"bob","payload":{"client_id":"c-1","text":"for bob only"}}"#,

@@ -1,0 +1,72 @@
+import CallingAuth
+import CallingCore
+import CallingServer
+import CallingTesting
+import CallingTransport
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import XCTest
+
+/// A real server on 127.0.0.1 port 0 with a fresh SQLite file, plus a client loop and a token
+/// minter that signs with the server's secret.
+final class ServerHarness {
+    let app: ServerApp
+    let loop: WebSocketClientLoop
+    let issuer: TokenIssuer
+    let config: ServerConfig
+    let dataDir: String
+
+    init(configure: (inout ServerConfig) -> Void = { _ in }) throws {
+        dataDir = NSTemporaryDirectory() + "calling-test-\(UUID().uuidString)"
+        var config = ServerConfig()
+        config.port = 0
+        config.dataDir = dataDir
+        config.jwtSecret = "integration-test-secret-0123456789abcdef"
+        config.logLevel = .error
+        configure(&config)
+        self.config = config
+        app = try ServerApp(config: config, logger: Logger(label: "test", level: .error))
+        try app.start()
+        issuer = try TokenIssuer(hs256Secret: Array(config.jwtSecret!.utf8))
+        loop = WebSocketClientLoop(logger: Logger(label: "client", level: .error))
+    }
+
+    var port: Int { app.port }
+
+    func token(peer: String, room: String = "room-1", role: String = "peer", name: String? = nil, call: String? = nil,
+               ttl: TimeInterval = 600) throws -> String
+    {
+        try issuer.issue(PeerTokenClaims(
+            sub: PeerID(peer), roomID: RoomID(room), callID: call.map { CallID($0) }, role: role, name: name,
+            scope: ["room"], audience: config.jwtAudience, issuedAt: Date(), expiresAt: Date().addingTimeInterval(ttl)))
+    }
+
+    func join(_ peer: String, room: String = "room-1", role: String = "peer", name: String? = nil,
+              query: [String: String] = [:]) async throws -> TestPeer
+    {
+        try await TestPeer.connect(loop: loop, port: port, token: token(peer: peer, room: room, role: role, name: name),
+                                   extraQuery: query)
+    }
+
+    /// A plain HTTP request over URLSession (which works on Debian for HTTP, not for WebSocket).
+    func http(_ method: String, _ path: String, bearer: String? = nil, body: Data? = nil) async throws -> (Int, Data) {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.httpMethod = method
+        request.httpBody = body
+        if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as! HTTPURLResponse).statusCode, data)
+    }
+
+    func shutdown() {
+        loop.shutdown()
+        app.stop()
+        try? FileManager.default.removeItem(atPath: dataDir)
+    }
+}
+
+extension Frame {
+    var payloadObject: [String: JSONValue] { payload?.objectValue ?? [:] }
+}
