@@ -329,13 +329,14 @@ public struct Hub: Sendable {
     // MARK: typing
 
     private mutating func setTyping(_ typing: Bool, room roomID: RoomID, peer: PeerID, now: Millis) -> [HubEffect] {
-        guard var room = rooms[roomID], var member = room.members[peer] else { return [] }
-        let wasTyping = member.typingUntil != nil
-        member.typingUntil = typing ? now + settings.typingTTLMs : nil
-        room.members[peer] = member
-        rooms[roomID] = room
+        guard let wasUntil = rooms[roomID]?.members[peer].map({ $0.typingUntil }) else { return [] }
+        let wasTyping = wasUntil != nil
+        // Nothing to record: the common case on every chat, kept free of dictionary writes.
+        if !typing && !wasTyping { return [] }
+        // Mutated in place through the dictionaries so the room is not copied (copy-on-write).
+        rooms[roomID]?.members[peer]?.typingUntil = typing ? now + settings.typingTTLMs : nil
         // Repeated "typing: true" only extends the TTL; others hear about changes, not heartbeats.
-        guard typing != wasTyping else { return [] }
+        guard typing != wasTyping, let room = rooms[roomID] else { return [] }
         let others = room.order.filter { $0 != peer }.compactMap { room.members[$0]?.connection }
         return others.isEmpty ? [] : [.send(others, Frame(.typing, from: peer.rawValue, payload: ["typing": .bool(typing)]))]
     }

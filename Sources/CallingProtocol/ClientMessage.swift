@@ -103,7 +103,7 @@ public struct FrameLimits: Sendable, Equatable {
 
 public enum ClientFrameDecoder {
     /// Parses and validates one text frame. `from` in the input is ignored: the server stamps it.
-    public static func decode(_ bytes: some Collection<UInt8>, limits: FrameLimits = FrameLimits()) throws(FrameError)
+    public static func decode(_ bytes: [UInt8], limits: FrameLimits = FrameLimits()) throws(FrameError)
         -> ClientMessage
     {
         let value: JSONValue
@@ -112,7 +112,7 @@ public enum ClientFrameDecoder {
         } catch {
             // A parse failure may be caused by bad UTF-8 outside any string; tell the two apart
             // only on this cold path (a successful parse implies valid UTF-8).
-            if error == .invalidUTF8 || String(validating: Array(bytes), as: UTF8.self) == nil {
+            if error == .invalidUTF8 || String(validating: bytes, as: UTF8.self) == nil {
                 throw FrameError(.invalidUTF8, JSONParseError.invalidUTF8.message)
             }
             throw FrameError(.badJSON, error.message)

@@ -86,9 +86,8 @@ public enum JSONParseError: Error, Equatable, Sendable {
 public struct JSONParser {
     public static let maxDepth = 64
 
-    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
-        let array = Array(bytes)
-        return try array.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
+    public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
             var parser = JSONParser(bytes: buffer)
             parser.skipWhitespace()
             let value = try parser.parseValue(depth: 0)

@@ -70,8 +70,7 @@ public enum ChatBenchmark {
                                              role: "peer", scope: ["room"], audience: config.jwtAudience,
                                              expiresAt: Date().addingTimeInterval(3_600))
                 let token = try issuer.issue(claims)
-                let connection = loop.connect(host: "127.0.0.1", port: app.port, path: "/v1/ws?token=\(token)")
-                senders.append(Sender(name: "s\(room)-\(index)", connection: connection))
+                senders.append(Sender(name: "s\(room)-\(index)", loop: loop, port: app.port, token: token))
             }
         }
         for sender in senders { try await sender.waitForWelcome() }
@@ -105,107 +104,140 @@ public enum ChatBenchmark {
                       maxMs: latencies.last ?? .nan)
     }
 
-    enum BenchError: Error { case connectionEnded(String) }
+    enum BenchError: Error { case connectionEnded(String), timedOut(String) }
 
-    /// One benchmark client. Its events are consumed by one task at a time.
-    final class Sender: Sendable {
+    /// One benchmark client. Its events are handled on the client loop's thread as they arrive
+    /// (no task hop per message), so the client costs as little as possible next to the server.
+    final class Sender: @unchecked Sendable {
+        // @unchecked: every mutable field is guarded by `lock`.
         let name: String
-        let connection: WebSocketClientConnection
-        private let counter = Atomic<Int>(0)
+        private(set) var connection: WebSocketClientConnection!
+        private let lock = NSLock()
+        private var counter = 0
+        private var phase = Phase.connecting
+        private var failure: String?
+        private var welcomed = DispatchSemaphore(value: 0)
+        private let finished = DispatchSemaphore(value: 0)
 
-        init(name: String, connection: WebSocketClientConnection) {
+        private enum Phase {
+            case connecting, idle
+            case saturating(deadline: Date, inFlight: Int, acked: Int)
+            case pacing(total: Int, sentAt: [String: UInt64], latencies: [Double])
+        }
+
+        init(name: String, loop: WebSocketClientLoop, port: Int, token: String) {
             self.name = name
-            self.connection = connection
-        }
-
-        func waitForWelcome() async throws {
-            for await event in connection.events {
-                switch event {
-                case .text(let text) where text.contains("\"welcome\""): return
-                case .closed, .failed: throw BenchError.connectionEnded("\(name): \(event)")
-                default: continue
-                }
+            connection = loop.connect(host: "127.0.0.1", port: port, path: "/v1/ws?token=\(token)") { [weak self] event in
+                self?.handle(event)
             }
-            throw BenchError.connectionEnded(name)
         }
 
-        private func nextID() -> String { "\(name)-\(counter.add(1, ordering: .relaxed).newValue)" }
+        private func handle(_ event: WebSocketClientEvent) {
+            switch event {
+            case .text(let text):
+                lock.lock()
+                defer { lock.unlock() }
+                if case .connecting = phase {
+                    phase = .idle
+                    welcomed.signal()
+                    return
+                }
+                // Server frames have sorted keys, so an ack ends with its type.
+                guard text.hasSuffix(#""type":"chat-ack"}"#), let frame = try? JSONParser.parse(text),
+                      let id = frame["payload"]?["client_id"]?.stringValue else { return }
+                acknowledge(id)
+            case .closed, .failed:
+                lock.lock()
+                failure = "\(name): \(event)"
+                lock.unlock()
+                welcomed.signal()
+                finished.signal()
+            default:
+                break
+            }
+        }
+
+        /// Called with `lock` held, on the client loop's thread.
+        private func acknowledge(_ id: String) {
+            switch phase {
+            case .saturating(let deadline, var inFlight, var acked):
+                acked += 1
+                if Date() < deadline {
+                    sendChat(nextID())
+                } else {
+                    inFlight -= 1
+                }
+                phase = .saturating(deadline: deadline, inFlight: inFlight, acked: acked)
+                if inFlight == 0 { finished.signal() }
+            case .pacing(let total, var sentAt, var latencies):
+                let now = DispatchTime.now().uptimeNanoseconds
+                if let sent = sentAt.removeValue(forKey: id) { latencies.append(Double(now - sent) / 1e6) }
+                phase = .pacing(total: total, sentAt: sentAt, latencies: latencies)
+                if latencies.count == total { finished.signal() }
+            default:
+                break
+            }
+        }
+
+        private func nextID() -> String {
+            counter += 1
+            return "\(name)-\(counter)"
+        }
 
         private func sendChat(_ id: String) {
             connection.send(text: #"{"type":"chat","payload":{"client_id":"\#(id)","text":"benchmark message"}}"#)
         }
 
-        /// Returns the client_id of an ack frame, or nil for any other frame (others' chats).
-        private static func ackedID(_ text: String) -> String? {
-            guard text.contains("\"chat-ack\""), let frame = try? JSONParser.parse(text),
-                  let id = frame["payload"]?["client_id"]?.stringValue else { return nil }
-            return id
+        private func wait(_ semaphore: DispatchSemaphore, seconds: Double, what: String) throws {
+            if semaphore.wait(timeout: .now() + seconds) == .timedOut { throw BenchError.timedOut("\(name): \(what)") }
+            lock.lock()
+            defer { lock.unlock() }
+            if let failure { throw BenchError.connectionEnded(failure) }
+        }
+
+        func waitForWelcome() async throws {
+            try wait(welcomed, seconds: 10, what: "welcome")
         }
 
         func saturate(window: Int, until deadline: Date) async throws -> Int {
-            var inFlight = 0
-            var acked = 0
-            for _ in 0..<window {
-                sendChat(nextID())
-                inFlight += 1
+            lock.withLock {
+                phase = .saturating(deadline: deadline, inFlight: window, acked: 0)
+                for _ in 0..<window { sendChat(nextID()) }
             }
-            for await event in connection.events {
-                switch event {
-                case .text(let text):
-                    guard Self.ackedID(text) != nil else { continue }
-                    acked += 1
-                    inFlight -= 1
-                    if Date() < deadline {
-                        sendChat(nextID())
-                        inFlight += 1
-                    } else if inFlight == 0 {
-                        return acked
-                    }
-                case .closed, .failed: throw BenchError.connectionEnded("\(name): \(event)")
-                default: continue
-                }
+            try wait(finished, seconds: deadline.timeIntervalSinceNow + 30, what: "saturation acks")
+            return lock.withLock {
+                guard case .saturating(_, _, let acked) = phase else { return 0 }
+                phase = .idle
+                return acked
             }
-            throw BenchError.connectionEnded(name)
         }
 
         func paced(rate: Double, seconds: Double) async throws -> [Double] {
             let total = Int(rate * seconds)
+            lock.withLock { phase = .pacing(total: total, sentAt: [:], latencies: []) }
             let interval = 1.0 / rate
-            let sentAt = Mutex<[String: UInt64]>([:])
-            let pacer = Task {
-                let start = DispatchTime.now().uptimeNanoseconds
-                for index in 0..<total {
-                    let due = start + UInt64(Double(index) * interval * 1e9)
-                    let now = DispatchTime.now().uptimeNanoseconds
-                    if due > now { try await Task.sleep(nanoseconds: due - now) }
-                    // Stamp before sending: the ack can arrive before this task runs again.
+            let start = DispatchTime.now().uptimeNanoseconds
+            for index in 0..<total {
+                let due = start + UInt64(Double(index) * interval * 1e9)
+                let now = DispatchTime.now().uptimeNanoseconds
+                if due > now { try await Task.sleep(nanoseconds: due - now) }
+                // Stamp before sending: the ack can arrive before this task runs again.
+                let id = lock.withLock {
                     let id = nextID()
-                    sentAt.withLock { $0[id] = DispatchTime.now().uptimeNanoseconds }
-                    sendChat(id)
-                }
-            }
-            var latencies: [Double] = []
-            latencies.reserveCapacity(total)
-            for await event in connection.events {
-                switch event {
-                case .text(let text):
-                    guard let id = Self.ackedID(text) else { continue }
-                    let now = DispatchTime.now().uptimeNanoseconds
-                    if let sent = sentAt.withLock({ $0.removeValue(forKey: id) }) {
-                        latencies.append(Double(now - sent) / 1e6)
+                    if case .pacing(let total, var sentAt, let latencies) = phase {
+                        sentAt[id] = DispatchTime.now().uptimeNanoseconds
+                        phase = .pacing(total: total, sentAt: sentAt, latencies: latencies)
                     }
-                    if latencies.count == total {
-                        try await pacer.value
-                        return latencies
-                    }
-                case .closed, .failed:
-                    pacer.cancel()
-                    throw BenchError.connectionEnded("\(name): \(event)")
-                default: continue
+                    return id
                 }
+                sendChat(id)
             }
-            pacer.cancel()
-            throw BenchError.connectionEnded(name)
+            try wait(finished, seconds: 30, what: "paced acks")
+            return lock.withLock {
+                guard case .pacing(_, _, let latencies) = phase else { return [] }
+                phase = .idle
+                return latencies
+            }
         }
     }
 }

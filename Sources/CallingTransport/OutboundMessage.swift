@@ -10,10 +10,20 @@ public final class OutboundMessage: @unchecked Sendable {
     let storage: UnsafeMutableRawBufferPointer
     public let count: Int
 
-    public init(_ payload: some Collection<UInt8>) {
+    /// Copies `payload` with one memcpy (a generic element-wise copy showed up in profiles).
+    public init(_ payload: ArraySlice<UInt8>) {
         count = payload.count
-        storage = .allocate(byteCount: Self.headroom + payload.count, alignment: 16)
-        _ = UnsafeMutableRawBufferPointer(rebasing: storage[Self.headroom...]).initializeMemory(as: UInt8.self, from: payload)
+        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.headroom + payload.count, alignment: 16)
+        payload.withUnsafeBytes { source in
+            if let base = source.baseAddress, source.count > 0 {
+                (storage.baseAddress! + Self.headroom).copyMemory(from: base, byteCount: source.count)
+            }
+        }
+        self.storage = storage
+    }
+
+    public convenience init(_ payload: [UInt8]) {
+        self.init(payload[...])
     }
 
     /// Pointer to the payload, with `LWS_PRE` writable bytes before it.

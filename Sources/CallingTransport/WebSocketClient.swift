@@ -157,7 +157,12 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// Opens `ws://host:port/path` (path may carry `?query`). `headers` are added to the upgrade
     /// request, e.g. `["Authorization": "Bearer …"]`. Returns at once; watch `events` for `open`
     /// or `failed`. Messages sent before `open` are queued and flushed after it. Any thread.
-    public func connect(host: String, port: Int, path: String, headers: [String: String] = [:])
+    ///
+    /// With `onEvent`, events are handed to it on the loop's service thread instead of `events`
+    /// (which then stays empty): no task hop per message, for load generators and SDK internals
+    /// that must keep up with the wire. The handler must not block.
+    public func connect(host: String, port: Int, path: String, headers: [String: String] = [:],
+                        onEvent: (@Sendable (WebSocketClientEvent) -> Void)? = nil)
         -> WebSocketClientConnection
     {
         let id = nextID.add(1, ordering: .relaxed).newValue
@@ -172,8 +177,9 @@ public final class WebSocketClientLoop: @unchecked Sendable {
         }
         let session = ClientSession(id: id, host: host, port: port, path: path.hasPrefix("/") ? path : "/" + path,
                                     headers: headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
-                                    continuation: continuation)
+                                    continuation: continuation, handler: onEvent)
         if !post(.connect(session)) {
+            onEvent?(.failed(status: nil, message: "client loop is shut down"))
             continuation.yield(.failed(status: nil, message: "client loop is shut down"))
             continuation.finish()
         }
@@ -271,7 +277,7 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     private func execute(_ command: Command) {
         if state.dead {
             if case .connect(let session) = command {
-                session.continuation.yield(.failed(status: nil, message: "client loop is shut down"))
+                session.emit(.failed(status: nil, message: "client loop is shut down"))
                 session.continuation.finish()
             }
             return
@@ -411,7 +417,7 @@ extension WebSocketClientLoop {
             guard let session = session(for: wsi) else { return -1 }
             session.wsi = wsi
             session.opened = true
-            session.continuation.yield(.open)
+            session.emit(.open)
             if session.readPaused { _ = lws_rx_flow_control(wsi, 0) }
             if !session.outbox.isEmpty || session.closeRequest != nil { lws_callback_on_writable(wsi) }
             return 0
@@ -487,7 +493,7 @@ extension WebSocketClientLoop {
         let event: WebSocketClientEvent = session.rxBinary ? .binary(session.rx)
                                                            : .text(String(decoding: session.rx, as: UTF8.self))
         session.rx.removeAll(keepingCapacity: session.rx.capacity <= Self.rxBufferSize)
-        session.continuation.yield(event)
+        session.emit(event)
         return 0
     }
 
@@ -536,7 +542,7 @@ extension WebSocketClientLoop {
         session.wsi = nil
         session.outbox.removeAll()
         state.sessions[session.id] = nil
-        session.continuation.yield(event)
+        session.emit(event)
         session.continuation.finish()
     }
 }
@@ -597,6 +603,7 @@ private final class ClientSession: @unchecked Sendable {
     let path: String
     let headers: [(String, String)]
     let continuation: AsyncStream<WebSocketClientEvent>.Continuation
+    let handler: (@Sendable (WebSocketClientEvent) -> Void)?
     var hostHeader: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
     /// Valid from connect until the terminal event; lws never clears it for us (lws-notes.md).
@@ -614,7 +621,8 @@ private final class ClientSession: @unchecked Sendable {
     var rxBinary = false
 
     init(id: UInt64, host: String, port: Int, path: String, headers: [(String, String)],
-         continuation: AsyncStream<WebSocketClientEvent>.Continuation)
+         continuation: AsyncStream<WebSocketClientEvent>.Continuation,
+         handler: (@Sendable (WebSocketClientEvent) -> Void)?)
     {
         self.id = id
         self.host = host
@@ -622,6 +630,12 @@ private final class ClientSession: @unchecked Sendable {
         self.path = path
         self.headers = headers
         self.continuation = continuation
+        self.handler = handler
+    }
+
+    /// Delivers to the handler when one was given, else to the stream. Service thread.
+    func emit(_ event: WebSocketClientEvent) {
+        if let handler { handler(event) } else { continuation.yield(event) }
     }
 }
 
@@ -649,7 +663,7 @@ public final class WebSocketClientConnection: Sendable {
 
     /// Sends a text message (queued until `open`).
     public func send(text: String) {
-        loop.send(OutboundMessage(text.utf8), binary: false, on: id)
+        loop.send(OutboundMessage(Array(text.utf8)), binary: false, on: id)
     }
 
     /// Sends `bytes` as one binary message, or as one TEXT message when `binary` is false —
