@@ -32,7 +32,9 @@ public final class ServerApp: @unchecked Sendable {
             logger.info("migrations applied", ["names": store.migrationsAppliedAtOpen.joined(separator: ",")])
         }
         transport = WebSocketServer(settings: config.transport, logger: logger.labeled("transport"))
-        service = SignalingService(config: config, verifier: verifier, store: store, logger: logger.labeled("signaling"))
+        let issuer = try TokenIssuer(hs256Secret: secret)
+        service = SignalingService(config: config, verifier: verifier, issuer: issuer, store: store,
+                                   logger: logger.labeled("signaling"))
         service.transport = transport
         service.routes = HTTPRoutes(service: service, store: store, config: config)
         transport.delegate = service

@@ -46,6 +46,20 @@ public struct ServerConfig: Sendable, Equatable {
     public var historyMaxLimit = 200
     public var sqliteBusyTimeoutMs = 5_000
 
+    /// Comma-separated `turn:`/`turns:` URLs handed out by `GET /v1/ice` with REST credentials.
+    public var turnURLs = ""
+    /// Comma-separated `stun:` URLs; returned alone when no TURN is configured.
+    public var stunURLs = ""
+    /// coturn `static-auth-secret`; only from `CALLING_TURN_SECRET` or `turn_secret_file`.
+    public var turnSecret: String?
+    public var turnSecretFile: String?
+    public var iceTTLSeconds = 3_600
+    public var presenceGraceSeconds = 30
+    public var presenceRequestTTLSeconds = 90
+    public var callJoinWindowSeconds = 300
+    public var meterIntervalSeconds = 15
+    public var meterWarningSeconds = 60
+
     public init() {}
 
     public var resolvedSecretFile: String { jwtSecretFile ?? (dataDir as NSString).appendingPathComponent("jwt-secret") }
@@ -55,6 +69,25 @@ public struct ServerConfig: Sendable, Equatable {
         TransportSettings(host: host, port: port, eventLoop: eventLoop, maxFrameBytes: maxFrameBytes, maxQueueBytes: maxQueueBytes,
                           maxBodyBytes: maxBodyBytes, reservedFileDescriptors: reservedFileDescriptors,
                           idlePingSeconds: idlePingSeconds, idleHangupSeconds: idleHangupSeconds, watchdogSeconds: watchdogSeconds)
+    }
+
+    /// Empty strings read as unset, so the key table can show `(unset)`.
+    var turnURLsOptional: String? {
+        get { turnURLs.isEmpty ? nil : turnURLs }
+        set { turnURLs = newValue ?? "" }
+    }
+
+    var stunURLsOptional: String? {
+        get { stunURLs.isEmpty ? nil : stunURLs }
+        set { stunURLs = newValue ?? "" }
+    }
+
+    /// `turn_urls` split on commas, blanks dropped.
+    public var turnURLList: [String] { Self.list(turnURLs) }
+    public var stunURLList: [String] { Self.list(stunURLs) }
+
+    static func list(_ text: String) -> [String] {
+        text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
     public var frameLimits: FrameLimits {
@@ -120,6 +153,15 @@ public struct ServerConfig: Sendable, Equatable {
         .int("history_default_limit", "GET …/messages default limit", \.historyDefaultLimit, 1...10_000),
         .int("history_max_limit", "GET …/messages largest limit", \.historyMaxLimit, 1...10_000),
         .int("sqlite_busy_timeout_ms", "SQLite busy_timeout", \.sqliteBusyTimeoutMs, 0...600_000),
+        .optionalString("turn_urls", "comma-separated turn:/turns: URLs for GET /v1/ice", \.turnURLsOptional),
+        .optionalString("stun_urls", "comma-separated stun: URLs for GET /v1/ice", \.stunURLsOptional),
+        .optionalString("turn_secret_file", "file with coturn's static-auth-secret (or CALLING_TURN_SECRET)", \.turnSecretFile),
+        .int("ice_ttl_seconds", "lifetime of issued TURN credentials", \.iceTTLSeconds, 60...604_800),
+        .int("presence_grace_seconds", "an agent with no connection this long becomes offline", \.presenceGraceSeconds, 0...86_400),
+        .int("presence_request_ttl_seconds", "an unanswered call request ends after this", \.presenceRequestTTLSeconds, 1...86_400),
+        .int("call_join_window_seconds", "a call nobody joins ends with error_user_not_joined", \.callJoinWindowSeconds, 1...86_400),
+        .int("meter_interval_seconds", "how often a running meter is sent", \.meterIntervalSeconds, 1...3_600),
+        .int("meter_warning_seconds", "remaining time at which the meter turns to warning", \.meterWarningSeconds, 0...86_400),
     ]
 
     /// Builds the configuration from its layers; returns every problem at once.
@@ -137,8 +179,8 @@ public struct ServerConfig: Sendable, Equatable {
             if let problem = key.apply(&config, value) { problems.append("\(source): \(problem)") }
         }
         for (name, value) in (file ?? [:]).sorted(by: { $0.key < $1.key }) {
-            if name == "jwt_secret" {
-                problems.append("config file: 'jwt_secret' may not be stored in the config file; use CALLING_JWT_SECRET or jwt_secret_file")
+            if name == "jwt_secret" || name == "turn_secret" {
+                problems.append("config file: '\(name)' may not be stored in the config file; use its CALLING_ environment variable or its _file key")
                 continue
             }
             let text: String
@@ -160,12 +202,16 @@ public struct ServerConfig: Sendable, Equatable {
                 config.jwtSecret = value
                 continue
             }
+            if name == "turn_secret" {
+                config.turnSecret = value
+                continue
+            }
             if name == "config" { continue }
             apply(name, value, source: "env \(variable)")
         }
         for (flag, value) in flags.sorted(by: { $0.key < $1.key }) {
             let name = flag.replacingOccurrences(of: "-", with: "_")
-            if name == "jwt_secret" {
+            if name == "jwt_secret" || name == "turn_secret" {
                 problems.append("flag --\(flag): secrets are never passed as flags; use CALLING_JWT_SECRET or jwt_secret_file")
                 continue
             }

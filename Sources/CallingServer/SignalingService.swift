@@ -28,6 +28,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
 
     let config: ServerConfig
     let verifier: TokenVerifier
+    /// Signs tokens the server hands out itself (calls, presence `accepted`).
+    let issuer: TokenIssuer
     let store: ChatStore
     let logger: Logger
     let metrics = Metrics()
@@ -36,14 +38,18 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     var routes: HTTPRoutes!
 
     private var hub: Hub
+    /// WebSocket endpoints other than the room protocol, by path (e.g. `/v1/presence`).
+    private var endpoints: [String: any WebSocketEndpoint] = [:]
+    private var endpointConnections: [ConnectionID: any WebSocketEndpoint] = [:]
     private var sessions: [ConnectionID: Session] = [:]
     private var lastExpiryCheck: Millis = 0
 
-    init(config: ServerConfig, verifier: TokenVerifier, store: ChatStore, logger: Logger,
+    init(config: ServerConfig, verifier: TokenVerifier, issuer: TokenIssuer, store: ChatStore, logger: Logger,
          now: @escaping @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) })
     {
         self.config = config
         self.verifier = verifier
+        self.issuer = issuer
         self.store = store
         self.logger = logger
         self.now = now
@@ -52,9 +58,34 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
 
     var hubSnapshot: Hub { hub }
 
+    /// Adds a WebSocket endpoint at `path`; call before the server starts.
+    func register(_ endpoint: any WebSocketEndpoint, at path: String) {
+        endpoints[path] = endpoint
+    }
+
+    /// Encodes once and queues `frame` for each target. Service thread.
+    func send(_ frame: Frame, to targets: [ConnectionID]) {
+        deliver(frame, to: targets)
+    }
+
     // MARK: upgrade
 
     func server(_ server: WebSocketServer, shouldUpgrade request: HTTPRequest) -> UpgradeDecision {
+        if let endpoint = endpoints[request.path] {
+            switch authenticate(request) {
+            case .failure(let response):
+                metrics.upgrades["refused_\(response.status)", default: 0] += 1
+                return .reject(response)
+            case .success(let claims):
+                let decision = endpoint.shouldUpgrade(request, claims: claims)
+                if case .accept(let context) = decision {
+                    metrics.upgrades["accepted", default: 0] += 1
+                    return .accept(context: EndpointTicket(path: request.path, context: context))
+                }
+                metrics.upgrades["refused", default: 0] += 1
+                return decision
+            }
+        }
         guard request.path == "/v1/ws" else {
             metrics.upgrades["not_found", default: 0] += 1
             return .reject(.problem(404, code: "not_found", detail: "no WebSocket endpoint at \(request.path.prefix(200))"))
@@ -104,6 +135,11 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     // MARK: connection lifecycle
 
     func server(_ server: WebSocketServer, didOpen connection: ConnectionID, context: any Sendable) {
+        if let ticket = context as? EndpointTicket, let endpoint = endpoints[ticket.path] {
+            endpointConnections[connection] = endpoint
+            endpoint.didOpen(connection, context: ticket.context)
+            return
+        }
         guard let ticket = context as? JoinTicket else {
             transport.close(connection, code: .internalError)
             return
@@ -164,6 +200,9 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     }
 
     func server(_ server: WebSocketServer, didClose connection: ConnectionID) {
+        if let endpoint = endpointConnections.removeValue(forKey: connection) {
+            return endpoint.didClose(connection)
+        }
         guard let session = sessions.removeValue(forKey: connection) else { return }
         if session.joined { apply(hub.handle(.disconnect(connection), now: now())) }
     }
@@ -171,6 +210,9 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     // MARK: frames
 
     func server(_ server: WebSocketServer, didReceive message: InboundMessage, on connection: ConnectionID) {
+        if let endpoint = endpointConnections[connection] {
+            return endpoint.didReceive(message, on: connection)
+        }
         guard var session = sessions[connection] else { return }
         guard session.limiter.admit(now: now()) else {
             let drops = session.limiter.consecutiveDrops
@@ -282,6 +324,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     /// Runs every `tick_ms` on the service thread.
     func tick() {
         let current = now()
+        for endpoint in endpoints.values { endpoint.tick(now: current) }
         apply(hub.handle(.tick, now: current))
         guard current - lastExpiryCheck >= 1_000 else { return }
         lastExpiryCheck = current

@@ -200,6 +200,16 @@ public final class ChatStore: @unchecked Sendable {
         submit(completion) { try ChatRepository(db: $0).summary(room: room, peer: peer) }
     }
 
+    /// Runs `work` with the connection on the store queue, after everything submitted before it
+    /// (appends included), and completes there with its result. For repositories beyond chat
+    /// (calls, API keys, meters) that share this one connection and its ordering.
+    public func perform<Value: Sendable>(
+        _ work: @escaping @Sendable (SQLiteConnection) throws -> Value,
+        completion: @escaping @Sendable (Result<Value, StoreError>) -> Void
+    ) {
+        submit(completion, work)
+    }
+
     /// Runs `work` on the queue and completes with its result.
     private func submit<Value: Sendable>(
         _ completion: @escaping @Sendable (Result<Value, StoreError>) -> Void,
