@@ -90,6 +90,10 @@ public enum CallingCommand {
             }) else { return 78 }
             for (key, value) in config.summary { print("\(key) = \(value)") }
             return 0
+        case "config-table":
+            // The key table of docs/configuration.md, regenerated from the source of truth.
+            print(ServerConfig.markdownTable)
+            return 0
         case "help", "--help", "-h":
             print(usage)
             return 0

@@ -1,0 +1,78 @@
+import CallingCore
+import Foundation
+import XCTest
+
+@testable import CallingServer
+
+final class ServerConfigTests: XCTestCase {
+    func test_later_layers_win_file_then_env_then_flags() throws {
+        let config = try ServerConfig.load(
+            file: ["port": 9000, "host": "0.0.0.0", "typing_ttl_ms": 7000],
+            environment: ["CALLING_PORT": "9100", "CALLING_TYPING_TTL_MS": "8000", "HOME": "/root"],
+            flags: ["port": "9200"]
+        ).get()
+        XCTAssertEqual(config.port, 9200)
+        XCTAssertEqual(config.host, "0.0.0.0")
+        XCTAssertEqual(config.typingTTLMs, 8000)
+    }
+
+    func test_flags_accept_dashes_for_underscores() throws {
+        let config = try ServerConfig.load(file: nil, environment: [:], flags: ["data-dir": "/tmp/x", "max_frame_bytes": "4096"]).get()
+        XCTAssertEqual(config.dataDir, "/tmp/x")
+        XCTAssertEqual(config.maxFrameBytes, 4096)
+    }
+
+    func test_every_problem_is_reported_at_once() {
+        let result = ServerConfig.load(
+            file: ["port": "eighty", "nonsense": 1],
+            environment: ["CALLING_EVENT_LOOP": "select"],
+            flags: ["max_frame_bytes": "12", "jwt_secret": "x"])
+        guard case .failure(let problems) = result else { return XCTFail("expected problems") }
+        XCTAssertEqual(problems.problems.count, 5, problems.description)
+        XCTAssertTrue(problems.description.contains("port"))
+        XCTAssertTrue(problems.description.contains("nonsense"))
+        XCTAssertTrue(problems.description.contains("event_loop"))
+        XCTAssertTrue(problems.description.contains("max_frame_bytes"))
+        XCTAssertTrue(problems.description.contains("secrets are never passed as flags"))
+    }
+
+    func test_secret_comes_only_from_the_environment() throws {
+        let config = try ServerConfig.load(file: nil, environment: ["CALLING_JWT_SECRET": "s3cret"], flags: [:]).get()
+        XCTAssertEqual(config.jwtSecret, "s3cret")
+        XCTAssertFalse(config.summary.contains { $0.1.contains("s3cret") })
+        guard case .failure = ServerConfig.load(file: ["jwt_secret": "in-file"], environment: [:], flags: [:]) else {
+            return XCTFail("a secret in the config file must be refused")
+        }
+    }
+
+    func test_docs_configuration_lists_every_key_exactly() throws {
+        let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/configuration.md")
+        let text = try String(contentsOf: docs, encoding: .utf8)
+        let begin = try XCTUnwrap(text.range(of: "<!-- config-table:begin -->\n"))
+        let end = try XCTUnwrap(text.range(of: "\n<!-- config-table:end -->"))
+        XCTAssertEqual(String(text[begin.upperBound..<end.lowerBound]), ServerConfig.markdownTable,
+                       "docs/configuration.md is out of date: paste ServerConfig.markdownTable between the markers")
+    }
+}
+
+final class SigningSecretTests: XCTestCase {
+    func test_dev_secret_is_generated_once_with_private_permissions_and_reused() throws {
+        let dir = NSTemporaryDirectory() + "secret-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var config = ServerConfig()
+        config.dataDir = dir
+        let first = try SigningSecret.load(config: config)
+        let second = try SigningSecret.load(config: config)
+        XCTAssertEqual(first, second)
+        XCTAssertGreaterThanOrEqual(first.count, 32)
+        let attributes = try FileManager.default.attributesOfItem(atPath: config.resolvedSecretFile)
+        XCTAssertEqual((attributes[.posixPermissions] as? NSNumber)?.intValue, 0o600)
+    }
+
+    func test_short_environment_secret_is_refused() {
+        var config = ServerConfig()
+        config.jwtSecret = "short"
+        XCTAssertThrowsError(try SigningSecret.load(config: config))
+    }
+}
