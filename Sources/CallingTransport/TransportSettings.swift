@@ -23,6 +23,8 @@ public struct TransportSettings: Sendable {
     public var idleHangupSeconds: Int
     /// Seconds the service loop may go without draining its inbox before the watchdog exits.
     public var watchdogSeconds: Double
+    /// Most bytes of queued frames sent together in one write (see `writeCoalesced`).
+    public var maxCoalescedBytes = 65_536
 
     public init(host: String = "127.0.0.1", port: Int = 8080, eventLoop: EventLoop = .libev, maxFrameBytes: Int = 65_536,
                 maxQueueBytes: Int = 1_048_576, maxBodyBytes: Int = 262_144, reservedFileDescriptors: Int = 128,
