@@ -32,6 +32,7 @@ let package = Package(
         .testTarget(name: "CallingProtocolTests", dependencies: ["CallingProtocol"], resources: [.copy("Fixtures")]),
         .testTarget(name: "CallingCoreTests", dependencies: ["CallingCore", "CallingTesting"]),
         .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth"]),
+        .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport"]),
         .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingTesting"]),
         .testTarget(
             name: "CallingServerTests",
