@@ -17,6 +17,7 @@ public enum CallingCommand {
                    print a peer token signed with the server's secret (same config flags as serve)
           migrate  [--data-dir DIR]   apply SQLite migrations and exit
           config   print the effective configuration (secrets hidden)
+          apikey   create --name N | list | revoke --id ID   keys for /v1/calls and /v1/tokens (create prints the key once)
           bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--event-loop libev|poll]
                    acked chat messages per second and ack latency against an in-process server
         """
@@ -72,6 +73,7 @@ public enum CallingCommand {
         }
         let command = arguments[1]
         if command == "bench" { return bench(arguments: arguments) }
+        if command == "apikey" { return APIKeyCommand.run(arguments, environment: environment) }
         let flags: [String: String]
         switch parseFlags(arguments.dropFirst(2)) {
         case .failure(let problems):

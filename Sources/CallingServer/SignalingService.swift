@@ -43,6 +43,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     private var endpointConnections: [ConnectionID: any WebSocketEndpoint] = [:]
     private var sessions: [ConnectionID: Session] = [:]
     private var lastExpiryCheck: Millis = 0
+    /// `/v1/calls`, `/v1/tokens` and the call lifecycle (CallsAPI.swift).
+    private(set) lazy var calls = CallsAPI(service: self, store: store, config: config, logger: logger.labeled("calls"))
 
     init(config: ServerConfig, verifier: TokenVerifier, issuer: TokenIssuer, store: ChatStore, logger: Logger,
          now: @escaping @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) })
@@ -194,6 +196,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         }
         sessions[connection]?.joined = true
         apply(hub.handle(.join(connection, ticket.identity, state), now: now()))
+        calls.peerJoined(ticket.identity, now: now())
         let early = sessions[connection]?.early ?? []
         sessions[connection]?.early = []
         for message in early { apply(hub.handle(.message(connection, message), now: now())) }
@@ -326,6 +329,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         let current = now()
         for endpoint in endpoints.values { endpoint.tick(now: current) }
         apply(hub.handle(.tick, now: current))
+        calls.tick(now: current)
         guard current - lastExpiryCheck >= 1_000 else { return }
         lastExpiryCheck = current
         let nowDate = Date(timeIntervalSince1970: Double(current) / 1000)

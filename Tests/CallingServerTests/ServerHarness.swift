@@ -51,11 +51,14 @@ final class ServerHarness {
     }
 
     /// A plain HTTP request over URLSession (which works on Debian for HTTP, not for WebSocket).
-    func http(_ method: String, _ path: String, bearer: String? = nil, body: Data? = nil) async throws -> (Int, Data) {
+    func http(_ method: String, _ path: String, bearer: String? = nil, body: Data? = nil, headers: [String: String] = [:])
+        async throws -> (Int, Data)
+    {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
         request.httpMethod = method
         request.httpBody = body
         if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         let (data, response) = try await URLSession.shared.data(for: request)
         return ((response as! HTTPURLResponse).statusCode, data)
     }

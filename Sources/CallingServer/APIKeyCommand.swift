@@ -1,0 +1,108 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import Foundation
+
+/// `calling-server apikey create|list|revoke`: manages the keys of the server-to-server routes
+/// (`/v1/calls`, `/v1/tokens`). Works on the database file directly, so it also works while the
+/// server runs (SQLite WAL; the server looks keys up per request, so a revocation takes effect on
+/// the next request).
+enum APIKeyCommand {
+    static let usage = """
+        usage: calling-server apikey create --name NAME   print a new key (shown only this once)
+               calling-server apikey list                 list keys (id, name, created, revoked)
+               calling-server apikey revoke --id ID       revoke a key
+        (plus the config flags of serve, e.g. --data-dir DIR)
+        """
+
+    static func run(_ arguments: [String], environment: [String: String]) -> Int32 {
+        guard arguments.count >= 3 else {
+            CallingCommand.printError(usage)
+            return 64
+        }
+        let action = arguments[2]
+        var flags: [String: String]
+        switch CallingCommand.parseFlags(arguments.dropFirst(3)) {
+        case .failure(let problems):
+            CallingCommand.printError(problems.description)
+            return 64
+        case .success(let parsed): flags = parsed
+        }
+        let name = flags.removeValue(forKey: "name")
+        let id = flags.removeValue(forKey: "id")
+        let config: ServerConfig
+        switch CallingCommand.loadConfig(flags: flags, environment: environment) {
+        case .failure(let problems):
+            CallingCommand.printError(problems.description)
+            return 78
+        case .success(let loaded): config = loaded
+        }
+        switch action {
+        case "create":
+            guard let name, !name.trimmingCharacters(in: .whitespaces).isEmpty else {
+                CallingCommand.printError("apikey create: --name is required\n\(usage)")
+                return 64
+            }
+            return withRepository(config) { keys in
+                let plaintext = APIKey.generate()
+                let record = APIKeyRecord(id: "ak_" + SecureRandom.token(bytes: 9), name: name, hash: APIKey.hash(plaintext),
+                                          createdMs: Self.nowMs())
+                try keys.insert(record)
+                // The key alone on stdout, so `KEY=$(calling-server apikey create --name x)` works.
+                print(plaintext)
+                CallingCommand.printError("created API key \(record.id) (\(name)); the key above is not shown again")
+                return 0
+            }
+        case "list":
+            return withRepository(config) { keys in
+                print(["ID", "NAME", "CREATED", "REVOKED"].joined(separator: "\t"))
+                for key in try keys.all() {
+                    print([key.id, key.name, Self.timestamp(key.createdMs), key.revokedMs.map(Self.timestamp) ?? "-"]
+                        .joined(separator: "\t"))
+                }
+                return 0
+            }
+        case "revoke":
+            guard let id, !id.isEmpty else {
+                CallingCommand.printError("apikey revoke: --id is required\n\(usage)")
+                return 64
+            }
+            return withRepository(config) { keys in
+                switch try keys.revoke(id: id, nowMs: Self.nowMs()) {
+                case .revoked(let key):
+                    print("revoked \(key.id) (\(key.name))")
+                    return 0
+                case .alreadyRevoked(let key):
+                    print("\(key.id) was already revoked at \(Self.timestamp(key.revokedMs ?? 0))")
+                    return 0
+                case .notFound:
+                    CallingCommand.printError("apikey revoke: no key with id '\(id)'")
+                    return 1
+                }
+            }
+        default:
+            CallingCommand.printError("apikey: unknown action '\(action)'\n\(usage)")
+            return 64
+        }
+    }
+
+    /// Opens (and migrates) the database, runs `body` on it, closes it; errors become exit code 1.
+    private static func withRepository(_ config: ServerConfig, _ body: (APIKeyRepository) throws -> Int32) -> Int32 {
+        do {
+            try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
+            let store = try ChatStore.open(path: config.databasePath,
+                                           options: .init(busyTimeoutMs: Int32(config.sqliteBusyTimeoutMs)))
+            defer { store.close() }
+            return try store.sync { try body(APIKeyRepository(db: $0)) }
+        } catch {
+            CallingCommand.printError("calling-server apikey: \(error)")
+            return 1
+        }
+    }
+
+    private static func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    private static func timestamp(_ ms: Int64) -> String {
+        Date(timeIntervalSince1970: Double(ms) / 1000).formatted(.iso8601)
+    }
+}

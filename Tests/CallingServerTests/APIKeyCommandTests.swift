@@ -1,0 +1,66 @@
+import CallingServer
+import Foundation
+import XCTest
+
+/// `calling-server apikey create|list|revoke`, run in-process on a temporary data directory.
+final class APIKeyCommandTests: XCTestCase {
+    private var dataDir = ""
+
+    override func setUp() {
+        dataDir = NSTemporaryDirectory() + "calling-apikey-test-\(UUID().uuidString)"
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: dataDir)
+    }
+
+    func test_create_prints_the_key_once_list_shows_it_revoke_marks_it() throws {
+        let (created, key) = try runCapturingOutput(["apikey", "create", "--name", "billing backend", "--data-dir", dataDir])
+        XCTAssertEqual(created, 0)
+        let plaintext = key.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertTrue(plaintext.hasPrefix("csk_"), plaintext)
+        XCTAssertEqual(plaintext.count, 47)
+
+        let (listed, table) = try runCapturingOutput(["apikey", "list", "--data-dir", dataDir])
+        XCTAssertEqual(listed, 0)
+        let rows = table.split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+        XCTAssertEqual(rows.first, ["ID", "NAME", "CREATED", "REVOKED"])
+        XCTAssertEqual(rows.count, 2)
+        let row = rows[1]
+        XCTAssertTrue(row[0].hasPrefix("ak_"))
+        XCTAssertEqual(row[1], "billing backend")
+        XCTAssertEqual(row[3], "-")
+        XCTAssertFalse(table.contains(plaintext), "the key is never shown again")
+
+        let (revoked, message) = try runCapturingOutput(["apikey", "revoke", "--id", row[0], "--data-dir", dataDir])
+        XCTAssertEqual(revoked, 0)
+        XCTAssertTrue(message.contains("revoked \(row[0])"), message)
+        let (_, after) = try runCapturingOutput(["apikey", "list", "--data-dir", dataDir])
+        XCTAssertNotEqual(after.split(separator: "\n")[1].split(separator: "\t").last, "-")
+    }
+
+    func test_bad_invocations_fail_with_usage_codes() throws {
+        XCTAssertEqual(try runCapturingOutput(["apikey", "create", "--data-dir", dataDir]).0, 64, "--name is required")
+        XCTAssertEqual(try runCapturingOutput(["apikey", "revoke", "--data-dir", dataDir]).0, 64, "--id is required")
+        XCTAssertEqual(try runCapturingOutput(["apikey", "rotate", "--data-dir", dataDir]).0, 64)
+        XCTAssertEqual(try runCapturingOutput(["apikey", "revoke", "--id", "ak_missing", "--data-dir", dataDir]).0, 1)
+    }
+}
+
+/// Runs `calling-server <arguments>` in-process with an empty environment and returns its exit code
+/// and what it wrote to stdout (fd 1 is pointed at a temporary file meanwhile).
+func runCapturingOutput(_ arguments: [String]) throws -> (Int32, String) {
+    let path = NSTemporaryDirectory() + "calling-stdout-\(UUID().uuidString)"
+    let file = open(path, O_CREAT | O_RDWR | O_TRUNC, 0o600)
+    guard file >= 0 else { throw POSIXError(.EIO) }
+    defer { unlink(path) }
+    fflush(nil)
+    let saved = dup(STDOUT_FILENO)
+    dup2(file, STDOUT_FILENO)
+    let code = CallingCommand.run(["calling-server"] + arguments, environment: [:])
+    fflush(nil)
+    dup2(saved, STDOUT_FILENO)
+    close(saved)
+    close(file)
+    return (code, try String(contentsOfFile: path, encoding: .utf8))
+}

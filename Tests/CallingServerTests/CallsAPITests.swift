@@ -1,0 +1,223 @@
+import CallingAuth
+import CallingCore
+import CallingServer
+import CallingTesting
+import Foundation
+import XCTest
+
+/// The server-to-server API end to end: real server, real HTTP, real lws peers, API keys made by the
+/// real CLI on the server's own database. One server at a time (libev: one signal watcher per process).
+final class CallsAPITests: XCTestCase {
+    var server: ServerHarness!
+
+    override func setUp() async throws {
+        server = try ServerHarness()
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+
+    func restart(_ configure: (inout ServerConfig) -> Void) throws {
+        server.shutdown()
+        server = nil
+        server = try ServerHarness(configure: configure)
+    }
+
+    // MARK: helpers
+
+    /// A fresh key from `calling-server apikey create` on the running server's data directory.
+    func makeAPIKey(name: String = "test") throws -> String {
+        let (code, output) = try runCapturingOutput(["apikey", "create", "--name", name, "--data-dir", server.dataDir])
+        XCTAssertEqual(code, 0)
+        return output.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func api(_ method: String, _ path: String, key: String?, json: JSONValue? = nil, raw: String? = nil,
+             useBearer: Bool = false) async throws -> (Int, JSONValue)
+    {
+        var headers: [String: String] = ["Content-Type": "application/json"]
+        if let key, !useBearer { headers["X-API-Key"] = key }
+        let body = raw.map { Data($0.utf8) } ?? json.map { Data(JSONWriter.bytes($0)) }
+        let (status, data) = try await server.http(method, path, bearer: useBearer ? key : nil, body: body, headers: headers)
+        let decoded = data.isEmpty ? JSONValue.null : try JSONParser.parse([UInt8](data))
+        return (status, decoded)
+    }
+
+    func createCall(key: String, _ body: JSONValue = [:]) async throws -> [String: JSONValue] {
+        let (status, created) = try await api("POST", "/v1/calls", key: key, json: body)
+        XCTAssertEqual(status, 201, "\(created)")
+        return created.objectValue ?? [:]
+    }
+
+    /// Polls `GET /v1/calls/{id}` until `done` holds (joins and expiry are recorded asynchronously).
+    func call(_ id: String, key: String, until done: ([String: JSONValue]) -> Bool, timeout: TimeInterval = 5)
+        async throws -> [String: JSONValue]
+    {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            let (status, body) = try await api("GET", "/v1/calls/\(id)", key: key)
+            XCTAssertEqual(status, 200)
+            let fields = body.objectValue ?? [:]
+            if done(fields) || Date() > deadline { return fields }
+            try await Task.sleep(nanoseconds: 100_000_000)
+        }
+    }
+
+    func invalidNames(_ body: JSONValue) -> [String] {
+        (body["invalid_params"]?.arrayValue ?? []).compactMap { $0["name"]?.stringValue }
+    }
+
+    // MARK: API keys
+
+    func test_server_routes_refuse_a_missing_wrong_or_revoked_key_with_401() async throws {
+        let (missing, missingBody) = try await api("POST", "/v1/calls", key: nil, json: [:])
+        XCTAssertEqual(missing, 401)
+        XCTAssertEqual(missingBody["code"], "api_key_missing")
+        XCTAssertEqual(missingBody["status"], 401)
+        let (wrong, wrongBody) = try await api("POST", "/v1/calls", key: "csk_" + String(repeating: "x", count: 43), json: [:])
+        XCTAssertEqual(wrong, 401)
+        XCTAssertEqual(wrongBody["code"], "api_key_invalid")
+        let peerToken = try server.token(peer: "alice")
+        let (jwt, _) = try await api("POST", "/v1/tokens", key: peerToken, json: ["room_id": "r", "peer_id": "p"], useBearer: true)
+        XCTAssertEqual(jwt, 401, "a peer token is not an API key")
+
+        let key = try makeAPIKey()
+        let (viaHeader, _) = try await api("POST", "/v1/calls", key: key, json: [:])
+        XCTAssertEqual(viaHeader, 201)
+        let (viaBearer, _) = try await api("POST", "/v1/calls", key: key, json: [:], useBearer: true)
+        XCTAssertEqual(viaBearer, 201)
+
+        let (_, table) = try runCapturingOutput(["apikey", "list", "--data-dir", server.dataDir])
+        let id = String(try XCTUnwrap(table.split(separator: "\n").last?.split(separator: "\t").first))
+        XCTAssertEqual(try runCapturingOutput(["apikey", "revoke", "--id", id, "--data-dir", server.dataDir]).0, 0)
+        let (revoked, revokedBody) = try await api("GET", "/v1/calls/anything", key: key)
+        XCTAssertEqual(revoked, 401, "a revocation by the CLI applies to the running server's next request")
+        XCTAssertEqual(revokedBody["code"], "api_key_invalid")
+    }
+
+    // MARK: validation
+
+    func test_malformed_bodies_get_400_naming_every_bad_field() async throws {
+        let key = try makeAPIKey()
+        let (notJSON, notJSONBody) = try await api("POST", "/v1/calls", key: key, raw: "{room_id:")
+        XCTAssertEqual(notJSON, 400)
+        XCTAssertEqual(notJSONBody["code"], "invalid_params")
+        XCTAssertEqual(invalidNames(notJSONBody), ["body"])
+
+        let (bad, badBody) = try await api("POST", "/v1/calls", key: key, json: [
+            "room_id": 5, "metadata": "nope", "dynamic_variables": ["customer_name": "Ada", "age": 36],
+            "meter": ["limit_s": "ten", "warning_s": -1],
+        ])
+        XCTAssertEqual(bad, 400)
+        XCTAssertEqual(Set(invalidNames(badBody)),
+                       ["room_id", "metadata", "dynamic_variables.age", "meter.limit_s", "meter.warning_s"])
+        XCTAssertTrue(badBody["detail"]?.stringValue?.contains("meter.limit_s") ?? false)
+
+        let (warning, warningBody) = try await api("POST", "/v1/calls", key: key, json: ["meter": ["limit_s": 60, "warning_s": 60]])
+        XCTAssertEqual(warning, 400)
+        XCTAssertEqual(invalidNames(warningBody), ["meter.warning_s"])
+
+        let (token, tokenBody) = try await api("POST", "/v1/tokens", key: key, json: ["room_id": "r1", "ttl_s": 0])
+        XCTAssertEqual(token, 400)
+        XCTAssertEqual(Set(invalidNames(tokenBody)), ["peer_id", "ttl_s"])
+    }
+
+    func test_unknown_calls_are_404_and_wrong_methods_405() async throws {
+        let key = try makeAPIKey()
+        let (missing, missingBody) = try await api("GET", "/v1/calls/call_nope", key: key)
+        XCTAssertEqual(missing, 404)
+        XCTAssertEqual(missingBody["code"], "call_not_found")
+        let (method, _) = try await api("DELETE", "/v1/calls", key: key)
+        XCTAssertEqual(method, 405)
+    }
+
+    // MARK: calls
+
+    func test_a_created_calls_token_joins_its_room_and_the_call_becomes_ongoing() async throws {
+        try restart { $0.stunURLs = "stun:stun.example.org:3478" }
+        let key = try makeAPIKey()
+        let before = Int64(Date().timeIntervalSince1970)
+        let created = try await createCall(key: key, [
+            "room_id": "consult-1", "agent_id": "agent-7", "peer_id": "patient-1",
+            "metadata": ["order": 42], "dynamic_variables": ["customer_name": "Ada"],
+        ])
+        let callID = try XCTUnwrap(created["call_id"]?.stringValue)
+        XCTAssertTrue(callID.hasPrefix("call_"))
+        XCTAssertEqual(created["room_id"], "consult-1")
+        XCTAssertEqual(created["transport"], "websocket")
+        XCTAssertEqual(created["state"], "registered")
+        XCTAssertEqual(created["ice_servers"], [["urls": ["stun:stun.example.org:3478"]]])
+        let expiresAt = try XCTUnwrap(created["expires_at"]?.int64Value)
+        XCTAssertEqual(Double(expiresAt - before), Double(server.config.tokenTTLSeconds), accuracy: 5, "unix seconds")
+
+        let token = try XCTUnwrap(created["access_token"]?.stringValue)
+        let patient = try await TestPeer.connect(loop: server.loop, port: server.port, token: token)
+        XCTAssertEqual(patient.welcome.payloadObject["peer_id"], "patient-1")
+        XCTAssertEqual(patient.welcome.payloadObject["room_id"], "consult-1")
+        XCTAssertEqual(patient.welcome.payloadObject["call_id"], .string(callID))
+        XCTAssertEqual(patient.welcome.payloadObject["role"], "caller")
+
+        let call = try await call(callID, key: key, until: { $0["state"] == "ongoing" })
+        XCTAssertEqual(call["state"], "ongoing")
+        XCTAssertEqual(call["agent_id"], "agent-7")
+        XCTAssertEqual(call["metadata"], ["order": 42])
+        XCTAssertEqual(call["dynamic_variables"], ["customer_name": "Ada"])
+        XCTAssertEqual(call["end_reason"], .null)
+        let joined = try XCTUnwrap(call["joined_ms"]?.int64Value)
+        XCTAssertGreaterThanOrEqual(joined, try XCTUnwrap(call["created_ms"]?.int64Value))
+    }
+
+    func test_a_call_nobody_joins_in_time_ends_with_error_user_not_joined() async throws {
+        try restart { $0.callJoinWindowSeconds = 1 }
+        let key = try makeAPIKey()
+        let created = try await createCall(key: key, ["room_id": "lonely"])
+        let callID = try XCTUnwrap(created["call_id"]?.stringValue)
+        let ended = try await call(callID, key: key, until: { $0["state"] == "ended" })
+        XCTAssertEqual(ended["state"], "ended")
+        XCTAssertEqual(ended["end_reason"], "error_user_not_joined")
+        XCTAssertEqual(ended["joined_ms"], .null)
+
+        // Joining afterwards does not bring it back.
+        let late = try await TestPeer.connect(loop: server.loop, port: server.port,
+                                              token: try XCTUnwrap(created["access_token"]?.stringValue))
+        late.send(["type": "ping"])
+        _ = try await late.next(type: "pong")
+        let after = try await call(callID, key: key, until: { _ in true })
+        XCTAssertEqual(after["state"], "ended")
+        let (status, refused) = try await api("POST", "/v1/tokens", key: key, json: ["call_id": .string(callID), "peer_id": "agent"])
+        XCTAssertEqual(status, 409)
+        XCTAssertEqual(refused["code"], "call_ended")
+    }
+
+    // MARK: tokens
+
+    func test_tokens_endpoint_mints_a_room_token_and_checks_the_call() async throws {
+        let key = try makeAPIKey()
+        let (status, minted) = try await api("POST", "/v1/tokens", key: key, json: [
+            "room_id": "room-9", "peer_id": "dr-who", "role": "agent", "name": "Dr Who", "ttl_s": 120,
+        ])
+        XCTAssertEqual(status, 201)
+        let expiresAt = try XCTUnwrap(minted["expires_at"]?.int64Value)
+        XCTAssertEqual(Double(expiresAt), Date().timeIntervalSince1970 + 120, accuracy: 5)
+        let agent = try await TestPeer.connect(loop: server.loop, port: server.port, token: try XCTUnwrap(minted["token"]?.stringValue))
+        XCTAssertEqual(agent.welcome.payloadObject["role"], "agent")
+        XCTAssertEqual(agent.welcome.payloadObject["name"], "Dr Who")
+        XCTAssertEqual(agent.welcome.payloadObject["room_id"], "room-9")
+
+        let created = try await createCall(key: key, ["room_id": "room-10"])
+        let callID = try XCTUnwrap(created["call_id"])
+        let (forCall, forCallBody) = try await api("POST", "/v1/tokens", key: key, json: ["call_id": callID, "peer_id": "agent-1"])
+        XCTAssertEqual(forCall, 201)
+        XCTAssertEqual(forCallBody["room_id"], "room-10", "the room defaults to the call's")
+        XCTAssertEqual(forCallBody["call_id"], callID)
+
+        let (wrongRoom, wrongRoomBody) = try await api("POST", "/v1/tokens", key: key,
+                                                       json: ["call_id": callID, "room_id": "room-11", "peer_id": "agent-1"])
+        XCTAssertEqual(wrongRoom, 400)
+        XCTAssertEqual(invalidNames(wrongRoomBody), ["room_id"])
+        let (unknown, unknownBody) = try await api("POST", "/v1/tokens", key: key, json: ["call_id": "call_nope", "peer_id": "a"])
+        XCTAssertEqual(unknown, 400)
+        XCTAssertEqual(invalidNames(unknownBody), ["call_id"])
+    }
+}
