@@ -27,6 +27,10 @@ final class CallsAPI: @unchecked Sendable {
 
     private var lastSweep: Millis = 0
     private var sweepInFlight = false
+    /// `stats` frames not yet written; flushed every tick in one transaction.
+    private var pendingStats: [StatsDraft] = []
+    /// A burst beyond this is written at once instead of waiting for the tick.
+    private static let statsBatchLimit = 512
 
     init(service: SignalingService, store: ChatStore, config: ServerConfig, logger: Logger) {
         self.service = service
@@ -194,8 +198,25 @@ final class CallsAPI: @unchecked Sendable {
 
     // MARK: GET /v1/calls/{id}/stats
 
+    /// Samples per peer plus aggregates. Samples still buffered are written first, so a sample the
+    /// server received before this request is in the answer.
     private func getStats(_ call: CallID, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
-        respond(.problem(404, code: "not_found", detail: "stats are not available yet"))
+        flushStats()
+        store.perform({ db -> (CallRecord?, CallStatsReport) in
+            (try CallRepository(db: db).find(call), try CallStatsRepository(db: db).report(call: call))
+        }) { [service] result in
+            service.transport.post {
+                switch result {
+                case .success((nil, let report)) where report.overall.samples == 0:
+                    respond(Self.callNotFound(call))
+                case .success((_, let report)):
+                    respond(.json(200, report.json))
+                case .failure:
+                    service.metrics.storeFailures += 1
+                    respond(Self.storeUnavailable)
+                }
+            }
+        }
     }
 
     // MARK: POST /v1/tokens
@@ -273,8 +294,29 @@ final class CallsAPI: @unchecked Sendable {
         }
     }
 
-    /// Every `tick_ms`: once a second, ends the calls nobody joined within the window. Service thread.
+    /// A client `stats` frame (already range-checked by the decoder) for the analytics table; written
+    /// with the next tick's batch. A sample from a peer whose token names no call goes to its room's
+    /// live call, or nowhere when the room has none. Service thread.
+    func storeStats(_ draft: StatsDraft) {
+        pendingStats.append(draft)
+        if pendingStats.count >= Self.statsBatchLimit { flushStats() }
+    }
+
+    private func flushStats() {
+        guard !pendingStats.isEmpty else { return }
+        let batch = pendingStats
+        pendingStats = []
+        store.perform({ db in try CallStatsRepository(db: db).insert(batch) }) { [service, logger] result in
+            guard case .failure(let error) = result else { return }
+            logger.error("stats not stored", ["samples": "\(batch.count)", "error": "\(error)"])
+            service.transport.post { service.metrics.storeFailures += 1 }
+        }
+    }
+
+    /// Every `tick_ms`: writes buffered stats; once a second, ends the calls nobody joined within the
+    /// window. Service thread.
     func tick(now: Millis) {
+        flushStats()
         guard now - lastSweep >= 1_000, !sweepInFlight else { return }
         lastSweep = now
         sweepInFlight = true
@@ -318,6 +360,26 @@ extension CallRecord {
             "created_ms": .int(createdMs), "join_deadline_ms": .int(createdMs + joinWindowMs), "joined_ms": int(joinedMs),
             "ended_ms": int(endedMs), "expires_at": .int(expiresMs / 1_000),
         ]
+    }
+}
+
+extension CallStatsReport {
+    /// `GET /v1/calls/{id}/stats`: absent sample fields and aggregates over no values are `null`.
+    var json: JSONValue {
+        func number(_ value: Double?) -> JSONValue { value.map(JSONValue.double) ?? .null }
+        func aggregate(_ value: StatsAggregate) -> JSONValue {
+            ["samples": .int(Int64(value.samples)), "avg_rtt_ms": number(value.avgRTTMs), "max_rtt_ms": number(value.maxRTTMs),
+             "avg_jitter_ms": number(value.avgJitterMs), "max_packet_loss": number(value.maxPacketLoss),
+             "avg_bitrate_kbps": number(value.avgBitrateKbps)]
+        }
+        let peers: [JSONValue] = peers.map { peer in
+            ["peer_id": .string(peer.peer.rawValue), "aggregate": aggregate(peer.aggregate),
+             "samples": .array(peer.samples.map { record in
+                 ["ts_ms": .int(record.timestampMs), "rtt_ms": number(record.sample.rttMs), "jitter_ms": number(record.sample.jitterMs),
+                  "packet_loss": number(record.sample.packetLoss), "bitrate_kbps": number(record.sample.bitrateKbps)]
+             })]
+        }
+        return ["call_id": .string(call.rawValue), "peers": .array(peers), "aggregate": aggregate(overall)]
     }
 }
 

@@ -287,8 +287,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                         }
                     }
                 }
-            case .storeStats:
-                break  // Stats persistence arrives with the calls API (issue 4); the frame is validated already.
+            case .storeStats(let room, let call, let peer, let sample, let timestamp):
+                calls.storeStats(StatsDraft(room: room, call: call, peer: peer, sample: sample, timestampMs: timestamp))
             }
         }
     }

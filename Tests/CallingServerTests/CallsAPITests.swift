@@ -190,6 +190,52 @@ final class CallsAPITests: XCTestCase {
         XCTAssertEqual(refused["code"], "call_ended")
     }
 
+    // MARK: stats
+
+    func test_stats_frames_are_stored_per_peer_and_served_with_aggregates() async throws {
+        let key = try makeAPIKey()
+        let created = try await createCall(key: key, ["room_id": "stats-room", "peer_id": "patient"])
+        let callID = try XCTUnwrap(created["call_id"]?.stringValue)
+        let patient = try await TestPeer.connect(loop: server.loop, port: server.port,
+                                                 token: try XCTUnwrap(created["access_token"]?.stringValue))
+        // The agent's token names no call: its samples go to the room's live call.
+        let agent = try await server.join("agent", room: "stats-room")
+
+        patient.send(["type": "stats", "payload": ["rtt_ms": 20, "jitter_ms": 3.5, "packet_loss": 0.01, "bitrate_kbps": 850]])
+        patient.send(["type": "stats", "payload": ["rtt_ms": 40, "jitter_ms": 1.5, "packet_loss": 0.05]])
+        agent.send(["type": "stats", "payload": ["rtt_ms": 100]])
+        // Out of range: refused by the decoder with an error frame, and never stored.
+        patient.send(["type": "stats", "payload": ["rtt_ms": 10, "packet_loss": 1.5]])
+        let refused = try await patient.next(type: "error")
+        XCTAssertEqual(refused.error?.code, ErrorCode.invalidPayload.rawValue)
+        // A ping answered on each connection means its stats frames were handled before it.
+        for peer in [patient, agent] {
+            peer.send(["type": "ping"])
+            _ = try await peer.next(type: "pong")
+        }
+
+        let (status, stats) = try await api("GET", "/v1/calls/\(callID)/stats", key: key)
+        XCTAssertEqual(status, 200)
+        XCTAssertEqual(stats["call_id"], .string(callID))
+        let peers = try XCTUnwrap(stats["peers"]?.arrayValue)
+        XCTAssertEqual(peers.map { $0["peer_id"] }, ["agent", "patient"])
+        let patientStats = peers[1]
+        XCTAssertEqual(patientStats["samples"]?.arrayValue?.count, 2)
+        XCTAssertEqual(patientStats["samples"]?.arrayValue?.first?["bitrate_kbps"]?.doubleValue, 850)
+        XCTAssertEqual(patientStats["samples"]?.arrayValue?.last?["bitrate_kbps"], .null)
+        XCTAssertEqual(patientStats["aggregate"]?["avg_rtt_ms"]?.doubleValue, 30)
+        XCTAssertEqual(patientStats["aggregate"]?["max_rtt_ms"]?.doubleValue, 40)
+        XCTAssertEqual(patientStats["aggregate"]?["avg_jitter_ms"]?.doubleValue, 2.5)
+        XCTAssertEqual(patientStats["aggregate"]?["max_packet_loss"]?.doubleValue, 0.05)
+        XCTAssertEqual(stats["aggregate"]?["samples"], 3)
+        XCTAssertEqual(stats["aggregate"]?["max_rtt_ms"]?.doubleValue, 100)
+
+        let (unknown, _) = try await api("GET", "/v1/calls/call_nope/stats", key: key)
+        XCTAssertEqual(unknown, 404)
+        let (anonymous, _) = try await api("GET", "/v1/calls/\(callID)/stats", key: nil)
+        XCTAssertEqual(anonymous, 401)
+    }
+
     // MARK: tokens
 
     func test_tokens_endpoint_mints_a_room_token_and_checks_the_call() async throws {
