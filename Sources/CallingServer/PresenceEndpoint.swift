@@ -1,0 +1,186 @@
+import CallingAuth
+import CallingCore
+import CallingTransport
+import Foundation
+
+/// What a presence connection proved at upgrade time, handed from `shouldUpgrade` to `didOpen`.
+struct PresenceTicket: Sendable {
+    var identity: PresenceIdentity
+    var expiresAt: Date
+}
+
+/// The presence channel at `/v1/presence`: authenticates the upgrade (scope `presence`, a known
+/// role), decodes frames, runs `PresenceHub` and carries out its effects, minting the room tokens
+/// of accepted calls. Every method runs on the service thread (the `WebSocketEndpoint` contract),
+/// so the state below needs no lock.
+final class PresenceEndpoint: WebSocketEndpoint {
+    struct Session {
+        var expiresAt: Date
+        var limiter: RateLimiter
+    }
+
+    /// The service owns this endpoint (`register`), so it outlives it.
+    private unowned let service: SignalingService
+    private var hub: PresenceHub
+    private var sessions: [ConnectionID: Session] = [:]
+    private let limits = PresenceLimits()
+    private var lastExpiryCheck: Millis = 0
+
+    init(service: SignalingService) {
+        self.service = service
+        let config = service.config
+        hub = PresenceHub(settings: PresenceSettings(graceMs: Int64(config.presenceGraceSeconds) * 1_000,
+                                                     requestTTLMs: Int64(config.presenceRequestTTLSeconds) * 1_000),
+                          ids: RandomPresenceIDs())
+    }
+
+    // MARK: WebSocketEndpoint
+
+    func shouldUpgrade(_ request: HTTPRequest, claims: PeerTokenClaims) -> UpgradeDecision {
+        guard claims.scope.contains("presence") else {
+            return .reject(.problem(403, code: "token_wrong_scope", detail: "the token's scope does not include 'presence'"))
+        }
+        guard let roleName = claims.role, let role = PresenceRole(rawValue: roleName) else {
+            return .reject(.problem(403, code: "token_wrong_role",
+                                    detail: "the token's role must be agent, dashboard or caller for /v1/presence"))
+        }
+        var queues: [QueueName]?
+        if role == .agent, let raw = request.query["queues"] {
+            do throws(PresenceQueueError) {
+                queues = try PresenceQueues.parse(raw, limits: limits)
+            } catch {
+                return .reject(.problem(400, code: "bad_queues", detail: error.message))
+            }
+        }
+        let identity = PresenceIdentity(peer: claims.sub, role: role, name: claims.name, queues: queues)
+        return .accept(context: PresenceTicket(identity: identity, expiresAt: claims.expiresAt))
+    }
+
+    func didOpen(_ connection: ConnectionID, context: any Sendable) {
+        guard let ticket = context as? PresenceTicket else {
+            service.transport.close(connection, code: .internalError)
+            return
+        }
+        let config = service.config
+        sessions[connection] = Session(expiresAt: ticket.expiresAt,
+                                       limiter: RateLimiter(perSecond: config.maxFramesPerSecond, burst: config.frameBurst))
+        apply(hub.handle(.connect(connection, ticket.identity), now: service.now()))
+    }
+
+    func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
+        guard var session = sessions[connection] else { return }
+        let config = service.config
+        let admitted = session.limiter.admit(now: service.now())
+        sessions[connection] = session
+        guard admitted else {
+            // Same policy as the room protocol: one error per burst, then close on a sustained flood.
+            let drops = session.limiter.consecutiveDrops
+            if drops >= config.floodCloseAfter {
+                service.metrics.closes[CloseCode.flood.reason, default: 0] += 1
+                service.transport.close(connection, code: .flood)
+            } else if drops == 1 || drops % 50 == 0 {
+                sendError(FrameError(.rateLimited, "more than \(Int(config.maxFramesPerSecond)) frames per second; frames are being dropped"),
+                          to: connection)
+            }
+            return
+        }
+        let decoded: PresenceMessage
+        switch message {
+        case .binary:
+            return sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
+        case .tooLarge(let count):
+            return sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
+                             to: connection)
+        case .text(let bytes):
+            do {
+                decoded = try PresenceFrameDecoder.decode(bytes, limits: limits)
+            } catch {
+                return sendError(error, to: connection)
+            }
+        }
+        service.metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
+        apply(hub.handle(.message(connection, decoded), now: service.now()))
+    }
+
+    func didClose(_ connection: ConnectionID) {
+        guard sessions.removeValue(forKey: connection) != nil else { return }
+        apply(hub.handle(.disconnect(connection), now: service.now()))
+    }
+
+    func tick(now: Millis) {
+        apply(hub.handle(.tick, now: now))
+        guard now - lastExpiryCheck >= 1_000 else { return }
+        lastExpiryCheck = now
+        let limit = Date(timeIntervalSince1970: Double(now) / 1000).addingTimeInterval(-service.config.jwtLeewaySeconds)
+        for (connection, session) in sessions where session.expiresAt < limit {
+            service.metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
+            service.transport.close(connection, code: .tokenExpired)
+        }
+    }
+
+    // MARK: effects
+
+    private func sendError(_ error: FrameError, to connection: ConnectionID) {
+        service.metrics.errors[error.code.name, default: 0] += 1
+        service.send(error.frame, to: [connection])
+    }
+
+    /// Carries out effects in order. A failed mint feeds `.callFailed` back; its effects run after
+    /// the ones already queued, so the agent's `busy` broadcast precedes its return to `available`.
+    private func apply(_ effects: [PresenceEffect]) {
+        var pending = effects[...]
+        while let effect = pending.popFirst() {
+            switch effect {
+            case .send(let targets, let frame):
+                if frame.type == PresenceFrameType.error.rawValue, let code = frame.error?.code,
+                    let name = ErrorCode(rawValue: code)?.name
+                {
+                    service.metrics.errors[name, default: 0] += targets.count
+                }
+                service.send(frame, to: targets)
+            case .close(let connection, let code):
+                service.metrics.closes[code.reason, default: 0] += 1
+                // The hub has already forgotten the old connection; its close must not reach it.
+                sessions[connection] = nil
+                service.transport.close(connection, code: code)
+            case .mintCall(let call):
+                do {
+                    let (callerToken, agentToken) = try mint(call)
+                    service.send(call.acceptedFrame(token: callerToken), to: [call.callerConnection])
+                    service.send(call.acceptedFrame(token: agentToken), to: [call.agentConnection])
+                } catch {
+                    service.logger.error("call tokens not issued", ["request.id": call.requestID.rawValue, "error": "\(error)"])
+                    pending.append(contentsOf: hub.handle(.callFailed(call.requestID), now: service.now()))
+                }
+            }
+        }
+    }
+
+    /// One room token per side: same room and call, `sub` and `role` of that side, scope `room`.
+    private func mint(_ call: PresenceCall) throws(TokenIssueError) -> (caller: String, agent: String) {
+        let config = service.config
+        let issuedAt = Date(timeIntervalSince1970: Double(service.now()) / 1000)
+        let expiresAt = issuedAt.addingTimeInterval(TimeInterval(config.tokenTTLSeconds))
+        func claims(_ peer: PeerID, role: PresenceRole, name: String?) -> PeerTokenClaims {
+            PeerTokenClaims(sub: peer, roomID: call.roomID, callID: call.callID, role: role.rawValue, name: name, scope: ["room"],
+                            audience: config.jwtAudience, issuedAt: issuedAt, expiresAt: expiresAt)
+        }
+        let caller = try service.issuer.issue(claims(call.caller, role: .caller, name: call.callerName))
+        let agent = try service.issuer.issue(claims(call.agent, role: .agent, name: call.agentName))
+        return (caller, agent)
+    }
+}
+
+/// `req_`, `call_`, `room_` followed by 24 hex digits (96 bits) from OpenSSL's CSPRNG.
+struct RandomPresenceIDs: PresenceIDSource {
+    private static let digits = Array("0123456789abcdef")
+
+    mutating func make(_ kind: PresenceIDKind) -> String {
+        var id = kind.rawValue + "_"
+        for byte in SecureRandom.bytes(12) {
+            id.append(Self.digits[Int(byte >> 4)])
+            id.append(Self.digits[Int(byte & 0x0f)])
+        }
+        return id
+    }
+}

@@ -1,0 +1,454 @@
+import CallingCore
+import XCTest
+
+/// The presence hub as its users see it: which frames each connection receives. Ids come from
+/// `SequentialPresenceIDs` (`req_1`, `call_2`, …) and time is a plain variable; nothing sleeps.
+final class PresenceHubTests: XCTestCase {
+    private var hub = PresenceHub(settings: PresenceSettings(graceMs: 30_000, requestTTLMs: 90_000, endedMemoryMs: 120_000))
+    private var now: Millis = 1_700_000_000_000
+
+    private let ann = ConnectionID(1)  // agent
+    private let bob = ConnectionID(2)  // agent
+    private let dash = ConnectionID(3)  // dashboard
+    private let carl = ConnectionID(4)  // caller
+    private let cora = ConnectionID(5)  // caller
+    private let fresh = ConnectionID(6)  // reconnects and takeovers
+
+    // MARK: - Driving the hub
+
+    @discardableResult
+    private func connect(_ connection: ConnectionID, _ peer: PeerID, _ role: PresenceRole, name: String? = nil,
+                         queues: [QueueName]? = nil) -> [PresenceEffect]
+    {
+        hub.handle(.connect(connection, PresenceIdentity(peer: peer, role: role, name: name, queues: queues)), now: now)
+    }
+
+    @discardableResult
+    private func send(_ connection: ConnectionID, _ message: PresenceMessage) -> [PresenceEffect] {
+        hub.handle(.message(connection, message), now: now)
+    }
+
+    @discardableResult
+    private func disconnect(_ connection: ConnectionID) -> [PresenceEffect] {
+        hub.handle(.disconnect(connection), now: now)
+    }
+
+    @discardableResult
+    private func tick() -> [PresenceEffect] { hub.handle(.tick, now: now) }
+
+    private func advance(seconds: Int64) { now += seconds * 1_000 }
+
+    /// Agents ann and bob, a dashboard and caller carl.
+    private func connectAll(queues: [QueueName]? = nil) {
+        connect(ann, "ann", .agent, queues: queues)
+        connect(bob, "bob", .agent, queues: queues)
+        connect(dash, "dash", .dashboard)
+        connect(carl, "carl", .caller, name: "Carl")
+    }
+
+    private func frames(_ effects: [PresenceEffect], to connection: ConnectionID) -> [Frame] {
+        effects.compactMap { effect in
+            if case .send(let targets, let frame) = effect, targets.contains(connection) { return frame }
+            return nil
+        }
+    }
+
+    private func frame(_ effects: [PresenceEffect], _ type: String, to connection: ConnectionID,
+                       file: StaticString = #filePath, line: UInt = #line) -> Frame?
+    {
+        let found = frames(effects, to: connection).first { $0.type == type }
+        if found == nil {
+            XCTFail("no \(type) frame for \(connection) in \(effects)", file: file, line: line)
+        }
+        return found
+    }
+
+    private func errorCode(_ effects: [PresenceEffect], to connection: ConnectionID) -> ErrorCode? {
+        frames(effects, to: connection).first { $0.type == "error" }?.error.flatMap { ErrorCode(rawValue: $0.code) }
+    }
+
+    private func calls(_ effects: [PresenceEffect]) -> [PresenceCall] {
+        effects.compactMap { if case .mintCall(let call) = $0 { return call } else { return nil } }
+    }
+
+    private func agentEntry(_ frame: Frame?, _ agent: String) -> JSONValue? {
+        frame?.payload?["agents"]?.arrayValue?.first { $0["agent_id"] == .string(agent) }
+    }
+
+    /// carl asks for `target`; returns the request id the hub chose.
+    private func request(_ target: PresenceTarget, from caller: ConnectionID = ConnectionID(4), metadata: JSONValue? = nil,
+                         file: StaticString = #filePath, line: UInt = #line) -> PresenceRequestID?
+    {
+        let effects = send(caller, .request(target, metadata: metadata))
+        guard let id = frames(effects, to: caller).first(where: { $0.type == "request" })?.payload?["request_id"]?.stringValue else {
+            XCTFail("no request ack in \(effects)", file: file, line: line)
+            return nil
+        }
+        return PresenceRequestID(id)
+    }
+
+    // MARK: - Snapshot and status
+
+    func test_every_connection_gets_a_snapshot_of_all_agents() throws {
+        connect(ann, "ann", .agent, queues: ["sales"])
+        advance(seconds: 1)
+        send(ann, .setStatus(.away, note: "lunch", queues: nil))
+        let effects = connect(dash, "dash", .dashboard)
+        let connected = try XCTUnwrap(frame(effects, "connected", to: dash))
+        XCTAssertEqual(connected.payload?["peer_id"], "dash")
+        XCTAssertEqual(connected.payload?["role"], "dashboard")
+        XCTAssertEqual(agentEntry(connected, "ann"), [
+            "agent_id": "ann", "status": "away", "note": "lunch", "queues": ["sales"], "updated_at": .int(now),
+        ])
+        let callerView = frame(connect(carl, "carl", .caller), "connected", to: carl)
+        XCTAssertEqual(agentEntry(callerView, "ann")?["status"], "away")
+    }
+
+    func test_a_new_agent_starts_available_and_everybody_hears_it() {
+        connect(dash, "dash", .dashboard)
+        let effects = connect(ann, "ann", .agent)
+        XCTAssertEqual(agentEntry(frame(effects, "connected", to: ann), "ann")?["status"], "available")
+        let delta = frame(effects, "status", to: dash)
+        XCTAssertEqual(delta?.payload?["agent_id"], "ann")
+        XCTAssertEqual(delta?.payload?["status"], "available")
+        XCTAssertEqual(delta?.from, "ann")
+        XCTAssertEqual(frames(effects, to: ann).map(\.type), ["connected"], "its snapshot already says so")
+    }
+
+    func test_status_changes_reach_every_connection_including_the_agent() {
+        connectAll()
+        advance(seconds: 5)
+        let effects = send(ann, .setStatus(.away, note: "back at 2", queues: nil))
+        for connection in [ann, bob, dash, carl] {
+            let delta = frame(effects, "status", to: connection)
+            XCTAssertEqual(delta?.payload?["status"], "away")
+            XCTAssertEqual(delta?.payload?["note"], "back at 2")
+            XCTAssertEqual(delta?.payload?["updated_at"], .int(now))
+        }
+    }
+
+    func test_status_survives_a_reconnect_within_the_grace_period() {
+        connect(dash, "dash", .dashboard)
+        connect(ann, "ann", .agent)
+        send(ann, .setStatus(.away, note: "meeting", queues: nil))
+        XCTAssertTrue(frames(disconnect(ann), to: dash).isEmpty, "a disconnect alone is not news")
+        advance(seconds: 29)
+        XCTAssertTrue(tick().isEmpty)
+        let effects = connect(fresh, "ann", .agent)
+        XCTAssertEqual(agentEntry(frame(effects, "connected", to: fresh), "ann")?["status"], "away")
+        XCTAssertEqual(agentEntry(frame(effects, "connected", to: fresh), "ann")?["note"], "meeting")
+        XCTAssertTrue(frames(effects, to: dash).isEmpty)
+        advance(seconds: 60)
+        XCTAssertTrue(tick().isEmpty, "the grace timer stopped when the agent came back")
+    }
+
+    func test_grace_expiry_makes_the_agent_offline_and_a_later_connect_available_again() {
+        connect(dash, "dash", .dashboard)
+        connect(ann, "ann", .agent)
+        send(ann, .setStatus(.busy, note: "on a call", queues: nil))
+        disconnect(ann)
+        advance(seconds: 30)
+        let expired = tick()
+        let delta = frame(expired, "status", to: dash)
+        XCTAssertEqual(delta?.payload?["status"], "offline")
+        XCTAssertEqual(delta?.payload?["note"], .null)
+        XCTAssertEqual(hub.status(of: "ann"), .offline)
+        advance(seconds: 1)
+        XCTAssertTrue(tick().isEmpty, "offline is announced once")
+
+        let back = connect(fresh, "ann", .agent)
+        XCTAssertEqual(frame(back, "status", to: dash)?.payload?["status"], "available")
+    }
+
+    func test_an_offline_the_agent_chose_survives_reconnects() {
+        connect(ann, "ann", .agent)
+        send(ann, .setStatus(.offline, note: nil, queues: nil))
+        disconnect(ann)
+        advance(seconds: 60)
+        tick()
+        connect(fresh, "ann", .agent)
+        XCTAssertEqual(hub.status(of: "ann"), .offline)
+    }
+
+    func test_a_second_agent_connection_takes_over_and_the_old_one_is_closed_replaced() {
+        connect(dash, "dash", .dashboard)
+        connect(ann, "ann", .agent)
+        let effects = connect(fresh, "ann", .agent)
+        XCTAssertTrue(effects.contains(.close(ann, .replaced)))
+        XCTAssertNotNil(frame(effects, "connected", to: fresh))
+        XCTAssertTrue(frames(effects, to: dash).isEmpty, "the status did not change")
+        XCTAssertTrue(disconnect(ann).isEmpty, "the replaced connection's close changes nothing")
+        advance(seconds: 60)
+        XCTAssertTrue(tick().isEmpty, "the agent is still connected")
+        let delta = send(fresh, .setStatus(.away, note: nil, queues: nil))
+        XCTAssertEqual(frame(delta, "status", to: fresh)?.payload?["status"], "away")
+        XCTAssertTrue(frames(delta, to: ann).isEmpty, "the replaced connection hears nothing more")
+    }
+
+    func test_queues_come_from_connect_and_are_replaced_by_status() {
+        connect(ann, "ann", .agent, queues: ["sales", "support"])
+        let effects = send(ann, .setStatus(.available, note: nil, queues: ["billing"]))
+        XCTAssertEqual(frame(effects, "status", to: ann)?.payload?["queues"], ["billing"])
+        disconnect(ann)
+        let back = connect(fresh, "ann", .agent)
+        XCTAssertEqual(agentEntry(frame(back, "connected", to: fresh), "ann")?["queues"], ["billing"],
+                       "a connect without queues keeps the list")
+        let changed = connect(ConnectionID(7), "ann", .agent, queues: ["sales"])
+        XCTAssertEqual(agentEntry(frame(changed, "connected", to: ConnectionID(7)), "ann")?["queues"], ["sales"])
+    }
+
+    func test_ping_is_answered_with_pong_for_every_role() {
+        connectAll()
+        for connection in [ann, dash, carl] {
+            let pong = frames(send(connection, .ping(payload: ["n": 3])), to: connection)
+            XCTAssertEqual(pong, [Frame(type: "pong", payload: ["n": 3])])
+        }
+    }
+
+    // MARK: - Requests
+
+    func test_request_rings_the_agent_and_acks_the_caller() {
+        connectAll()
+        let effects = send(carl, .request(.agent("ann"), metadata: ["topic": "refund"]))
+        let offer = frame(effects, "request", to: ann)
+        XCTAssertEqual(offer?.payload?["request_id"], "req_1")
+        XCTAssertEqual(offer?.payload?["from"], "carl")
+        XCTAssertEqual(offer?.payload?["name"], "Carl")
+        XCTAssertEqual(offer?.payload?["metadata"], ["topic": "refund"])
+        XCTAssertEqual(offer?.payload?["expires_at"], .int(now + 90_000))
+        let ack = frame(effects, "request", to: carl)
+        XCTAssertEqual(ack?.payload?["request_id"], "req_1")
+        XCTAssertEqual(ack?.payload?["agent_id"], "ann")
+        XCTAssertEqual(ack?.payload?["state"], "ringing")
+        XCTAssertTrue(frames(effects, to: bob).isEmpty)
+        XCTAssertTrue(frames(effects, to: dash).isEmpty)
+    }
+
+    func test_accept_mints_one_call_and_makes_the_agent_busy() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        let effects = send(ann, .accept(id))
+        let call = try XCTUnwrap(calls(effects).first)
+        XCTAssertEqual(call, PresenceCall(requestID: id, callID: "call_2", roomID: "room_3", caller: "carl", callerName: "Carl",
+                                          callerConnection: carl, agent: "ann", agentName: nil, agentConnection: ann))
+        XCTAssertEqual(frame(effects, "status", to: dash)?.payload?["status"], "busy")
+        XCTAssertEqual(hub.status(of: "ann"), .busy)
+        let accepted = call.acceptedFrame(token: "t")
+        XCTAssertEqual(accepted.payload, ["request_id": .string(id.rawValue), "call_id": "call_2", "room_id": "room_3",
+                                          "agent_id": "ann", "caller_id": "carl", "token": "t"])
+    }
+
+    func test_first_accept_wins_and_later_answers_get_409() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        XCTAssertEqual(calls(send(ann, .accept(id))).count, 1)
+        let again = send(ann, .accept(id))
+        XCTAssertTrue(calls(again).isEmpty)
+        XCTAssertEqual(errorCode(again, to: ann), .conflict)
+        XCTAssertEqual(frame(again, "error", to: ann)?.payload, ["type": "accept", "request_id": .string(id.rawValue)])
+        XCTAssertEqual(errorCode(send(ann, .decline(id)), to: ann), .conflict)
+        XCTAssertEqual(errorCode(send(carl, .cancel(id)), to: carl), .conflict)
+    }
+
+    func test_decline_ends_the_request_for_both_sides() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        let effects = send(ann, .decline(id))
+        let ended = Frame(type: "ended", payload: ["request_id": .string(id.rawValue), "reason": "declined"])
+        XCTAssertEqual(frames(effects, to: ann), [ended])
+        XCTAssertEqual(frames(effects, to: carl), [ended])
+        XCTAssertEqual(hub.status(of: "ann"), .available)
+        XCTAssertEqual(errorCode(send(ann, .accept(id)), to: ann), .conflict, "accepting an ended request")
+    }
+
+    func test_cancel_by_the_caller_ends_it_for_both() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        let effects = send(carl, .cancel(id))
+        XCTAssertEqual(frame(effects, "ended", to: ann)?.payload?["reason"], "cancelled")
+        XCTAssertEqual(frame(effects, "ended", to: carl)?.payload?["reason"], "cancelled")
+        XCTAssertEqual(hub.ringingCount, 0)
+    }
+
+    func test_unanswered_request_times_out_after_the_ttl() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        advance(seconds: 89)
+        XCTAssertTrue(tick().isEmpty)
+        advance(seconds: 1)
+        let effects = tick()
+        XCTAssertEqual(frame(effects, "ended", to: ann)?.payload, ["request_id": .string(id.rawValue), "reason": "timeout"])
+        XCTAssertEqual(frame(effects, "ended", to: carl)?.payload?["reason"], "timeout")
+        XCTAssertEqual(errorCode(send(ann, .accept(id)), to: ann), .conflict)
+    }
+
+    func test_ended_requests_are_forgotten_after_a_while_and_then_read_as_unknown() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        send(carl, .cancel(id))
+        advance(seconds: 120)
+        tick()
+        XCTAssertEqual(errorCode(send(ann, .accept(id)), to: ann), .peerNotFound)
+    }
+
+    func test_a_disconnect_of_either_side_ends_the_request() throws {
+        connectAll()
+        let first = try XCTUnwrap(request(.agent("ann")))
+        let callerGone = disconnect(carl)
+        XCTAssertEqual(frame(callerGone, "ended", to: ann)?.payload, ["request_id": .string(first.rawValue), "reason": "disconnected"])
+
+        connect(cora, "cora", .caller)
+        let second = try XCTUnwrap(request(.agent("bob"), from: cora))
+        let agentGone = disconnect(bob)
+        XCTAssertEqual(frame(agentGone, "ended", to: cora)?.payload, ["request_id": .string(second.rawValue), "reason": "disconnected"])
+        XCTAssertEqual(hub.ringingCount, 0)
+    }
+
+    func test_a_ringing_request_follows_the_agent_to_its_new_connection() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        let effects = connect(fresh, "ann", .agent)
+        XCTAssertEqual(frames(effects, to: fresh).map(\.type), ["connected", "request"])
+        XCTAssertEqual(frame(effects, "request", to: fresh)?.payload?["request_id"], .string(id.rawValue))
+        XCTAssertEqual(calls(send(fresh, .accept(id))).first?.agentConnection, fresh)
+    }
+
+    func test_an_agent_turning_away_declines_what_rings() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        let effects = send(ann, .setStatus(.away, note: nil, queues: nil))
+        XCTAssertEqual(frame(effects, "ended", to: carl)?.payload, ["request_id": .string(id.rawValue), "reason": "declined"])
+    }
+
+    func test_failed_minting_ends_the_request_and_frees_the_agent() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        send(ann, .accept(id))
+        let effects = hub.handle(.callFailed(id), now: now)
+        XCTAssertEqual(frame(effects, "ended", to: carl)?.payload?["reason"], "failed")
+        XCTAssertEqual(frame(effects, "ended", to: ann)?.payload?["reason"], "failed")
+        XCTAssertEqual(frame(effects, "status", to: dash)?.payload?["status"], "available")
+        XCTAssertTrue(hub.handle(.callFailed(id), now: now).isEmpty, "reported once")
+    }
+
+    // MARK: - Queue routing
+
+    func test_queue_request_goes_to_the_longest_idle_available_agent() {
+        connect(ann, "ann", .agent, queues: ["sales"])
+        advance(seconds: 1)
+        connect(bob, "bob", .agent, queues: ["sales", "support"])
+        advance(seconds: 1)
+        connect(ConnectionID(7), "abe", .agent, queues: ["support"])
+        connect(carl, "carl", .caller)
+        connect(cora, "cora", .caller)
+
+        // ann has been available longest.
+        let first = send(carl, .request(.queue("sales"), metadata: nil))
+        XCTAssertEqual(frame(first, "request", to: carl)?.payload?["agent_id"], "ann")
+        XCTAssertEqual(frame(first, "request", to: carl)?.payload?["queue"], "sales")
+        XCTAssertEqual(frame(first, "request", to: ann)?.payload?["queue"], "sales")
+        // ann is ringing, so the next sales caller gets bob.
+        let second = send(cora, .request(.queue("sales"), metadata: nil))
+        XCTAssertEqual(frame(second, "request", to: cora)?.payload?["agent_id"], "bob")
+    }
+
+    func test_queue_routing_skips_busy_away_and_disconnected_agents() {
+        connect(ann, "ann", .agent, queues: ["sales"])
+        advance(seconds: 1)
+        connect(bob, "bob", .agent, queues: ["sales"])
+        advance(seconds: 1)
+        connect(ConnectionID(7), "abe", .agent, queues: ["sales"])
+        connect(carl, "carl", .caller)
+        send(ann, .setStatus(.away, note: nil, queues: nil))
+        disconnect(bob)
+        let effects = send(carl, .request(.queue("sales"), metadata: nil))
+        XCTAssertEqual(frame(effects, "request", to: carl)?.payload?["agent_id"], "abe")
+    }
+
+    func test_becoming_available_again_moves_an_agent_to_the_back_of_the_queue() {
+        connect(ann, "ann", .agent, queues: ["sales"])
+        advance(seconds: 1)
+        connect(bob, "bob", .agent, queues: ["sales"])
+        advance(seconds: 1)
+        send(ann, .setStatus(.busy, note: nil, queues: nil))
+        send(ann, .setStatus(.available, note: nil, queues: nil))
+        connect(carl, "carl", .caller)
+        XCTAssertEqual(frame(send(carl, .request(.queue("sales"), metadata: nil)), "request", to: carl)?.payload?["agent_id"], "bob")
+    }
+
+    func test_a_queue_with_nobody_available_is_409_and_an_unknown_queue_404() {
+        connect(ann, "ann", .agent, queues: ["sales"])
+        connect(carl, "carl", .caller)
+        send(ann, .setStatus(.busy, note: nil, queues: nil))
+        XCTAssertEqual(errorCode(send(carl, .request(.queue("sales"), metadata: nil)), to: carl), .conflict)
+        XCTAssertEqual(errorCode(send(carl, .request(.queue("nobody"), metadata: nil)), to: carl), .peerNotFound)
+    }
+
+    // MARK: - Refusals
+
+    func test_requests_for_unknown_or_unavailable_agents_are_refused() throws {
+        connectAll()
+        connect(cora, "cora", .caller)
+        XCTAssertEqual(errorCode(send(carl, .request(.agent("zed"), metadata: nil)), to: carl), .peerNotFound)
+        send(bob, .setStatus(.busy, note: nil, queues: nil))
+        XCTAssertEqual(errorCode(send(carl, .request(.agent("bob"), metadata: nil)), to: carl), .conflict)
+        send(bob, .setStatus(.away, note: nil, queues: nil))
+        XCTAssertEqual(errorCode(send(carl, .request(.agent("bob"), metadata: nil)), to: carl), .conflict)
+        send(bob, .setStatus(.available, note: nil, queues: nil))
+        disconnect(bob)
+        XCTAssertEqual(hub.status(of: "bob"), .available)
+        XCTAssertEqual(errorCode(send(carl, .request(.agent("bob"), metadata: nil)), to: carl), .conflict,
+                       "available but in its grace period, not connected")
+
+        _ = try XCTUnwrap(request(.agent("ann")))
+        XCTAssertEqual(errorCode(send(cora, .request(.agent("ann"), metadata: nil)), to: cora), .conflict,
+                       "ann is ringing for carl")
+        XCTAssertEqual(errorCode(send(carl, .request(.queue("sales"), metadata: nil)), to: carl), .conflict,
+                       "carl already waits on a request")
+        XCTAssertEqual(hub.ringingCount, 1)
+    }
+
+    func test_frames_from_the_wrong_role_are_403_and_change_nothing() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        let cases: [(ConnectionID, PresenceMessage, String)] = [
+            (carl, .accept(id), "a caller accepting"),
+            (carl, .decline(id), "a caller declining"),
+            (carl, .setStatus(.away, note: nil, queues: nil), "a caller setting a status"),
+            (dash, .setStatus(.away, note: nil, queues: nil), "a dashboard setting a status"),
+            (dash, .accept(id), "a dashboard accepting"),
+            (dash, .request(.agent("bob"), metadata: nil), "a dashboard requesting"),
+            (ann, .request(.agent("bob"), metadata: nil), "an agent requesting"),
+            (ann, .cancel(id), "an agent cancelling"),
+        ]
+        for (connection, message, name) in cases {
+            let effects = send(connection, message)
+            XCTAssertEqual(effects.count, 1, name)
+            let error = frame(effects, "error", to: connection)
+            XCTAssertEqual(error?.error?.code, ErrorCode.forbidden.rawValue, name)
+            XCTAssertEqual(error?.payload?["type"], .string(message.frameType.rawValue), name)
+        }
+        XCTAssertEqual(hub.ringingCount, 1)
+        XCTAssertEqual(hub.status(of: "ann"), .available)
+    }
+
+    func test_answering_someone_elses_request_is_404() throws {
+        connectAll()
+        connect(cora, "cora", .caller)
+        let id = try XCTUnwrap(request(.agent("ann")))
+        XCTAssertEqual(errorCode(send(bob, .accept(id)), to: bob), .peerNotFound)
+        XCTAssertEqual(errorCode(send(bob, .decline(id)), to: bob), .peerNotFound)
+        XCTAssertEqual(errorCode(send(cora, .cancel(id)), to: cora), .peerNotFound)
+        XCTAssertEqual(errorCode(send(ann, .accept("req_999")), to: ann), .peerNotFound)
+        send(carl, .cancel(id))
+        XCTAssertEqual(errorCode(send(bob, .accept(id)), to: bob), .peerNotFound, "ended, but never bob's")
+        XCTAssertEqual(hub.ringingCount, 0)
+    }
+
+    func test_an_agent_cannot_be_requested_by_a_caller_with_its_own_id() {
+        connect(ann, "ann", .agent, queues: ["sales"])
+        connect(carl, "ann", .caller)
+        XCTAssertEqual(errorCode(send(carl, .request(.agent("ann"), metadata: nil)), to: carl), .conflict)
+        XCTAssertEqual(errorCode(send(carl, .request(.queue("sales"), metadata: nil)), to: carl), .conflict)
+    }
+}
