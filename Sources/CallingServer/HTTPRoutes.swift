@@ -11,6 +11,8 @@ final class HTTPRoutes: @unchecked Sendable {
     unowned(unsafe) let service: SignalingService
     let store: ChatStore
     let config: ServerConfig
+    /// `GET /v1/ice`; `ServerApp` installs the configured one before the server starts.
+    var ice = ICEService()
 
     init(service: SignalingService, store: ChatStore, config: ServerConfig) {
         self.service = service
@@ -30,6 +32,9 @@ final class HTTPRoutes: @unchecked Sendable {
         case (_, 4) where segments[0] == "v1" && segments[1] == "rooms" && segments[3] == "messages":
             guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
             messages(room: RoomID(String(segments[2])), request, respond)
+        case (_, 2) where segments[0] == "v1" && segments[1] == "ice":
+            guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
+            iceServers(request, respond)
         case (_, 2) where segments[0] == "v1" && segments[1] == "ws":
             respond(.problem(426, code: "upgrade_required", detail: "/v1/ws is a WebSocket endpoint", headers: [("upgrade", "websocket")]))
         default:
@@ -40,6 +45,18 @@ final class HTTPRoutes: @unchecked Sendable {
     private func methodNotAllowed(_ allowed: [String]) -> HTTPResponse {
         .problem(405, code: "method_not_allowed", detail: "use \(allowed.joined(separator: ", "))",
                  headers: [("allow", allowed.joined(separator: ", "))])
+    }
+
+    /// `GET /v1/ice`: STUN/TURN servers for RTCPeerConnection, TURN credentials minted for the token's peer.
+    private func iceServers(_ request: HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        switch service.authenticate(request) {
+        case .failure(let response):
+            respond(response)
+        case .success(let claims):
+            let now = Date(timeIntervalSince1970: Double(service.now()) / 1000)
+            // no-store: the body holds a credential that no cache should keep or share.
+            respond(.json(200, ice.answer(for: claims.sub, now: now), headers: [("cache-control", "no-store")]))
+        }
     }
 
     /// `GET /v1/rooms/{id}/messages?since_seq=&limit=`: history paging with a peer token of that room.

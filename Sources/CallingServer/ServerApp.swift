@@ -23,6 +23,8 @@ public final class ServerApp: @unchecked Sendable {
         self.logger = logger
         try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
         let secret = try SigningSecret.load(config: config, logger: logger)
+        // Before the store opens: a TURN configuration without its secret stops the start here.
+        let ice = try ICEService(config: config)
         let publicKey = try config.jwtPublicKeyFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
         let verifier = try TokenVerifier(hs256Secret: secret, publicKeyPEM: publicKey, audience: config.jwtAudience,
                                          leeway: config.jwtLeewaySeconds)
@@ -37,6 +39,8 @@ public final class ServerApp: @unchecked Sendable {
                                    logger: logger.labeled("signaling"))
         service.transport = transport
         service.routes = HTTPRoutes(service: service, store: store, config: config)
+        service.register(PresenceEndpoint(service: service), at: "/v1/presence")
+        service.routes.ice = ice
         transport.delegate = service
     }
 

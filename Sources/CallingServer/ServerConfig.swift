@@ -25,6 +25,7 @@ public struct ServerConfig: Sendable, Equatable {
     public var maxFrameBytes = 65_536
     public var maxQueueBytes = 1_048_576
     public var maxBodyBytes = 262_144
+    public var maxCoalescedBytes = 65_536
     public var maxFramesPerSecond = 50.0
     public var frameBurst = 200.0
     public var floodCloseAfter = 100
@@ -66,9 +67,11 @@ public struct ServerConfig: Sendable, Equatable {
     public var databasePath: String { (dataDir as NSString).appendingPathComponent("calling.sqlite") }
 
     public var transport: TransportSettings {
-        TransportSettings(host: host, port: port, eventLoop: eventLoop, maxFrameBytes: maxFrameBytes, maxQueueBytes: maxQueueBytes,
+        var settings = TransportSettings(host: host, port: port, eventLoop: eventLoop, maxFrameBytes: maxFrameBytes, maxQueueBytes: maxQueueBytes,
                           maxBodyBytes: maxBodyBytes, reservedFileDescriptors: reservedFileDescriptors,
                           idlePingSeconds: idlePingSeconds, idleHangupSeconds: idleHangupSeconds, watchdogSeconds: watchdogSeconds)
+        settings.maxCoalescedBytes = maxCoalescedBytes
+        return settings
     }
 
     /// Empty strings read as unset, so the key table can show `(unset)`.
@@ -134,6 +137,8 @@ public struct ServerConfig: Sendable, Equatable {
         .int("max_queue_bytes", "outbound bytes queued per connection before closing it (4000)", \.maxQueueBytes,
              4_096...1_073_741_824),
         .int("max_body_bytes", "largest HTTP request body", \.maxBodyBytes, 1_024...16_777_216),
+        .int("max_coalesced_bytes", "queued frames written together in one send (1024 disables batching)",
+             \.maxCoalescedBytes, 1_024...16_777_216),
         .double("max_frames_per_second", "sustained inbound frames per connection", \.maxFramesPerSecond, 1...1_000_000),
         .double("frame_burst", "inbound frames allowed at once above the rate", \.frameBurst, 1...1_000_000),
         .int("flood_close_after", "consecutive rate-limited frames before closing (4001)", \.floodCloseAfter, 1...1_000_000),
@@ -212,7 +217,7 @@ public struct ServerConfig: Sendable, Equatable {
         for (flag, value) in flags.sorted(by: { $0.key < $1.key }) {
             let name = flag.replacingOccurrences(of: "-", with: "_")
             if name == "jwt_secret" || name == "turn_secret" {
-                problems.append("flag --\(flag): secrets are never passed as flags; use CALLING_JWT_SECRET or jwt_secret_file")
+                problems.append("flag --\(flag): secrets are never passed as flags; use CALLING_\(name.uppercased()) or \(name)_file")
                 continue
             }
             apply(name, value, source: "flag --\(flag)")
@@ -223,12 +228,14 @@ public struct ServerConfig: Sendable, Equatable {
         if config.historyDefaultLimit > config.historyMaxLimit {
             problems.append("history_default_limit must not exceed history_max_limit")
         }
+        problems += config.iceURLProblems
         return problems.isEmpty ? .success(config) : .failure(ConfigProblems(problems: problems))
     }
 
     /// `key = value` lines of the effective configuration, secrets masked.
     public var summary: [(String, String)] {
-        Self.keys.map { ($0.name, $0.show(self)) } + [("jwt_secret", jwtSecret == nil ? "(unset)" : "(set, hidden)")]
+        Self.keys.map { ($0.name, $0.show(self)) } + [("jwt_secret", jwtSecret == nil ? "(unset)" : "(set, hidden)"),
+                                                   ("turn_secret", turnSecret == nil ? "(unset)" : "(set, hidden)")]
     }
 
     /// Markdown table of every key, for docs/configuration.md (kept true by a test).
