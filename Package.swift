@@ -9,6 +9,7 @@ let package = Package(
     products: [
         .executable(name: "calling-server", targets: ["calling-server"]),
         .library(name: "CallingProtocol", targets: ["CallingProtocol"]),
+        .library(name: "CallingClient", targets: ["CallingClient"]),
     ],
     targets: [
         // C libraries: one system-library target each, imported by exactly one adapter module.
@@ -27,11 +28,16 @@ let package = Package(
             dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingAuth", "CallingTransport"]
         ),
         .executableTarget(name: "calling-server", dependencies: ["CallingServer"]),
+        .target(name: "CallingClient", dependencies: ["CallingProtocol", "CallingTransport"]),
         .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
 
         .testTarget(name: "CallingProtocolTests", dependencies: ["CallingProtocol"], resources: [.copy("Fixtures")]),
         .testTarget(name: "CallingCoreTests", dependencies: ["CallingCore", "CallingTesting"]),
         .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth"]),
+        .testTarget(
+            name: "CallingClientTests",
+            dependencies: ["CallingClient", "CallingServer", "CallingTesting", "CallingAuth"]
+        ),
         .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport"]),
         .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingTesting"]),
         .testTarget(
