@@ -11,6 +11,10 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible 
         case timedOut(String)
         case invalidToken(String)
         case http(status: Int, code: String?, detail: String)
+        /// The call is not valid in the client's current state (e.g. `connect()` twice).
+        case invalidState(String)
+        /// The `MediaEngine` failed or is missing.
+        case media(String)
     }
 
     let kind: Kind
@@ -33,7 +37,7 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible 
             return !(CloseCode(rawValue: code)?.isTerminal ?? (code >= 4400 && code < 5000))
         case .server(let code, _):
             return ErrorCode(rawValue: code)?.isTemporary ?? false
-        case .invalidToken:
+        case .invalidToken, .invalidState, .media:
             return false
         case .http(let status, _, _):
             return status == 429 || status == 502 || status == 503
@@ -77,6 +81,8 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible 
         case .timedOut(let what): return "timed out waiting for \(what)"
         case .invalidToken(let why): return "invalid token: \(why)"
         case .http(let status, let code, let detail): return "HTTP \(status) \(code ?? ""): \(detail)"
+        case .invalidState(let why): return "invalid state: \(why)"
+        case .media(let why): return "media: \(why)"
         }
     }
 }

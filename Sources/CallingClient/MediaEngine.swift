@@ -1,0 +1,34 @@
+/// The seam between signaling and media. `SignalingClient` drives it: it creates one peer
+/// connection per remote peer, relays the SDP and candidates it produces, queues remote candidates
+/// until the remote description is set, and closes connections on hangup.
+///
+/// A signaling-only client passes no engine: offers then surface as `CallingEvent.incoming`,
+/// answers and candidates as `CallingEvent.signal`, and `sendOffer/sendAnswer/sendCandidate`
+/// relay SDP produced elsewhere.
+///
+/// Threading: methods are called from arbitrary tasks, never on the client's state queue, and
+/// never concurrently for the same peer. The callbacks given to `createPeerConnection` may be
+/// called from any thread; they hop onto the client's queue.
+public protocol MediaEngine: AnyObject, Sendable {
+    /// Creates the peer connection for `peer`. `onCandidate` is called for every local ICE
+    /// candidate; `onStateChange` when the connection state changes (`failed`, `closed` and
+    /// `disconnected` end the call with that peer).
+    func createPeerConnection(for peer: PeerID, onCandidate: @escaping @Sendable (IceCandidate) -> Void,
+                              onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
+    func createOffer(for peer: PeerID) async throws -> SessionDescription
+    func createAnswer(for peer: PeerID) async throws -> SessionDescription
+    func setRemoteDescription(_ description: SessionDescription, for peer: PeerID) async throws
+    func addCandidate(_ candidate: IceCandidate, for peer: PeerID) async throws
+    /// Closes and forgets the peer connection; idempotent.
+    func close(peer: PeerID)
+    /// A quality sample over all peer connections (`rtt_ms`, `jitter_ms`, `packet_loss` 0–1,
+    /// `bitrate_kbps`), or nil when there is nothing to measure. Polled every `statsInterval`.
+    func stats() async -> StatsSample?
+}
+
+/// The states of a peer connection that matter to signaling.
+public enum PeerConnectionState: String, Sendable {
+    case new, connecting, connected, disconnected, failed, closed
+
+    var endsCall: Bool { self == .disconnected || self == .failed || self == .closed }
+}

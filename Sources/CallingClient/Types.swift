@@ -1,0 +1,205 @@
+@_exported import CallingProtocol
+import Foundation
+
+/// The call state machine of the SDKs (seed 001):
+/// `idle → connecting → connected ⇄ reconnecting → ended | failed`.
+///
+/// - `ended` is reached only by the app (`disconnect()`) or a server close the app asked for.
+/// - `failed` carries the terminal error: a refused upgrade (401/403), a terminal close
+///   (4400 `replaced`, 4401 `token expired`, 4400–4999), or reconnect attempts exhausted.
+public enum CallState: Sendable, Equatable, CustomStringConvertible {
+    case idle
+    case connecting
+    case connected
+    /// The socket dropped; `attempt` (1-based) is the reconnect being waited for or tried.
+    case reconnecting(attempt: Int)
+    case ended
+    case failed(CallingError)
+
+    /// True for `ended` and `failed`: nothing happens until the app calls `connect()` again.
+    public var isTerminal: Bool {
+        switch self {
+        case .ended, .failed: return true
+        default: return false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .idle: return "idle"
+        case .connecting: return "connecting"
+        case .connected: return "connected"
+        case .reconnecting(let attempt): return "reconnecting(\(attempt))"
+        case .ended: return "ended"
+        case .failed(let error): return "failed(\(error))"
+        }
+    }
+}
+
+/// Another member of the room, as listed in `welcome.peers` and `peer-joined`.
+public struct PeerInfo: Sendable, Equatable {
+    public var peerId: PeerID
+    public var role: String
+    public var name: String?
+
+    public init(peerId: PeerID, role: String = "peer", name: String? = nil) {
+        self.peerId = peerId
+        self.role = role
+        self.name = name
+    }
+
+    init?(_ json: JSONValue?) {
+        guard let id = json?["peer_id"]?.stringValue else { return nil }
+        self.init(peerId: PeerID(id), role: json?["role"]?.stringValue ?? "peer", name: json?["name"]?.stringValue)
+    }
+}
+
+/// What `welcome` said, delivered with `CallingEvent.connected` on every (re)connect.
+public struct Welcome: Sendable, Equatable {
+    public var peerId: PeerID
+    public var roomId: RoomID
+    public var callId: CallID?
+    public var role: String
+    public var name: String?
+    public var peers: [PeerInfo]
+    /// The room's latest chat seq when this connection joined.
+    public var lastSeq: Int64
+    public var readSeq: Int64
+    public var unread: Int64
+    /// True when this connection resumed a previous one (`last_seq` was sent).
+    public var resumed: Bool
+    /// Only meaningful when `resumed`: every missed message is in the replay that follows.
+    /// When false, page the gap with `fetchMessages(sinceSeq:)`.
+    public var recovered: Bool
+    /// Number of replayed `chat` frames that follow (0 when not resumed).
+    public var replayCount: Int
+    /// The raw payload, for fields this SDK does not model.
+    public var raw: JSONValue
+}
+
+/// A committed chat message (live or replayed).
+public struct ChatMessage: Sendable, Equatable {
+    public var seq: Int64
+    public var from: PeerID
+    public var clientId: String
+    public var text: String
+    public var meta: JSONValue?
+    /// Server receive time, ms since the Unix epoch.
+    public var ts: Int64
+
+    init?(_ payload: JSONValue?, from: String?) {
+        guard let payload, let seq = payload["seq"]?.int64Value,
+              let sender = from ?? payload["from"]?.stringValue else { return nil }
+        self.seq = seq
+        self.from = PeerID(sender)
+        clientId = payload["client_id"]?.stringValue ?? ""
+        text = payload["text"]?.stringValue ?? ""
+        meta = payload["meta"].flatMap(JSONValue.nonNull)
+        ts = payload["ts"]?.int64Value ?? 0
+    }
+}
+
+/// The server's acknowledgement of `sendChat`: the message is committed at `seq`.
+public struct ChatAck: Sendable, Equatable {
+    public var clientId: String
+    public var seq: Int64
+    public var ts: Int64
+}
+
+/// One page of `GET /v1/rooms/{room}/messages`.
+public struct MessagesPage: Sendable, Equatable {
+    public var roomId: RoomID
+    public var messages: [ChatMessage]
+    /// Pass as `sinceSeq` for the next page.
+    public var nextSinceSeq: Int64
+    public var hasMore: Bool
+    /// The room's latest seq when the page was read.
+    public var lastSeq: Int64
+}
+
+/// The consultation meter (`meter` frame): typed fields plus the raw payload.
+public struct MeterUpdate: Sendable, Equatable {
+    /// `running`, `warning` or `ended`.
+    public var state: String
+    public var elapsedSeconds: Int64?
+    public var limitSeconds: Int64?
+    public var remainingSeconds: Int64?
+    public var raw: JSONValue
+}
+
+/// An offer waiting for `accept(_:)` or `reject(_:)`.
+public struct IncomingCall: Sendable, Equatable {
+    public var from: PeerID
+    public var offer: SessionDescription
+}
+
+/// Every event a `SignalingClient` reports, in the order they happened.
+public enum CallingEvent: Sendable, Equatable {
+    /// `welcome` arrived (first connect or a reconnect; see `Welcome.resumed`).
+    case connected(Welcome)
+    case stateChanged(CallState)
+    case peerJoined(PeerInfo)
+    case peerLeft(PeerID)
+    /// A peer sent an offer; `accept` (with a `MediaEngine`) or `reject` it.
+    case incoming(IncomingCall)
+    /// The call with this peer ended (its `hangup`, its `peer-left`, or the engine's connection died).
+    case hangup(PeerID)
+    /// The peer rejected our offer (`data {kind:"reject"}`).
+    case rejected(PeerID)
+    /// An application `data` payload (not `hangup`/`reject`).
+    case data(from: PeerID, payload: JSONValue?)
+    /// An `answer` or `candidate` that no `MediaEngine` consumed (signaling-only clients).
+    case signal(type: String, from: PeerID, payload: JSONValue?)
+    case meter(MeterUpdate)
+    /// A meter in state `ended`: the consultation is over.
+    case consultationEnded(MeterUpdate)
+    /// A media quality sample, also sent to the server as `stats`.
+    case stats(StatsSample)
+    /// A refused frame (`error` frame or failed `chat-ack`), or a media engine failure.
+    case error(CallingError)
+    /// The socket ended; `error` nil after `disconnect()`. A reconnect may follow (see `state`).
+    case disconnected(CallingError?)
+    /// A chat message from another peer (or our own from another session), exactly once per seq.
+    case chat(ChatMessage)
+    case typing(from: PeerID, isTyping: Bool)
+    /// A peer's read marker moved to `seq`.
+    case read(from: PeerID, seq: Int64)
+}
+
+/// An SDP blob as relayed in `offer`/`answer` payloads (`{sdp, type}`).
+public struct SessionDescription: Sendable, Equatable {
+    public enum Kind: String, Sendable { case offer, answer }
+    public var kind: Kind
+    public var sdp: String
+
+    public init(kind: Kind, sdp: String) {
+        self.kind = kind
+        self.sdp = sdp
+    }
+
+    var json: JSONValue { ["sdp": .string(sdp), "type": .string(kind.rawValue)] }
+}
+
+/// An ICE candidate as relayed in `candidate` payloads (`{candidate, sdpMid, sdpMLineIndex}`).
+public struct IceCandidate: Sendable, Equatable {
+    public var candidate: String
+    public var sdpMid: String?
+    public var sdpMLineIndex: Int?
+
+    public init(candidate: String, sdpMid: String? = nil, sdpMLineIndex: Int? = nil) {
+        self.candidate = candidate
+        self.sdpMid = sdpMid
+        self.sdpMLineIndex = sdpMLineIndex
+    }
+
+    init?(_ json: JSONValue?) {
+        guard let candidate = json?["candidate"]?.stringValue else { return nil }
+        self.init(candidate: candidate, sdpMid: json?["sdpMid"]?.stringValue,
+                  sdpMLineIndex: json?["sdpMLineIndex"]?.int64Value.map { Int($0) })
+    }
+
+    var json: JSONValue {
+        ["candidate": .string(candidate), "sdpMid": sdpMid.map { .string($0) } ?? .null,
+         "sdpMLineIndex": sdpMLineIndex.map { .int(Int64($0)) } ?? .null]
+    }
+}
