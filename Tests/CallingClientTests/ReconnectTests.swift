@@ -1,0 +1,168 @@
+import Foundation
+import XCTest
+
+@testable import CallingClient
+
+/// Automatic reconnect: backoff, resume with `last_seq`, exactly-once chat across an outage,
+/// and terminal refusals.
+final class ReconnectTests: XCTestCase {
+    var server: ClientHarness!
+
+    override func setUp() async throws {
+        server = try ClientHarness()
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+
+    func test_a_server_restart_reconnects_and_chat_is_delivered_exactly_once_both_ways() async throws {
+        let gate = Gate()
+        let aliceToken = try server.token(peer: "alice")
+        let alice = try server.client("alice", token: aliceToken) {
+            // Hold alice's reconnect until the test has produced traffic during her outage.
+            $0.tokenProvider = { await gate.wait(); return aliceToken }
+        }
+        let bob = try server.client("bob")
+        let aliceEvents = EventLog(alice.events)
+        let bobEvents = EventLog(bob.events)
+        try await alice.connect()
+        try await bob.connect()
+        _ = try await alice.sendChat("before", clientId: "a0")
+        _ = try await bobEvents.first { $0.chatMessage?.clientId == "a0" ? true : nil }
+
+        try await server.restart()
+        _ = try await aliceEvents.first { if case .reconnecting = $0.state { true } else { nil } }
+        let dropped = try await aliceEvents.first { if case .disconnected(let error?) = $0 { error } else { nil } }
+        XCTAssertEqual(dropped.closeCode, 1001)
+
+        // While alice is away: bob reconnects on his own and talks; alice queues a message.
+        try await eventually { bob.state == .connected }
+        let b1 = try await bob.sendChat("while you were away 1", clientId: "b1")
+        let b2 = try await bob.sendChat("while you were away 2", clientId: "b2")
+        let aliceSending = Task { try await alice.sendChat("sent during the outage", clientId: "a1") }
+        try await Task.sleep(nanoseconds: 200_000_000)
+        XCTAssertEqual(alice.state, .reconnecting(attempt: 1))
+
+        await gate.open()
+        let ack = try await aliceSending.value
+        XCTAssertEqual(ack.seq, b2.seq + 1)
+        XCTAssertEqual(alice.state, .connected)
+
+        // alice got bob's two messages once each, through the resume replay.
+        try await aliceEvents.waitCount(2) { $0.chatMessage?.from == "bob" }
+        try await Task.sleep(nanoseconds: 300_000_000)
+        XCTAssertEqual(aliceEvents.all.compactMap(\.chatMessage).map(\.seq), [b1.seq, b2.seq])
+        // bob got alice's queued message once.
+        _ = try await bobEvents.first { $0.chatMessage?.clientId == "a1" ? true : nil }
+        XCTAssertEqual(bobEvents.all.compactMap(\.chatMessage).map(\.clientId), ["a0", "a1"])
+        // The store holds each message once.
+        let page = try await alice.fetchMessages()
+        XCTAssertEqual(page.messages.map(\.clientId), ["a0", "b1", "b2", "a1"])
+        XCTAssertEqual(alice.lastSeq, 4)
+
+        let welcome = try await aliceEvents.first { if case .connected(let w) = $0, w.resumed { w } else { nil } }
+        XCTAssertTrue(welcome.recovered)
+        XCTAssertEqual(welcome.replayCount, 2)
+        XCTAssertEqual(aliceEvents.all.compactMap(\.state),
+                       [.connecting, .connected, .reconnecting(attempt: 1), .connected])
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+
+    func test_a_dropped_socket_reconnects_and_resends_an_unacked_chat_once() async throws {
+        let alice = try server.client("alice")
+        let bob = try server.client("bob")
+        let bobEvents = EventLog(bob.events)
+        let aliceEvents = EventLog(alice.events)
+        try await alice.connect()
+        try await bob.connect()
+        // The ack is lost with the socket: the server stored the message, alice never heard.
+        alice.pauseReadingForTesting()
+        let sending = Task { try await alice.sendChat("ack lost", clientId: "lost-ack") }
+        _ = try await bobEvents.first { $0.chatMessage?.clientId == "lost-ack" ? true : nil }
+        alice.dropConnectionForTesting()
+        let ack = try await sending.value
+        XCTAssertEqual(ack.seq, 1)
+        XCTAssertEqual(alice.state, .connected)
+        let dropped = try await aliceEvents.first { if case .disconnected(let error?) = $0 { error } else { nil } }
+        XCTAssertNil(dropped.closeCode, "no close frame")
+        try await Task.sleep(nanoseconds: 300_000_000)
+        XCTAssertEqual(bobEvents.all.compactMap(\.chatMessage).map(\.clientId), ["lost-ack"])
+        XCTAssertTrue(aliceEvents.all.compactMap(\.chatMessage).isEmpty, "own message resolved, not echoed")
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+
+    func test_a_401_on_reconnect_is_terminal_and_not_retried() async throws {
+        let calls = Counter()
+        let alice = try server.client("alice") {
+            $0.tokenProvider = {
+                calls.increment()
+                return "not-a-jwt"
+            }
+        }
+        let events = EventLog(alice.events)
+        try await alice.connect()
+        let pending = Task { try await alice.sendChat("never", clientId: "n1") }
+        try await server.restart()
+        let failure = try await events.first { if case .failed(let error) = $0.state { error } else { nil } }
+        XCTAssertEqual(failure.httpStatus, 401)
+        do {
+            _ = try await pending.value
+        } catch {
+            // Either refused before the drop (no server) or failed with the terminal error.
+        }
+        try await Task.sleep(nanoseconds: 800_000_000)
+        XCTAssertEqual(calls.value, 1, "the token provider is asked once: no retry after 401")
+        XCTAssertEqual(events.all.compactMap(\.state).filter { if case .reconnecting = $0 { true } else { false } }.count, 1)
+    }
+
+    func test_reconnect_gives_up_after_max_attempts() async throws {
+        let alice = try server.client("alice") {
+            $0.reconnectDelays = [0.05]
+            $0.maxReconnectAttempts = 2
+            $0.connectTimeout = 1
+        }
+        let events = EventLog(alice.events)
+        try await alice.connect()
+        server.stopServer()
+        let failure = try await events.first { if case .failed(let error) = $0.state { error } else { nil } }
+        XCTAssertTrue(failure.isRetryable, "a network failure: the app may offer a retry")
+        XCTAssertEqual(events.all.compactMap(\.state),
+                       [.connecting, .connected, .reconnecting(attempt: 1), .reconnecting(attempt: 2), .failed(failure)])
+    }
+}
+
+/// A one-shot gate tests open to release a waiting task.
+actor Gate {
+    private var isOpen = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    func wait() async {
+        if isOpen { return }
+        await withCheckedContinuation { waiters.append($0) }
+    }
+
+    func open() {
+        isOpen = true
+        for waiter in waiters { waiter.resume() }
+        waiters.removeAll()
+    }
+}
+
+final class Counter: @unchecked Sendable {
+    // @unchecked: `count` only under `lock`.
+    private let lock = NSLock()
+    private var count = 0
+    func increment() {
+        lock.lock()
+        count += 1
+        lock.unlock()
+    }
+    var value: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return count
+    }
+}

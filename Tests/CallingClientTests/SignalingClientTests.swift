@@ -1,0 +1,214 @@
+import CallingAuth
+import CallingCore
+import Foundation
+import XCTest
+
+@testable import CallingClient
+
+/// Connecting, the roster, data, terminal closes and the MediaEngine seam, against the real server.
+final class SignalingClientTests: XCTestCase {
+    var server: ClientHarness!
+
+    override func setUp() async throws {
+        server = try ClientHarness()
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+
+    func test_connect_waits_for_welcome_and_fills_peer_room_call_and_roster() async throws {
+        let alice = try server.client("alice", token: server.token(peer: "alice", name: "Alice", call: "call-7"))
+        let aliceEvents = EventLog(alice.events)
+        XCTAssertEqual(alice.roomId, "room-1", "before connect the room comes from the token's room_id claim")
+        let welcome = try await alice.connect()
+        XCTAssertEqual(welcome.peerId, "alice")
+        XCTAssertEqual(alice.peerId, "alice")
+        XCTAssertEqual(alice.roomId, "room-1")
+        XCTAssertEqual(alice.callId, "call-7")
+        XCTAssertEqual(alice.state, .connected)
+        XCTAssertEqual(alice.peers, [])
+
+        let bob = try server.client("bob")
+        try await bob.connect()
+        XCTAssertEqual(bob.peers, [PeerInfo(peerId: "alice", role: "peer", name: "Alice")])
+        let joined = try await aliceEvents.first { if case .peerJoined(let info) = $0 { info } else { nil } }
+        XCTAssertEqual(joined.peerId, "bob")
+        XCTAssertEqual(alice.peers.map(\.peerId), ["bob"])
+
+        await bob.disconnect()
+        XCTAssertEqual(bob.state, .ended)
+        _ = try await aliceEvents.first { if case .peerLeft(let id) = $0, id == "bob" { id } else { nil } }
+        XCTAssertEqual(alice.peers, [])
+        let states = aliceEvents.all.compactMap(\.state)
+        XCTAssertEqual(states, [.connecting, .connected])
+        await alice.disconnect()
+    }
+
+    func test_data_goes_both_ways_addressed_and_broadcast() async throws {
+        let alice = try server.client("alice")
+        let bob = try server.client("bob")
+        let aliceEvents = EventLog(alice.events)
+        let bobEvents = EventLog(bob.events)
+        try await alice.connect()
+        try await bob.connect()
+        try alice.sendData(["n": 1], to: "bob")
+        try bob.sendData(["n": 2])
+        let atBob = try await bobEvents.first { if case .data(let from, let payload) = $0 { (from, payload) } else { nil } }
+        XCTAssertEqual(atBob.0, "alice")
+        XCTAssertEqual(atBob.1, ["n": 1])
+        let atAlice = try await aliceEvents.first { if case .data(let from, let payload) = $0 { (from, payload) } else { nil } }
+        XCTAssertEqual(atAlice.0, "bob")
+        XCTAssertEqual(atAlice.1, ["n": 2])
+
+        try bob.reject("alice")
+        _ = try await aliceEvents.first { if case .rejected(let id) = $0 { id } else { nil } }
+        alice.hangup("bob")
+        _ = try await bobEvents.first { if case .hangup(let id) = $0 { id } else { nil } }
+        await alice.disconnect()
+        await bob.disconnect()
+        XCTAssertThrowsError(try alice.sendData(nil)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
+    }
+
+    func test_a_refused_token_fails_connect_with_401_and_is_not_retried() async throws {
+        let forged = try TokenIssuer(hs256Secret: Array("another-secret-0123456789abcdef-xyz".utf8)).issue(PeerTokenClaims(
+            sub: "mallory", roomID: "room-1", scope: ["room"], audience: server.config.jwtAudience,
+            expiresAt: Date().addingTimeInterval(600)))
+        let client = try server.client("mallory", token: forged)
+        let events = EventLog(client.events)
+        do {
+            try await client.connect()
+            XCTFail("connect must throw")
+        } catch let error as CallingError {
+            XCTAssertEqual(error.httpStatus, 401)
+            XCTAssertFalse(error.isRetryable)
+        }
+        guard case .failed = client.state else { return XCTFail("state \(client.state)") }
+        try await Task.sleep(nanoseconds: 500_000_000)
+        XCTAssertFalse(events.all.contains { if case .reconnecting = $0.state { true } else { false } })
+    }
+
+    func test_replaced_is_terminal_and_never_reconnects() async throws {
+        let token = try server.token(peer: "alice")
+        let first = try server.client("alice", token: token)
+        let firstEvents = EventLog(first.events)
+        try await first.connect()
+        let second = try server.client("alice", token: token)
+        try await second.connect()
+        let failure = try await firstEvents.first { if case .failed(let error) = $0.state { error } else { nil } }
+        XCTAssertEqual(failure, .replaced)
+        XCTAssertEqual(failure.closeCode, 4400)
+        // Reconnecting would take the seat back and loop; the second connection must stay put.
+        try await Task.sleep(nanoseconds: 800_000_000)
+        XCTAssertEqual(second.state, .connected)
+        XCTAssertFalse(firstEvents.all.contains { if case .reconnecting = $0.state { true } else { false } })
+        await second.disconnect()
+    }
+
+    func test_media_engine_offer_answer_candidates_queue_until_remote_description_and_stats() async throws {
+        let aliceEngine = FakeMediaEngine(name: "alice")
+        let bobEngine = FakeMediaEngine(name: "bob")
+        let alice = try server.client("alice") {
+            $0.mediaEngine = aliceEngine
+            $0.statsInterval = 0.2
+        }
+        let bob = try server.client("bob") { $0.mediaEngine = bobEngine }
+        let aliceEvents = EventLog(alice.events)
+        let bobEvents = EventLog(bob.events)
+        try await alice.connect()
+        try await bob.connect()
+
+        try await alice.call("bob")
+        let incoming = try await bobEvents.first { if case .incoming(let call) = $0 { call } else { nil } }
+        XCTAssertEqual(incoming.from, "alice")
+        XCTAssertEqual(incoming.offer.sdp, "offer-from-alice")
+        // alice's candidate travels right behind the offer, before bob has a remote description.
+        try await Task.sleep(nanoseconds: 200_000_000)
+        XCTAssertFalse(bobEngine.log.contains { $0.hasPrefix("addCandidate") }, "queued until the offer is applied")
+
+        try await bob.accept("alice")
+        try await eventually { aliceEngine.log.contains("setRemote bob answer answer-from-bob") }
+        try await eventually { bobEngine.log.contains("addCandidate alice cand-alice") }
+        let bobLog = bobEngine.log
+        XCTAssertLessThan(bobLog.firstIndex(of: "setRemote alice offer offer-from-alice")!,
+                          bobLog.firstIndex(of: "addCandidate alice cand-alice")!)
+        // bob's own candidate reaches alice after her remote description is set.
+        try await eventually { aliceEngine.log.contains("addCandidate bob cand-bob") }
+
+        let sample = try await aliceEvents.first { if case .stats(let sample) = $0 { sample } else { nil } }
+        XCTAssertEqual(sample.rttMs, 20)
+        XCTAssertFalse(aliceEvents.all.contains { if case .error = $0 { true } else { false } },
+                       "the server accepts the stats frame")
+
+        alice.hangup("bob")
+        _ = try await bobEvents.first { if case .hangup(let id) = $0 { id } else { nil } }
+        try await eventually { bobEngine.log.contains("close alice") && aliceEngine.log.contains("close bob") }
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+}
+
+/// A MediaEngine that records calls and produces fixed SDP, one candidate per connection and a
+/// fixed stats sample.
+final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
+    // @unchecked: `entries` and `candidateSinks` only under `lock`.
+    let name: String
+    private let lock = NSLock()
+    private var entries: [String] = []
+    private var candidateSinks: [PeerID: @Sendable (IceCandidate) -> Void] = [:]
+
+    init(name: String) { self.name = name }
+
+    var log: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return entries
+    }
+
+    private func record(_ entry: String) {
+        lock.lock()
+        entries.append(entry)
+        lock.unlock()
+    }
+
+    func createPeerConnection(for peer: PeerID, onCandidate: @escaping @Sendable (IceCandidate) -> Void,
+                              onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
+    {
+        record("create \(peer)")
+        lock.withLock { candidateSinks[peer] = onCandidate }
+    }
+
+    private func emitCandidate(to peer: PeerID) {
+        lock.lock()
+        let sink = candidateSinks[peer]
+        lock.unlock()
+        sink?(IceCandidate(candidate: "cand-\(name)", sdpMid: "0", sdpMLineIndex: 0))
+    }
+
+    func createOffer(for peer: PeerID) async throws -> SessionDescription {
+        record("offer \(peer)")
+        // Like a real engine, gathering starts with the local description; the candidate is
+        // sent after the offer because both hop through the client's queue in this order.
+        let description = SessionDescription(kind: .offer, sdp: "offer-from-\(name)")
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) { self.emitCandidate(to: peer) }
+        return description
+    }
+
+    func createAnswer(for peer: PeerID) async throws -> SessionDescription {
+        record("answer \(peer)")
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) { self.emitCandidate(to: peer) }
+        return SessionDescription(kind: .answer, sdp: "answer-from-\(name)")
+    }
+
+    func setRemoteDescription(_ description: SessionDescription, for peer: PeerID) async throws {
+        record("setRemote \(peer) \(description.kind.rawValue) \(description.sdp)")
+    }
+
+    func addCandidate(_ candidate: IceCandidate, for peer: PeerID) async throws {
+        record("addCandidate \(peer) \(candidate.candidate)")
+    }
+
+    func close(peer: PeerID) { record("close \(peer)") }
+
+    func stats() async -> StatsSample? { StatsSample(rttMs: 20, jitterMs: 3.5, packetLoss: 0.01, bitrateKbps: 850) }
+}
