@@ -158,6 +158,12 @@ public struct Hub: Sendable {
         return rooms[room]?.members[peer]?.identity
     }
 
+    /// Who is in `room`, longest present first; the HTTP session bridge picks its answering peer here.
+    public func identities(in room: RoomID) -> [PeerIdentity] {
+        guard let state = rooms[room] else { return [] }
+        return state.order.compactMap { state.members[$0]?.identity }
+    }
+
     public mutating func handle(_ input: HubInput, now: Millis) -> [HubEffect] {
         switch input {
         case .join(let connection, let identity, let resume):

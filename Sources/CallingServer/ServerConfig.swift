@@ -60,6 +60,12 @@ public struct ServerConfig: Sendable, Equatable {
     public var callJoinWindowSeconds = 300
     public var meterIntervalSeconds = 15
     public var meterWarningSeconds = 60
+    /// HTTP sessions and WHIP (HTTPSessions.swift): how long a POST waits for the answering peer.
+    public var sessionAnswerTimeoutMs = 10_000
+    /// The role of the peer that answers HTTP sessions and WHIP offers.
+    public var sessionAnswerRole = "agent"
+    /// Signaling requests (`/webrtc-proxy`, `/whip`) per minute from one remote address.
+    public var signalingRequestsPerMinute = 300
 
     public init() {}
 
@@ -167,6 +173,11 @@ public struct ServerConfig: Sendable, Equatable {
         .int("call_join_window_seconds", "a call nobody joins ends with error_user_not_joined", \.callJoinWindowSeconds, 1...86_400),
         .int("meter_interval_seconds", "how often a running meter is sent", \.meterIntervalSeconds, 1...3_600),
         .int("meter_warning_seconds", "remaining time at which the meter turns to warning", \.meterWarningSeconds, 0...86_400),
+        .int("session_answer_timeout_ms", "how long an HTTP session or WHIP POST waits for the answer (then 502)",
+             \.sessionAnswerTimeoutMs, 50...120_000),
+        .string("session_answer_role", "role of the peer that answers HTTP sessions and WHIP offers", \.sessionAnswerRole),
+        .int("signaling_requests_per_minute", "HTTP session/WHIP requests per minute from one address (then 429)",
+             \.signalingRequestsPerMinute, 1...1_000_000),
     ]
 
     /// Builds the configuration from its layers; returns every problem at once.

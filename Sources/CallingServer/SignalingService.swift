@@ -45,6 +45,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     private var lastExpiryCheck: Millis = 0
     /// `/v1/calls`, `/v1/tokens` and the call lifecycle (CallsAPI.swift).
     private(set) lazy var calls = CallsAPI(service: self, store: store, config: config, logger: logger.labeled("calls"))
+    /// `/webrtc-proxy/…` and `/whip/…`: HTTP sessions joined to rooms as virtual connections (HTTPSessions.swift).
+    private(set) lazy var httpSessions = HTTPSessions(service: self, config: config, logger: logger.labeled("sessions"))
 
     init(config: ServerConfig, verifier: TokenVerifier, issuer: TokenIssuer, store: ChatStore, logger: Logger,
          now: @escaping @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) })
@@ -59,6 +61,11 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     }
 
     var hubSnapshot: Hub { hub }
+
+    /// Feeds the hub an input that did not come from a connection (a meter loaded from the store). Service thread.
+    func handle(_ input: HubInput) {
+        apply(hub.handle(input, now: now()))
+    }
 
     /// Adds a WebSocket endpoint at `path`; call before the server starts.
     func register(_ endpoint: any WebSocketEndpoint, at path: String) {
@@ -272,6 +279,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             case .close(let connection, let code):
                 metrics.closes[code.reason, default: 0] += 1
                 if code == .replaced { sessions[connection] = nil }
+                if HTTPSessions.isVirtual(connection) { httpSessions.closed(connection, code: code); continue }
                 transport.close(connection, code: code)
             case .storeChat(let connection, let room, let peer, let submission, let timestamp):
                 storeChat(connection: connection, room: room, peer: peer, submission, timestamp: timestamp)
@@ -319,7 +327,11 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         guard !targets.isEmpty else { return }
         let message = OutboundMessage(frame.encoded())
         metrics.framesOut[frame.type, default: 0] += targets.count
-        for target in targets { transport.send(message, to: target) }
+        for target in targets {
+            // A virtual connection is an HTTP session: its frames go to the session, not to a socket.
+            if HTTPSessions.isVirtual(target) { httpSessions.receive(frame, on: target); continue }
+            transport.send(message, to: target)
+        }
     }
 
     // MARK: timers
@@ -330,6 +342,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         for endpoint in endpoints.values { endpoint.tick(now: current) }
         apply(hub.handle(.tick, now: current))
         calls.tick(now: current)
+        httpSessions.tick(now: current)
         guard current - lastExpiryCheck >= 1_000 else { return }
         lastExpiryCheck = current
         let nowDate = Date(timeIntervalSince1970: Double(current) / 1000)
