@@ -97,6 +97,10 @@ public final class SignalingClient: @unchecked Sendable {
     private var seenFloor: Int64 = 0
     private var pendingChats: [String: PendingChat] = [:]
     private var pendingOrder: [String] = []
+    /// Replayed `chat` frames still expected after a resumed `welcome`.
+    private var replayRemaining = 0
+    /// The resumed `welcome` said `recovered: false`: page the rest over REST after the replay.
+    private var gapFillPending = false
     private var typingOn = false
     private var typingTimer: DispatchWorkItem?
 
@@ -587,7 +591,7 @@ public final class SignalingClient: @unchecked Sendable {
         case "chat-ack": handleChatAck(json, payload: payload)
         case "chat":
             guard let message = ChatMessage(payload, from: json["from"]?.stringValue) else { return }
-            handleChat(message)
+            handleChat(message, replayed: replayRemaining > 0)
         case "typing":
             guard let from, let typing = payload?["typing"]?.boolValue else { return }
             emit(.typing(from: from, isTyping: typing))
@@ -675,6 +679,8 @@ public final class SignalingClient: @unchecked Sendable {
         peerIdStorage = welcome.peerId
         roomIdStorage = welcome.roomId
         callIdStorage = welcome.callId
+        replayRemaining = resumed ? welcome.replayCount : 0
+        gapFillPending = resumed && !welcome.recovered
         if resumed {
             // The roster may have changed while we were away: report the difference.
             let before = Set(peersStorage.map(\.peerId))
@@ -704,6 +710,17 @@ public final class SignalingClient: @unchecked Sendable {
         // is ahead of the answers.
         for id in pendingOrder { transmitChat(id) }
         startStats()
+        if gapFillPending, replayRemaining == 0 { startGapFill() }
+    }
+
+    /// The replay was capped (`recovered: false`): fetch everything after it over REST and feed it
+    /// through the same seq dedupe as live frames. Live messages may arrive before older gap
+    /// messages meanwhile; each seq is still reported exactly once.
+    private func startGapFill() {
+        gapFillPending = false
+        let since = lastSeqStorage
+        let generation = generation
+        Task { [weak self] in await self?.fillGap(since: since, generation: generation) }
     }
 
     private func handleError(_ json: JSONValue, payload: JSONValue?) {
@@ -742,7 +759,33 @@ public final class SignalingClient: @unchecked Sendable {
         resolveChat(id, .success(ChatAck(clientId: id, seq: seq, ts: payload?["ts"]?.int64Value ?? 0)))
     }
 
-    private func handleChat(_ message: ChatMessage) {
+    /// Off the queue: pages history after `since` into `handleChat` until `has_more` is false.
+    private func fillGap(since: Int64, generation: UInt64) async {
+        var cursor = since
+        do {
+            while true {
+                let page = try await fetchMessages(sinceSeq: cursor, limit: 200)
+                let current = onQueue { () -> Bool in
+                    guard self.generation == generation else { return false }
+                    for message in page.messages { handleChat(message) }
+                    return true
+                }
+                guard current, page.hasMore, page.nextSinceSeq > cursor else { return }
+                cursor = page.nextSinceSeq
+            }
+        } catch {
+            let failure = error as? CallingError ?? CallingError(.http(status: 0, code: nil, detail: "\(error)"))
+            queue.async { [self] in emit(.error(failure)) }
+        }
+    }
+
+    private func handleChat(_ message: ChatMessage, replayed: Bool = false) {
+        defer {
+            if replayed, replayRemaining > 0 {
+                replayRemaining -= 1
+                if replayRemaining == 0, gapFillPending { startGapFill() }
+            }
+        }
         guard message.seq > seenFloor, !seenSeqs.contains(message.seq) else { return }  // replay overlap
         markSeen(message.seq)
         if message.from == peerIdStorage, pendingChats[message.clientId] != nil {

@@ -166,3 +166,46 @@ final class Counter: @unchecked Sendable {
         return count
     }
 }
+
+/// A replay capped by `replay_cap` (`recovered: false`) is completed over REST.
+final class CappedReplayTests: XCTestCase {
+    var server: ClientHarness!
+
+    override func setUp() async throws {
+        server = try ClientHarness { $0.replayCap = 2 }
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+
+    func test_messages_beyond_the_replay_cap_are_fetched_and_reported_once_in_order() async throws {
+        let gate = Gate()
+        let aliceToken = try server.token(peer: "alice")
+        let alice = try server.client("alice", token: aliceToken) {
+            $0.tokenProvider = { await gate.wait(); return aliceToken }
+        }
+        let bob = try server.client("bob")
+        let aliceEvents = EventLog(alice.events)
+        try await alice.connect()
+        try await bob.connect()
+        _ = try await bob.sendChat("seen live", clientId: "b0")
+        _ = try await aliceEvents.first { $0.chatMessage?.clientId == "b0" ? true : nil }
+
+        try await server.restart()
+        _ = try await aliceEvents.first { if case .reconnecting = $0.state { true } else { nil } }
+        try await eventually { bob.state == .connected }
+        for n in 1...5 { _ = try await bob.sendChat("missed \(n)", clientId: "b\(n)") }
+        await gate.open()
+
+        try await aliceEvents.waitCount(6) { $0.chatMessage != nil }
+        try await Task.sleep(nanoseconds: 300_000_000)
+        XCTAssertEqual(aliceEvents.all.compactMap(\.chatMessage).map(\.seq), [1, 2, 3, 4, 5, 6])
+        let welcome = try await aliceEvents.first { if case .connected(let w) = $0, w.resumed { w } else { nil } }
+        XCTAssertFalse(welcome.recovered)
+        XCTAssertEqual(welcome.replayCount, 2)
+        XCTAssertEqual(alice.lastSeq, 6)
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+}

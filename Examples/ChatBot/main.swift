@@ -1,0 +1,65 @@
+// A chat bot on the room protocol: joins a room with a peer token and answers every message.
+//
+//   CALLING_URL=ws://127.0.0.1:8080 CALLING_TOKEN=$(calling-server token --room support --peer bot --name Bot) \
+//     swift run ChatBot
+//
+// Commands: "/help", "/time", "/who"; anything else is echoed. The bot shows a typing indicator
+// while "thinking", marks what it answered as read, and survives server restarts (the client
+// reconnects with backoff and resumes the chat from its last seq, so nothing is answered twice).
+// It exits on a terminal state (token refused or expired, replaced by another bot with the same id).
+// Not built by Package.swift: see docs/sdk.md "Example: chat bot" for the target to add.
+import CallingClient
+import Foundation
+
+let environment = ProcessInfo.processInfo.environment
+guard let token = environment["CALLING_TOKEN"] else {
+    FileHandle.standardError.write(Data("set CALLING_TOKEN to a peer token (calling-server token --room R --peer bot)\n".utf8))
+    exit(64)
+}
+let url = URL(string: environment["CALLING_URL"] ?? "ws://127.0.0.1:8080")!
+
+var options = SignalingOptions()
+options.maxReconnectAttempts = 10
+let client = SignalingClient(url: url, token: token, options: options)
+
+func reply(to message: ChatMessage) -> String {
+    switch message.text.trimmingCharacters(in: .whitespacesAndNewlines).lowercased() {
+    case "/help": return "Commands: /help, /time, /who. Anything else I repeat."
+    case "/time": return "It is \(ISO8601DateFormatter().string(from: Date()))."
+    case "/who": return "In this room: " + (client.peers.map { $0.name ?? $0.peerId.rawValue }.joined(separator: ", "))
+    default: return "You said: \(message.text)"
+    }
+}
+
+do {
+    let welcome = try await client.connect()
+    print("joined \(welcome.roomId) as \(welcome.peerId) with \(welcome.peers.count) other peer(s)")
+} catch let error as CallingError {
+    FileHandle.standardError.write(Data("cannot join: \(error) (retryable: \(error.isRetryable))\n".utf8))
+    exit(error.isRetryable ? 75 : 77)
+}
+
+for await event in client.events {
+    switch event {
+    case .chat(let message):
+        client.setTyping(true)
+        let answer = reply(to: message)
+        do {
+            // Retried with the same client_id on timeout or reconnect: the room sees it once.
+            let ack = try await client.sendChat(answer, meta: ["in_reply_to": .int(message.seq)])
+            try? client.markRead(ack.seq)
+        } catch let error as CallingError {
+            print("reply to #\(message.seq) failed: \(error)")
+        }
+        client.setTyping(false)
+    case .peerJoined(let peer):
+        _ = try? await client.sendChat("Hello \(peer.name ?? peer.peerId.rawValue)! Type /help.")
+    case .stateChanged(let state):
+        print("state: \(state)")
+        if state.isTerminal { exit(state == .ended ? 0 : 1) }
+    case .error(let error):
+        print("error: \(error)")
+    default:
+        break
+    }
+}
