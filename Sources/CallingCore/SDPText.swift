@@ -50,6 +50,12 @@ public enum SDPText {
             public var candidate: String
             public var mid: String?
             public var mLineIndex: Int?
+
+            public init(candidate: String, mid: String?, mLineIndex: Int?) {
+                self.candidate = candidate
+                self.mid = mid
+                self.mLineIndex = mLineIndex
+            }
         }
 
         public var ufrag: String?
