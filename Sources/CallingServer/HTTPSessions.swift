@@ -494,6 +494,8 @@ final class HTTPSessions: @unchecked Sendable {
         switch frame.type {
         case FrameType.answer.rawValue where fromAnswerer:
             guard let sdp = frame.payload?.objectValue?["sdp"]?.stringValue, !sdp.isEmpty else { return }
+            // An answer naming another session answers an offer this seat had before a takeover.
+            if let named = frame.payload?.objectValue?["session_id"]?.stringValue, named != session.id { return }
             finishPending(session, .answer(sdp))
         case FrameType.peerLeft.rawValue where fromAnswerer:
             logger.info("session ended: answering peer left", ["session.id": session.id])

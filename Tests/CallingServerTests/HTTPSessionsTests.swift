@@ -333,6 +333,33 @@ final class HTTPSessionsTests: XCTestCase {
         XCTAssertEqual(result.code, "answerer_gone")
     }
 
+    func test_a_session_ends_when_its_token_expires() async throws {
+        try restart { $0.jwtLeewaySeconds = 0 }
+        let call = try await server.createCall()
+        let agent = try await server.join("agent-1", room: call.room, role: "agent")
+        let shortLived = try server.token(peer: call.peer, room: call.room, role: "caller", call: call.call, ttl: 1.5)
+        _ = try await connect(call.call, token: shortLived, agent: agent)
+        let hangup = try await agent.next(type: "data", timeout: 5)
+        XCTAssertEqual(hangup.payloadObject["kind"], "hangup")
+        let left = try await agent.next(type: "peer-left")
+        XCTAssertEqual(left.from, call.peer)
+    }
+
+    func test_an_answer_naming_a_replaced_session_does_not_answer_the_new_one() async throws {
+        let call = try await server.createCall()
+        let agent = try await server.join("agent-1", room: call.room, role: "agent")
+        let (first, _) = try await connect(call.call, token: call.token, agent: agent)
+        let oldID = first.json["session_id"]!.stringValue!
+        let client = server.client
+        async let second = client.postSession(call.call, token: call.token)
+        let offer = try await agent.next(type: "offer")
+        agent.send(["type": "answer", "to": .string(call.peer), "payload": ["sdp": "v=0 stale", "session_id": .string(oldID)]])
+        agent.send(["type": "answer", "to": .string(call.peer),
+                    "payload": ["sdp": .string(sampleAnswer()), "session_id": offer.payloadObject["session_id"]!]])
+        let taken = try await second
+        XCTAssertEqual(taken.json["sdp"]?.stringValue, sampleAnswer())
+    }
+
     func test_more_requests_per_minute_than_allowed_get_429() async throws {
         try restart { $0.signalingRequestsPerMinute = 3 }
         let call = try await server.createCall()
