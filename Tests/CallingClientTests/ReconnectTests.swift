@@ -209,3 +209,77 @@ final class CappedReplayTests: XCTestCase {
         await bob.disconnect()
     }
 }
+
+/// A token that expires while connected ends the session for good (4401).
+final class TokenExpiryTests: XCTestCase {
+    var server: ClientHarness!
+
+    override func setUp() async throws {
+        server = try ClientHarness {
+            $0.jwtLeewaySeconds = 0
+            $0.tickMs = 100
+        }
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+
+    func test_token_expired_is_terminal_and_the_token_provider_is_not_asked() async throws {
+        let calls = Counter()
+        let fresh = try server.token(peer: "alice")
+        let alice = try server.client("alice", token: server.token(peer: "alice", ttl: 2)) {
+            $0.tokenProvider = {
+                calls.increment()
+                return fresh
+            }
+        }
+        let events = EventLog(alice.events)
+        try await alice.connect()
+        let failure = try await events.first(timeout: 6) { if case .failed(let error) = $0.state { error } else { nil } }
+        XCTAssertEqual(failure, .tokenExpired)
+        XCTAssertFalse(failure.isRetryable)
+        try await Task.sleep(nanoseconds: 500_000_000)
+        XCTAssertEqual(calls.value, 0)
+        XCTAssertThrowsError(try alice.markRead(1)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
+    }
+}
+
+/// Delegate delivery mirrors the stream.
+final class DelegateTests: XCTestCase {
+    var server: ClientHarness!
+
+    override func setUp() async throws {
+        server = try ClientHarness()
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+
+    final class Recorder: SignalingClientDelegate, @unchecked Sendable {
+        // @unchecked: `events` only under `lock`.
+        private let lock = NSLock()
+        private var events: [CallingEvent] = []
+        func signalingClient(_ client: SignalingClient, didReceive event: CallingEvent) {
+            lock.withLock { events.append(event) }
+        }
+        var all: [CallingEvent] { lock.withLock { events } }
+    }
+
+    func test_the_delegate_gets_the_same_events_in_the_same_order() async throws {
+        let recorder = Recorder()
+        let alice = try server.client("alice")
+        alice.delegate = recorder
+        let stream = EventLog(alice.events)
+        try await alice.connect()
+        let bob = try server.client("bob")
+        try await bob.connect()
+        _ = try await bob.sendChat("to the delegate")
+        try await stream.waitCount(1) { $0.chatMessage != nil }
+        await bob.disconnect()
+        await alice.disconnect()
+        try await eventually { recorder.all.count == stream.all.count && recorder.all.last?.state == .ended }
+        XCTAssertEqual(recorder.all, stream.all)
+    }
+}
