@@ -112,7 +112,7 @@ public final class SignalingClient: @unchecked Sendable {
     private var statsTimer: (any DispatchSourceTimer)?
 
     /// Test hook: inbound frames for which this returns false are dropped (as if lost).
-    var inboundFilter: (@Sendable (String, JSONValue?) -> Bool)?
+    private var inboundFilter: (@Sendable (String, JSONValue?) -> Bool)?
 
     private struct PendingChat {
         var text: String
@@ -169,9 +169,10 @@ public final class SignalingClient: @unchecked Sendable {
     /// Opens the socket and returns once `welcome` has arrived. Throws `CallingError` when the
     /// upgrade is refused (`httpStatus`), an `error` frame precedes `welcome`, the socket closes
     /// first, or `connectTimeout` passes. Allowed from `idle`, `ended` and `failed`; after a
-    /// previous session the connection resumes chat from `lastSeq`.
+    /// previous session the connection resumes chat from `lastSeq`. `token`, when given, replaces
+    /// the token first (connect again after 4401 `token expired`).
     @discardableResult
-    public func connect() async throws -> Welcome {
+    public func connect(token newToken: String? = nil) async throws -> Welcome {
         try await withCheckedThrowingContinuation { (waiter: CheckedContinuation<Welcome, any Error>) in
             queue.async { [self] in
                 switch stateStorage {
@@ -180,6 +181,7 @@ public final class SignalingClient: @unchecked Sendable {
                     waiter.resume(throwing: CallingError(.invalidState("connect() while \(stateStorage)")))
                     return
                 }
+                if let newToken { token = newToken }
                 connectWaiter = waiter
                 userDisconnected = false
                 reconnectAttempt = 0
@@ -410,6 +412,11 @@ public final class SignalingClient: @unchecked Sendable {
     }
 
     // MARK: test hooks
+
+    /// Drops inbound frames for which `filter` returns false, as if lost on the wire (tests).
+    func setInboundFilterForTesting(_ filter: (@Sendable (String, JSONValue?) -> Bool)?) {
+        onQueue { inboundFilter = filter }
+    }
 
     /// Stops reading the socket (tests: make acks late without losing them).
     func pauseReadingForTesting() { onQueue { connection?.pauseReading() } }

@@ -242,6 +242,12 @@ final class TokenExpiryTests: XCTestCase {
         try await Task.sleep(nanoseconds: 500_000_000)
         XCTAssertEqual(calls.value, 0)
         XCTAssertThrowsError(try alice.markRead(1)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
+
+        // The app reconnects with a fresh token; the session resumes.
+        let welcome = try await alice.connect(token: fresh)
+        XCTAssertTrue(welcome.resumed)
+        XCTAssertEqual(alice.state, .connected)
+        await alice.disconnect()
     }
 }
 

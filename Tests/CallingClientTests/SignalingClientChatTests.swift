@@ -75,7 +75,7 @@ final class SignalingClientChatTests: XCTestCase {
             $0.chatMaxAttempts = 2
         }
         try await alice.connect()
-        alice.inboundFilter = { type, _ in type != "chat-ack" }
+        alice.setInboundFilterForTesting { type, _ in type != "chat-ack" }
         do {
             _ = try await alice.sendChat("lost acks")
             XCTFail("must time out")
