@@ -99,6 +99,16 @@ final class HTTPSessions: @unchecked Sendable {
 
     var sessionCount: Int { byID.count }
 
+    /// Prometheus lines appended to `/metrics`.
+    var metricsText: String {
+        var out = "# HELP calling_http_sessions Live HTTP sessions and WHIP resources.\n# TYPE calling_http_sessions gauge\n"
+        out += "calling_http_sessions \(byID.count)\n"
+        out += "# HELP calling_http_session_events_total HTTP session and WHIP outcomes, by event.\n"
+        out += "# TYPE calling_http_session_events_total counter\n"
+        for key in counters.keys.sorted() { out += "calling_http_session_events_total{event=\"\(key)\"} \(counters[key] ?? 0)\n" }
+        return out
+    }
+
     // MARK: routing
 
     /// Every request under `/webrtc-proxy/` or `/whip/`. Service thread.

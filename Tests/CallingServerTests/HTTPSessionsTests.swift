@@ -140,6 +140,9 @@ final class HTTPSessionsTests: XCTestCase {
         let sessionID = try XCTUnwrap(created.json["session_id"]?.stringValue)
         XCTAssertEqual(offer.payloadObject["session_id"]?.stringValue, sessionID)
         XCTAssertEqual(created.json["sdp"]?.stringValue, sampleAnswer())
+        let metrics = try await server.exchange("GET", "/metrics").text
+        XCTAssertTrue(metrics.contains("calling_http_sessions 1\n"), metrics)
+        XCTAssertTrue(metrics.contains(#"calling_http_session_events_total{event="created_http"} 1"#), metrics)
     }
 
     func test_a_session_counts_as_joining_the_call() async throws {
