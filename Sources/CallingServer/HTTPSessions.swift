@@ -365,12 +365,20 @@ final class HTTPSessions: @unchecked Sendable {
     // MARK: session lifecycle
 
     /// Picks the answering peer, takes over the seat's previous session, joins the hub and sends the
-    /// offer; `completion` runs once with the answer or why there is none. `refused` gets a 503 when
-    /// nobody can answer.
+    /// offer; `completion` runs once with the answer or why there is none. `refused` gets a 409 when
+    /// the peer id is seated by a WebSocket connection, a 503 when nobody can answer.
     private func start(_ kind: Kind, identity: PeerIdentity, offer: String, preferred: PeerID?, expiresAt: Millis,
                        completion: @escaping (Session, AnswerOutcome) -> Void, refused: (HTTPResponse) -> Void)
     {
-        let candidates = service.hubSnapshot.identities(in: identity.room).filter {
+        let present = service.hubSnapshot.identities(in: identity.room)
+        let seat = Seat(room: identity.room, peer: identity.peer)
+        if bySeat[seat] == nil, present.contains(where: { $0.peer == identity.peer }) {
+            // Seed 000's 409: the identity is in use by a different kind of participant (a WebSocket peer).
+            counters["refused_identity_in_use", default: 0] += 1
+            return refused(.problem(409, code: "identity_in_use",
+                                    detail: "peer '\(identity.peer.rawValue.prefix(128))' is connected over WebSocket in this room"))
+        }
+        let candidates = present.filter {
             $0.role == config.sessionAnswerRole && $0.peer != identity.peer
         }
         guard let answerer = candidates.first(where: { $0.peer == preferred }) ?? candidates.first else {
@@ -379,7 +387,6 @@ final class HTTPSessions: @unchecked Sendable {
                                     detail: "no peer with role '\(config.sessionAnswerRole)' is in the room; retry shortly",
                                     headers: [("retry-after", "2")]))
         }
-        let seat = Seat(room: identity.room, peer: identity.peer)
         if let old = bySeat[seat] {
             // The answering peer learns which session went, then sees the new offer from the same peer id.
             relayData(["kind": "replaced", "session_id": .string(old.id)], from: old)

@@ -363,6 +363,16 @@ final class HTTPSessionsTests: XCTestCase {
         XCTAssertEqual(taken.json["sdp"]?.stringValue, sampleAnswer())
     }
 
+    func test_a_peer_id_seated_over_websocket_is_a_409() async throws {
+        let call = try await server.createCall()
+        _ = try await server.join("agent-1", room: call.room, role: "agent")
+        let caller = try await TestPeer.connect(loop: server.loop, port: server.port, token: call.token)
+        let response = try await post(call.call, token: call.token)
+        XCTAssertEqual(response.status, 409)
+        XCTAssertEqual(response.code, "identity_in_use")
+        try await caller.expectNoFrame(within: 0.2)  // the WebSocket peer keeps its seat
+    }
+
     func test_more_requests_per_minute_than_allowed_get_429() async throws {
         try restart { $0.signalingRequestsPerMinute = 3 }
         let call = try await server.createCall()
