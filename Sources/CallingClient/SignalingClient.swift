@@ -20,6 +20,10 @@ public struct SignalingOptions: Sendable {
     public var typingTimeout: TimeInterval = 3
     /// How often the `MediaEngine` is asked for stats (only with an engine).
     public var statsInterval: TimeInterval = 5
+    /// Interval of app-level `ping` frames while connected; nil uses `welcome.ping_interval_ms`
+    /// (25 s), 0 disables. A `ping` still unanswered at the next tick means the connection is
+    /// dead (half-open TCP): it is dropped and the client reconnects.
+    public var pingInterval: TimeInterval?
     /// Timeout of REST requests (`fetchMessages`).
     public var httpTimeout: TimeInterval = 10
     /// Consulted for a fresh token before each reconnect attempt (not before `connect()`).
@@ -110,6 +114,9 @@ public final class SignalingClient: @unchecked Sendable {
     private var pendingOffers: [PeerID: SessionDescription] = [:]
     private var mediaTasks: [PeerID: Task<Void, Never>] = [:]
     private var statsTimer: (any DispatchSourceTimer)?
+    private var pingTimer: (any DispatchSourceTimer)?
+    /// A `ping` is out and its `pong` has not come back yet.
+    private var awaitingPong = false
 
     /// Test hook: inbound frames for which this returns false are dropped (as if lost).
     private var inboundFilter: (@Sendable (String, JSONValue?) -> Bool)?
@@ -665,8 +672,10 @@ public final class SignalingClient: @unchecked Sendable {
                                     remainingSeconds: payload?["remaining_s"]?.int64Value, raw: payload ?? .null)
             emit(.meter(meter))
             if meter.state == "ended" { emit(.consultationEnded(meter)) }
+        case "pong":
+            awaitingPong = false
         default:
-            break  // pong and anything newer than this SDK
+            break  // anything newer than this SDK
         }
     }
 
@@ -717,6 +726,7 @@ public final class SignalingClient: @unchecked Sendable {
         // is ahead of the answers.
         for id in pendingOrder { transmitChat(id) }
         startStats()
+        startPing(serverInterval: Double(payload["ping_interval_ms"]?.int64Value ?? 25_000) / 1000)
         if gapFillPending, replayRemaining == 0 { startGapFill() }
     }
 
@@ -956,5 +966,31 @@ public final class SignalingClient: @unchecked Sendable {
     private func stopStats() {
         statsTimer?.cancel()
         statsTimer = nil
+        pingTimer?.cancel()
+        pingTimer = nil
+        awaitingPong = false
+    }
+
+    /// Keep-alive and dead-connection detection, see `SignalingOptions.pingInterval`.
+    private func startPing(serverInterval: TimeInterval) {
+        let interval = options.pingInterval ?? serverInterval
+        guard interval > 0, pingTimer == nil else { return }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        timer.setEventHandler { [weak self] in
+            guard let self, self.stateStorage == .connected, let connection = self.connection else { return }
+            if self.awaitingPong {
+                // The previous ping was never answered: drop the socket; its close event (no
+                // close frame) starts a reconnect.
+                self.pingTimer?.cancel()
+                self.pingTimer = nil
+                connection.abort()
+                return
+            }
+            self.awaitingPong = true
+            self.send(Frame(.ping))
+        }
+        pingTimer = timer
+        timer.resume()
     }
 }

@@ -94,6 +94,22 @@ final class ReconnectTests: XCTestCase {
         await bob.disconnect()
     }
 
+    func test_an_unanswered_ping_drops_the_connection_and_reconnects() async throws {
+        let alice = try server.client("alice") { $0.pingInterval = 0.2 }
+        let events = EventLog(alice.events)
+        try await alice.connect()
+        // Pongs answered: nothing happens over several intervals.
+        try await Task.sleep(nanoseconds: 700_000_000)
+        XCTAssertEqual(events.all.compactMap(\.state), [.connecting, .connected])
+        // Pongs lost (a half-open connection): the client drops the socket and comes back.
+        alice.setInboundFilterForTesting { type, _ in type != "pong" }
+        _ = try await events.first { if case .reconnecting = $0.state { true } else { nil } }
+        alice.setInboundFilterForTesting(nil)
+        try await eventually { alice.state == .connected }
+        XCTAssertEqual(events.all.compactMap(\.state), [.connecting, .connected, .reconnecting(attempt: 1), .connected])
+        await alice.disconnect()
+    }
+
     func test_a_401_on_reconnect_is_terminal_and_not_retried() async throws {
         let calls = Counter()
         let alice = try server.client("alice") {
