@@ -425,6 +425,14 @@ public final class SignalingClient: @unchecked Sendable {
         onQueue { inboundFilter = filter }
     }
 
+    /// Handles `text` as if the server had sent it on the current socket (tests).
+    func receiveForTesting(_ text: String) {
+        onQueue {
+            guard let json = try? JSONParser.parse(text), let type = json["type"]?.stringValue else { return }
+            handleFrame(type: type, json: json)
+        }
+    }
+
     /// Stops reading the socket (tests: make acks late without losing them).
     func pauseReadingForTesting() { onQueue { connection?.pauseReading() } }
     func resumeReadingForTesting() { onQueue { connection?.resumeReading() } }

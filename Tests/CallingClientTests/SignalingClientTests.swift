@@ -105,6 +105,22 @@ final class SignalingClientTests: XCTestCase {
         await second.disconnect()
     }
 
+    func test_meter_frames_raise_meter_and_consultation_ended() async throws {
+        // This server build does not send `meter` yet (docs/protocol.md); the frame is injected.
+        let alice = try server.client("alice")
+        let events = EventLog(alice.events)
+        try await alice.connect()
+        alice.receiveForTesting(#"{"payload":{"elapsed_s":50,"limit_s":60,"remaining_s":10,"state":"warning"},"type":"meter"}"#)
+        alice.receiveForTesting(#"{"payload":{"elapsed_s":60,"limit_s":60,"remaining_s":0,"state":"ended"},"type":"meter"}"#)
+        let ended = try await events.first { if case .consultationEnded(let meter) = $0 { meter } else { nil } }
+        XCTAssertEqual(ended.limitSeconds, 60)
+        XCTAssertEqual(ended.remainingSeconds, 0)
+        let meters = events.all.compactMap { if case .meter(let meter) = $0 { meter.state } else { nil } }
+        XCTAssertEqual(meters, ["warning", "ended"])
+        XCTAssertEqual(events.all.filter { if case .consultationEnded = $0 { true } else { false } }.count, 1)
+        await alice.disconnect()
+    }
+
     func test_media_engine_offer_answer_candidates_queue_until_remote_description_and_stats() async throws {
         let aliceEngine = FakeMediaEngine(name: "alice")
         let bobEngine = FakeMediaEngine(name: "bob")
