@@ -23,6 +23,8 @@ public struct TransportSettings: Sendable {
     public var idleHangupSeconds: Int
     /// Seconds the service loop may go without draining its inbox before the watchdog exits.
     public var watchdogSeconds: Double
+    /// Seconds a closing connection gets to flush and send its close frame before it is dropped.
+    public var closeTimeoutSeconds = 2
     /// Most bytes of queued frames sent together in one write (see `writeCoalesced`).
     public var maxCoalescedBytes = 65_536
 

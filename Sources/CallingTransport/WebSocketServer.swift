@@ -227,6 +227,7 @@ public final class WebSocketServer: @unchecked Sendable {
             conn.closeCode = CloseCode.slowConsumer.rawValue
             state.counters.closedSlowConsumer += 1
             logger.warning("closing slow consumer", ["conn": "\(connection)", "max_queue_bytes": "\(settings.maxQueueBytes)"])
+            armCloseDeadline(conn)
         }
         lws_callback_on_writable(conn.wsi)
     }
@@ -235,7 +236,17 @@ public final class WebSocketServer: @unchecked Sendable {
     public func close(_ connection: ConnectionID, code: CloseCode) {
         guard let conn = state.connections[connection], conn.closeCode == nil else { return }
         conn.closeCode = code.rawValue
+        armCloseDeadline(conn)
         lws_callback_on_writable(conn.wsi)
+    }
+
+    /// The close normally happens in the connection's own WRITEABLE callback, but a peer that has
+    /// stopped reading never becomes writeable again while lws holds part of a frame for it. So
+    /// every close also arms an lws timeout: if WRITEABLE has not come by then, lws drops the
+    /// socket from its own timer processing (no close frame can be sent to such a peer anyway).
+    private func armCloseDeadline(_ conn: WSConnection) {
+        lws_set_timeout(conn.wsi, pending_timeout(rawValue: PENDING_TIMEOUT_USER_REASON_BASE.rawValue + 1),
+                        Int32(settings.closeTimeoutSeconds))
     }
 
     func respond(exchangeID: UInt64, _ response: HTTPResponse) {
@@ -315,6 +326,11 @@ public final class WebSocketServer: @unchecked Sendable {
             let id = ConnectionID(user.load(as: UInt64.self))
             receive(conn, id: id, wsi: wsi, input: input, length: length)
             return 0
+
+        case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+            // Our Close already went out: this is the client's answer, so close without an echo.
+            guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
+            return conn.closeFrameSent ? 1 : 0
 
         case LWS_CALLBACK_SERVER_WRITEABLE:
             guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
@@ -402,6 +418,8 @@ public final class WebSocketServer: @unchecked Sendable {
     private func receive(_ conn: WSConnection, id: ConnectionID, wsi: OpaquePointer, input: UnsafeMutableRawPointer?,
                          length: Int)
     {
+        // After our Close only the client's Close matters (RFC 6455 §5.5.1).
+        if conn.closeFrameSent { return }
         if lws_is_first_fragment(wsi) != 0 {
             conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536)
             conn.rxDiscarded = 0
@@ -430,14 +448,9 @@ public final class WebSocketServer: @unchecked Sendable {
     }
 
     private func writeNext(_ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
-        if conn.closeCode == CloseCode.slowConsumer.rawValue || (conn.queue.isEmpty && conn.closeCode != nil) {
-            let code = conn.closeCode ?? CloseCode.normal.rawValue
-            let reason = Array((CloseCode(rawValue: code)?.reason ?? "").utf8)
-            reason.withUnsafeBufferPointer { buffer in
-                let pointer = UnsafeMutablePointer(mutating: buffer.baseAddress)
-                lws_close_reason(wsi, lws_close_status(rawValue: UInt32(code)), pointer, buffer.count)
-            }
-            return -1
+        if conn.closeFrameSent { return 0 }
+        if let code = conn.closeCode, code == CloseCode.slowConsumer.rawValue || conn.queue.isEmpty {
+            return sendCloseFrame(code, conn, wsi: wsi)
         }
         guard let first = conn.queue.popFirst() else { return 0 }
         conn.queuedBytes -= first.count
@@ -452,6 +465,27 @@ public final class WebSocketServer: @unchecked Sendable {
         if written < 0 { return -1 }
         if !conn.queue.isEmpty || conn.closeCode != nil { lws_callback_on_writable(wsi) }
         return 0
+    }
+
+    /// Starts the closing handshake (RFC 6455 §7.1.1): our Close goes out, the socket stays open
+    /// (inbound frames are discarded) until the client's Close arrives, then lws closes TCP. lws
+    /// 4.1.6 as a server would drop TCP right after its own Close, so a client still sending gets
+    /// a reset and reports 1006 instead of the code we meant (fatal for terminal codes such as
+    /// 4400, which SDKs must see to stop reconnecting). The close deadline still bounds the wait.
+    private func sendCloseFrame(_ code: UInt16, _ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
+        let reason = Array((CloseCode(rawValue: code)?.reason ?? "").utf8.prefix(123))
+        let payload = [UInt8(code >> 8), UInt8(code & 0xFF)] + reason
+        var frame = [UInt8](repeating: 0, count: OutboundMessage.headroom)
+        frame += [0x88, UInt8(payload.count)] + payload
+        conn.closeFrameSent = true
+        conn.queue.removeAll()
+        conn.queuedBytes = 0
+        armCloseDeadline(conn)
+        let length = frame.count - OutboundMessage.headroom
+        let written = frame.withUnsafeMutableBufferPointer { buffer in
+            lws_write(wsi, buffer.baseAddress! + OutboundMessage.headroom, length, LWS_WRITE_HTTP)
+        }
+        return written < length ? -1 : 0
     }
 
     /// Several queued frames in one write: the WebSocket headers are framed here and the batch
@@ -674,6 +708,8 @@ private final class WSConnection {
     var rxBinary = false
     /// Set once: the close code to send after the queue drains (slow consumers close at once).
     var closeCode: UInt16?
+    /// Our Close frame is out; waiting for the client's.
+    var closeFrameSent = false
 
     init(wsi: OpaquePointer) { self.wsi = wsi }
 }
