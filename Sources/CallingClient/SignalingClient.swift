@@ -418,6 +418,19 @@ public final class SignalingClient: @unchecked Sendable {
                             hasMore: body["has_more"]?.boolValue ?? false, lastSeq: body["last_seq"]?.int64Value ?? 0)
     }
 
+    /// STUN/TURN servers for the peer connection (`GET /v1/ice` with this client's token), as
+    /// the seed SDKs fetch them before creating a peer connection. Works before `connect()`.
+    public func fetchIceServers() async throws -> IceServers {
+        let bearer = onQueue { self.token }
+        guard let base = REST.httpBase(for: url) else { throw CallingError(.http(status: 0, code: nil, detail: "bad URL")) }
+        let body = try await REST.get(base: base, path: "/v1/ice", query: [], token: bearer, timeout: options.httpTimeout)
+        let servers = (body["ice_servers"]?.arrayValue ?? []).map { entry -> IceServer in
+            let urls = entry["urls"]?.arrayValue?.compactMap(\.stringValue) ?? entry["urls"]?.stringValue.map { [$0] } ?? []
+            return IceServer(urls: urls, username: entry["username"]?.stringValue, credential: entry["credential"]?.stringValue)
+        }
+        return IceServers(servers: servers, ttl: body["ttl"]?.int64Value ?? 0, expiresAt: body["expires_at"]?.int64Value ?? 0)
+    }
+
     // MARK: test hooks
 
     /// Drops inbound frames for which `filter` returns false, as if lost on the wire (tests).

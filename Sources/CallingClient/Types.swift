@@ -203,3 +203,25 @@ public struct IceCandidate: Sendable, Equatable {
          "sdpMLineIndex": sdpMLineIndex.map { .int(Int64($0)) } ?? .null]
     }
 }
+
+/// One `RTCIceServer` entry from `GET /v1/ice`.
+public struct IceServer: Sendable, Equatable {
+    public var urls: [String]
+    public var username: String?
+    public var credential: String?
+
+    public init(urls: [String], username: String? = nil, credential: String? = nil) {
+        self.urls = urls
+        self.username = username
+        self.credential = credential
+    }
+}
+
+/// `GET /v1/ice`: STUN/TURN servers with TURN credentials minted for this peer.
+public struct IceServers: Sendable, Equatable {
+    public var servers: [IceServer]
+    /// Seconds the answer may be used for.
+    public var ttl: Int64
+    /// Unix seconds when the TURN credential stops working; fetch again before an ICE restart after it.
+    public var expiresAt: Int64
+}

@@ -228,3 +228,33 @@ final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
 
     func stats() async -> StatsSample? { StatsSample(rttMs: 20, jitterMs: 3.5, packetLoss: 0.01, bitrateKbps: 850) }
 }
+
+/// `GET /v1/ice` through `fetchIceServers()`.
+final class IceServersTests: XCTestCase {
+    var server: ClientHarness!
+
+    override func setUp() async throws {
+        server = try ClientHarness { $0.stunURLs = "stun:stun.example.org:3478" }
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+
+    func test_fetchIceServers_returns_the_configured_servers_and_refuses_bad_tokens() async throws {
+        let client = try server.client("alice")
+        let ice = try await client.fetchIceServers()
+        XCTAssertEqual(ice.servers, [IceServer(urls: ["stun:stun.example.org:3478"])])
+        XCTAssertEqual(ice.ttl, 3600)
+        XCTAssertGreaterThan(ice.expiresAt, Int64(Date().timeIntervalSince1970))
+
+        let forged = try server.client("x", token: "not-a-jwt")
+        do {
+            _ = try await forged.fetchIceServers()
+            XCTFail("must be refused")
+        } catch let error as CallingError {
+            XCTAssertEqual(error.httpStatus, 401)
+            XCTAssertFalse(error.isRetryable)
+        }
+    }
+}
