@@ -4,13 +4,14 @@
 //     swift run ChatBot
 //
 // Commands: "/help", "/time", "/who"; anything else is echoed. The bot shows a typing indicator
-// while "thinking", marks what it answered as read, and survives server restarts (the client
+// while "thinking", marks each message it answered as read, and survives server restarts (the client
 // reconnects with backoff and resumes the chat from its last seq, so nothing is answered twice).
 // It exits on a terminal state (token refused or expired, replaced by another bot with the same id).
 // Not built by Package.swift: see docs/sdk.md "Example: chat bot" for the target to add.
 import CallingClient
 import Foundation
 
+setvbuf(stdout, nil, _IOLBF, 0)  // line-buffered logs even when piped
 let environment = ProcessInfo.processInfo.environment
 guard let token = environment["CALLING_TOKEN"] else {
     FileHandle.standardError.write(Data("set CALLING_TOKEN to a peer token (calling-server token --room R --peer bot)\n".utf8))
@@ -46,8 +47,8 @@ for await event in client.events {
         let answer = reply(to: message)
         do {
             // Retried with the same client_id on timeout or reconnect: the room sees it once.
-            let ack = try await client.sendChat(answer, meta: ["in_reply_to": .int(message.seq)])
-            try? client.markRead(ack.seq)
+            _ = try await client.sendChat(answer, meta: ["in_reply_to": .int(message.seq)])
+            try? client.markRead(message.seq)
         } catch let error as CallingError {
             print("reply to #\(message.seq) failed: \(error)")
         }
