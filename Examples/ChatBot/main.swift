@@ -11,7 +11,9 @@
 import CallingClient
 import Foundation
 
-setvbuf(stdout, nil, _IOLBF, 0)  // line-buffered logs even when piped
+/// Unbuffered log line (print is block-buffered when stdout is a pipe).
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
 let environment = ProcessInfo.processInfo.environment
 guard let token = environment["CALLING_TOKEN"] else {
     FileHandle.standardError.write(Data("set CALLING_TOKEN to a peer token (calling-server token --room R --peer bot)\n".utf8))
@@ -34,7 +36,7 @@ func reply(to message: ChatMessage) -> String {
 
 do {
     let welcome = try await client.connect()
-    print("joined \(welcome.roomId) as \(welcome.peerId) with \(welcome.peers.count) other peer(s)")
+    say("joined \(welcome.roomId) as \(welcome.peerId) with \(welcome.peers.count) other peer(s)")
 } catch let error as CallingError {
     FileHandle.standardError.write(Data("cannot join: \(error) (retryable: \(error.isRetryable))\n".utf8))
     exit(error.isRetryable ? 75 : 77)
@@ -50,16 +52,16 @@ for await event in client.events {
             _ = try await client.sendChat(answer, meta: ["in_reply_to": .int(message.seq)])
             try? client.markRead(message.seq)
         } catch let error as CallingError {
-            print("reply to #\(message.seq) failed: \(error)")
+            say("reply to #\(message.seq) failed: \(error)")
         }
         client.setTyping(false)
     case .peerJoined(let peer):
         _ = try? await client.sendChat("Hello \(peer.name ?? peer.peerId.rawValue)! Type /help.")
     case .stateChanged(let state):
-        print("state: \(state)")
+        say("state: \(state)")
         if state.isTerminal { exit(state == .ended ? 0 : 1) }
     case .error(let error):
-        print("error: \(error)")
+        say("error: \(error)")
     default:
         break
     }
