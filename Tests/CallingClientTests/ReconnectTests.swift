@@ -134,6 +134,26 @@ final class ReconnectTests: XCTestCase {
         XCTAssertEqual(events.all.compactMap(\.state).filter { if case .reconnecting = $0 { true } else { false } }.count, 1)
     }
 
+    func test_disconnect_while_reconnecting_ends_the_session_and_fails_pending_chats() async throws {
+        let alice = try server.client("alice") { $0.reconnectDelays = [0.2] }
+        let events = EventLog(alice.events)
+        try await alice.connect()
+        server.stopServer()
+        _ = try await events.first { if case .reconnecting = $0.state { true } else { nil } }
+        let pending = Task { try await alice.sendChat("never sent", clientId: "p1") }
+        try await Task.sleep(nanoseconds: 100_000_000)
+        await alice.disconnect()
+        XCTAssertEqual(alice.state, .ended)
+        do {
+            _ = try await pending.value
+            XCTFail("a pending chat must fail on disconnect")
+        } catch let error as CallingError {
+            XCTAssertEqual(error, .notConnected)
+        }
+        try await Task.sleep(nanoseconds: 500_000_000)
+        XCTAssertEqual(alice.state, .ended, "no reconnect after disconnect()")
+    }
+
     func test_reconnect_gives_up_after_max_attempts() async throws {
         let alice = try server.client("alice") {
             $0.reconnectDelays = [0.05]
