@@ -28,7 +28,9 @@ let package = Package(
             dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingAuth", "CallingTransport"]
         ),
         .executableTarget(name: "calling-server", dependencies: ["CallingServer"]),
-        .target(name: "CallingClient", dependencies: ["CallingProtocol", "CallingTransport"]),
+        .target(name: "CallingClient", dependencies: ["CallingProtocol", "CallingCore", "CallingTransport"]),
+        // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
+        .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
         .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
 
         .testTarget(name: "CallingProtocolTests", dependencies: ["CallingProtocol"], resources: [.copy("Fixtures")]),

@@ -86,6 +86,8 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// If lws cannot create a context, the loop still exists but every connection fails at once.
     public init(logger: Logger) {
         self.logger = logger
+        // lws's notices would otherwise land on an SDK user's stderr; keep warnings and errors.
+        lws_set_log_level(LLL_ERR | LLL_WARN, nil)
         let ready = DispatchSemaphore(value: 0)
         stopped.enter()
         // A joinable pthread rather than Foundation's Thread so `shutdown` can return only after
