@@ -105,7 +105,8 @@ final class ReconnectTests: XCTestCase {
         alice.setInboundFilterForTesting { type, _ in type != "pong" }
         _ = try await events.first { if case .reconnecting = $0.state { true } else { nil } }
         alice.setInboundFilterForTesting(nil)
-        try await eventually { alice.state == .connected }
+        // Wait on the event stream, not `state`: the property changes before the event is delivered.
+        try await eventually { events.all.compactMap(\.state).last == .connected && events.all.compactMap(\.state).count >= 4 }
         XCTAssertEqual(events.all.compactMap(\.state), [.connecting, .connected, .reconnecting(attempt: 1), .connected])
         await alice.disconnect()
     }
