@@ -8,22 +8,7 @@ import XCTest
 
 /// Chat through the real server and SQLite: acks, dedup, ordering, typing, read markers,
 /// history and resume.
-final class ChatTests: XCTestCase {
-    var server: ServerHarness!
-
-    override func setUp() async throws {
-        server = try ServerHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
-    func restart(_ configure: (inout ServerConfig) -> Void) throws {
-        server.shutdown()
-        server = nil
-        server = try ServerHarness(configure: configure)
-    }
+final class ChatTests: ServerTestCase {
 
     private func chat(_ clientID: String, _ text: String = "hello") -> JSONValue {
         ["type": "chat", "payload": ["client_id": .string(clientID), "text": .string(text)]]

@@ -89,22 +89,7 @@ func sampleAnswer(ufrag: String = "ansU") -> String {
 
 /// The webrtc-proxy session API (seed 000) end to end: real HTTP from URLSession, a real WebSocket
 /// agent that answers, real calls from the real API. One server at a time (libev: one signal watcher).
-final class HTTPSessionsTests: XCTestCase {
-    var server: ServerHarness!
-
-    override func setUp() async throws {
-        server = try ServerHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
-    func restart(_ configure: (inout ServerConfig) -> Void) throws {
-        server.shutdown()
-        server = nil
-        server = try ServerHarness(configure: configure)
-    }
+final class HTTPSessionsTests: ServerTestCase {
 
     func sessionsPath(_ call: String) -> String { "/webrtc-proxy/\(call)/v1/webrtc/sessions" }
 

@@ -8,23 +8,7 @@ import XCTest
 /// The presence channel end to end: real server, real lws clients, real JWTs. The tokens in
 /// `accepted` are checked by opening `/v1/ws` with them.
 /// One server per test, never two at once: libev allows one signal watcher per process.
-final class PresenceEndpointTests: XCTestCase {
-    var server: ServerHarness!
-
-    override func setUp() async throws {
-        server = try ServerHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
-    /// Replaces the default server with one configured for the test.
-    func restart(_ configure: (inout ServerConfig) -> Void) throws {
-        server.shutdown()
-        server = nil
-        server = try ServerHarness(configure: configure)
-    }
+final class PresenceEndpointTests: ServerTestCase {
 
     private func presenceToken(_ peer: String, role: String?, scope: [String] = ["presence"]) throws -> String {
         try server.issuer.issue(PeerTokenClaims(sub: PeerID(peer), role: role, scope: scope, audience: server.config.jwtAudience,

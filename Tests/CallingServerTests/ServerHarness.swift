@@ -73,3 +73,24 @@ final class ServerHarness {
 extension Frame {
     var payloadObject: [String: JSONValue] { payload?.objectValue ?? [:] }
 }
+
+/// A test case with a fresh default server per test. One server at a time, never two: libev
+/// allows one signal watcher per process, so `restart` stops the default before starting another.
+class ServerTestCase: XCTestCase {
+    var server: ServerHarness!
+
+    override func setUp() async throws {
+        server = try ServerHarness()
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+
+    /// Replaces the default server with one configured for the test.
+    func restart(_ configure: (inout ServerConfig) -> Void) throws {
+        server.shutdown()
+        server = nil
+        server = try ServerHarness(configure: configure)
+    }
+}

@@ -6,23 +6,7 @@ import XCTest
 
 /// The room protocol end to end: real server, real lws clients, real SQLite.
 /// One server per test, never two at once: libev allows one signal watcher per process.
-final class SignalingServiceTests: XCTestCase {
-    var server: ServerHarness!
-
-    override func setUp() async throws {
-        server = try ServerHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
-    /// Replaces the default server with one configured for the test.
-    func restart(_ configure: (inout ServerConfig) -> Void) throws {
-        server.shutdown()
-        server = nil
-        server = try ServerHarness(configure: configure)
-    }
+final class SignalingServiceTests: ServerTestCase {
 
     func test_welcome_lists_the_peers_already_in_the_room() async throws {
         let alice = try await server.join("alice", role: "agent", name: "Alice")
