@@ -88,6 +88,9 @@ public enum HubInput: Sendable {
     case readStored(room: RoomID, peer: PeerID, seq: Int64, moved: Bool)
     /// Time passed; due timers fire.
     case tick
+    /// Gives a room its consultation meter (Meter.swift), loaded by the service after a join.
+    /// Ignored when the room is empty or already has one.
+    case attachMeter(RoomID, Meter)
 }
 
 public enum ChatStoreOutcome: Sendable, Equatable {
@@ -107,6 +110,8 @@ public enum HubEffect: Sendable, Equatable {
     case storeRead(room: RoomID, peer: PeerID, seq: Int64)
     /// Persist a stats sample for analytics.
     case storeStats(room: RoomID, call: CallID?, peer: PeerID, StatsSample, timestamp: Millis)
+    /// Persist a room's meter (started, paused, announced, ended) so a restart resumes it.
+    case storeMeter(RoomID, MeterSnapshot)
 }
 
 /// Settings the hub applies; all come from configuration.
@@ -138,10 +143,13 @@ public struct Hub: Sendable {
         var members: [PeerID: Member] = [:]
         /// Join order, so rosters and broadcasts are deterministic.
         var order: [PeerID] = []
+        var meter: Meter?
     }
 
     public let settings: HubSettings
-    private var rooms: [RoomID: Room] = [:]
+    // Internal (not private) for the meter hooks in Meter.swift.
+    var rooms: [RoomID: Room] = [:]
+    var meteredRooms: Set<RoomID> = []
     private var connections: [ConnectionID: (room: RoomID, peer: PeerID)] = [:]
 
     public init(settings: HubSettings = HubSettings()) {
@@ -171,7 +179,7 @@ public struct Hub: Sendable {
         case .message(let connection, let message):
             return handle(message, from: connection, now: now)
         case .disconnect(let connection):
-            return leave(connection)
+            return leave(connection, now: now)
         case .chatStored(let outcome):
             return chatStored(outcome, now: now)
         case .readStored(let room, let peer, let seq, let moved):
@@ -179,7 +187,9 @@ public struct Hub: Sendable {
             let others = members.order.filter { $0 != peer }.compactMap { members.members[$0]?.connection }
             return others.isEmpty ? [] : [.send(others, Frame(.read, from: peer.rawValue, payload: ["seq": .int(seq)]))]
         case .tick:
-            return expireTyping(now: now)
+            return expireTyping(now: now) + advanceMeters(now: now)
+        case .attachMeter(let room, let meter):
+            return attachMeter(meter, to: room, now: now)
         }
     }
 
@@ -236,17 +246,18 @@ public struct Hub: Sendable {
             }
         }
         rooms[identity.room] = room
+        effects += meterAfterJoin(room: identity.room, connection: connection, now: now)
         return effects
     }
 
-    private mutating func leave(_ connection: ConnectionID) -> [HubEffect] {
+    private mutating func leave(_ connection: ConnectionID, now: Millis) -> [HubEffect] {
         guard let (roomID, peer) = connections.removeValue(forKey: connection), var room = rooms[roomID] else { return [] }
         guard let member = room.members[peer], member.connection == connection else { return [] }
         room.members[peer] = nil
         room.order.removeAll { $0 == peer }
         if room.order.isEmpty {
             rooms[roomID] = nil
-            return []
+            return meterAfterLeave(roomID, remaining: room, now: now)
         }
         rooms[roomID] = room
         let others = room.order.compactMap { room.members[$0]?.connection }
@@ -255,6 +266,7 @@ public struct Hub: Sendable {
             effects.append(.send(others, Frame(.typing, from: peer.rawValue, payload: ["typing": false])))
         }
         effects.append(.send(others, Frame(.peerLeft, from: peer.rawValue, payload: ["peer_id": .string(peer.rawValue)])))
+        effects += meterAfterLeave(roomID, remaining: room, now: now)
         return effects
     }
 

@@ -15,6 +15,8 @@ import Foundation
 final class CallsAPI: @unchecked Sendable {
     /// The end reason of a call nobody joined within `call_join_window_seconds` (seed 000).
     static let notJoinedReason = "error_user_not_joined"
+    /// The end reason of a call whose consultation meter ran out.
+    static let consultationEndedReason = "consultation_ended"
     /// Longest room, call, agent id accepted by the API.
     static let maxIdentifierBytes = 128
 
@@ -22,10 +24,12 @@ final class CallsAPI: @unchecked Sendable {
     let store: ChatStore
     let config: ServerConfig
     let logger: Logger
-    /// STUN/TURN for `ice_servers`; the same configuration `GET /v1/ice` serves (validated by `ServerApp`).
-    let ice: ICEService
+    /// STUN/TURN for `ice_servers`: the one `GET /v1/ice` serves, installed by `ServerApp`.
+    private var ice: ICEService { service.routes.ice }
 
     private var lastSweep: Millis = 0
+    /// Rooms whose meter is being read from the store.
+    private var meterLoads: Set<RoomID> = []
     private var sweepInFlight = false
     /// `stats` frames not yet written; flushed every tick in one transaction.
     private var pendingStats: [StatsDraft] = []
@@ -37,7 +41,6 @@ final class CallsAPI: @unchecked Sendable {
         self.store = store
         self.config = config
         self.logger = logger
-        ice = (try? ICEService(config: config)) ?? ICEService()
     }
 
     private var joinWindowMs: Millis { Millis(config.callJoinWindowSeconds) * 1_000 }
@@ -292,6 +295,58 @@ final class CallsAPI: @unchecked Sendable {
                 logger.error("call join not recorded", ["room.id": room.rawValue, "error": "\(error)"])
             }
         }
+        loadMeter(room: room)
+    }
+
+    // MARK: meters
+
+    /// After a join: gives the room its consultation meter if it has none yet, from the `meters` row
+    /// (a meter that ran before a restart) or else from the live call's `meter`. Service thread.
+    private func loadMeter(room: RoomID) {
+        guard service.hubSnapshot.meter(of: room) == nil, meterLoads.insert(room).inserted else { return }
+        let intervalMs = Millis(config.meterIntervalSeconds) * 1_000
+        let defaultWarningMs = Millis(config.meterWarningSeconds) * 1_000
+        store.perform({ db -> Meter? in
+            if let saved = try MeterRepository(db: db).find(room: room) {
+                return Meter(limitMs: saved.limitS * 1_000, warningMs: saved.warningS * 1_000, intervalMs: intervalMs,
+                             elapsedMs: saved.elapsedMs, startedAt: saved.startedMs, state: Meter.State(saved.state))
+            }
+            guard let call = try CallRepository(db: db).live(room: room), let limit = call.meterLimitS else { return nil }
+            return Meter(limitMs: limit * 1_000, warningMs: call.meterWarningS.map { $0 * 1_000 } ?? defaultWarningMs,
+                         intervalMs: intervalMs)
+        }) { [self] result in
+            service.transport.post { [self] in
+                meterLoads.remove(room)
+                switch result {
+                case .success(let meter?): service.handle(.attachMeter(room, meter))
+                case .success(nil): break
+                case .failure(let error):
+                    service.metrics.storeFailures += 1
+                    logger.error("meter not loaded", ["room.id": room.rawValue, "error": "\(error)"])
+                }
+            }
+        }
+    }
+
+    /// Persists a meter the hub started, paused, announced or ended; an ended one also ends the
+    /// room's live calls (`consultation_ended`). Service thread.
+    func storeMeter(_ room: RoomID, _ snapshot: MeterSnapshot) {
+        let record = MeterRecord(room: room, startedMs: snapshot.startedAt, elapsedMs: snapshot.elapsedMs,
+                                 limitS: snapshot.limitSeconds, warningS: snapshot.warningMs / 1_000,
+                                 state: MeterRecord.State(snapshot.state))
+        let now = service.now()
+        store.perform({ db in
+            try db.transaction(.immediate) {
+                try MeterRepository(db: db).save(record)
+                if record.state == .ended {
+                    try CallRepository(db: db).endLive(room: room, nowMs: now, reason: Self.consultationEndedReason)
+                }
+            }
+        }) { [service, logger] result in
+            guard case .failure(let error) = result else { return }
+            logger.error("meter not stored", ["room.id": room.rawValue, "error": "\(error)"])
+            service.transport.post { service.metrics.storeFailures += 1 }
+        }
     }
 
     /// A client `stats` frame (already range-checked by the decoder) for the analytics table; written
@@ -360,6 +415,26 @@ extension CallRecord {
             "created_ms": .int(createdMs), "join_deadline_ms": .int(createdMs + joinWindowMs), "joined_ms": int(joinedMs),
             "ended_ms": int(endedMs), "expires_at": .int(expiresMs / 1_000),
         ]
+    }
+}
+
+extension Meter.State {
+    init(_ state: MeterRecord.State) {
+        switch state {
+        case .running: self = .running
+        case .warning: self = .warning
+        case .ended: self = .ended
+        }
+    }
+}
+
+extension MeterRecord.State {
+    init(_ state: Meter.State) {
+        switch state {
+        case .running: self = .running
+        case .warning: self = .warning
+        case .ended: self = .ended
+        }
     }
 }
 

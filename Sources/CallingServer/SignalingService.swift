@@ -22,6 +22,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         var ticket: JoinTicket
         var limiter: RateLimiter
         var joined = false
+        /// Set once the expiry close is under way, so it is counted and sent once.
+        var expired = false
         /// Frames that arrived before the join finished loading chat state, in order.
         var early: [ClientMessage] = []
     }
@@ -227,9 +229,12 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         guard session.limiter.admit(now: now()) else {
             let drops = session.limiter.consecutiveDrops
             sessions[connection] = session
-            if drops >= config.floodCloseAfter {
+            if drops == config.floodCloseAfter {
+                // Counted once: frames still arriving before the close completes are dropped silently.
                 metrics.closes["flood", default: 0] += 1
                 transport.close(connection, code: .flood)
+            } else if drops > config.floodCloseAfter {
+                return
             } else if drops == 1 || drops % 50 == 0 {
                 // One error per burst, not one per dropped frame: answering every frame would let a
                 // flooding client double its own traffic.
@@ -297,6 +302,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                 }
             case .storeStats(let room, let call, let peer, let sample, let timestamp):
                 calls.storeStats(StatsDraft(room: room, call: call, peer: peer, sample: sample, timestampMs: timestamp))
+            case .storeMeter(let room, let snapshot):
+                calls.storeMeter(room, snapshot)
             }
         }
     }
@@ -346,7 +353,9 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         guard current - lastExpiryCheck >= 1_000 else { return }
         lastExpiryCheck = current
         let nowDate = Date(timeIntervalSince1970: Double(current) / 1000)
-        for (connection, session) in sessions where session.ticket.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate {
+        for (connection, session) in sessions
+        where !session.expired && session.ticket.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate {
+            sessions[connection]?.expired = true
             metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
             transport.close(connection, code: .tokenExpired)
         }

@@ -55,7 +55,7 @@ final class HubTests: XCTestCase {
     private func storeEffects(_ effects: [HubEffect]) -> [HubEffect] {
         effects.filter {
             switch $0 {
-            case .storeChat, .storeRead, .storeStats: return true
+            case .storeChat, .storeRead, .storeStats, .storeMeter: return true
             case .send, .close: return false
             }
         }

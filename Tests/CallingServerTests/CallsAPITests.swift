@@ -28,7 +28,7 @@ final class CallsAPITests: XCTestCase {
 
     /// A fresh key from `calling-server apikey create` on the running server's data directory.
     func makeAPIKey(name: String = "test") throws -> String {
-        let (code, output) = try runCapturingOutput(["apikey", "create", "--name", name, "--data-dir", server.dataDir])
+        let (code, output) = try runCapturingOutput(["apikey", "create", "--name", name, "--data-dir", server.config.dataDir])
         XCTAssertEqual(code, 0)
         return output.trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -234,6 +234,82 @@ final class CallsAPITests: XCTestCase {
         XCTAssertEqual(unknown, 404)
         let (anonymous, _) = try await api("GET", "/v1/calls/\(callID)/stats", key: nil)
         XCTAssertEqual(anonymous, 401)
+    }
+
+    // MARK: meter
+
+    /// The `meter` frames `peer` receives until (and including) `ended`.
+    func meterFrames(_ peer: TestPeer, timeout: TimeInterval = 10) async throws -> [[String: JSONValue]] {
+        var frames: [[String: JSONValue]] = []
+        while true {
+            let frame = try await peer.next(type: "meter", timeout: timeout).payloadObject
+            frames.append(frame)
+            if frame["state"] == "ended" { return frames }
+        }
+    }
+
+    func test_the_meter_runs_warns_ends_and_closes_the_room_with_4410() async throws {
+        try restart { $0.meterIntervalSeconds = 1 }
+        let key = try makeAPIKey()
+        let created = try await createCall(key: key, ["room_id": "consult", "peer_id": "patient",
+                                                     "meter": ["limit_s": 3, "warning_s": 1]])
+        XCTAssertEqual(created["meter"], ["limit_s": 3, "warning_s": 1])
+        let patient = try await TestPeer.connect(loop: server.loop, port: server.port,
+                                                 token: try XCTUnwrap(created["access_token"]?.stringValue))
+        try await patient.expectNoFrame(within: 0.5)  // alone: the meter has not started
+        let doctor = try await server.join("doctor", room: "consult", role: "agent")
+
+        let seen = try await meterFrames(patient)
+        XCTAssertEqual(seen.first, ["state": "running", "elapsed_s": 0, "limit_s": 3, "remaining_s": 3])
+        let states = seen.compactMap { $0["state"]?.stringValue }
+        XCTAssertEqual(states.filter { $0 != "running" }, ["warning", "ended"], "each state change is sent once, in order")
+        XCTAssertGreaterThanOrEqual(states.filter { $0 == "running" }.count, 2, "plus the 1 s interval updates")
+        XCTAssertEqual(seen.last, ["state": "ended", "elapsed_s": 3, "limit_s": 3, "remaining_s": 0])
+        for frame in seen {
+            XCTAssertEqual(frame["elapsed_s"]?.int64Value.map { $0 + (frame["remaining_s"]?.int64Value ?? 0) }, 3)
+        }
+        let doctorSeen = try await meterFrames(doctor)
+        XCTAssertEqual(doctorSeen.last?["state"], "ended")
+
+        let patientClose = try await patient.closeEvent().code
+        let doctorClose = try await doctor.closeEvent().code
+        XCTAssertEqual(patientClose, CloseCode.consultationEnded.rawValue)
+        XCTAssertEqual(doctorClose, CloseCode.consultationEnded.rawValue)
+
+        let callID = try XCTUnwrap(created["call_id"]?.stringValue)
+        let call = try await call(callID, key: key, until: { $0["state"] == "ended" })
+        XCTAssertEqual(call["end_reason"], "consultation_ended")
+
+        // Coming back does not buy more time.
+        let again = try await server.join("doctor", room: "consult", role: "agent")
+        let verdict = try await again.next(type: "meter")
+        XCTAssertEqual(verdict.payloadObject["state"], "ended")
+        let againClose = try await again.closeEvent().code
+        XCTAssertEqual(againClose, CloseCode.consultationEnded.rawValue)
+    }
+
+    func test_a_restart_does_not_reset_the_meter() async throws {
+        let dataDir = NSTemporaryDirectory() + "calling-meter-restart-\(UUID().uuidString)"
+        addTeardownBlock { try? FileManager.default.removeItem(atPath: dataDir) }
+        try restart {
+            $0.dataDir = dataDir
+            $0.meterIntervalSeconds = 1
+        }
+        let key = try makeAPIKey()
+        _ = try await createCall(key: key, ["room_id": "consult", "meter": ["limit_s": 600, "warning_s": 10]])
+        let patient = try await server.join("patient", room: "consult")
+        let doctor = try await server.join("doctor", room: "consult")
+        while try await patient.next(type: "meter").payloadObject["elapsed_s"]?.int64Value ?? 0 < 2 {}
+        withExtendedLifetime(doctor) {}
+
+        try restart { $0.dataDir = dataDir }
+        let patientAgain = try await server.join("patient", room: "consult")
+        let doctorAgain = try await server.join("doctor", room: "consult")
+        let resumed = try await patientAgain.next(type: "meter").payloadObject
+        withExtendedLifetime(doctorAgain) {}
+        XCTAssertEqual(resumed["state"], "running")
+        XCTAssertGreaterThanOrEqual(resumed["elapsed_s"]?.int64Value ?? 0, 2, "counting resumes from the stored elapsed time")
+        XCTAssertLessThan(resumed["elapsed_s"]?.int64Value ?? 0, 10)
     }
 
     // MARK: tokens
