@@ -15,6 +15,8 @@ struct PresenceTicket: Sendable {
 /// so the state below needs no lock.
 final class PresenceEndpoint: WebSocketEndpoint {
     struct Session {
+        /// Set once the expiry close is under way, so it is counted and sent once.
+        var expired = false
         var expiresAt: Date
         var limiter: RateLimiter
     }
@@ -69,34 +71,14 @@ final class PresenceEndpoint: WebSocketEndpoint {
 
     func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
         guard var session = sessions[connection] else { return }
-        let config = service.config
-        let admitted = session.limiter.admit(now: service.now())
+        let text = service.admit(message, on: connection, limiter: &session.limiter)
         sessions[connection] = session
-        guard admitted else {
-            // Same policy as the room protocol: one error per burst, then close on a sustained flood.
-            let drops = session.limiter.consecutiveDrops
-            if drops >= config.floodCloseAfter {
-                service.metrics.closes[CloseCode.flood.reason, default: 0] += 1
-                service.transport.close(connection, code: .flood)
-            } else if drops == 1 || drops % 50 == 0 {
-                sendError(FrameError(.rateLimited, "more than \(Int(config.maxFramesPerSecond)) frames per second; frames are being dropped"),
-                          to: connection)
-            }
-            return
-        }
+        guard let text else { return }
         let decoded: PresenceMessage
-        switch message {
-        case .binary:
-            return sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
-        case .tooLarge(let count):
-            return sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
-                             to: connection)
-        case .text(let bytes):
-            do {
-                decoded = try PresenceFrameDecoder.decode(bytes, limits: limits)
-            } catch {
-                return sendError(error, to: connection)
-            }
+        do {
+            decoded = try PresenceFrameDecoder.decode(text, limits: limits)
+        } catch {
+            return service.sendError(error, to: connection)
         }
         service.metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
         apply(hub.handle(.message(connection, decoded), now: service.now()))
@@ -112,7 +94,8 @@ final class PresenceEndpoint: WebSocketEndpoint {
         guard now - lastExpiryCheck >= 1_000 else { return }
         lastExpiryCheck = now
         let limit = Date(timeIntervalSince1970: Double(now) / 1000).addingTimeInterval(-service.config.jwtLeewaySeconds)
-        for (connection, session) in sessions where session.expiresAt < limit {
+        for (connection, session) in sessions where !session.expired && session.expiresAt < limit {
+            sessions[connection]?.expired = true
             service.metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
             service.transport.close(connection, code: .tokenExpired)
         }
@@ -120,10 +103,6 @@ final class PresenceEndpoint: WebSocketEndpoint {
 
     // MARK: effects
 
-    private func sendError(_ error: FrameError, to connection: ConnectionID) {
-        service.metrics.errors[error.code.name, default: 0] += 1
-        service.send(error.frame, to: [connection])
-    }
 
     /// Carries out effects in order. A failed mint feeds `.callFailed` back; its effects run after
     /// the ones already queued, so the agent's `busy` broadcast precedes its return to `available`.

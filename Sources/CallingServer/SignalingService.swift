@@ -226,37 +226,14 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             return endpoint.didReceive(message, on: connection)
         }
         guard var session = sessions[connection] else { return }
-        guard session.limiter.admit(now: now()) else {
-            let drops = session.limiter.consecutiveDrops
-            sessions[connection] = session
-            if drops == config.floodCloseAfter {
-                // Counted once: frames still arriving before the close completes are dropped silently.
-                metrics.closes["flood", default: 0] += 1
-                transport.close(connection, code: .flood)
-            } else if drops > config.floodCloseAfter {
-                return
-            } else if drops == 1 || drops % 50 == 0 {
-                // One error per burst, not one per dropped frame: answering every frame would let a
-                // flooding client double its own traffic.
-                sendError(FrameError(.rateLimited, "more than \(Int(config.maxFramesPerSecond)) frames per second; frames are being dropped"),
-                          to: connection)
-            }
-            return
-        }
+        let text = admit(message, on: connection, limiter: &session.limiter)
         sessions[connection] = session
+        guard let text else { return }
         let decoded: ClientMessage
-        switch message {
-        case .binary:
-            return sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
-        case .tooLarge(let count):
-            return sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
-                             to: connection)
-        case .text(let bytes):
-            do {
-                decoded = try ClientFrameDecoder.decode(bytes, limits: config.frameLimits)
-            } catch {
-                return sendError(error, to: connection)
-            }
+        do {
+            decoded = try ClientFrameDecoder.decode(text, limits: config.frameLimits)
+        } catch {
+            return sendError(error, to: connection)
         }
         metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
         guard session.joined else {
@@ -266,7 +243,38 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         apply(hub.handle(.message(connection, decoded), now: now()))
     }
 
-    private func sendError(_ error: FrameError, to connection: ConnectionID) {
+    /// The front door shared by every WebSocket endpoint: the per-connection rate limit and the
+    /// transport-level refusals. Returns the text to decode, or nil when the message was answered
+    /// (or dropped) here. Service thread.
+    func admit(_ message: InboundMessage, on connection: ConnectionID, limiter: inout RateLimiter) -> [UInt8]? {
+        guard limiter.admit(now: now()) else {
+            let drops = limiter.consecutiveDrops
+            if drops == config.floodCloseAfter {
+                // Counted once: frames still arriving before the close completes are dropped silently.
+                metrics.closes[CloseCode.flood.reason, default: 0] += 1
+                transport.close(connection, code: .flood)
+            } else if drops < config.floodCloseAfter && (drops == 1 || drops % 50 == 0) {
+                // One error per burst, not one per dropped frame: answering every frame would let a
+                // flooding client double its own traffic.
+                sendError(FrameError(.rateLimited, "more than \(Int(config.maxFramesPerSecond)) frames per second; frames are being dropped"),
+                          to: connection)
+            }
+            return nil
+        }
+        switch message {
+        case .text(let bytes):
+            return bytes
+        case .binary:
+            sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
+        case .tooLarge(let count):
+            sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
+                      to: connection)
+        }
+        return nil
+    }
+
+    /// Answers a refused frame with an `error` frame and counts it. Service thread.
+    func sendError(_ error: FrameError, to connection: ConnectionID) {
         metrics.errors[error.code.name, default: 0] += 1
         deliver(error.frame, to: [connection])
     }

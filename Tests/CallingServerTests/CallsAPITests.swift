@@ -7,22 +7,7 @@ import XCTest
 
 /// The server-to-server API end to end: real server, real HTTP, real lws peers, API keys made by the
 /// real CLI on the server's own database. One server at a time (libev: one signal watcher per process).
-final class CallsAPITests: XCTestCase {
-    var server: ServerHarness!
-
-    override func setUp() async throws {
-        server = try ServerHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
-    func restart(_ configure: (inout ServerConfig) -> Void) throws {
-        server.shutdown()
-        server = nil
-        server = try ServerHarness(configure: configure)
-    }
+final class CallsAPITests: ServerTestCase {
 
     // MARK: helpers
 
