@@ -227,7 +227,8 @@ public final class WebSocketServer: @unchecked Sendable {
             conn.closeCode = CloseCode.slowConsumer.rawValue
             state.counters.closedSlowConsumer += 1
             logger.warning("closing slow consumer", ["conn": "\(connection)", "max_queue_bytes": "\(settings.maxQueueBytes)"])
-            armCloseDeadline(conn)
+            // It has already shown it does not read: no point waiting long for a Close answer.
+            armCloseDeadline(conn, seconds: 1)
         }
         lws_callback_on_writable(conn.wsi)
     }
@@ -244,9 +245,9 @@ public final class WebSocketServer: @unchecked Sendable {
     /// stopped reading never becomes writeable again while lws holds part of a frame for it. So
     /// every close also arms an lws timeout: if WRITEABLE has not come by then, lws drops the
     /// socket from its own timer processing (no close frame can be sent to such a peer anyway).
-    private func armCloseDeadline(_ conn: WSConnection) {
+    private func armCloseDeadline(_ conn: WSConnection, seconds: Int? = nil) {
         lws_set_timeout(conn.wsi, pending_timeout(rawValue: PENDING_TIMEOUT_USER_REASON_BASE.rawValue + 1),
-                        Int32(settings.closeTimeoutSeconds))
+                        Int32(seconds ?? settings.closeTimeoutSeconds))
     }
 
     func respond(exchangeID: UInt64, _ response: HTTPResponse) {
@@ -480,7 +481,7 @@ public final class WebSocketServer: @unchecked Sendable {
         conn.closeFrameSent = true
         conn.queue.removeAll()
         conn.queuedBytes = 0
-        armCloseDeadline(conn)
+        armCloseDeadline(conn, seconds: code == CloseCode.slowConsumer.rawValue ? 1 : nil)
         let length = frame.count - OutboundMessage.headroom
         let written = frame.withUnsafeMutableBufferPointer { buffer in
             lws_write(wsi, buffer.baseAddress! + OutboundMessage.headroom, length, LWS_WRITE_HTTP)
