@@ -18,9 +18,16 @@ public final class ServerApp: @unchecked Sendable {
     private let stopping = NSCondition()
     private var stopRequested = false
 
-    public init(config: ServerConfig, logger: Logger) throws {
+    /// What happens when the watchdog sees the service loop stalled. Exiting (70) is the only safe
+    /// answer in production: the loop never recovers (lws #2889). Tests observe instead.
+    let onStall: @Sendable (TimeInterval) -> Void
+
+    public init(config: ServerConfig, logger: Logger,
+                onStall: @escaping @Sendable (TimeInterval) -> Void = { _ in _exit(70) }) throws
+    {
         self.config = config
         self.logger = logger
+        self.onStall = onStall
         try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
         let secret = try SigningSecret.load(config: config, logger: logger)
         // Before the store opens: a TURN configuration without its secret stops the start here.
@@ -84,9 +91,11 @@ public final class ServerApp: @unchecked Sendable {
                 lastProgress = progress
                 lastChange = Date()
             } else if Date().timeIntervalSince(lastChange) > config.watchdogSeconds {
+                let stalled = Date().timeIntervalSince(lastChange)
                 logger.critical("service loop stalled; exiting so the supervisor restarts us",
-                                ["stalled_seconds": "\(Int(Date().timeIntervalSince(lastChange)))"])
-                _exit(70)
+                                ["stalled_seconds": "\(Int(stalled))"])
+                onStall(stalled)
+                lastChange = Date()
             }
         }
     }

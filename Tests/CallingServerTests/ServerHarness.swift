@@ -18,7 +18,9 @@ final class ServerHarness {
     let config: ServerConfig
     let dataDir: String
 
-    init(configure: (inout ServerConfig) -> Void = { _ in }) throws {
+    init(configure: (inout ServerConfig) -> Void = { _ in },
+         onStall: @escaping @Sendable (TimeInterval) -> Void = { _ in XCTFail("service loop stalled") }) throws
+    {
         dataDir = NSTemporaryDirectory() + "calling-test-\(UUID().uuidString)"
         var config = ServerConfig()
         config.port = 0
@@ -27,7 +29,8 @@ final class ServerHarness {
         config.logLevel = .error
         configure(&config)
         self.config = config
-        app = try ServerApp(config: config, logger: Logger(label: "test", level: .error))
+        app = try ServerApp(config: config, logger: Logger(label: "test", level: .error),
+                            onStall: onStall)
         try app.start()
         issuer = try TokenIssuer(hs256Secret: Array(config.jwtSecret!.utf8))
         loop = WebSocketClientLoop(logger: Logger(label: "client", level: .error))
