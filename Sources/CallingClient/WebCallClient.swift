@@ -1,0 +1,186 @@
+import CallingProtocol
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A native web call over the webrtc-proxy session API (docs/protocol.md, "HTTP sessions"; seed 000):
+/// the app's WebRTC stack makes the offers, this client carries them to the server over plain HTTP
+/// and returns the answering agent's SDP. No WebSocket is involved.
+///
+/// ```swift
+/// let call = WebCallClient(baseURL: URL(string: "https://calls.example.org")!, callID: callID, accessToken: token)
+/// let answer = try await call.start(offerSDP: offer)     // POST  → 201 {session_id, sdp}
+/// try await call.addCandidate(candidate: c, sdpMid: "0", sdpMLineIndex: 0)  // PATCH → 204
+/// let answer2 = try await call.reconnect(offerSDP: newOffer)  // after a network change
+/// try await call.hangup()                                 // DELETE → 204
+/// ```
+///
+/// Refusals throw `CallingError` `http(status:code:detail:)` with the problem `code`
+/// (`isRetryable` for 429, 502, 503); network failures throw `connectFailed(status: nil)`. The
+/// `Retry-After` of the last refusal is in `retryAfter`; the client never retries on its own.
+public final class WebCallClient: @unchecked Sendable {
+    // @unchecked: the `var`s are touched only under `lock`; the `let`s are immutable and
+    // URLSession is thread-safe.
+    private let lock = NSLock()
+    private var currentSessionID: String?
+    private var lastRetryAfter: TimeInterval?
+    /// Bumped by every POST and every hangup: a POST whose answer arrives after a later POST or
+    /// hangup must not overwrite the session (seed 000: "hung up during the POST").
+    private var generation = 0
+    private var latestPostGeneration = 0
+
+    /// `{base}/webrtc-proxy/{call_id}/v1/webrtc/sessions`; internal for tests.
+    let sessionsURL: URL?
+    private let accessToken: String
+    private let session: URLSession
+    /// Longer than the server's answer timeout (10 s), so a slow agent surfaces as 502, not a local timeout.
+    private let requestTimeout: TimeInterval = 30
+
+    public init(baseURL: URL, callID: String, accessToken: String, session: URLSession = .shared) {
+        self.accessToken = accessToken
+        self.session = session
+        var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false)
+        if components?.scheme == "ws" { components?.scheme = "http" }
+        if components?.scheme == "wss" { components?.scheme = "https" }
+        var prefix = components?.percentEncodedPath ?? ""
+        while prefix.hasSuffix("/") { prefix.removeLast() }
+        components?.percentEncodedPath = prefix + "/webrtc-proxy/\(queryEncoded(callID))/v1/webrtc/sessions"
+        components?.query = nil
+        components?.fragment = nil
+        sessionsURL = components?.url
+    }
+
+    /// The live session's id (from the last successful `start`/`reconnect`), nil before and after `hangup`.
+    public var sessionID: String? {
+        lock.withLock { currentSessionID }
+    }
+
+    /// The `Retry-After` seconds of the most recent refused request (e.g. 2 on 503
+    /// `no_answering_peer`), nil when it had none. Reset by every request.
+    public var retryAfter: TimeInterval? {
+        lock.withLock { lastRetryAfter }
+    }
+
+    // MARK: requests
+
+    /// Posts the offer (`{"identity":"client","sdp":…}`) and returns the agent's answer SDP; the
+    /// session id is kept in `sessionID`. Throws `invalidState` while a session is live (use
+    /// `reconnect` or `renegotiate`).
+    public func start(offerSDP: String) async throws -> String {
+        if sessionID != nil { throw CallingError(.invalidState("a session is live; use reconnect or renegotiate")) }
+        return try await post(offerSDP: offerSDP)
+    }
+
+    /// After a network change: posts a new offer with the same token. The server hands the seat to
+    /// the new session (the agent gets `data {kind:"replaced"}`); the old session id answers 404
+    /// from then on. Works without a previous `start` too.
+    public func reconnect(offerSDP: String) async throws -> String {
+        try await post(offerSDP: offerSDP)
+    }
+
+    /// Sends one trickled ICE candidate (`""` = end of candidates). Throws `invalidState` without a
+    /// session: queue candidates gathered before `start` returns and send them afterwards, in order.
+    public func addCandidate(candidate: String, sdpMid: String?, sdpMLineIndex: Int?) async throws {
+        let id = try liveSessionID()
+        var fields: [String: JSONValue] = ["candidate": .string(candidate)]
+        if let sdpMid { fields["sdpMid"] = .string(sdpMid) }
+        if let sdpMLineIndex { fields["sdpMLineIndex"] = .int(Int64(sdpMLineIndex)) }
+        let body = JSONWriter.bytes(["candidate": .object(fields)])
+        _ = try await send("PATCH", sessionID: id, contentType: "application/json", body: Data(body), expect: [204])
+    }
+
+    /// Sends a new offer on the live session (`Content-Type: application/sdp`) and returns the
+    /// answer. 409 `renegotiation_in_progress` while a previous one is unanswered.
+    public func renegotiate(offerSDP: String) async throws -> String {
+        let id = try liveSessionID()
+        let (_, data) = try await send("PATCH", sessionID: id, contentType: "application/sdp", body: Data(offerSDP.utf8),
+                                       expect: [200])
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// Ends the session (`DELETE`; the agent gets `data {kind:"hangup"}`). Idempotent: without a
+    /// session it does nothing, and a session or call that is already gone (404) counts as done.
+    /// A `start`/`reconnect` still in flight is abandoned: its session is deleted when it arrives.
+    public func hangup() async throws {
+        let id: String? = lock.withLock {
+            generation += 1
+            return currentSessionID
+        }
+        guard let id else { return }
+        try await delete(id)
+        lock.withLock {
+            if currentSessionID == id { currentSessionID = nil }
+        }
+    }
+
+    // MARK: internals
+
+    private func liveSessionID() throws -> String {
+        guard let id = sessionID else { throw CallingError(.invalidState("no session; call start first")) }
+        return id
+    }
+
+    private func post(offerSDP: String) async throws -> String {
+        let mine: Int = lock.withLock {
+            generation += 1
+            latestPostGeneration = generation
+            return generation
+        }
+        let body = JSONWriter.bytes(["identity": "client", "sdp": .string(offerSDP)])
+        let (status, data) = try await send("POST", sessionID: nil, contentType: "application/json", body: Data(body),
+                                            expect: [201])
+        let json = try? JSONParser.parse([UInt8](data))
+        guard let id = json?["session_id"]?.stringValue, let answer = json?["sdp"]?.stringValue else {
+            throw CallingError(.http(status: status, code: nil, detail: "answer without session_id or sdp"))
+        }
+        let (current, hungUp): (Bool, Bool) = lock.withLock {
+            let current = generation == mine
+            if current { currentSessionID = id }
+            return (current, !current && latestPostGeneration == mine)  // only a hangup came after this POST
+        }
+        if current { return answer }
+        if hungUp { try? await delete(id) }
+        throw CallingError(.invalidState("superseded by a later reconnect or hangup"))
+    }
+
+    private func delete(_ id: String) async throws {
+        do {
+            _ = try await send("DELETE", sessionID: id, contentType: nil, body: nil, expect: [200, 204])
+        } catch let error as CallingError where error.httpStatus == 404 {
+            return  // session or call already gone
+        }
+    }
+
+    /// One request; returns status and body when the status is in `expect`, else throws the
+    /// problem as `CallingError.http`.
+    private func send(_ method: String, sessionID: String?, contentType: String?, body: Data?, expect: Set<Int>)
+        async throws -> (Int, Data)
+    {
+        guard var url = sessionsURL else { throw CallingError(.http(status: 0, code: nil, detail: "bad base URL")) }
+        if let sessionID { url.appendPathComponent(sessionID) }
+        var request = URLRequest(url: url, timeoutInterval: requestTimeout)
+        request.httpMethod = method
+        request.setValue("Bearer \(accessToken)", forHTTPHeaderField: "Authorization")
+        if let contentType { request.setValue(contentType, forHTTPHeaderField: "Content-Type") }
+        request.httpBody = body
+        let data: Data
+        let response: URLResponse
+        do {
+            (data, response) = try await session.data(for: request)
+        } catch {
+            throw CallingError(.connectFailed(status: nil, message: "\(error)"))
+        }
+        let http = response as? HTTPURLResponse
+        let status = http?.statusCode ?? 0
+        let retryAfter = http?.value(forHTTPHeaderField: "Retry-After")
+            .flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }
+        lock.withLock { lastRetryAfter = expect.contains(status) ? nil : retryAfter }
+        guard expect.contains(status) else {
+            let problem = try? JSONParser.parse([UInt8](data))
+            let detail = problem?["detail"]?.stringValue ?? problem?["title"]?.stringValue ?? "HTTP \(status)"
+            throw CallingError(.http(status: status, code: problem?["code"]?.stringValue, detail: detail))
+        }
+        return (status, data)
+    }
+}
