@@ -82,7 +82,7 @@ public enum CallingCommand {
         case .success(let parsed): flags = parsed
         }
         switch command {
-        case "serve": return serve(flags: flags, environment: environment)
+        case "serve": return serve(flags: flags, environment: environment, executable: arguments[0])
         case "token": return token(flags: flags, environment: environment)
         case "migrate": return migrate(flags: flags, environment: environment)
         case "config":
@@ -109,7 +109,7 @@ public enum CallingCommand {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }
 
-    private static func serve(flags: [String: String], environment: [String: String]) -> Int32 {
+    private static func serve(flags: [String: String], environment: [String: String], executable: String) -> Int32 {
         let config: ServerConfig
         switch loadConfig(flags: flags, environment: environment) {
         case .failure(let problems):
@@ -133,7 +133,7 @@ public enum CallingCommand {
         // Machine-readable line for scripts and tests that start the server on port 0.
         // Written unbuffered: scripts wait for this line before connecting.
         let banner = "calling-server listening on http://\(config.host):\(app.port)\n"
-            + "mint a token: calling-server token --data-dir \(config.dataDir) --room demo --peer alice\n"
+            + "mint a token: \(executable) token --data-dir \(config.dataDir) --room demo --peer alice\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
         let done = DispatchSemaphore(value: 0)
         let signalQueue = DispatchQueue(label: "signals")
