@@ -101,14 +101,12 @@ public struct FrameLimits: Sendable, Equatable {
     }
 }
 
-public enum ClientFrameDecoder {
-    /// Parses and validates one text frame. `from` in the input is ignored: the server stamps it.
-    public static func decode(_ bytes: [UInt8], limits: FrameLimits = FrameLimits()) throws(FrameError)
-        -> ClientMessage
-    {
-        let value: JSONValue
+/// What every frame decoder shares: the text must be JSON, and an object with a string `type`.
+public enum FrameEnvelope {
+    /// Parses a text frame; bad UTF-8 anywhere is 416, other malformed JSON 400.
+    public static func parse(_ bytes: [UInt8]) throws(FrameError) -> JSONValue {
         do {
-            value = try JSONParser.parse(bytes)
+            return try JSONParser.parse(bytes)
         } catch {
             // A parse failure may be caused by bad UTF-8 outside any string; tell the two apart
             // only on this cold path (a successful parse implies valid UTF-8).
@@ -117,13 +115,27 @@ public enum ClientFrameDecoder {
             }
             throw FrameError(.badJSON, error.message)
         }
-        return try decode(value, limits: limits)
     }
 
-    public static func decode(_ value: JSONValue, limits: FrameLimits = FrameLimits()) throws(FrameError) -> ClientMessage {
+    /// The frame's fields and its `type`, or 401 when it is not a frame object.
+    public static func fields(_ value: JSONValue) throws(FrameError) -> (fields: [String: JSONValue], type: String) {
         guard let fields = value.objectValue else { throw FrameError(.badFrame, "a frame must be a JSON object") }
         guard let typeValue = fields["type"] else { throw FrameError(.badFrame, "missing field 'type'") }
         guard let typeName = typeValue.stringValue else { throw FrameError(.badFrame, "field 'type' must be a string") }
+        return (fields, typeName)
+    }
+}
+
+public enum ClientFrameDecoder {
+    /// Parses and validates one text frame. `from` in the input is ignored: the server stamps it.
+    public static func decode(_ bytes: [UInt8], limits: FrameLimits = FrameLimits()) throws(FrameError)
+        -> ClientMessage
+    {
+        try decode(FrameEnvelope.parse(bytes), limits: limits)
+    }
+
+    public static func decode(_ value: JSONValue, limits: FrameLimits = FrameLimits()) throws(FrameError) -> ClientMessage {
+        let (fields, typeName) = try FrameEnvelope.fields(value)
         guard let type = FrameType(rawValue: typeName), type.isClientSendable else {
             throw FrameError(.unknownType, "unknown frame type '\(typeName.prefix(64))'", type: typeName)
         }

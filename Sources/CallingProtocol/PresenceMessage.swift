@@ -125,25 +125,13 @@ public enum PresenceFrameDecoder {
     public static func decode(_ bytes: [UInt8], limits: PresenceLimits = PresenceLimits()) throws(FrameError)
         -> PresenceMessage
     {
-        let value: JSONValue
-        do {
-            value = try JSONParser.parse(bytes)
-        } catch {
-            // As in ClientFrameDecoder: bad UTF-8 outside strings is 416, not 400.
-            if error == .invalidUTF8 || String(validating: bytes, as: UTF8.self) == nil {
-                throw FrameError(.invalidUTF8, JSONParseError.invalidUTF8.message)
-            }
-            throw FrameError(.badJSON, error.message)
-        }
-        return try decode(value, limits: limits)
+        try decode(FrameEnvelope.parse(bytes), limits: limits)
     }
 
     public static func decode(_ value: JSONValue, limits: PresenceLimits = PresenceLimits()) throws(FrameError)
         -> PresenceMessage
     {
-        guard let fields = value.objectValue else { throw FrameError(.badFrame, "a frame must be a JSON object") }
-        guard let typeValue = fields["type"] else { throw FrameError(.badFrame, "missing field 'type'") }
-        guard let typeName = typeValue.stringValue else { throw FrameError(.badFrame, "field 'type' must be a string") }
+        let (fields, typeName) = try FrameEnvelope.fields(value)
         guard let type = PresenceFrameType(rawValue: typeName), type.isClientSendable else {
             throw FrameError(.unknownType, "unknown presence frame type '\(typeName.prefix(64))'", type: typeName)
         }
