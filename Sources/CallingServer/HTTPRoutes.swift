@@ -39,8 +39,9 @@ final class HTTPRoutes: @unchecked Sendable {
             service.calls.handle(request, segments: segments, respond: respond)
         case (_, _) where segments.first == "webrtc-proxy" || segments.first == "whip":
             service.httpSessions.handle(request, segments: segments, respond: respond)
-        case (_, 2) where segments[0] == "v1" && segments[1] == "ws":
-            respond(.problem(426, code: "upgrade_required", detail: "/v1/ws is a WebSocket endpoint", headers: [("upgrade", "websocket")]))
+        case (_, 2) where segments[0] == "v1" && (segments[1] == "ws" || segments[1] == "presence"):
+            respond(.problem(426, code: "upgrade_required", detail: "/v1/\(segments[1]) is a WebSocket endpoint",
+                             headers: [("upgrade", "websocket")]))
         default:
             respond(.problem(404, code: "not_found", detail: "no route for \(request.method.rawValue) \(request.path.prefix(200))"))
         }

@@ -96,6 +96,7 @@ public struct HTTPResponse: Sendable {
         case 412: return "Precondition Failed"
         case 413: return "Content Too Large"
         case 415: return "Unsupported Media Type"
+        case 426: return "Upgrade Required"
         case 428: return "Precondition Required"
         case 429: return "Too Many Requests"
         case 500: return "Internal Server Error"

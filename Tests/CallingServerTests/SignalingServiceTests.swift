@@ -146,6 +146,14 @@ final class SignalingServiceTests: ServerTestCase {
         XCTAssertEqual(peer.welcome.payloadObject["peer_id"], "hdr")
     }
 
+    func test_plain_http_on_websocket_endpoints_gets_426() async throws {
+        for path in ["/v1/ws", "/v1/presence"] {
+            let (status, body) = try await server.http("GET", path)
+            XCTAssertEqual(status, 426, path)
+            XCTAssertEqual(try JSONParser.parse(Array(body))["code"], "upgrade_required", path)
+        }
+    }
+
     func test_healthz_and_metrics_answer() async throws {
         let alice = try await server.join("alice")
         alice.send(["type": "ping"])
