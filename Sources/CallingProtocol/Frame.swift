@@ -34,7 +34,37 @@ public struct Frame: Sendable, Equatable {
         return .object(fields)
     }
 
-    public func encoded() -> [UInt8] { JSONWriter.bytes(json) }
+    /// The same bytes as `JSONWriter.bytes(json)` (keys in sorted order), written directly: the
+    /// envelope is encoded for every frame sent, so it skips building and sorting a dictionary.
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(160)
+        out.append(UInt8(ascii: "{"))
+        if let error {
+            out.append(contentsOf: #""error":"#.utf8)
+            JSONWriter.write(error.json, into: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        if let from {
+            out.append(contentsOf: #""from":"#.utf8)
+            JSONWriter.writeString(from, into: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        if let payload {
+            out.append(contentsOf: #""payload":"#.utf8)
+            JSONWriter.write(payload, into: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        if let to {
+            out.append(contentsOf: #""to":"#.utf8)
+            JSONWriter.writeString(to, into: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        out.append(contentsOf: #""type":"#.utf8)
+        JSONWriter.writeString(type, into: &out)
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
 }
 
 /// `{code, message}` as sent in a frame's `error` field.

@@ -123,4 +123,17 @@ final class FrameTests: XCTestCase {
         let sendable = Set(FrameType.allCases.filter(\.isClientSendable))
         XCTAssertEqual(sendable, [.offer, .answer, .candidate, .data, .chat, .typing, .read, .stats, .ping])
     }
+
+    func test_direct_envelope_encoding_equals_the_generic_writer() {
+        let frames: [Frame] = [
+            Frame(.pong),
+            Frame(.offer, from: "a\"b", to: "c", payload: ["sdp": "v=0\r\n", "type": "offer"]),
+            Frame.error(.peerNotFound, "no peer 'x'", inReplyTo: "offer"),
+            Frame(.chatAck, payload: ["client_id": "c1"], error: WireError(.chatEmpty, "empty")),
+            Frame(type: "tÿpe\u{1}", from: "", to: "", payload: .null),
+        ]
+        for frame in frames {
+            XCTAssertEqual(frame.encoded(), JSONWriter.bytes(frame.json), "\(frame)")
+        }
+    }
 }
