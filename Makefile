@@ -7,7 +7,7 @@ PORT ?= 8080
 DATA_DIR ?= ./data
 BIN := .build/debug/calling-server
 
-.PHONY: deps test-deps build release serve test test-swift test-integration bench clean
+.PHONY: deps test-deps build release serve test test-swift test-integration test-tsan bench clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -33,6 +33,11 @@ test-swift:
 
 test-integration:
 	python3 -m pytest -q -p no:cacheprovider tests/integration
+
+# The Swift suite under ThreadSanitizer, in its own build folder (slower; not part of `make test`).
+test-tsan: test-deps
+	$(SWIFT) build --build-tests --scratch-path .build-tsan -Xswiftc -sanitize=thread
+	$(SWIFT) test --skip-build --scratch-path .build-tsan
 
 bench: release
 	.build/release/calling-server bench chat
