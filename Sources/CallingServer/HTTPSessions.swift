@@ -27,6 +27,9 @@ final class HTTPSessions: @unchecked Sendable {
 
     enum Kind: String { case proxy = "http", whip }
 
+    /// Candidates accepted in one trickle PATCH (a browser gathers a handful per m-section).
+    static let maxCandidatesPerPatch = 64
+
     /// How a wait for the answering peer's `answer` ended.
     enum AnswerOutcome {
         case answer(String)
@@ -35,6 +38,8 @@ final class HTTPSessions: @unchecked Sendable {
         case answererGone
         /// The session ended meanwhile (replaced by a newer POST, deleted, taken over).
         case sessionGone
+        /// The room's consultation meter has run out: the hub closed the session's seat.
+        case consultationEnded
     }
 
     struct Pending {
@@ -307,6 +312,11 @@ final class HTTPSessions: @unchecked Sendable {
         }
         let text = String(decoding: request.body, as: UTF8.self)
         let fragment = SDPText.Fragment.parse(text, mids: SDPText.mids(session.offer))
+        // Each candidate becomes a frame to the answering peer: a cap keeps one PATCH from flooding
+        // it off the server (its queue cap would close it as a slow consumer).
+        guard fragment.candidates.count <= Self.maxCandidatesPerPatch else {
+            return respond(RequestBody.invalid([("body", "at most \(Self.maxCandidatesPerPatch) candidates per PATCH")]))
+        }
         let current = SDPText.iceCredentials(session.offer)
         if let ufrag = fragment.ufrag, ufrag != current?.ufrag {
             // ICE restart: the answering peer gets the offer again with the new credentials.
@@ -405,6 +415,9 @@ final class HTTPSessions: @unchecked Sendable {
         logger.info("session started", ["session.id": session.id, "room.id": identity.room.rawValue,
                                         "peer.id": identity.peer.rawValue, "answerer": answerer.peer.rawValue])
         service.handle(.join(session.connection, identity, ChatResume()))
+        // The join itself can close the seat at once (a room whose meter has run out): no offer then,
+        // or the POST would wait on a session nothing tracks any more.
+        guard byID[session.id] === session else { return completion(session, .consultationEnded) }
         // A session counts as joining the call (ends the join window, starts the meter).
         service.calls.peerJoined(identity, now: service.now())
         sendOffer(session, offer) { outcome in completion(session, outcome) }
@@ -427,6 +440,8 @@ final class HTTPSessions: @unchecked Sendable {
                             headers: [("retry-after", "1")])
         case .sessionGone:
             return .problem(409, code: "session_replaced", detail: "a newer session with the same token took over")
+        case .consultationEnded:
+            return .problem(410, code: "consultation_ended", detail: "the consultation time of this call is used up")
         }
     }
 
@@ -449,6 +464,8 @@ final class HTTPSessions: @unchecked Sendable {
                 respond(.problem(502, code: "answerer_gone", detail: "the answering peer left", headers: [("retry-after", "1")]))
             case .sessionGone:
                 respond(.problem(404, code: "session_not_found", detail: "the session ended while renegotiating"))
+            case .consultationEnded:
+                respond(.problem(410, code: "consultation_ended", detail: "the consultation time of this call is used up"))
             }
         }
         afterOffer()
@@ -531,11 +548,15 @@ final class HTTPSessions: @unchecked Sendable {
         }
     }
 
-    /// The hub closed a virtual connection: a WebSocket connection of the same peer took its seat.
+    /// The hub closed a virtual connection: a WebSocket connection of the same peer took its seat, or
+    /// the consultation meter ran out. A socket would now report its disconnect; the seat must leave
+    /// the room the same way, or it stays a member forever (no-op after a takeover, which already
+    /// moved the seat).
     func closed(_ connection: ConnectionID, code: CloseCode) {
         guard let session = byConnection[connection] else { return }
         unregister(session)
-        finishPending(session, .sessionGone)
+        service.handle(.disconnect(connection))
+        finishPending(session, code == .consultationEnded ? .consultationEnded : .sessionGone)
     }
 
     /// Every `tick_ms`: answers that are late (502), tokens that expired (the session ends), idle buckets.

@@ -63,12 +63,15 @@ extension ServerHarness {
     }
 
     /// A call made through the real API with a key from the real CLI: (call_id, room_id, access_token, peer_id).
-    func createCall(agentID: String? = nil) async throws -> (call: String, room: String, token: String, peer: String) {
+    func createCall(agentID: String? = nil, meterLimitSeconds: Int? = nil) async throws
+        -> (call: String, room: String, token: String, peer: String)
+    {
         let (code, output) = try runCapturingOutput(["apikey", "create", "--name", "sessions", "--data-dir", config.dataDir])
         XCTAssertEqual(code, 0)
         let key = output.trimmingCharacters(in: .whitespacesAndNewlines)
         var body: [String: JSONValue] = [:]
         if let agentID { body["agent_id"] = .string(agentID) }
+        if let meterLimitSeconds { body["meter"] = ["limit_s": .int(Int64(meterLimitSeconds)), "warning_s": 0] }
         let created = try await exchange("POST", "/v1/calls", contentType: "application/json",
                                          body: JSONWriter.string(.object(body)), headers: ["X-API-Key": key])
         XCTAssertEqual(created.status, 201, created.text)
@@ -356,6 +359,28 @@ final class HTTPSessionsTests: ServerTestCase {
         XCTAssertEqual(response.status, 409)
         XCTAssertEqual(response.code, "identity_in_use")
         try await caller.expectNoFrame(within: 0.2)  // the WebSocket peer keeps its seat
+    }
+
+    func test_a_session_leaves_the_room_when_the_meter_ends_it() async throws {
+        let call = try await server.createCall(meterLimitSeconds: 1)
+        let agent = try await server.join("agent-1", room: call.room, role: "agent")
+        let (created, _) = try await connect(call.call, token: call.token, agent: agent)
+        XCTAssertEqual(created.status, 201, created.text)
+        let closed = try await agent.closeEvent(timeout: 10)
+        XCTAssertEqual(closed.code, CloseCode.consultationEnded.rawValue)
+        // The session's seat left with everyone else: the room is gone, not held by a ghost member.
+        var metrics = ""
+        for _ in 0..<40 {
+            let (_, body) = try await server.http("GET", "/metrics")
+            metrics = String(decoding: body, as: UTF8.self)
+            if metrics.contains("calling_peers 0") && metrics.contains("calling_rooms 0") { break }
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        XCTAssertTrue(metrics.contains("calling_peers 0") && metrics.contains("calling_rooms 0"), metrics)
+        // A new POST on the ended call's room is refused cleanly, not left hanging.
+        let again = try await post(call.call, token: call.token)
+        XCTAssertNotEqual(again.status, 201)
+        XCTAssertLessThan(again.status, 500, again.text)
     }
 
     func test_more_requests_per_minute_than_allowed_get_429() async throws {

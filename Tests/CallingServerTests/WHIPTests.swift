@@ -97,6 +97,19 @@ final class WHIPTests: XCTestCase {
         XCTAssertEqual(second.payloadObject["sdpMLineIndex"], 1)
     }
 
+    func test_a_patch_with_too_many_candidates_is_refused_before_anything_is_relayed() async throws {
+        let agent = try await server.join("agent-1", room: room, role: "agent")
+        let token = try publisherToken()
+        let created = try await publish(agent: agent, token: token)
+        let location = try XCTUnwrap(created.header("Location"))
+        let etag = try XCTUnwrap(created.header("ETag"))
+        let flood = "a=mid:0\r\n" + String(repeating: "a=candidate:1 1 udp 1 192.0.2.9 5000 typ host\r\n", count: 65)
+        let refused = try await server.exchange("PATCH", location, bearer: token, contentType: "application/trickle-ice-sdpfrag",
+                                                body: flood, headers: ["If-Match": etag])
+        XCTAssertEqual(refused.status, 400, refused.text)
+        try await agent.expectNoFrame(within: 0.2)
+    }
+
     func test_an_ice_restart_is_renegotiated_and_changes_the_etag() async throws {
         let agent = try await server.join("agent-1", room: room, role: "agent")
         let token = try publisherToken()
