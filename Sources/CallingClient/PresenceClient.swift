@@ -114,6 +114,9 @@ public final class PresenceClient: @unchecked Sendable {
                     self.connection?.abort()
                     self.connection = nil
                     waiter.resume(throwing: CallingError(.timedOut("connected")))
+                    // A disconnect() issued meanwhile waits for a terminal event this abort's old
+                    // generation will never deliver: release it here.
+                    self.finishDisconnect()
                 }
             }
         }

@@ -105,6 +105,11 @@ public final class SignalingClient: @unchecked Sendable {
     private var replayRemaining = 0
     /// The resumed `welcome` said `recovered: false`: page the rest over REST after the replay.
     private var gapFillPending = false
+    /// Where the REST gap fill has got to (nil when no gap is open). Reconnects resume from here,
+    /// not from `lastSeqStorage`, which live chats and acks move past the gap.
+    private var gapCursor: Int64?
+    /// Highest seq delivered by the current socket's resume replay.
+    private var replayHigh: Int64 = 0
     private var typingOn = false
     private var typingTimer: DispatchWorkItem?
 
@@ -489,8 +494,9 @@ public final class SignalingClient: @unchecked Sendable {
         generation += 1
         let generation = generation
         welcomed = false
+        replayHigh = 0
         var path = wsPath
-        if resumable { path += "?last_seq=\(lastSeqStorage)" }
+        if resumable { path += "?last_seq=\(min(lastSeqStorage, gapCursor ?? .max))" }
         connection = loop.connect(host: host, port: port, path: path, headers: ["Authorization": "Bearer \(token)"]) {
             [weak self] event in
             // lws service thread: hop to the state queue, nothing else.
@@ -745,7 +751,7 @@ public final class SignalingClient: @unchecked Sendable {
         // Retry everything not acked yet, oldest first, with the same client_ids. Frames sent now
         // reach the server after the join, so the replay (which may already contain some of them)
         // is ahead of the answers.
-        for id in pendingOrder { transmitChat(id) }
+        for id in pendingOrder { transmitChat(id, counts: false) }
         startStats()
         startPing(serverInterval: Double(payload["ping_interval_ms"]?.int64Value ?? 25_000) / 1000)
         if gapFillPending, replayRemaining == 0 { startGapFill() }
@@ -756,7 +762,9 @@ public final class SignalingClient: @unchecked Sendable {
     /// messages meanwhile; each seq is still reported exactly once.
     private func startGapFill() {
         gapFillPending = false
-        let since = lastSeqStorage
+        // After a reconnect in the middle of a gap, the replay covered gapCursor…replayHigh.
+        let since = gapCursor.map { max($0, replayHigh) } ?? lastSeqStorage
+        gapCursor = since
         let generation = generation
         Task { [weak self] in await self?.fillGap(since: since, generation: generation) }
     }
@@ -806,6 +814,7 @@ public final class SignalingClient: @unchecked Sendable {
                 let current = onQueue { () -> Bool in
                     guard self.generation == generation else { return false }
                     for message in page.messages { handleChat(message) }
+                    gapCursor = page.hasMore && page.nextSinceSeq > cursor ? page.nextSinceSeq : nil
                     return true
                 }
                 guard current, page.hasMore, page.nextSinceSeq > cursor else { return }
@@ -824,6 +833,7 @@ public final class SignalingClient: @unchecked Sendable {
                 if replayRemaining == 0, gapFillPending { startGapFill() }
             }
         }
+        if replayed { replayHigh = max(replayHigh, message.seq) }
         guard message.seq > seenFloor, !seenSeqs.contains(message.seq) else { return }  // replay overlap
         markSeen(message.seq)
         if message.from == peerIdStorage, pendingChats[message.clientId] != nil {
@@ -838,7 +848,8 @@ public final class SignalingClient: @unchecked Sendable {
         seenSeqs.insert(seq)
         if seq > lastSeqStorage { lastSeqStorage = seq }
         if seenSeqs.count > 4096 {
-            let floor = lastSeqStorage - 1024
+            // Never above an open gap: its messages are still to come.
+            let floor = min(lastSeqStorage - 1024, gapCursor ?? .max)
             seenSeqs = seenSeqs.filter { $0 > floor }
             seenFloor = max(seenFloor, floor)
         }
@@ -846,9 +857,10 @@ public final class SignalingClient: @unchecked Sendable {
 
     // MARK: chat internals (queue)
 
-    private func transmitChat(_ id: String) {
+    /// `counts`: false for the resend after a reconnect, which is free (SignalingOptions, sdk.md).
+    private func transmitChat(_ id: String, counts: Bool = true) {
         guard var pending = pendingChats[id] else { return }
-        pending.sends += 1
+        if counts { pending.sends += 1 }
         pending.timer?.cancel()
         pendingChats[id] = pending
         var body: [String: JSONValue] = ["client_id": .string(id), "text": .string(pending.text)]
