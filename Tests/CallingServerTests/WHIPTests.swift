@@ -97,6 +97,17 @@ final class WHIPTests: XCTestCase {
         XCTAssertEqual(second.payloadObject["sdpMLineIndex"], 1)
     }
 
+    func test_browsers_may_call_from_another_origin() async throws {
+        let preflight = try await server.exchange("OPTIONS", "/whip/\(room)", headers: ["Origin": "https://app.example",
+                                                                                     "Access-Control-Request-Method": "POST"])
+        XCTAssertEqual(preflight.status, 204)
+        XCTAssertEqual(preflight.header("Access-Control-Allow-Origin"), "*")
+        XCTAssertTrue(preflight.header("Access-Control-Allow-Headers")?.contains("Authorization") ?? false)
+        let agent = try await server.join("agent-1", room: room, role: "agent")
+        let created = try await publish(agent: agent, token: try publisherToken())
+        XCTAssertTrue(created.header("Access-Control-Expose-Headers")?.contains("Location") ?? false)
+    }
+
     func test_a_patch_with_too_many_candidates_is_refused_before_anything_is_relayed() async throws {
         let agent = try await server.join("agent-1", room: room, role: "agent")
         let token = try publisherToken()
