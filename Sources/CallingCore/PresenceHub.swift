@@ -116,11 +116,17 @@ public struct PresenceSettings: Sendable, Equatable {
     public var requestTTLMs: Int64
     /// How long an ended request id is remembered, so a late `accept` gets 409 rather than 404.
     public var endedMemoryMs: Int64
+    /// An agent offline and unconnected this long is forgotten (dropped from snapshots), so the
+    /// table does not grow with every agent id ever seen.
+    public var forgetMs: Int64
 
-    public init(graceMs: Int64 = 30_000, requestTTLMs: Int64 = 90_000, endedMemoryMs: Int64? = nil) {
+    public init(graceMs: Int64 = 30_000, requestTTLMs: Int64 = 90_000, endedMemoryMs: Int64? = nil,
+                forgetMs: Int64 = 86_400_000)
+    {
         self.graceMs = graceMs
         self.requestTTLMs = requestTTLMs
         self.endedMemoryMs = endedMemoryMs ?? max(requestTTLMs, 60_000)
+        self.forgetMs = forgetMs
     }
 }
 
@@ -451,6 +457,10 @@ public struct PresenceHub: Sendable {
             effects += statusDelta(id)
         }
         tombstones = tombstones.filter { $0.value.forgetAt > now }
+        // Forgotten agents were already announced offline; a later connect starts them afresh.
+        agents = agents.filter { _, agent in
+            agent.connection != nil || agent.status != .offline || agent.updatedAt + settings.forgetMs > now
+        }
         return effects
     }
 

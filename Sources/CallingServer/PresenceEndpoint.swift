@@ -32,7 +32,8 @@ final class PresenceEndpoint: WebSocketEndpoint {
         self.service = service
         let config = service.config
         hub = PresenceHub(settings: PresenceSettings(graceMs: Int64(config.presenceGraceSeconds) * 1_000,
-                                                     requestTTLMs: Int64(config.presenceRequestTTLSeconds) * 1_000),
+                                                     requestTTLMs: Int64(config.presenceRequestTTLSeconds) * 1_000,
+                                                     forgetMs: Int64(config.presenceForgetSeconds) * 1_000),
                           ids: RandomPresenceIDs())
     }
 

@@ -57,6 +57,7 @@ public struct ServerConfig: Sendable, Equatable {
     public var iceTTLSeconds = 3_600
     public var presenceGraceSeconds = 30
     public var presenceRequestTTLSeconds = 90
+    public var presenceForgetSeconds = 86_400
     public var callJoinWindowSeconds = 300
     public var meterIntervalSeconds = 15
     public var meterWarningSeconds = 60
@@ -169,6 +170,8 @@ public struct ServerConfig: Sendable, Equatable {
         .optionalString("turn_secret_file", "file with coturn's static-auth-secret (or CALLING_TURN_SECRET)", \.turnSecretFile),
         .int("ice_ttl_seconds", "lifetime of issued TURN credentials", \.iceTTLSeconds, 60...604_800),
         .int("presence_grace_seconds", "an agent with no connection this long becomes offline", \.presenceGraceSeconds, 0...86_400),
+        .int("presence_forget_seconds", "an agent offline and unconnected this long is dropped from snapshots",
+             \.presenceForgetSeconds, 60...31_536_000),
         .int("presence_request_ttl_seconds", "an unanswered call request ends after this", \.presenceRequestTTLSeconds, 1...86_400),
         .int("call_join_window_seconds", "a call nobody joins ends with error_user_not_joined", \.callJoinWindowSeconds, 1...86_400),
         .int("meter_interval_seconds", "how often a running meter is sent", \.meterIntervalSeconds, 1...3_600),

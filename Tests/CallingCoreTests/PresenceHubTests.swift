@@ -160,6 +160,23 @@ final class PresenceHubTests: XCTestCase {
         XCTAssertEqual(frame(back, "status", to: dash)?.payload?["status"], "available")
     }
 
+    func test_agents_offline_and_unconnected_for_the_forget_period_leave_the_snapshot() {
+        hub = PresenceHub(settings: PresenceSettings(graceMs: 30_000, requestTTLMs: 90_000, forgetMs: 3_600_000))
+        connect(ann, "ann", .agent)
+        connect(bob, "bob", .agent)
+        disconnect(ann)
+        disconnect(bob)
+        connect(fresh, "bob", .agent)  // bob came back: kept
+        advance(seconds: 30)
+        tick()
+        advance(seconds: 3_600)
+        tick()
+        let snapshot = frame(connect(dash, "dash", .dashboard), "connected", to: dash)
+        let listed = snapshot?.payload?["agents"]?.arrayValue?.compactMap { $0["agent_id"]?.stringValue }
+        XCTAssertEqual(listed, ["bob"])
+        XCTAssertEqual(hub.status(of: "ann"), nil)
+    }
+
     func test_an_offline_the_agent_chose_survives_reconnects() {
         connect(ann, "ann", .agent)
         send(ann, .setStatus(.offline, note: nil, queues: nil))
