@@ -187,3 +187,20 @@ func eventually(timeout: TimeInterval = 5, file: StaticString = #filePath, line:
     }
     XCTFail("condition not met within \(timeout) s", file: file, line: line)
 }
+
+/// A test case with a fresh in-process server per test. One at a time, never two: libev allows
+/// one signal watcher per process.
+class ClientTestCase: XCTestCase {
+    var server: ClientHarness!
+
+    /// The server settings for this class's tests; override to change them.
+    func configure(_ config: inout ServerConfig) {}
+
+    override func setUp() async throws {
+        server = try ClientHarness { configure(&$0) }
+    }
+
+    override func tearDown() async throws {
+        server?.shutdown()
+    }
+}

@@ -4,17 +4,7 @@ import XCTest
 @testable import CallingClient
 
 /// The presence channel through `PresenceClient`, ending in a room joined with the minted tokens.
-final class PresenceClientTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
+final class PresenceClientTests: ClientTestCase {
     func test_request_accept_gives_both_sides_tokens_for_the_same_room() async throws {
         let ann = PresenceClient(url: server.url, token: try server.presenceToken("ann", role: "agent", name: "Ann"),
                                  queues: ["sales"], loop: server.loop)

@@ -1,3 +1,4 @@
+import CallingServer
 import Foundation
 import XCTest
 
@@ -5,17 +6,7 @@ import XCTest
 
 /// Automatic reconnect: backoff, resume with `last_seq`, exactly-once chat across an outage,
 /// and terminal refusals.
-final class ReconnectTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
+final class ReconnectTests: ClientTestCase {
     func test_a_server_restart_reconnects_and_chat_is_delivered_exactly_once_both_ways() async throws {
         let gate = Gate()
         let aliceToken = try server.token(peer: "alice")
@@ -205,15 +196,9 @@ final class Counter: @unchecked Sendable {
 }
 
 /// A replay capped by `replay_cap` (`recovered: false`) is completed over REST.
-final class CappedReplayTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness { $0.replayCap = 2 }
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
+final class CappedReplayTests: ClientTestCase {
+    override func configure(_ config: inout ServerConfig) {
+        config.replayCap = 2
     }
 
     func test_messages_beyond_the_replay_cap_are_fetched_and_reported_once_in_order() async throws {
@@ -248,18 +233,10 @@ final class CappedReplayTests: XCTestCase {
 }
 
 /// A token that expires while connected ends the session for good (4401).
-final class TokenExpiryTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness {
-            $0.jwtLeewaySeconds = 0
-            $0.tickMs = 100
-        }
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
+final class TokenExpiryTests: ClientTestCase {
+    override func configure(_ config: inout ServerConfig) {
+        config.jwtLeewaySeconds = 0
+        config.tickMs = 100
     }
 
     func test_token_expired_is_terminal_and_the_token_provider_is_not_asked() async throws {
@@ -289,17 +266,7 @@ final class TokenExpiryTests: XCTestCase {
 }
 
 /// Delegate delivery mirrors the stream.
-final class DelegateTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
+final class DelegateTests: ClientTestCase {
     final class Recorder: SignalingClientDelegate, @unchecked Sendable {
         // @unchecked: `events` only under `lock`.
         private let lock = NSLock()

@@ -5,17 +5,7 @@ import XCTest
 
 /// Chat through the real server and SQLite: acks, retries with the same client_id, typing,
 /// read markers and history.
-final class SignalingClientChatTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
+final class SignalingClientChatTests: ClientTestCase {
     func test_sendChat_returns_the_ack_and_the_other_peer_receives_the_message_once() async throws {
         let alice = try server.client("alice")
         let bob = try server.client("bob")

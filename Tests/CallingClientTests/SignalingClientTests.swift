@@ -1,22 +1,13 @@
 import CallingAuth
 import CallingCore
+import CallingServer
 import Foundation
 import XCTest
 
 @testable import CallingClient
 
 /// Connecting, the roster, data, terminal closes and the MediaEngine seam, against the real server.
-final class SignalingClientTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
+final class SignalingClientTests: ClientTestCase {
     func test_connect_waits_for_welcome_and_fills_peer_room_call_and_roster() async throws {
         let alice = try server.client("alice", token: server.token(peer: "alice", name: "Alice", call: "call-7"))
         let aliceEvents = EventLog(alice.events)
@@ -230,15 +221,9 @@ final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
 }
 
 /// `GET /v1/ice` through `fetchIceServers()`.
-final class IceServersTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness { $0.stunURLs = "stun:stun.example.org:3478" }
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
+final class IceServersTests: ClientTestCase {
+    override func configure(_ config: inout ServerConfig) {
+        config.stunURLs = "stun:stun.example.org:3478"
     }
 
     func test_fetchIceServers_returns_the_configured_servers_and_refuses_bad_tokens() async throws {

@@ -11,17 +11,7 @@ import XCTest
 
 /// `WebCallClient` against the real server: a call from the real `POST /v1/calls` (API key from
 /// the real CLI) and a real WebSocket agent that answers offers, echoing their `session_id`.
-final class WebCallClientTests: XCTestCase {
-    var server: ClientHarness!
-
-    override func setUp() async throws {
-        server = try ClientHarness()
-    }
-
-    override func tearDown() async throws {
-        server?.shutdown()
-    }
-
+final class WebCallClientTests: ClientTestCase {
     static let offer = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
         + "a=ice-ufrag:offU\r\na=ice-pwd:offerpassword0123456789\r\n"
 
@@ -39,7 +29,7 @@ final class WebCallClientTests: XCTestCase {
 
     /// `POST /v1/calls` with a key made by `calling-server apikey create`.
     func createCall() async throws -> Call {
-        let (code, output) = try captureStdout {
+        let (code, output) = try capturingStandardOutput {
             CallingCommand.run(["calling-server", "apikey", "create", "--name", "webcall", "--data-dir", server.dataDir],
                                environment: [:])
         }
@@ -248,20 +238,3 @@ private extension CallingError {
     }
 }
 
-/// Runs `body` with stdout redirected to a file and returns its result and what it printed
-/// (`apikey create` prints the key on stdout).
-private func captureStdout(_ body: () -> Int32) throws -> (Int32, String) {
-    let path = NSTemporaryDirectory() + "webcall-stdout-\(UUID().uuidString)"
-    let file = open(path, O_CREAT | O_RDWR | O_TRUNC, 0o600)
-    guard file >= 0 else { throw POSIXError(.EIO) }
-    defer { unlink(path) }
-    fflush(nil)
-    let saved = dup(STDOUT_FILENO)
-    dup2(file, STDOUT_FILENO)
-    let code = body()
-    fflush(nil)
-    dup2(saved, STDOUT_FILENO)
-    close(saved)
-    close(file)
-    return (code, try String(contentsOfFile: path, encoding: .utf8))
-}

@@ -1,4 +1,5 @@
 import CallingServer
+import CallingTesting
 import Foundation
 import XCTest
 
@@ -48,19 +49,7 @@ final class APIKeyCommandTests: XCTestCase {
 }
 
 /// Runs `calling-server <arguments>` in-process with an empty environment and returns its exit code
-/// and what it wrote to stdout (fd 1 is pointed at a temporary file meanwhile).
+/// and what it wrote to stdout.
 func runCapturingOutput(_ arguments: [String]) throws -> (Int32, String) {
-    let path = NSTemporaryDirectory() + "calling-stdout-\(UUID().uuidString)"
-    let file = open(path, O_CREAT | O_RDWR | O_TRUNC, 0o600)
-    guard file >= 0 else { throw POSIXError(.EIO) }
-    defer { unlink(path) }
-    fflush(nil)
-    let saved = dup(STDOUT_FILENO)
-    dup2(file, STDOUT_FILENO)
-    let code = CallingCommand.run(["calling-server"] + arguments, environment: [:])
-    fflush(nil)
-    dup2(saved, STDOUT_FILENO)
-    close(saved)
-    close(file)
-    return (code, try String(contentsOfFile: path, encoding: .utf8))
+    try capturingStandardOutput { CallingCommand.run(["calling-server"] + arguments, environment: [:]) }
 }
