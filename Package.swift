@@ -10,6 +10,7 @@ let package = Package(
         .executable(name: "calling-server", targets: ["calling-server"]),
         .library(name: "CallingProtocol", targets: ["CallingProtocol"]),
         .library(name: "CallingClient", targets: ["CallingClient"]),
+        .library(name: "CallingMedia", targets: ["CallingMedia"]),
     ],
     targets: [
         // C libraries: one system-library target each, imported by exactly one adapter module.
@@ -17,6 +18,10 @@ let package = Package(
         .systemLibrary(name: "CJWT", pkgConfig: "libjwt", providers: [.apt(["libjwt-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CGStreamer", pkgConfig: "calling-gstreamer",
+            providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev"])]
+        ),
 
         .target(name: "CallingProtocol"),
         .target(name: "CallingCore", dependencies: ["CallingProtocol"]),
@@ -27,8 +32,9 @@ let package = Package(
             name: "CallingServer",
             dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingAuth", "CallingTransport"]
         ),
-        .executableTarget(name: "calling-server", dependencies: ["CallingServer"]),
+        .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia"]),
         .target(name: "CallingClient", dependencies: ["CallingProtocol", "CallingCore", "CallingTransport"]),
+        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingCore", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
         .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
@@ -41,6 +47,7 @@ let package = Package(
             dependencies: ["CallingClient", "CallingServer", "CallingTesting", "CallingAuth"]
         ),
         .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport"]),
+        .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),
         .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingTesting"]),
         .testTarget(
             name: "CallingServerTests",

@@ -21,9 +21,25 @@ public protocol MediaEngine: AnyObject, Sendable {
     func addCandidate(_ candidate: IceCandidate, for peer: PeerID) async throws
     /// Closes and forgets the peer connection; idempotent.
     func close(peer: PeerID)
+    /// Like `close(peer:)`, saying why: an engine answering an HTTP session tells its caller
+    /// (seed 000 `status ended` or `replaced`). Defaults to `close(peer:)`.
+    func close(peer: PeerID, reason: CallEndReason)
     /// A quality sample over all peer connections (`rtt_ms`, `jitter_ms`, `packet_loss` 0–1,
     /// `bitrate_kbps`), or nil when there is nothing to measure. Polled every `statsInterval`.
     func stats() async -> StatsSample?
+}
+
+extension MediaEngine {
+    public func close(peer: PeerID, reason: CallEndReason) { close(peer: peer) }
+}
+
+/// Why signaling ends the media of a call.
+public enum CallEndReason: Sendable, Equatable {
+    /// Hung up by either side, the peer left, or this client disconnected.
+    case ended
+    /// An HTTP session's caller posted a new session with the same token; its next offer is a
+    /// new peer connection.
+    case replaced
 }
 
 /// The states of a peer connection that matter to signaling.

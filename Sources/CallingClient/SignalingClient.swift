@@ -117,6 +117,8 @@ public final class SignalingClient: @unchecked Sendable {
     private var remoteDescriptionSet = Set<PeerID>()
     private var candidateQueue: [PeerID: [IceCandidate]] = [:]
     private var pendingOffers: [PeerID: SessionDescription] = [:]
+    /// Peers whose latest offer came from an HTTP session (it carried `session_id`).
+    private var sessionPeers = Set<PeerID>()
     private var mediaTasks: [PeerID: Task<Void, Never>] = [:]
     private var statsTimer: (any DispatchSourceTimer)?
     private var pingTimer: (any DispatchSourceTimer)?
@@ -337,7 +339,8 @@ public final class SignalingClient: @unchecked Sendable {
                         try await createPeerConnection(engine, peer)
                         try await engine.setRemoteDescription(offer, for: peer)
                         queue.async { [self] in remoteDescriptionApplied(peer) }
-                        let answer = try await engine.createAnswer(for: peer)
+                        let created = try await engine.createAnswer(for: peer)
+                        let answer = SessionDescription(kind: .answer, sdp: created.sdp, sessionID: offer.sessionID)
                         queue.async { [self] in
                             send(Frame(.answer, to: peer.rawValue, payload: answer.json))
                             done.resume()
@@ -651,7 +654,8 @@ public final class SignalingClient: @unchecked Sendable {
             emit(.peerLeft(id))
         case "offer":
             guard let from, let sdp = payload?["sdp"]?.stringValue else { return }
-            let offer = SessionDescription(kind: .offer, sdp: sdp)
+            let offer = SessionDescription(kind: .offer, sdp: sdp, sessionID: payload?["session_id"]?.stringValue)
+            if offer.sessionID != nil { sessionPeers.insert(from) } else { sessionPeers.remove(from) }
             pendingOffers[from] = offer
             emit(.incoming(IncomingCall(from: from, offer: offer)))
         case "answer":
@@ -690,6 +694,11 @@ public final class SignalingClient: @unchecked Sendable {
             case "reject":
                 endCall(from)
                 emit(.rejected(from))
+            case "replaced":
+                // An HTTP session's caller posted again: its next offer is a new peer connection
+                // from the same peer id, so the old one ends now (docs/protocol.md "HTTP sessions").
+                endCall(from, reason: .replaced)
+                emit(.data(from: from, payload: payload))
             default:
                 emit(.data(from: from, payload: payload))
             }
@@ -929,6 +938,11 @@ public final class SignalingClient: @unchecked Sendable {
             guard let self, state.endsCall else { return }
             self.queue.async {
                 guard self.activeCalls.contains(peer) else { return }
+                // An HTTP session is ended by the server only when told: without this, a caller
+                // that hung up over its control channel would keep its seat until the token expires.
+                if self.sessionPeers.contains(peer), self.stateStorage == .connected {
+                    self.send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"]))
+                }
                 self.endCall(peer)
                 self.emit(.hangup(peer))
             }
@@ -951,16 +965,17 @@ public final class SignalingClient: @unchecked Sendable {
         }
     }
 
-    private func endCall(_ peer: PeerID) {
+    private func endCall(_ peer: PeerID, reason: CallEndReason = .ended) {
         pendingOffers[peer] = nil
         candidateQueue[peer] = nil
         remoteDescriptionSet.remove(peer)
         guard activeCalls.remove(peer) != nil, let engine = options.mediaEngine else { return }
-        enqueueMedia(peer) { engine.close(peer: peer) }
+        enqueueMedia(peer) { engine.close(peer: peer, reason: reason) }
     }
 
     /// The peer left the room: its call (if any) ends with a `hangup` event.
     private func peerGone(_ peer: PeerID) {
+        sessionPeers.remove(peer)
         let hadCall = activeCalls.contains(peer)
         endCall(peer)
         mediaTasks[peer] = nil

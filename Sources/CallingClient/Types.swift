@@ -166,18 +166,27 @@ public enum CallingEvent: Sendable, Equatable {
     case read(from: PeerID, seq: Int64)
 }
 
-/// An SDP blob as relayed in `offer`/`answer` payloads (`{sdp, type}`).
+/// An SDP blob as relayed in `offer`/`answer` payloads (`{sdp, type, session_id?}`).
 public struct SessionDescription: Sendable, Equatable {
     public enum Kind: String, Sendable { case offer, answer }
     public var kind: Kind
     public var sdp: String
+    /// Set on an offer from an HTTP session (webrtc-proxy or WHIP; docs/protocol.md "HTTP
+    /// sessions"): the caller cannot receive trickled candidates, so the answer must carry them
+    /// (a `MediaEngine` gathers before answering), and the answer echoes this id.
+    public var sessionID: String?
 
-    public init(kind: Kind, sdp: String) {
+    public init(kind: Kind, sdp: String, sessionID: String? = nil) {
         self.kind = kind
         self.sdp = sdp
+        self.sessionID = sessionID
     }
 
-    var json: JSONValue { ["sdp": .string(sdp), "type": .string(kind.rawValue)] }
+    var json: JSONValue {
+        var fields: [String: JSONValue] = ["sdp": .string(sdp), "type": .string(kind.rawValue)]
+        if let sessionID { fields["session_id"] = .string(sessionID) }
+        return .object(fields)
+    }
 }
 
 /// An ICE candidate as relayed in `candidate` payloads (`{candidate, sdpMid, sdpMLineIndex}`).

@@ -105,7 +105,7 @@ public enum CallingCommand {
         }
     }
 
-    static func printError(_ text: String) {
+    public static func printError(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }
 

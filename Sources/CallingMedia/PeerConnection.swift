@@ -1,0 +1,630 @@
+import CGStreamer
+import CallingClient
+import CallingCore
+import Dispatch
+import Foundation
+
+/// One WebRTC peer connection: a GStreamer pipeline around a `webrtcbin`, its Opus send branch,
+/// its receive branches (added when the far end's audio arrives) and its data channels.
+///
+/// Threading: GStreamer calls back on its own streaming and signalling threads; every mutable
+/// field is guarded by `lock`, and nothing done under the lock blocks or calls back into
+/// GStreamer in a way that could wait for one of those threads.
+final class PeerConnection: @unchecked Sendable {
+    let peer: PeerID
+    let pipeline: UnsafeMutablePointer<GstElement>
+    let webrtc: UnsafeMutablePointer<GstElement>
+    private let settings: Settings
+    private let onCandidate: @Sendable (IceCandidate) -> Void
+    private let onStateChange: @Sendable (PeerConnectionState) -> Void
+    private let onEvent: @Sendable (MediaEvent) -> Void
+
+    struct Settings: Sendable {
+        var options: MediaOptions
+        var certificate: DTLSCertificateValue
+        /// Where received audio of this connection is written (resolved per peer by the engine).
+        var recording: URL?
+    }
+
+    private let lock = NSLock()
+    // Everything below: guarded by `lock`.
+    private var sendBranchAdded = false
+    private var started = false
+    private(set) var pcmSource: UnsafeMutablePointer<GstElement>?
+    private var channels: [String: OpaquePointer] = [:]
+    private var openChannels = Set<String>()
+    private(set) var isSession = false
+    private var localMids: [String?] = []
+    private var remoteMids: [String?] = []
+    private var localCandidates: [(mline: Int, candidate: String)] = []
+    private var gatheringComplete = false
+    private var gatheringWaiters: [CheckedContinuation<Void, Never>] = []
+    private var negotiationStarted: DispatchTime?
+    private var connectedAfter: Int?
+    private var lastState: PeerConnectionState = .new
+    private var ended = false
+    /// The caller said `hangup` on the control channel: no `status ended` goes back.
+    private var remoteHungUp = false
+    /// The caller said `mute`: its audio is ignored until it unmutes (seed 000).
+    private var remoteMuted = false
+    private var meter = AudioMeter()
+    private var recorder: WAVFile.Writer?
+    /// Received audio waiting to be sent back (`AudioInput.echo`), capped at 200 ms.
+    private var echoBacklog: [Int16] = []
+    /// Position in the WAV file (`AudioInput.wav`): each call plays it from the start.
+    var wavPosition = 0
+    private var previousTotals: (bytes: Double, at: DispatchTime)?
+
+    init(peer: PeerID, settings: Settings, onCandidate: @escaping @Sendable (IceCandidate) -> Void,
+         onStateChange: @escaping @Sendable (PeerConnectionState) -> Void, onEvent: @escaping @Sendable (MediaEvent) -> Void) throws
+    {
+        self.peer = peer
+        self.settings = settings
+        self.onCandidate = onCandidate
+        self.onStateChange = onStateChange
+        self.onEvent = onEvent
+        guard let pipeline = gst_pipeline_new("peer-\(peer.rawValue)") else { throw MediaError.pipeline("no pipeline") }
+        guard let webrtc = gst_element_factory_make("webrtcbin", "webrtc") else {
+            gst_object_unref(UnsafeMutableRawPointer(pipeline))
+            throw MediaError.pipeline("no webrtcbin")
+        }
+        self.pipeline = pipeline
+        self.webrtc = webrtc
+        configureICE(settings.options)
+        // One BUNDLE transport for audio and data: one ICE/DTLS handshake instead of two.
+        cs_set_int(UnsafeMutableRawPointer(webrtc), "bundle-policy", Int32(GST_WEBRTC_BUNDLE_POLICY_MAX_BUNDLE.rawValue))
+        gst_bin_add(GStreamer.cast(UnsafeMutableRawPointer(pipeline)), webrtc)
+        connectSignals()
+        if let recording = settings.recording {
+            recorder = try WAVFile.Writer(url: recording)
+        }
+    }
+
+    // MARK: set-up
+
+    private func configureICE(_ options: MediaOptions) {
+        let element = UnsafeMutableRawPointer(webrtc)
+        if options.relayOnly {
+            cs_set_int(element, "ice-transport-policy", Int32(GST_WEBRTC_ICE_TRANSPORT_POLICY_RELAY.rawValue))
+        }
+        var stunSet = false
+        for server in options.iceServers {
+            for url in server.urls {
+                if !stunSet, let stun = MediaSDP.webrtcbinStunURI(url) {
+                    cs_set_string(element, "stun-server", stun)
+                    stunSet = true
+                } else if let turn = MediaSDP.webrtcbinTurnURI(url, username: server.username, credential: server.credential) {
+                    _ = cs_webrtc_add_turn_server(webrtc, turn)
+                }
+            }
+        }
+    }
+
+    private func connectSignals() {
+        let element = UnsafeMutableRawPointer(webrtc)
+        let onIceCandidate: @convention(c) (gpointer?, guint, UnsafePointer<gchar>?, gpointer?) -> Void = { _, mline, candidate, data in
+            guard let connection = GStreamer.target(data, as: PeerConnection.self), let candidate else { return }
+            connection.localCandidate(mline: Int(mline), String(cString: candidate))
+        }
+        GStreamer.connect(element, "on-ice-candidate", self, unsafeBitCast(onIceCandidate, to: GCallback.self))
+
+        let onNotify: @convention(c) (gpointer?, gpointer?, gpointer?) -> Void = { _, _, data in
+            GStreamer.target(data, as: PeerConnection.self)?.connectionStateChanged()
+        }
+        GStreamer.connect(element, "notify::connection-state", self, unsafeBitCast(onNotify, to: GCallback.self))
+
+        let onGathering: @convention(c) (gpointer?, gpointer?, gpointer?) -> Void = { _, _, data in
+            GStreamer.target(data, as: PeerConnection.self)?.gatheringStateChanged()
+        }
+        GStreamer.connect(element, "notify::ice-gathering-state", self, unsafeBitCast(onGathering, to: GCallback.self))
+
+        let onDataChannel: @convention(c) (gpointer?, gpointer?, gpointer?) -> Void = { _, channel, data in
+            guard let connection = GStreamer.target(data, as: PeerConnection.self), let channel else { return }
+            connection.adopt(channel: OpaquePointer(channel), addReference: true)
+        }
+        GStreamer.connect(element, "on-data-channel", self, unsafeBitCast(onDataChannel, to: GCallback.self))
+
+        let onPadAdded: @convention(c) (gpointer?, gpointer?, gpointer?) -> Void = { _, pad, data in
+            guard let connection = GStreamer.target(data, as: PeerConnection.self), let pad else { return }
+            connection.remotePadAdded(GStreamer.cast(pad))
+        }
+        GStreamer.connect(element, "pad-added", self, unsafeBitCast(onPadAdded, to: GCallback.self))
+
+        // The DTLS elements appear inside webrtcbin once a transport exists; each gets our ECDSA
+        // certificate before it starts a handshake (media-notes.md: RSA is refused by aiortc).
+        let onElementAdded: @convention(c) (gpointer?, gpointer?, gpointer?, gpointer?) -> Void = { _, _, element, data in
+            guard let connection = GStreamer.target(data, as: PeerConnection.self), let element,
+                  String(cString: cs_type_name(element)) == "GstDtlsDec"
+            else { return }
+            cs_set_string(element, "pem", connection.settings.certificate.pem)
+        }
+        GStreamer.connect(UnsafeMutableRawPointer(pipeline), "deep-element-added", self, unsafeBitCast(onElementAdded, to: GCallback.self))
+
+        let bus = gst_element_get_bus(pipeline)
+        let box = Unmanaged.passRetained(GStreamer.WeakTarget(self)).toOpaque()
+        gst_bus_set_sync_handler(bus, { _, message, data in
+            if let message, let connection = GStreamer.target(data, as: PeerConnection.self) { connection.busMessage(message) }
+            return GST_BUS_DROP
+        }, box, { data in Unmanaged<GStreamer.WeakTarget>.fromOpaque(data!).release() })
+        gst_object_unref(UnsafeMutableRawPointer(bus))
+    }
+
+    /// The Opus send branch, linked to webrtcbin with the payload type the negotiation needs.
+    /// Before `start()`: webrtcbin makes a transceiver per linked pad.
+    private func addSendBranch(payloadType: Int) throws {
+        let alreadyAdded = lock.withLock {
+            defer { sendBranchAdded = true }
+            return sendBranchAdded
+        }
+        guard !alreadyAdded else { return }
+        let options = settings.options
+        let source: String
+        switch options.input {
+        case .tone(let hz):
+            source = "audiotestsrc is-live=true wave=sine freq=\(hz) volume=0.316 ! audio/x-raw,rate=48000,channels=1"
+        case .silence:
+            source = "audiotestsrc is-live=true wave=silence ! audio/x-raw,rate=48000,channels=1"
+        case .wav, .pcm, .echo:
+            let format = PCMFeed.format(of: options.input)
+            source = "appsrc name=pcm is-live=true format=time do-timestamp=true max-bytes=192000 "
+                + "caps=audio/x-raw,format=S16LE,layout=interleaved,rate=\(format.rate),channels=\(format.channels)"
+        }
+        let description = source + " ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=1"
+            + " ! opusenc bitrate=\(options.opusBitrate) frame-size=20 ! rtpopuspay pt=\(payloadType)"
+            + " ! capsfilter caps=application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,payload=\(payloadType)"
+        let branch = try GStreamer.bin(description)
+        gst_bin_add(GStreamer.cast(UnsafeMutableRawPointer(pipeline)), branch)
+        guard gst_element_link(branch, webrtc) != 0 else { throw MediaError.pipeline("could not link the audio branch to webrtcbin") }
+        if let pcm = gst_bin_get_by_name(GStreamer.cast(UnsafeMutableRawPointer(branch)), "pcm") {
+            lock.withLock { pcmSource = pcm }
+        }
+    }
+
+    private func start() throws {
+        let first = lock.withLock {
+            defer { started = true }
+            return !started
+        }
+        guard first else { return }
+        guard gst_element_set_state(pipeline, GST_STATE_PLAYING) != GST_STATE_CHANGE_FAILURE else {
+            throw MediaError.pipeline("the pipeline refused to play")
+        }
+    }
+
+    // MARK: negotiation
+
+    func createOffer() async throws -> SessionDescription {
+        lock.withLock { negotiationStarted = negotiationStarted ?? .now() }
+        try addSendBranch(payloadType: 111)
+        try start()
+        for spec in settings.options.dataChannels {
+            let options = spec.reliable
+                ? gst_structure_from_string("options, ordered=(boolean)true", nil)
+                : gst_structure_from_string("options, ordered=(boolean)false, max-retransmits=(int)0", nil)
+            defer { if let options { gst_structure_free(options) } }
+            guard let channel = cs_webrtc_create_data_channel(webrtc, spec.label, options) else {
+                throw MediaError.pipeline("webrtcbin refused data channel \(spec.label)")
+            }
+            adopt(channel: channel, addReference: false)
+        }
+        let offer = try await GStreamer.description(field: "offer") { cs_webrtc_create_offer(webrtc, $0) }
+        try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, offer.pointer, $0) }
+        let text = offer.text
+        lock.withLock { localMids = SDPText.mids(text) }
+        return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(text, sha256: settings.certificate.fingerprint))
+    }
+
+    func setRemoteDescription(_ description: SessionDescription) async throws {
+        if description.kind == .offer {
+            lock.withLock {
+                negotiationStarted = negotiationStarted ?? .now()
+                isSession = description.sessionID != nil
+            }
+            if MediaSDP.hasAudio(description.sdp) {
+                try addSendBranch(payloadType: MediaSDP.opusPayloadType(description.sdp) ?? 111)
+            }
+            try start()
+        }
+        var message: UnsafeMutablePointer<GstSDPMessage>?
+        guard gst_sdp_message_new_from_text(description.sdp, &message) == GST_SDP_OK, let message else {
+            throw MediaError.negotiation("unparseable \(description.kind.rawValue) SDP")
+        }
+        let type = description.kind == .offer ? GST_WEBRTC_SDP_TYPE_OFFER : GST_WEBRTC_SDP_TYPE_ANSWER
+        guard let remote = gst_webrtc_session_description_new(type, message) else {
+            throw MediaError.negotiation("could not wrap the SDP")
+        }
+        let handle = DescriptionHandle(remote)
+        lock.withLock { remoteMids = SDPText.mids(description.sdp) }
+        try await GStreamer.completion("set-remote-description") { cs_webrtc_set_remote_description(webrtc, handle.pointer, $0) }
+    }
+
+    func createAnswer() async throws -> SessionDescription {
+        let answer = try await GStreamer.description(field: "answer") { cs_webrtc_create_answer(webrtc, $0) }
+        try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, answer.pointer, $0) }
+        var text = answer.text
+        lock.withLock { localMids = SDPText.mids(text) }
+        if lock.withLock({ isSession }) {
+            await waitForGathering(timeout: settings.options.sessionGatherTimeout)
+            let (candidates, complete) = lock.withLock { (localCandidates, gatheringComplete) }
+            text = MediaSDP.addingCandidates(candidates, complete: complete, to: text)
+        }
+        return SessionDescription(kind: .answer, sdp: MediaSDP.replacingFingerprints(text, sha256: settings.certificate.fingerprint))
+    }
+
+    func addRemoteCandidate(_ candidate: IceCandidate) {
+        // An empty candidate is end-of-candidates; webrtcbin 1.22 needs no notice of it.
+        guard !candidate.candidate.isEmpty else { return }
+        let mline = candidate.sdpMLineIndex
+            ?? lock.withLock { candidate.sdpMid.flatMap { mid in remoteMids.firstIndex(of: mid) } } ?? 0
+        let line = candidate.candidate.hasPrefix("a=") ? String(candidate.candidate.dropFirst(2)) : candidate.candidate
+        cs_webrtc_add_ice_candidate(webrtc, guint(mline), line)
+    }
+
+    private func localCandidate(mline: Int, _ candidate: String) {
+        let mid = lock.withLock { () -> String? in
+            localCandidates.append((mline, candidate))
+            return mline < localMids.count ? localMids[mline] : nil
+        }
+        onCandidate(IceCandidate(candidate: candidate, sdpMid: mid, sdpMLineIndex: mline))
+    }
+
+    private func gatheringStateChanged() {
+        guard cs_get_int(UnsafeMutableRawPointer(webrtc), "ice-gathering-state") == Int32(GST_WEBRTC_ICE_GATHERING_STATE_COMPLETE.rawValue) else {
+            return
+        }
+        let waiters = lock.withLock {
+            gatheringComplete = true
+            defer { gatheringWaiters.removeAll() }
+            return gatheringWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    private func waitForGathering(timeout: TimeInterval) async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let waiting = lock.withLock {
+                guard !gatheringComplete else { return false }
+                gatheringWaiters.append(done)
+                return true
+            }
+            guard waiting else { return done.resume() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
+                let late = lock.withLock {
+                    defer { gatheringWaiters.removeAll() }
+                    return gatheringWaiters
+                }
+                for waiter in late { waiter.resume() }
+            }
+        }
+    }
+
+    // MARK: state
+
+    private func connectionStateChanged() {
+        let raw = cs_get_int(UnsafeMutableRawPointer(webrtc), "connection-state")
+        let state: PeerConnectionState
+        switch UInt32(raw) {
+        case GST_WEBRTC_PEER_CONNECTION_STATE_CONNECTING.rawValue: state = .connecting
+        case GST_WEBRTC_PEER_CONNECTION_STATE_CONNECTED.rawValue: state = .connected
+        case GST_WEBRTC_PEER_CONNECTION_STATE_DISCONNECTED.rawValue: state = .disconnected
+        case GST_WEBRTC_PEER_CONNECTION_STATE_FAILED.rawValue: state = .failed
+        case GST_WEBRTC_PEER_CONNECTION_STATE_CLOSED.rawValue: state = .closed
+        default: state = .new
+        }
+        report(state)
+    }
+
+    /// Reports a state once; after an ending state nothing more is reported.
+    private func report(_ state: PeerConnectionState, reason: String? = nil) {
+        let (changed, connectedMs) = lock.withLock { () -> (Bool, Int?) in
+            guard !ended, state != lastState else { return (false, nil) }
+            lastState = state
+            if state == .disconnected || state == .failed || state == .closed { ended = true }
+            if state == .connected, connectedAfter == nil, let started = negotiationStarted {
+                connectedAfter = Int((DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000)
+                return (true, connectedAfter)
+            }
+            return (true, nil)
+        }
+        guard changed else { return }
+        onEvent(.stateChanged(peer: peer, state: state))
+        if let connectedMs { onEvent(.connected(peer: peer, milliseconds: connectedMs)) }
+        if let reason { onEvent(.failed(peer: peer, reason: reason)) }
+        onStateChange(state)
+    }
+
+    private func busMessage(_ message: UnsafeMutablePointer<GstMessage>) {
+        guard cs_message_type(message) == GST_MESSAGE_ERROR else { return }
+        var error: UnsafeMutablePointer<GError>?
+        var debug: UnsafeMutablePointer<gchar>?
+        gst_message_parse_error(message, &error, &debug)
+        g_free(debug)
+        let source = String(cString: cs_message_source_name(message))
+        let text = GStreamer.errorMessage(error)
+        // The far end closing the association surfaces as an SCTP error: it left, nothing broke.
+        if source.lowercased().contains("sctp") || text.lowercased().contains("sctp") {
+            report(.closed)
+        } else {
+            report(.failed, reason: "\(source): \(text)")
+        }
+    }
+
+    var connectMilliseconds: Int? { lock.withLock { connectedAfter } }
+    var levels: AudioLevels { lock.withLock { meter.levels } }
+
+    // MARK: received audio
+
+    private func remotePadAdded(_ pad: UnsafeMutablePointer<GstPad>) {
+        guard pad.pointee.direction == GST_PAD_SRC else { return }
+        let sink: UnsafeMutablePointer<GstElement>
+        do {
+            sink = try GStreamer.bin("rtpopusdepay ! opusdec plc=true ! audioconvert ! audioresample"
+                + " ! audio/x-raw,format=S16LE,layout=interleaved,rate=48000,channels=1"
+                + " ! appsink name=out emit-signals=true sync=false max-buffers=200 drop=true")
+        } catch {
+            report(.failed, reason: "\(error)")
+            return
+        }
+        gst_bin_add(GStreamer.cast(UnsafeMutableRawPointer(pipeline)), sink)
+        if let appsink = gst_bin_get_by_name(GStreamer.cast(UnsafeMutableRawPointer(sink)), "out") {
+            let onSample: @convention(c) (gpointer?, gpointer?) -> GstFlowReturn = { appsink, data in
+                guard let appsink, let sample = gst_app_sink_pull_sample(GStreamer.cast(appsink)) else { return GST_FLOW_OK }
+                defer { gst_sample_unref(sample) }
+                guard let connection = GStreamer.target(data, as: PeerConnection.self),
+                      let buffer = gst_sample_get_buffer(sample)
+                else { return GST_FLOW_OK }
+                var map = GstMapInfo()
+                guard gst_buffer_map(buffer, &map, GST_MAP_READ) != 0 else { return GST_FLOW_OK }
+                defer { gst_buffer_unmap(buffer, &map) }
+                let samples = UnsafeBufferPointer(start: UnsafeRawPointer(map.data).assumingMemoryBound(to: Int16.self),
+                                                  count: Int(map.size) / 2)
+                connection.received(samples)
+                return GST_FLOW_OK
+            }
+            GStreamer.connect(UnsafeMutableRawPointer(appsink), "new-sample", self, unsafeBitCast(onSample, to: GCallback.self))
+            gst_object_unref(UnsafeMutableRawPointer(appsink))
+        }
+        gst_element_sync_state_with_parent(sink)
+        if let sinkPad = gst_element_get_static_pad(sink, "sink") {
+            _ = gst_pad_link(pad, sinkPad)
+            gst_object_unref(UnsafeMutableRawPointer(sinkPad))
+        }
+    }
+
+    private func received(_ samples: UnsafeBufferPointer<Int16>) {
+        let (recorder, echo) = lock.withLock { () -> (WAVFile.Writer?, Bool) in
+            guard !remoteMuted else { return (nil, false) }
+            meter.add(samples)
+            return (self.recorder, settings.options.input == .echo)
+        }
+        guard !lock.withLock({ remoteMuted }) else { return }
+        recorder?.append(samples)
+        if case .pcm(let callback) = settings.options.output { callback(peer, Array(samples)) }
+        if echo {
+            lock.withLock {
+                echoBacklog.append(contentsOf: samples)
+                let cap = 48_000 / 5
+                if echoBacklog.count > cap { echoBacklog.removeFirst(echoBacklog.count - cap) }
+            }
+        }
+    }
+
+    /// Up to `count` samples of received audio to send back, for `AudioInput.echo`.
+    func takeEcho(_ count: Int) -> [Int16] {
+        lock.withLock {
+            let taken = Array(echoBacklog.prefix(count))
+            echoBacklog.removeFirst(taken.count)
+            return taken
+        }
+    }
+
+    // MARK: data channels
+
+    private func adopt(channel: OpaquePointer, addReference: Bool) {
+        if addReference { _ = gst_object_ref(UnsafeMutableRawPointer(channel)) }
+        let label = GStreamer.string(cs_get_string(UnsafeMutableRawPointer(channel), "label")) ?? ""
+        let previous = lock.withLock { () -> OpaquePointer? in
+            defer { channels[label] = channel }
+            return channels[label]
+        }
+        if let previous { gst_object_unref(UnsafeMutableRawPointer(previous)) }
+        let object = UnsafeMutableRawPointer(channel)
+        let onOpen: @convention(c) (gpointer?, gpointer?) -> Void = { channel, data in
+            guard let connection = GStreamer.target(data, as: PeerConnection.self), let channel else { return }
+            connection.channelOpened(GStreamer.string(cs_get_string(channel, "label")) ?? "")
+        }
+        GStreamer.connect(object, "on-open", self, unsafeBitCast(onOpen, to: GCallback.self))
+        let onClose: @convention(c) (gpointer?, gpointer?) -> Void = { channel, data in
+            guard let connection = GStreamer.target(data, as: PeerConnection.self), let channel else { return }
+            connection.channelClosed(GStreamer.string(cs_get_string(channel, "label")) ?? "")
+        }
+        GStreamer.connect(object, "on-close", self, unsafeBitCast(onClose, to: GCallback.self))
+        let onString: @convention(c) (gpointer?, UnsafePointer<gchar>?, gpointer?) -> Void = { channel, text, data in
+            guard let connection = GStreamer.target(data, as: PeerConnection.self), let channel, let text else { return }
+            connection.message(String(cString: text), on: GStreamer.string(cs_get_string(channel, "label")) ?? "")
+        }
+        GStreamer.connect(object, "on-message-string", self, unsafeBitCast(onString, to: GCallback.self))
+        let onData: @convention(c) (gpointer?, OpaquePointer?, gpointer?) -> Void = { channel, bytes, data in
+            guard let connection = GStreamer.target(data, as: PeerConnection.self), let channel, let bytes else { return }
+            var size = 0
+            guard let base = g_bytes_get_data(bytes, &size) else { return }
+            let text = String(decoding: UnsafeRawBufferPointer(start: base, count: size), as: UTF8.self)
+            connection.message(text, on: GStreamer.string(cs_get_string(channel, "label")) ?? "")
+        }
+        GStreamer.connect(object, "on-message-data", self, unsafeBitCast(onData, to: GCallback.self))
+        // A channel the far end opened is usually open before webrtcbin hands it over.
+        if cs_get_int(object, "ready-state") == Int32(GST_WEBRTC_DATA_CHANNEL_STATE_OPEN.rawValue) { channelOpened(label) }
+    }
+
+    private func channelOpened(_ label: String) {
+        let (first, control) = lock.withLock { (openChannels.insert(label).inserted, isSession && label == "control") }
+        guard first else { return }
+        onEvent(.dataChannelOpen(peer: peer, label: label))
+        if control { try? send(ControlMessage.status("connected").text, on: "control") }
+    }
+
+    private func channelClosed(_ label: String) {
+        guard lock.withLock({ openChannels.remove(label) != nil }) else { return }
+        onEvent(.dataChannelClosed(peer: peer, label: label))
+    }
+
+    private func message(_ text: String, on label: String) {
+        guard label == "control", lock.withLock({ isSession }) else {
+            onEvent(.dataMessage(peer: peer, label: label, text: text))
+            return
+        }
+        guard let control = ControlMessage(text: text) else {
+            onEvent(.dataMessage(peer: peer, label: label, text: text))
+            return
+        }
+        onEvent(.control(peer: peer, message: control))
+        switch control {
+        case .ping(let ts): try? send(ControlMessage.pong(ts: ts).text, on: "control")
+        case .mute(let muted): lock.withLock { remoteMuted = muted }
+        case .hangup:
+            lock.withLock { remoteHungUp = true }
+            report(.closed)
+        default: break
+        }
+    }
+
+    func send(_ text: String, on label: String) throws {
+        guard let channel = lock.withLock({ openChannels.contains(label) ? channels[label] : nil }) else {
+            throw MediaError.noDataChannel(label)
+        }
+        var error: UnsafeMutablePointer<GError>?
+        guard gst_webrtc_data_channel_send_string_full(channel, text, &error) != 0 else {
+            throw MediaError.pipeline("send on \(label): \(GStreamer.errorMessage(error))")
+        }
+    }
+
+    var openChannelLabels: [String] { lock.withLock { openChannels.sorted() } }
+
+    // MARK: stats
+
+    func stats() async -> PeerMediaStats {
+        let reply = await withCheckedContinuation { (done: CheckedContinuation<StatsReply, Never>) in
+            let promise = GStreamer.promise { reply in done.resume(returning: StatsReply(reply)) }
+            cs_webrtc_get_stats(webrtc, promise)
+            gst_promise_unref(promise)
+        }
+        var stats = reply.stats
+        let now = DispatchTime.now()
+        let totalBytes = Double(stats.bytesSent + stats.bytesReceived)
+        lock.withLock {
+            if let previous = previousTotals, now.uptimeNanoseconds > previous.at.uptimeNanoseconds {
+                let seconds = Double(now.uptimeNanoseconds - previous.at.uptimeNanoseconds) / 1e9
+                stats.bitrateKbps = max(0, totalBytes - previous.bytes) * 8 / seconds / 1000
+            }
+            previousTotals = (totalBytes, now)
+        }
+        stats.connectMilliseconds = connectMilliseconds
+        stats.audio = levels
+        return stats
+    }
+
+    // MARK: teardown
+
+    /// Tells an HTTP session's caller why the call ends (seed 000 `status`), unless it hung up itself.
+    /// Returns whether a message went out (the caller then gives it a moment to leave).
+    func announceEnd(replaced: Bool) -> Bool {
+        let speak = lock.withLock { isSession && !remoteHungUp && openChannels.contains("control") }
+        guard speak else { return false }
+        return (try? send(ControlMessage.status(replaced ? "replaced" : "ended").text, on: "control")) != nil
+    }
+
+    /// Stops the pipeline and releases everything. Off GStreamer's threads: the state change
+    /// waits for them.
+    func tearDown() {
+        let (owned, source, recorder) = lock.withLock { () -> ([OpaquePointer], UnsafeMutablePointer<GstElement>?, WAVFile.Writer?) in
+            ended = true
+            defer {
+                channels.removeAll()
+                pcmSource = nil
+                self.recorder = nil
+            }
+            return (Array(channels.values), pcmSource, self.recorder)
+        }
+        gst_element_set_state(pipeline, GST_STATE_NULL)
+        for channel in owned { gst_object_unref(UnsafeMutableRawPointer(channel)) }
+        if let source { gst_object_unref(UnsafeMutableRawPointer(source)) }
+        recorder?.close()
+        gst_object_unref(UnsafeMutableRawPointer(pipeline))
+    }
+}
+
+/// A certificate in the form the pipeline needs (kept apart from CallingAuth's type so this file
+/// reads on its own).
+struct DTLSCertificateValue: Sendable {
+    var pem: String
+    var fingerprint: String
+}
+
+/// What one peer connection measured.
+public struct PeerMediaStats: Sendable, Equatable {
+    public var packetsSent = 0
+    public var packetsReceived = 0
+    public var packetsLost = 0
+    public var bytesSent = 0
+    public var bytesReceived = 0
+    public var rttMs: Double?
+    public var jitterMs: Double?
+    /// 0–1 over the call so far.
+    public var packetLoss: Double?
+    /// Sent plus received, over the time since the previous `stats()` of this connection.
+    public var bitrateKbps: Double?
+    /// `host`, `srflx`, `prflx` or `relay` of the local candidates webrtcbin reports.
+    public var localCandidateTypes: [String] = []
+    public var connectMilliseconds: Int?
+    public var audio = AudioLevels()
+}
+
+/// Reads webrtcbin's `get-stats` reply (one structure per RTCStats object) on the replying thread.
+private struct StatsReply: Sendable {
+    var stats = PeerMediaStats()
+
+    init(_ reply: UnsafePointer<GstStructure>?) {
+        guard let reply else { return }
+        var collected = PeerMediaStats()
+        withUnsafeMutablePointer(to: &collected) { target in
+            _ = gst_structure_foreach(reply, { _, value, data in
+                guard let entry = cs_value_get_structure(value) else { return 1 }
+                let stats = data!.assumingMemoryBound(to: PeerMediaStats.self)
+                StatsReply.add(entry, to: &stats.pointee)
+                return 1
+            }, target)
+        }
+        stats = collected
+    }
+
+    private static func number(_ entry: UnsafePointer<GstStructure>, _ field: String) -> Double? {
+        let value = cs_value_as_double(gst_structure_get_value(entry, field))
+        return value.isNaN ? nil : value
+    }
+
+    static func add(_ entry: UnsafePointer<GstStructure>, to stats: inout PeerMediaStats) {
+        var type: gint = 0
+        guard gst_structure_get_enum(entry, "type", cs_stats_type_gtype(), &type) != 0 else { return }
+        switch UInt32(type) {
+        case GST_WEBRTC_STATS_INBOUND_RTP.rawValue:
+            stats.packetsReceived += Int(number(entry, "packets-received") ?? 0)
+            stats.bytesReceived += Int(number(entry, "bytes-received") ?? 0)
+            stats.packetsLost += max(0, Int(number(entry, "packets-lost") ?? 0))
+            if let jitter = number(entry, "jitter") { stats.jitterMs = max(stats.jitterMs ?? 0, jitter * 1000) }
+            let expected = stats.packetsReceived + stats.packetsLost
+            if expected > 0 { stats.packetLoss = Double(stats.packetsLost) / Double(expected) }
+        case GST_WEBRTC_STATS_OUTBOUND_RTP.rawValue:
+            stats.packetsSent += Int(number(entry, "packets-sent") ?? 0)
+            stats.bytesSent += Int(number(entry, "bytes-sent") ?? 0)
+        case GST_WEBRTC_STATS_REMOTE_INBOUND_RTP.rawValue:
+            if let rtt = number(entry, "round-trip-time"), rtt > 0 { stats.rttMs = max(stats.rttMs ?? 0, rtt * 1000) }
+        case GST_WEBRTC_STATS_LOCAL_CANDIDATE.rawValue:
+            if let type = gst_structure_get_string(entry, "candidate-type") {
+                let name = String(cString: type)
+                if !stats.localCandidateTypes.contains(name) { stats.localCandidateTypes.append(name) }
+            }
+        default:
+            break
+        }
+    }
+}

@@ -1,0 +1,405 @@
+import CallingClient
+import CallingMedia
+import CallingServer
+import Dispatch
+import Foundation
+
+/// `calling-server peer`: a Linux WebRTC peer that joins a room through a calling-server, calls
+/// or answers with real Opus audio and data channels, and reports what it measured.
+enum PeerCommand {
+    static let usage = """
+        usage: calling-server peer --url ws://HOST:PORT/v1/ws --token JWT [options]
+
+          --call PEER          call PEER (now, or when it joins); without it, answer incoming calls
+          --tone [HZ]          send a sine tone (default 440 Hz; the default input)
+          --play FILE.wav      send a 16-bit PCM WAV file once, then silence
+          --echo               send every peer its own audio back; echo its data messages too
+          --silence            send silence
+          --record FILE.wav    write received audio (48 kHz mono)
+          --send-data TEXT     send TEXT on each data channel "chat" when it opens
+          --answer-sessions    answer HTTP sessions (webrtc-proxy/WHIP) and speak their control channel
+          --relay-only         use TURN relay candidates only (servers from GET /v1/ice)
+          --seconds N          hang up and exit after N seconds (default: on SIGINT/SIGTERM)
+          --stats-seconds N    print stats every N seconds (default 5)
+
+        Exits when the last call ends (after at least one call), after --seconds, or on a signal.
+        The last line is `summary {json}`: connected, connect_ms, packets_sent, packets_received,
+        audio_frames_received, rms_dbfs, dominant_hz, data_received, data_sent, control_received,
+        hangup_reason, local_candidate_types, rtt_ms, jitter_ms, packet_loss.
+        """
+
+    struct Options {
+        var url: URL?
+        var token: String?
+        var call: PeerID?
+        var input: AudioInput = .tone(440)
+        var record: URL?
+        var echo = false
+        var sendData: String?
+        var answerSessions = false
+        var relayOnly = false
+        var seconds: Double?
+        var statsSeconds: Double = 5
+    }
+
+    struct Problem: Error { let message: String }
+
+    static func parse(_ arguments: ArraySlice<String>) -> Result<Options, Problem> {
+        var options = Options()
+        var rest = arguments
+        func value(_ flag: String) -> String? {
+            guard let next = rest.first, !next.hasPrefix("--") else { return nil }
+            rest.removeFirst()
+            return next
+        }
+        while let flag = rest.popFirst() {
+            switch flag {
+            case "--url":
+                guard let text = value(flag), let url = URL(string: text), url.scheme == "ws" || url.scheme == "wss" else {
+                    return .failure(Problem(message: "--url needs a ws:// URL"))
+                }
+                options.url = url
+            case "--token":
+                guard let token = value(flag) else { return .failure(Problem(message: "--token needs a JWT")) }
+                options.token = token
+            case "--call":
+                guard let peer = value(flag) else { return .failure(Problem(message: "--call needs a peer id")) }
+                options.call = PeerID(peer)
+            case "--tone":
+                if let next = rest.first, let hz = Double(next) {
+                    rest.removeFirst()
+                    guard hz > 0, hz < 24_000 else { return .failure(Problem(message: "--tone needs a frequency between 0 and 24000 Hz")) }
+                    options.input = .tone(hz)
+                } else {
+                    options.input = .tone(440)
+                }
+            case "--play":
+                guard let path = value(flag) else { return .failure(Problem(message: "--play needs a WAV file")) }
+                options.input = .wav(URL(fileURLWithPath: path))
+            case "--echo":
+                options.echo = true
+                options.input = .echo
+            case "--silence": options.input = .silence
+            case "--record":
+                guard let path = value(flag) else { return .failure(Problem(message: "--record needs a file name")) }
+                options.record = URL(fileURLWithPath: path)
+            case "--send-data":
+                guard let text = value(flag) else { return .failure(Problem(message: "--send-data needs a text")) }
+                options.sendData = text
+            case "--answer-sessions": options.answerSessions = true
+            case "--relay-only": options.relayOnly = true
+            case "--seconds":
+                guard let text = value(flag), let seconds = Double(text), seconds > 0 else { return .failure(Problem(message: "--seconds needs a positive number")) }
+                options.seconds = seconds
+            case "--stats-seconds":
+                guard let text = value(flag), let seconds = Double(text), seconds > 0 else { return .failure(Problem(message: "--stats-seconds needs a positive number")) }
+                options.statsSeconds = seconds
+            default:
+                return .failure(Problem(message: "unknown option \(flag)"))
+            }
+        }
+        guard options.url != nil else { return .failure(Problem(message: "--url is required")) }
+        guard options.token != nil else { return .failure(Problem(message: "--token is required")) }
+        return .success(options)
+    }
+
+    static func run(_ arguments: ArraySlice<String>) -> Int32 {
+        if arguments.contains("--help") || arguments.contains("-h") {
+            print(usage)
+            return 0
+        }
+        let options: Options
+        switch parse(arguments) {
+        case .success(let parsed): options = parsed
+        case .failure(let problem):
+            CallingCommand.printError("peer: \(problem.message)\n\n\(usage)")
+            return 2
+        }
+        let finished = DispatchSemaphore(value: 0)
+        let outcome = ExitCode()
+        Task {
+            outcome.value = await PeerSession(options: options).run()
+            finished.signal()
+        }
+        finished.wait()
+        return outcome.value
+    }
+
+    final class ExitCode: @unchecked Sendable {
+        // @unchecked: written once by the task before the semaphore is signalled, read after.
+        var value: Int32 = 1
+    }
+}
+
+/// The running peer: one signaling client, one media engine, and what the summary reports.
+actor PeerSession {
+    private let options: PeerCommand.Options
+    private var client: SignalingClient?
+    private var engine: GStreamerMediaEngine?
+    private var calls = Set<PeerID>()
+    private var hadCall = false
+    private var calling = false
+    private var lastStats: [PeerID: PeerMediaStats] = [:]
+    private var dataReceived: [String] = []
+    private var dataSent: [String] = []
+    private var controlReceived: [String] = []
+    private var connectMilliseconds: Int?
+    private var hangupReason: String?
+    private var done = false
+    private var stop: CheckedContinuation<Void, Never>?
+
+    init(options: PeerCommand.Options) { self.options = options }
+
+    func run() async -> Int32 {
+        let url = options.url!
+        var signaling = SignalingOptions()
+        // A command-line peer has nothing to reconnect for: a dropped socket ends the run.
+        signaling.maxReconnectAttempts = 0
+        signaling.statsInterval = options.statsSeconds
+        let probe = SignalingClient(url: url, token: options.token!, options: signaling)
+        var media = MediaOptions()
+        media.relayOnly = options.relayOnly
+        media.input = options.input
+        media.output = options.record.map { .wav($0) } ?? .none
+        do {
+            media.iceServers = try await probe.fetchIceServers().servers
+            log("ice servers=\(media.iceServers.flatMap(\.urls).joined(separator: ","))")
+        } catch {
+            log("ice unavailable (\(error)); host candidates only")
+            if options.relayOnly { return fail("--relay-only needs TURN servers from /v1/ice") }
+        }
+        let engine: GStreamerMediaEngine
+        do {
+            engine = try GStreamerMediaEngine(options: media)
+        } catch {
+            return fail("\(error)")
+        }
+        signaling.mediaEngine = engine
+        let client = SignalingClient(url: url, token: options.token!, options: signaling)
+        self.client = client
+        self.engine = engine
+        installSignalHandlers()
+
+        let signalingEvents = Task { for await event in client.events { await self.handle(event) } }
+        let mediaEvents = Task { for await event in engine.events { await self.handle(event) } }
+        let ticker = Task { await self.tick() }
+        do {
+            let welcome = try await client.connect()
+            log("state connected peer=\(welcome.peerId) room=\(welcome.roomId) peers=\(welcome.peers.map(\.peerId.rawValue).joined(separator: ","))")
+            if let target = options.call, welcome.peers.contains(where: { $0.peerId == target }) { await startCall(target) }
+        } catch {
+            signalingEvents.cancel()
+            mediaEvents.cancel()
+            ticker.cancel()
+            return fail("connect: \(error)")
+        }
+        if let seconds = options.seconds {
+            Task {
+                try? await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
+                self.finish(reason: "time")
+            }
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            if done { continuation.resume() } else { stop = continuation }
+        }
+        ticker.cancel()
+        await refreshStats()
+        for peer in calls { client.hangup(peer) }
+        printSummary()
+        await client.disconnect()
+        signalingEvents.cancel()
+        mediaEvents.cancel()
+        return 0
+    }
+
+    private func fail(_ message: String) -> Int32 {
+        CallingCommand.printError("peer: \(message)")
+        return 1
+    }
+
+    private func finish(reason: String) {
+        guard !done else { return }
+        done = true
+        if hangupReason == nil { hangupReason = reason }
+        log("ending reason=\(reason)")
+        stop?.resume()
+        stop = nil
+    }
+
+    private func installSignalHandlers() {
+        for number in [SIGINT, SIGTERM] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { Task { self.finish(reason: "signal") } }
+            source.resume()
+            SignalSources.keep(source)
+        }
+    }
+
+    // MARK: events
+
+    private func handle(_ event: CallingEvent) async {
+        guard let client else { return }
+        switch event {
+        case .peerJoined(let info):
+            log("peer-joined \(info.peerId) role=\(info.role)")
+            if info.peerId == options.call, !calling { await startCall(info.peerId) }
+        case .peerLeft(let peer):
+            log("peer-left \(peer)")
+        case .incoming(let call):
+            let session = call.offer.sessionID
+            if session != nil, !options.answerSessions {
+                log("reject \(call.from) session=\(session ?? "") (no --answer-sessions)")
+                try? client.reject(call.from)
+                return
+            }
+            log("incoming \(call.from)\(session.map { " session=\($0)" } ?? "")")
+            calls.insert(call.from)
+            hadCall = true
+            do {
+                try await client.accept(call.from)
+                log("answered \(call.from)")
+            } catch {
+                log("answer failed \(call.from): \(error)")
+                callEnded(call.from, reason: "error")
+            }
+        case .hangup(let peer):
+            log("hangup \(peer)")
+            callEnded(peer, reason: "remote")
+        case .rejected(let peer):
+            log("rejected by \(peer)")
+            callEnded(peer, reason: "rejected")
+        case .stats(let sample):
+            log("stats rtt_ms=\(format(sample.rttMs)) jitter_ms=\(format(sample.jitterMs)) packet_loss=\(format(sample.packetLoss)) bitrate_kbps=\(format(sample.bitrateKbps))")
+        case .error(let error):
+            log("error \(error)")
+        case .disconnected(let error):
+            log("disconnected \(error.map { "\($0)" } ?? "")")
+            finish(reason: "disconnected")
+        case .consultationEnded:
+            finish(reason: "consultation_ended")
+        default:
+            break
+        }
+    }
+
+    private func handle(_ event: MediaEvent) async {
+        switch event {
+        case .connected(let peer, let milliseconds):
+            connectMilliseconds = connectMilliseconds ?? milliseconds
+            log("connect-time peer=\(peer) connect_ms=\(milliseconds)")
+        case .stateChanged(let peer, let state):
+            log("state media-\(state.rawValue) peer=\(peer)")
+        case .dataChannelOpen(let peer, let label):
+            log("data-open \(label) peer=\(peer)")
+            if label == "chat", let text = options.sendData {
+                do {
+                    try engine?.send(text, label: label, to: peer)
+                    dataSent.append(text)
+                } catch {
+                    log("data-send failed: \(error)")
+                }
+            }
+        case .dataChannelClosed(let peer, let label):
+            log("data-closed \(label) peer=\(peer)")
+        case .dataMessage(let peer, let label, let text):
+            log("data \(label) peer=\(peer) \(text)")
+            dataReceived.append(text)
+            if options.echo, (try? engine?.send(text, label: label, to: peer)) != nil { dataSent.append(text) }
+        case .control(let peer, let message):
+            log("control peer=\(peer) \(message.text)")
+            controlReceived.append(message.text)
+        case .failed(let peer, let reason):
+            log("media-failed peer=\(peer) \(reason)")
+        }
+    }
+
+    private func startCall(_ peer: PeerID) async {
+        guard let client, !calling else { return }
+        calling = true
+        calls.insert(peer)
+        hadCall = true
+        log("calling \(peer)")
+        do {
+            try await client.call(peer)
+        } catch {
+            log("call failed: \(error)")
+            callEnded(peer, reason: "error")
+        }
+    }
+
+    private func callEnded(_ peer: PeerID, reason: String) {
+        guard calls.remove(peer) != nil else { return }
+        if hangupReason == nil { hangupReason = reason }
+        if calls.isEmpty, hadCall { finish(reason: reason) }
+    }
+
+    // MARK: stats
+
+    /// Samples each call every second (the summary needs the last values after a call is gone)
+    /// and prints them every `--stats-seconds`.
+    private func tick() async {
+        var elapsed = 0.0
+        while !Task.isCancelled {
+            try? await Task.sleep(nanoseconds: 1_000_000_000)
+            await refreshStats()
+            elapsed += 1
+            if elapsed >= options.statsSeconds {
+                elapsed = 0
+                for (peer, stats) in lastStats.sorted(by: { $0.key.rawValue < $1.key.rawValue }) where calls.contains(peer) {
+                    log("peer-stats peer=\(peer) sent=\(stats.packetsSent) received=\(stats.packetsReceived) lost=\(stats.packetsLost)"
+                        + " rtt_ms=\(format(stats.rttMs)) jitter_ms=\(format(stats.jitterMs)) level_dbfs=\(format(stats.audio.rmsDBFS))"
+                        + " hz=\(format(stats.audio.dominantHz))")
+                }
+            }
+        }
+    }
+
+    private func refreshStats() async {
+        guard let engine else { return }
+        for peer in calls {
+            if let stats = await engine.stats(for: peer) { lastStats[peer] = stats }
+        }
+    }
+
+    private func printSummary() {
+        // The summary describes the main call: the one asked for, else the first answered.
+        let stats = options.call.flatMap { lastStats[$0] } ?? lastStats.values.max { $0.packetsReceived < $1.packetsReceived }
+        var fields: [String: JSONValue] = [
+            "connected": .bool(connectMilliseconds != nil),
+            "packets_sent": .int(Int64(stats?.packetsSent ?? 0)),
+            "packets_received": .int(Int64(stats?.packetsReceived ?? 0)),
+            "packets_lost": .int(Int64(stats?.packetsLost ?? 0)),
+            "audio_frames_received": .int(Int64(stats?.audio.frames ?? 0)),
+            "rms_dbfs": .double(stats?.audio.rmsDBFS ?? -120),
+            "dominant_hz": .double(stats?.audio.dominantHz ?? 0),
+            "data_received": .array(dataReceived.map { .string($0) }),
+            "data_sent": .array(dataSent.map { .string($0) }),
+            "control_received": .array(controlReceived.map { .string($0) }),
+            "local_candidate_types": .array((stats?.localCandidateTypes ?? []).map { .string($0) }),
+        ]
+        if let connectMilliseconds { fields["connect_ms"] = .int(Int64(connectMilliseconds)) }
+        if let hangupReason { fields["hangup_reason"] = .string(hangupReason) }
+        if let rtt = stats?.rttMs { fields["rtt_ms"] = .double(rtt) }
+        if let jitter = stats?.jitterMs { fields["jitter_ms"] = .double(jitter) }
+        if let loss = stats?.packetLoss { fields["packet_loss"] = .double(loss) }
+        log("summary " + JSONWriter.string(.object(fields)))
+    }
+
+    /// Unbuffered: a test reads these lines while the peer runs, and a killed peer loses none.
+    private nonisolated func log(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
+    private nonisolated func format(_ value: Double?) -> String {
+        guard let value else { return "-" }
+        return String(format: "%.1f", value)
+    }
+}
+
+/// Keeps signal sources alive for the life of the process.
+enum SignalSources {
+    nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
+    private static let lock = NSLock()
+    static func keep(_ source: any DispatchSourceSignal) { lock.withLock { sources.append(source) } }
+}

@@ -1,0 +1,6 @@
+@testable import CallingMedia
+import XCTest
+
+final class MediaSDPTests: XCTestCase {
+    func testPlaceholder() {}
+}
