@@ -14,6 +14,9 @@ debs=(
   libjwt-dev
   libsqlite3-dev
   libssl-dev
+  # CallingMedia (WebRTC media for Linux peers, `calling-server peer`): webrtcbin, libnice, Opus.
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
+  gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice
 )
 if [ "$want_test" = 1 ]; then
   debs+=(coturn iproute2 procps)
@@ -38,6 +41,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   if printf '%s\n' "${missing[@]}" | grep -qx coturn; then
     (systemctl disable --now coturn >/dev/null 2>&1 || service coturn stop >/dev/null 2>&1 || true)
   fi
+fi
+
+# SwiftPM refuses the `-pthread` that GStreamer's pkg-config files carry (a warning on every
+# build), so CGStreamer reads this copy of their flags without it. Rewritten only when it differs.
+pc_dir=/usr/local/lib/pkgconfig
+pc_file=$pc_dir/calling-gstreamer.pc
+gst_modules="gstreamer-webrtc-1.0 gstreamer-sdp-1.0 gstreamer-app-1.0"
+pc_text="Name: calling-gstreamer
+Description: GStreamer WebRTC, SDP and app flags for calling-server, without -pthread
+Version: $(pkg-config --modversion gstreamer-webrtc-1.0)
+Cflags: $(pkg-config --cflags $gst_modules | tr ' ' '\n' | grep -vx -- '-pthread' | grep . | sort -u | tr '\n' ' ')
+Libs: $(pkg-config --libs $gst_modules | tr ' ' '\n' | grep -vx -- '-pthread' | grep . | tr '\n' ' ')"
+if [ "$(cat "$pc_file" 2>/dev/null)" != "$pc_text" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: $pc_file must be written (run as root)" >&2
+    exit 1
+  fi
+  mkdir -p "$pc_dir"
+  printf '%s\n' "$pc_text" > "$pc_file"
 fi
 
 if [ "$want_test" = 1 ]; then
