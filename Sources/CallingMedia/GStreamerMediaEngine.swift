@@ -64,6 +64,14 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         }
     }
 
+    /// Returns once the start-up work of `init` (the DTLS prewarm) is done: an app that calls
+    /// right after starting can wait here so its first call connects as fast as later ones.
+    public func warmUp() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            teardownQueue.async { done.resume() }
+        }
+    }
+
     // MARK: MediaEngine
 
     public func createPeerConnection(for peer: PeerID, onCandidate: @escaping @Sendable (IceCandidate) -> Void,

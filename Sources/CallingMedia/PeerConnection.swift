@@ -193,6 +193,18 @@ final class PeerConnection: @unchecked Sendable {
 
     // MARK: negotiation
 
+    /// `CS_MEDIA_TRACE=1` prints each negotiation step with the milliseconds since the
+    /// offer was made or received (stderr), to see where connect time goes.
+    private static let tracing = ProcessInfo.processInfo.environment["CS_MEDIA_TRACE"] == "1"
+    private let createdAt = DispatchTime.now()
+
+    private func trace(_ step: @autoclosure () -> String) {
+        guard Self.tracing else { return }
+        let since = lock.withLock { negotiationStarted } ?? createdAt
+        let ms = Double(DispatchTime.now().uptimeNanoseconds - since.uptimeNanoseconds) / 1e6
+        FileHandle.standardError.write(Data("media-trace peer=\(peer) +\(String(format: "%.1f", ms))ms \(step())\n".utf8))
+    }
+
     func createOffer() async throws -> SessionDescription {
         lock.withLock { negotiationStarted = negotiationStarted ?? .now() }
         try addSendBranch(payloadType: 111)
@@ -207,8 +219,11 @@ final class PeerConnection: @unchecked Sendable {
             }
             adopt(channel: channel, addReference: false)
         }
+        trace("pipeline playing")
         let offer = try await GStreamer.description(field: "offer") { cs_webrtc_create_offer(webrtc, $0) }
+        trace("offer created")
         try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, offer.pointer, $0) }
+        trace("local offer set")
         let text = offer.text
         lock.withLock { localMids = SDPText.mids(text) }
         return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(text, sha256: settings.certificate.fingerprint))
@@ -236,11 +251,14 @@ final class PeerConnection: @unchecked Sendable {
         let handle = DescriptionHandle(remote)
         lock.withLock { remoteMids = SDPText.mids(description.sdp) }
         try await GStreamer.completion("set-remote-description") { cs_webrtc_set_remote_description(webrtc, handle.pointer, $0) }
+        trace("remote \(description.kind.rawValue) set")
     }
 
     func createAnswer() async throws -> SessionDescription {
         let answer = try await GStreamer.description(field: "answer") { cs_webrtc_create_answer(webrtc, $0) }
+        trace("answer created")
         try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, answer.pointer, $0) }
+        trace("local answer set")
         var text = answer.text
         lock.withLock { localMids = SDPText.mids(text) }
         if lock.withLock({ isSession }) {
@@ -257,6 +275,7 @@ final class PeerConnection: @unchecked Sendable {
         let mline = candidate.sdpMLineIndex
             ?? lock.withLock { candidate.sdpMid.flatMap { mid in remoteMids.firstIndex(of: mid) } } ?? 0
         let line = candidate.candidate.hasPrefix("a=") ? String(candidate.candidate.dropFirst(2)) : candidate.candidate
+        trace("remote candidate \(line.prefix(60))")
         cs_webrtc_add_ice_candidate(webrtc, guint(mline), line)
     }
 
@@ -265,6 +284,7 @@ final class PeerConnection: @unchecked Sendable {
             localCandidates.append((mline, candidate))
             return mline < localMids.count ? localMids[mline] : nil
         }
+        trace("local candidate \(candidate.prefix(60))")
         onCandidate(IceCandidate(candidate: candidate, sdpMid: mid, sdpMLineIndex: mline))
     }
 
@@ -327,6 +347,7 @@ final class PeerConnection: @unchecked Sendable {
             return (true, nil)
         }
         guard changed else { return }
+        trace("state \(state.rawValue)")
         onEvent(.stateChanged(peer: peer, state: state))
         if let connectedMs { onEvent(.connected(peer: peer, milliseconds: connectedMs)) }
         if let reason { onEvent(.failed(peer: peer, reason: reason)) }

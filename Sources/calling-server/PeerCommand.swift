@@ -174,6 +174,7 @@ actor PeerSession {
         } catch {
             return fail("\(error)")
         }
+        await engine.warmUp()
         signaling.mediaEngine = engine
         let client = SignalingClient(url: url, token: options.token!, options: signaling)
         self.client = client
