@@ -7,7 +7,7 @@ PORT ?= 8080
 DATA_DIR ?= ./data
 BIN := .build/debug/calling-server
 
-.PHONY: deps test-deps build release serve test test-swift test-integration test-tsan bench clean
+.PHONY: deps test-deps build release serve test test-swift test-integration test-tsan bench bench-media clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -41,6 +41,10 @@ test-tsan: test-deps
 
 bench: release
 	.build/release/calling-server bench chat
+
+# Offer-to-connected time and CPU per audio peer (root: it makes a network namespace).
+bench-media: release
+	python3 bench/media.py --binary .build/release/calling-server
 
 clean:
 	rm -rf .build
