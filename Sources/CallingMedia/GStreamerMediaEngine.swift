@@ -160,6 +160,9 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         lock.withLock { feed.push(samples) }
     }
 
+    /// SHA-256 fingerprint of this engine's DTLS certificate, as its SDP carries it (for tests).
+    var certificateFingerprint: String { certificate.fingerprint }
+
     private func connection(_ peer: PeerID) throws -> PeerConnection {
         guard let connection = lock.withLock({ connections[peer] }) else { throw MediaError.noPeerConnection(peer.rawValue) }
         return connection

@@ -45,7 +45,7 @@ enum MediaSDP {
         }
         for (mline, candidate) in candidates {
             let index = mline + 1
-            guard index < sections.count else { continue }
+            guard mline >= 0, index < sections.count else { continue }
             let line = candidate.hasPrefix("a=") ? candidate : "a=" + candidate
             if !sections[index].contains(line) { sections[index].append(line) }
         }

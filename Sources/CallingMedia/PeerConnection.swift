@@ -171,7 +171,10 @@ final class PeerConnection: @unchecked Sendable {
         }
         let description = source + " ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=1"
             + " ! opusenc bitrate=\(options.opusBitrate) frame-size=20 ! rtpopuspay pt=\(payloadType)"
-            + " ! capsfilter caps=application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,payload=\(payloadType)"
+            // encoding-params: webrtcbin writes the rtpmap from these caps when the offer is made before
+            // rtpopuspay has negotiated; without it the line is `OPUS/48000`, which Chromium does not
+            // match with its `opus/48000/2` (RFC 7587 §7 requires the /2).
+            + " ! capsfilter caps=application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,encoding-params=(string)2,payload=\(payloadType)"
         let branch = try GStreamer.bin(description)
         gst_bin_add(GStreamer.cast(UnsafeMutableRawPointer(pipeline)), branch)
         guard gst_element_link(branch, webrtc) != 0 else { throw MediaError.pipeline("could not link the audio branch to webrtcbin") }
@@ -208,6 +211,7 @@ final class PeerConnection: @unchecked Sendable {
     func createOffer() async throws -> SessionDescription {
         lock.withLock { negotiationStarted = negotiationStarted ?? .now() }
         try addSendBranch(payloadType: 111)
+        trace("send branch added")
         try start()
         for spec in settings.options.dataChannels {
             let options = spec.reliable
@@ -222,10 +226,12 @@ final class PeerConnection: @unchecked Sendable {
         trace("pipeline playing")
         let offer = try await GStreamer.description(field: "offer") { cs_webrtc_create_offer(webrtc, $0) }
         trace("offer created")
-        try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, offer.pointer, $0) }
-        trace("local offer set")
+        // Mids before the local description: gathering starts with it, and a candidate reported
+        // before they are known would go out without its sdpMid (aiortc drops those).
         let text = offer.text
         lock.withLock { localMids = SDPText.mids(text) }
+        try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, offer.pointer, $0) }
+        trace("local offer set")
         return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(text, sha256: settings.certificate.fingerprint))
     }
 
@@ -238,7 +244,9 @@ final class PeerConnection: @unchecked Sendable {
             if MediaSDP.hasAudio(description.sdp) {
                 try addSendBranch(payloadType: MediaSDP.opusPayloadType(description.sdp) ?? 111)
             }
+            trace("send branch added")
             try start()
+            trace("pipeline playing")
         }
         var message: UnsafeMutablePointer<GstSDPMessage>?
         guard gst_sdp_message_new_from_text(description.sdp, &message) == GST_SDP_OK, let message else {
@@ -257,10 +265,10 @@ final class PeerConnection: @unchecked Sendable {
     func createAnswer() async throws -> SessionDescription {
         let answer = try await GStreamer.description(field: "answer") { cs_webrtc_create_answer(webrtc, $0) }
         trace("answer created")
+        var text = answer.text
+        lock.withLock { localMids = SDPText.mids(text) }  // before gathering starts, as in createOffer
         try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, answer.pointer, $0) }
         trace("local answer set")
-        var text = answer.text
-        lock.withLock { localMids = SDPText.mids(text) }
         if lock.withLock({ isSession }) {
             await waitForGathering(timeout: settings.options.sessionGatherTimeout)
             let (candidates, complete) = lock.withLock { (localCandidates, gatheringComplete) }
