@@ -16,7 +16,8 @@ enum PeerCommand {
           --echo               send every peer its own audio back; echo its data messages too
           --silence            send silence
           --record FILE.wav    write received audio (48 kHz mono)
-          --send-data TEXT     send TEXT on each data channel "chat" when it opens
+          --send-data TEXT     send TEXT on the reliable data channel "chat" when it opens
+          --send-unreliable TEXT  send TEXT on the unreliable channel "state" when it opens
           --answer-sessions    answer HTTP sessions (webrtc-proxy/WHIP) and speak their control channel
           --relay-only         use TURN relay candidates only (servers from GET /v1/ice)
           --seconds N          hang up and exit after N seconds (default: on SIGINT/SIGTERM)
@@ -24,7 +25,7 @@ enum PeerCommand {
 
         Exits when the last call ends (after at least one call), after --seconds, or on a signal.
         The last line is `summary {json}`: connected, connect_ms, packets_sent, packets_received,
-        audio_frames_received, rms_dbfs, dominant_hz, data_received, data_sent, control_received,
+        audio_frames_received, rms_dbfs, dominant_hz, data_received, data_by_label, data_sent, control_received,
         hangup_reason, local_candidate_types, rtt_ms, jitter_ms, packet_loss.
         """
 
@@ -36,6 +37,7 @@ enum PeerCommand {
         var record: URL?
         var echo = false
         var sendData: String?
+        var sendUnreliable: String?
         var answerSessions = false
         var relayOnly = false
         var seconds: Double?
@@ -86,6 +88,9 @@ enum PeerCommand {
             case "--send-data":
                 guard let text = value(flag) else { return .failure(Problem(message: "--send-data needs a text")) }
                 options.sendData = text
+            case "--send-unreliable":
+                guard let text = value(flag) else { return .failure(Problem(message: "--send-unreliable needs a text")) }
+                options.sendUnreliable = text
             case "--answer-sessions": options.answerSessions = true
             case "--relay-only": options.relayOnly = true
             case "--seconds":
@@ -141,6 +146,7 @@ actor PeerSession {
     private var calling = false
     private var lastStats: [PeerID: PeerMediaStats] = [:]
     private var dataReceived: [String] = []
+    private var dataByLabel: [String: [String]] = [:]
     private var dataSent: [String] = []
     private var controlReceived: [String] = []
     private var connectMilliseconds: Int?
@@ -293,7 +299,7 @@ actor PeerSession {
             log("state media-\(state.rawValue) peer=\(peer)")
         case .dataChannelOpen(let peer, let label):
             log("data-open \(label) peer=\(peer)")
-            if label == "chat", let text = options.sendData {
+            if let text = label == "chat" ? options.sendData : label == "state" ? options.sendUnreliable : nil {
                 do {
                     try engine?.send(text, label: label, to: peer)
                     dataSent.append(text)
@@ -306,6 +312,7 @@ actor PeerSession {
         case .dataMessage(let peer, let label, let text):
             log("data \(label) peer=\(peer) \(text)")
             dataReceived.append(text)
+            dataByLabel[label, default: []].append(text)
             if options.echo, (try? engine?.send(text, label: label, to: peer)) != nil { dataSent.append(text) }
         case .control(let peer, let message):
             log("control peer=\(peer) \(message.text)")
@@ -376,6 +383,7 @@ actor PeerSession {
             "dominant_hz": .double(stats?.audio.dominantHz ?? 0),
             "data_received": .array(dataReceived.map { .string($0) }),
             "data_sent": .array(dataSent.map { .string($0) }),
+            "data_by_label": .object(dataByLabel.mapValues { .array($0.map { .string($0) }) }),
             "control_received": .array(controlReceived.map { .string($0) }),
             "local_candidate_types": .array((stats?.localCandidateTypes ?? []).map { .string($0) }),
         ]
