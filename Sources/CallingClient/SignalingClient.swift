@@ -120,6 +120,11 @@ public final class SignalingClient: @unchecked Sendable {
     /// Peers whose latest offer came from an HTTP session (it carried `session_id`).
     private var sessionPeers = Set<PeerID>()
     private var mediaTasks: [PeerID: Task<Void, Never>] = [:]
+    /// Which peer connection of each peer is current (`call`/`accept` each create a new one). A
+    /// replaced or re-created connection can still report a state while the engine tears it down;
+    /// only the current one's state may end the call.
+    private var currentConnection: [PeerID: UInt64] = [:]
+    private var connectionCount: UInt64 = 0
     private var statsTimer: (any DispatchSourceTimer)?
     private var pingTimer: (any DispatchSourceTimer)?
     /// A `ping` is out and its `pong` has not come back yet.
@@ -303,9 +308,10 @@ public final class SignalingClient: @unchecked Sendable {
                 }
                 guard stateStorage == .connected else { return done.resume(throwing: CallingError.notConnected) }
                 activeCalls.insert(peer)
+                let connection = newConnection(peer)
                 enqueueMedia(peer) { [self] in
                     do {
-                        try await createPeerConnection(engine, peer)
+                        try await createPeerConnection(engine, peer, connection)
                         let offer = try await engine.createOffer(for: peer)
                         queue.async { [self] in
                             send(Frame(.offer, to: peer.rawValue, payload: offer.json))
@@ -334,9 +340,10 @@ public final class SignalingClient: @unchecked Sendable {
                     return done.resume(throwing: CallingError(.invalidState("no incoming call from \(peer)")))
                 }
                 activeCalls.insert(peer)
+                let connection = newConnection(peer)
                 enqueueMedia(peer) { [self] in
                     do {
-                        try await createPeerConnection(engine, peer)
+                        try await createPeerConnection(engine, peer, connection)
                         try await engine.setRemoteDescription(offer, for: peer)
                         queue.async { [self] in remoteDescriptionApplied(peer) }
                         let created = try await engine.createAnswer(for: peer)
@@ -926,8 +933,15 @@ public final class SignalingClient: @unchecked Sendable {
         }
     }
 
-    /// Off the queue (inside a media task).
-    private func createPeerConnection(_ engine: any MediaEngine, _ peer: PeerID) async throws {
+    /// Queue: numbers the peer connection about to be created for `peer` and makes it current.
+    private func newConnection(_ peer: PeerID) -> UInt64 {
+        connectionCount += 1
+        currentConnection[peer] = connectionCount
+        return connectionCount
+    }
+
+    /// Off the queue (inside a media task). `connection` is from `newConnection(peer)`.
+    private func createPeerConnection(_ engine: any MediaEngine, _ peer: PeerID, _ connection: UInt64) async throws {
         try await engine.createPeerConnection(for: peer, onCandidate: { [weak self] candidate in
             guard let self else { return }
             self.queue.async {
@@ -937,7 +951,7 @@ public final class SignalingClient: @unchecked Sendable {
         }, onStateChange: { [weak self] state in
             guard let self, state.endsCall else { return }
             self.queue.async {
-                guard self.activeCalls.contains(peer) else { return }
+                guard self.activeCalls.contains(peer), self.currentConnection[peer] == connection else { return }
                 // An HTTP session is ended by the server only when told: without this, a caller
                 // that hung up over its control channel would keep its seat until the token expires.
                 if self.sessionPeers.contains(peer), self.stateStorage == .connected {
@@ -976,6 +990,7 @@ public final class SignalingClient: @unchecked Sendable {
     /// The peer left the room: its call (if any) ends with a `hangup` event.
     private func peerGone(_ peer: PeerID) {
         sessionPeers.remove(peer)
+        currentConnection[peer] = nil
         let hadCall = activeCalls.contains(peer)
         endCall(peer)
         mediaTasks[peer] = nil

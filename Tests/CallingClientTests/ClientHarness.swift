@@ -1,6 +1,7 @@
 import CallingAuth
 import CallingCore
 import CallingServer
+import CallingTesting
 import CallingTransport
 import Foundation
 #if canImport(FoundationNetworking)
@@ -95,6 +96,37 @@ final class ClientHarness: @unchecked Sendable {
         return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
     }
 
+    /// Any HTTP request with an optional Bearer token, Content-Type and body: status, body text,
+    /// and the body parsed as JSON (nil when it is not JSON).
+    func exchange(_ method: String, _ path: String, bearer: String? = nil, contentType: String? = nil,
+                  body: String? = nil, headers: [String: String] = [:]) async throws -> (status: Int, text: String, json: JSONValue?)
+    {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.httpMethod = method
+        request.httpBody = body.map { Data($0.utf8) }
+        if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
+        if let contentType { request.setValue(contentType, forHTTPHeaderField: "Content-Type") }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self), try? JSONParser.parse([UInt8](data)))
+    }
+
+    /// `POST /v1/calls` with a key made by the real `calling-server apikey create`.
+    func createCall() async throws -> CreatedCall {
+        let (code, output) = try capturingStandardOutput {
+            CallingCommand.run(["calling-server", "apikey", "create", "--name", "client-tests", "--data-dir", dataDir],
+                               environment: [:])
+        }
+        XCTAssertEqual(code, 0)
+        let created = try await exchange("POST", "/v1/calls", contentType: "application/json", body: "{}",
+                                         headers: ["X-API-Key": output.trimmingCharacters(in: .whitespacesAndNewlines)])
+        XCTAssertEqual(created.status, 201, created.text)
+        let json = created.json
+        return CreatedCall(id: try XCTUnwrap(json?["call_id"]?.stringValue), room: try XCTUnwrap(json?["room_id"]?.stringValue),
+                           token: try XCTUnwrap(json?["access_token"]?.stringValue),
+                           peer: try XCTUnwrap(json?["peer_id"]?.stringValue))
+    }
+
     /// A counter from /metrics (0 when the series does not exist yet).
     func metric(_ name: String) async throws -> Double {
         let (_, body) = try await http("GET", "/metrics")
@@ -117,6 +149,14 @@ final class ClientHarness: @unchecked Sendable {
         stopServer()
         try? FileManager.default.removeItem(atPath: dataDir)
     }
+}
+
+/// A call from `POST /v1/calls`: its id, room, the caller's access token and peer id.
+struct CreatedCall: Sendable {
+    var id: String
+    var room: String
+    var token: String
+    var peer: String
 }
 
 /// Collects a client's events so tests can wait for one and count them.

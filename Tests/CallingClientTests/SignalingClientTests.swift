@@ -156,13 +156,15 @@ final class SignalingClientTests: ClientTestCase {
 }
 
 /// A MediaEngine that records calls and produces fixed SDP, one candidate per connection and a
-/// fixed stats sample.
+/// fixed stats sample. `fireState` plays the engine reporting a connection state.
 final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
-    // @unchecked: `entries` and `candidateSinks` only under `lock`.
+    // @unchecked: `entries`, `candidateSinks` and `stateSinks` only under `lock`.
     let name: String
     private let lock = NSLock()
     private var entries: [String] = []
     private var candidateSinks: [PeerID: @Sendable (IceCandidate) -> Void] = [:]
+    /// Every `onStateChange` given for a peer, oldest connection first.
+    private var stateSinks: [PeerID: [@Sendable (PeerConnectionState) -> Void]] = [:]
 
     init(name: String) { self.name = name }
 
@@ -182,7 +184,24 @@ final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
                               onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
     {
         record("create \(peer)")
-        lock.withLock { candidateSinks[peer] = onCandidate }
+        lock.withLock {
+            candidateSinks[peer] = onCandidate
+            stateSinks[peer, default: []].append(onStateChange)
+        }
+    }
+
+    /// Reports `state` through the `onStateChange` of `peer`'s latest peer connection, or of its
+    /// `connection`-th one (0 = the first created) to play a late report from an older one.
+    /// Returns false when no such connection was created.
+    @discardableResult
+    func fireState(_ state: PeerConnectionState, for peer: PeerID, connection: Int? = nil) -> Bool {
+        let sink = lock.withLock { () -> (@Sendable (PeerConnectionState) -> Void)? in
+            let sinks = stateSinks[peer] ?? []
+            guard let index = connection ?? sinks.indices.last, sinks.indices.contains(index) else { return nil }
+            return sinks[index]
+        }
+        sink?(state)
+        return sink != nil
     }
 
     private func emitCandidate(to peer: PeerID) {
@@ -216,6 +235,15 @@ final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
     }
 
     func close(peer: PeerID) { record("close \(peer)") }
+
+    /// `close <peer>` for `.ended` (what `close(peer:)` records, so existing expectations hold),
+    /// `close <peer> replaced` for `.replaced`.
+    func close(peer: PeerID, reason: CallEndReason) {
+        switch reason {
+        case .ended: close(peer: peer)
+        case .replaced: record("close \(peer) replaced")
+        }
+    }
 
     func stats() async -> StatsSample? { StatsSample(rttMs: 20, jitterMs: 3.5, packetLoss: 0.01, bitrateKbps: 850) }
 }

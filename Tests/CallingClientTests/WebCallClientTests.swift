@@ -20,31 +20,10 @@ final class WebCallClientTests: ClientTestCase {
             + "a=ice-pwd:answerpassword0123456789\r\na=candidate:1 1 udp 2122260223 192.0.2.7 50000 typ host\r\n"
     }
 
-    struct Call {
-        var id: String
-        var room: String
-        var token: String
-        var peer: String
-    }
+    typealias Call = CreatedCall
 
     /// `POST /v1/calls` with a key made by `calling-server apikey create`.
-    func createCall() async throws -> Call {
-        let (code, output) = try capturingStandardOutput {
-            CallingCommand.run(["calling-server", "apikey", "create", "--name", "webcall", "--data-dir", server.dataDir],
-                               environment: [:])
-        }
-        XCTAssertEqual(code, 0)
-        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/v1/calls")!)
-        request.httpMethod = "POST"
-        request.httpBody = Data("{}".utf8)
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.setValue(output.trimmingCharacters(in: .whitespacesAndNewlines), forHTTPHeaderField: "X-API-Key")
-        let (data, response) = try await URLSession.shared.data(for: request)
-        XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 201, String(decoding: data, as: UTF8.self))
-        let json = try JSONParser.parse([UInt8](data))
-        return Call(id: try XCTUnwrap(json["call_id"]?.stringValue), room: try XCTUnwrap(json["room_id"]?.stringValue),
-                    token: try XCTUnwrap(json["access_token"]?.stringValue), peer: try XCTUnwrap(json["peer_id"]?.stringValue))
-    }
+    func createCall() async throws -> Call { try await server.createCall() }
 
     func agent(for call: Call) async throws -> TestPeer {
         try await TestPeer.connect(loop: server.loop, port: server.port,
