@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what calling-server needs on Debian 12, and nothing when it is all present.
 #   deploy/install-deps.sh          build + serve needs (C libraries, pkg-config)
-#   deploy/install-deps.sh --test   also what the test suite needs (coturn, Python websockets)
+#   deploy/install-deps.sh --test   also what the test suite needs (coturn, iproute2, Python websockets, aiortc)
 # Idempotent and quiet when everything is present; must run as root when something is missing.
 set -euo pipefail
 
@@ -19,7 +19,8 @@ debs=(
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice
 )
 if [ "$want_test" = 1 ]; then
-  debs+=(coturn iproute2 procps)
+  # chromium: headless browser peer of tests/integration/media/test_media_chromium.py.
+  debs+=(coturn iproute2 procps chromium)
 fi
 
 missing=()
@@ -65,8 +66,12 @@ fi
 if [ "$want_test" = 1 ]; then
   # Independent test peers and the runner for tests/integration (PyPI, test tools only).
   pips=()
-  python3 -c 'import websockets' >/dev/null 2>&1 || pips+=('websockets>=12,<16')
+  # 15+: the tests connect with `proxy=None`, which older releases reject.
+  python3 -c 'import sys, websockets; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' >/dev/null 2>&1 \
+    || pips+=('websockets>=15,<16')
   python3 -c 'import pytest' >/dev/null 2>&1 || pips+=('pytest>=7')
+  # WebRTC peers for tests/integration/media (independent of the server's own media code).
+  python3 -c 'import aiortc' >/dev/null 2>&1 || pips+=('aiortc>=1.16,<2')
   if [ ${#pips[@]} -gt 0 ]; then
     echo "install-deps: installing Python ${pips[*]}"
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "${pips[@]}"

@@ -210,6 +210,9 @@ actor PeerSession {
             if done { continuation.resume() } else { stop = continuation }
         }
         ticker.cancel()
+        // Signaling and media events arrive through two streams: a control-channel `hangup` is
+        // yielded just before the call ends, but its task may not have run yet. Let it.
+        try? await Task.sleep(nanoseconds: 100_000_000)
         await refreshStats()
         for peer in calls { client.hangup(peer) }
         printSummary()

@@ -1,0 +1,483 @@
+"""Private network namespaces for the media tests, and the processes that run inside them.
+
+libnice gathers no ICE candidates on loopback, so two WebRTC peers on 127.0.0.1 never connect.
+Each media test therefore builds its own small network out of Linux network namespaces and
+removes it at teardown:
+
+    peer host A (10.231.1.2) --veth-- server host (10.231.1.1 | 10.231.2.1) --veth-- peer host B (10.231.2.2)
+
+The server host runs calling-server (on 0.0.0.0) and optionally coturn. With `routed=True` it
+forwards between its two links, so A and B reach each other directly (host candidates). With
+`routed=False` it does not forward: A and B can reach only the server host's own addresses, so
+media between them can only flow through the TURN relay on the server host; a connection in that
+lab proves the relay path by construction.
+
+The addresses exist only inside these namespaces (nothing is added to the host's own network),
+and nothing here sends traffic anywhere else. Namespace names carry the pytest process id and a
+counter, so parallel runs never share one; namespaces left behind by a run that was SIGKILLed
+(its pid is gone) are removed when the next lab is created. Needs root (CI runs as root) and
+iproute2.
+
+The test process itself stays in the host's namespace. HTTP requests to the server (metrics,
+API keys) go through a worker thread that has entered the server host's namespace with setns(2):
+sockets belong to the namespace of the thread that creates them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import http.client
+import itertools
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import support
+
+PREFIX = "csmedia"
+_COUNTER = itertools.count(1)
+CLONE_NEWNET = 0x40000000
+BANNER = re.compile(rb"calling-server listening on http://[^\s:]+:(\d+)")
+TURN_PORT = 3478
+TURN_REALM = "media-test"
+SUMMARY = re.compile(r"^summary (\{.*\})\s*$", re.M)
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def ip(*args: str, timeout: float = 10.0) -> str:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise LabError(f"`ip {' '.join(args)}` failed ({result.returncode}): {result.stderr.strip()}")
+    return result.stdout
+
+
+def namespaces_available() -> str | None:
+    """None when this process can create network namespaces, else the reason it cannot."""
+    if os.geteuid() != 0:
+        return "the media tests create network namespaces and must run as root (as CI does)"
+    try:
+        subprocess.run(["ip", "-V"], capture_output=True, timeout=5, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "iproute2 (`ip`) is missing: run deploy/install-deps.sh --test"
+    return None
+
+
+def sweep_stale_namespaces() -> None:
+    """Removes namespaces of earlier runs whose pytest process no longer exists (SIGKILLed runs)."""
+    try:
+        listing = ip("netns", "list")
+    except LabError:
+        return
+    for line in listing.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        match = re.fullmatch(rf"{PREFIX}-(\d+)-\d+-\w+", name)
+        if not match or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+            continue  # its run is still going
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        Namespace.adopt(name).delete()
+
+
+def _enter_namespace(name: str) -> None:
+    """ThreadPoolExecutor initializer: moves the worker thread into network namespace `name`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"setns({name}): {os.strerror(errno)}")
+    finally:
+        os.close(fd)
+
+
+class Namespace:
+    """One network namespace: lo up, IPv6 off (fewer, all-IPv4 candidates), commands run inside."""
+
+    def __init__(self, name: str, create: bool = True):
+        self.name = name
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        if create:
+            ip("netns", "add", name)
+            ip("-n", name, "link", "set", "lo", "up")
+            self.sysctl("net.ipv6.conf.all.disable_ipv6", "1", required=False)
+            self.sysctl("net.ipv6.conf.default.disable_ipv6", "1", required=False)
+
+    @classmethod
+    def adopt(cls, name: str) -> "Namespace":
+        return cls(name, create=False)
+
+    def exec_args(self, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.name, *map(str, argv)]
+
+    def run(self, argv: list[str], timeout: float = 10.0) -> subprocess.CompletedProcess:
+        return subprocess.run(self.exec_args(argv), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def sysctl(self, key: str, value: str, required: bool = True) -> None:
+        path = "/proc/sys/" + key.replace(".", "/")
+        result = self.run(["sh", "-c", f"echo {value} > {path}"])
+        if required and result.returncode != 0:
+            raise LabError(f"{self.name}: cannot set {key}={value}: {result.stderr.strip()}")
+
+    def call(self, fn, *args, timeout: float = 15.0, **kwargs):
+        """Runs `fn(*args, **kwargs)` on a thread inside this namespace (for sockets); bounded."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=f"ns-{self.name}", initializer=_enter_namespace, initargs=(self.name,))
+        return self._executor.submit(fn, *args, **kwargs).result(timeout)
+
+    def http(self, method: str, host: str, port: int, path: str, body: bytes | None = None,
+             headers: dict | None = None, timeout: float = 5.0):
+        """Plain HTTP from inside the namespace; returns (status, headers(lower-cased), body bytes)."""
+        def request():
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+            try:
+                conn.request(method, path, body=body, headers=headers or {})
+                response = conn.getresponse()
+                data = response.read()
+                return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+            finally:
+                conn.close()
+        return self.call(request, timeout=timeout + 2)
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(p) for p in ip("netns", "pids", self.name).split()]
+        except LabError:
+            return []
+
+    def delete(self) -> None:
+        """SIGKILLs whatever still runs inside (only processes this harness started end up there),
+        then removes the namespace and, with it, its veth ends. Idempotent."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        for _ in range(20):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        try:
+            ip("netns", "delete", self.name)
+        except LabError:
+            pass
+
+
+class Proc:
+    """A process started inside a namespace, in its own process group, output to a file."""
+
+    def __init__(self, label: str, argv: list[str], host: Namespace, log_path: Path, env: dict | None = None):
+        self.label = label
+        self.argv = [str(a) for a in argv]
+        self.log_path = log_path
+        with open(log_path, "wb") as out:
+            self.proc = subprocess.Popen(host.exec_args(self.argv), stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.output()[-chars:]
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.label} still running after {timeout}s:\n{self.tail()}") from None
+
+    def wait_for_output(self, pattern: str, timeout: float) -> re.Match:
+        """Waits (bounded) until the output matches `pattern`; fails early if the process exits."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern, re.M)
+        while True:
+            match = regex.search(self.output())
+            if match:
+                return match
+            if not self.running():
+                raise AssertionError(f"{self.label} exited ({self.proc.returncode}) before /{pattern}/:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.label}: no /{pattern}/ within {timeout}s:\n{self.tail()}")
+            time.sleep(0.02)
+
+    def summary(self, timeout: float) -> dict:
+        """Waits for the process to exit and returns its final `summary {json}` line."""
+        self.wait(timeout)
+        lines = SUMMARY.findall(self.output())
+        assert lines, f"{self.label} exited ({self.proc.returncode}) without a summary line:\n{self.tail()}"
+        return json.loads(lines[-1])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            pass
+
+
+class NsServer(support.Server):
+    """calling-server on 0.0.0.0 inside the server host's namespace. token()/apikey run in the host
+    namespace (they only touch the data dir); http()/metrics()/get_json() go through the namespace."""
+
+    def __init__(self, lab: "Lab", data_dir: Path, flags: dict | None = None, env: dict | None = None):
+        super().__init__(data_dir, flags=flags, env=env)
+        self.lab = lab
+        self.host = lab.server_host
+
+    def start(self, timeout: float = 10.0) -> "NsServer":
+        assert support.BINARY.exists(), f"{support.BINARY} is missing: run `swift build` first"
+        self.stdout_path = self.data_dir.parent / f"{self.data_dir.name}.stdout"
+        self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr"
+        args = [str(support.BINARY), "serve", "--host", "0.0.0.0", "--port", "0", "--data-dir", str(self.data_dir)]
+        for key, value in self.flags.items():
+            args += [f"--{key}", str(value)]
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(self.host.exec_args(args), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                         env=self.env, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            match = BANNER.search(self.stdout_path.read_bytes())
+            if match:
+                self.port = int(match.group(1))
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode} before listening:\n{self.stderr_text()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"server printed no banner within {timeout}s:\n{self.stderr_text()}")
+            time.sleep(0.02)
+        while True:
+            try:
+                status, _, _ = self.http("GET", "/healthz", timeout=1)
+                if status == 200:
+                    return self
+            except (OSError, concurrent.futures.TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("server did not answer /healthz inside its namespace")
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        super().kill()
+
+    def http(self, method: str, path: str, headers: dict | None = None, timeout: float = 5.0,
+             body: bytes | None = None):
+        return self.host.http(method, "127.0.0.1", self.port, path, body=body, headers=headers, timeout=timeout)
+
+    def post_json(self, path: str, payload, headers: dict | None = None, timeout: float = 5.0):
+        status, hdrs, body = self.http("POST", path, {"Content-Type": "application/json", **(headers or {})},
+                                       timeout, body=json.dumps(payload).encode())
+        return status, hdrs, json.loads(body) if body else None
+
+    def apikey(self, name: str = "media-tests") -> str:
+        result = subprocess.run([str(support.BINARY), "apikey", "create", "--name", name, "--data-dir",
+                                 str(self.data_dir)], capture_output=True, text=True, timeout=10, env=self.env)
+        assert result.returncode == 0, f"apikey create failed ({result.returncode}): {result.stderr}"
+        key = result.stdout.strip().splitlines()[-1].strip()
+        assert key.startswith("csk_"), result.stdout
+        return key
+
+    def ws_url_for(self, peer_host: "PeerHost") -> str:
+        return f"ws://{peer_host.gateway}:{self.port}/v1/ws"
+
+    def base_url_for(self, peer_host: "PeerHost") -> str:
+        return f"http://{peer_host.gateway}:{self.port}"
+
+    def wait_peers(self, count: int, timeout: float = 10.0) -> None:
+        """Waits until `calling_peers` (peers joined to a room, HTTP sessions included) is `count`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.metrics().get("calling_peers")
+            if value == count:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"calling_peers is {value}, not {count}, after {timeout}s")
+            time.sleep(0.05)
+
+
+class NsTurn:
+    """coturn (turnserver) in REST-API mode inside the server host, listening on both of its
+    addresses, relaying from 10.231.1.1; the same static secret is given to calling-server."""
+
+    def __init__(self, lab: "Lab"):
+        self.lab = lab
+        self.secret = secrets.token_hex(24)
+        self.address = lab.peer_hosts[0].gateway
+        self.port = TURN_PORT
+        self.workdir = lab.workdir / "turn"
+        self.workdir.mkdir(exist_ok=True)
+        self.proc: Proc | None = None
+
+    def start(self, timeout: float = 10.0) -> "NsTurn":
+        turnserver = support_which("turnserver")
+        listening = [arg for host in self.lab.peer_hosts for arg in ("--listening-ip", host.gateway)]
+        args = [
+            turnserver, "-n", *listening, "--relay-ip", self.address, "--listening-port", str(self.port),
+            "--use-auth-secret", f"--static-auth-secret={self.secret}", "--realm", TURN_REALM, "--fingerprint",
+            "--no-cli", "--no-tls", "--no-dtls", "--no-rfc5780",
+            "--min-port", "50000", "--max-port", "50999",
+            "--userdb", str(self.workdir / "turndb"), "--pidfile", str(self.workdir / "turnserver.pid"),
+            "--log-file", "stdout", "--simple-log", "--verbose",
+        ]
+        self.proc = self.lab.spawn(self.lab.server_host, args, "turnserver")
+        for host in self.lab.peer_hosts:
+            for proto in ("UDP", "TCP"):
+                self.proc.wait_for_output(rf"{proto} listener opened on\s*:\s*{re.escape(host.gateway)}:{self.port}",
+                                          timeout)
+        return self
+
+    def urls(self) -> list[str]:
+        return [f"turn:{self.address}:{self.port}?transport=udp", f"turn:{self.address}:{self.port}?transport=tcp"]
+
+    def log(self) -> str:
+        return self.proc.output() if self.proc else ""
+
+    def allocations(self) -> int:
+        return len(re.findall(r"ALLOCATE processed, success", self.log()))
+
+
+def support_which(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise LabError(f"{name} is missing: run deploy/install-deps.sh --test")
+    return path
+
+
+class PeerHost(Namespace):
+    """A peer host: one veth link to the server host, default route through it."""
+
+    def __init__(self, name: str, address: str, gateway: str):
+        super().__init__(name)
+        self.address = address
+        self.gateway = gateway
+
+
+class Lab:
+    """The namespaces of one test and everything started in them; `close()` removes it all."""
+
+    def __init__(self, workdir: Path, routed: bool = True, peers: int = 2):
+        assert 1 <= peers <= 2
+        self.workdir = Path(workdir)
+        self.routed = routed
+        self.procs: list[Proc] = []
+        self.servers: list[NsServer] = []
+        self.turns: list[NsTurn] = []
+        self.server_host: Namespace | None = None
+        self.peer_hosts: list[PeerHost] = []
+        sweep_stale_namespaces()
+        base = f"{PREFIX}-{os.getpid()}-{next(_COUNTER)}"
+        try:
+            self.server_host = Namespace(f"{base}-srv")
+            for index in range(peers):
+                subnet = f"10.231.{index + 1}"
+                host = PeerHost(f"{base}-p{index + 1}", f"{subnet}.2", f"{subnet}.1")
+                self.peer_hosts.append(host)
+                link = f"to-p{index + 1}"
+                ip("-n", self.server_host.name, "link", "add", link, "type", "veth", "peer", "name", "eth0",
+                   "netns", host.name)
+                ip("-n", self.server_host.name, "addr", "add", f"{host.gateway}/24", "dev", link)
+                ip("-n", self.server_host.name, "link", "set", link, "up")
+                ip("-n", host.name, "addr", "add", f"{host.address}/24", "dev", "eth0")
+                ip("-n", host.name, "link", "set", "eth0", "up")
+                ip("-n", host.name, "route", "add", "default", "via", host.gateway)
+            self.server_host.sysctl("net.ipv4.ip_forward", "1" if routed else "0")
+            self._wait_links_up()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_links_up(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        for host in self.peer_hosts:
+            while "LOWER_UP" not in ip("-n", host.name, "link", "show", "eth0"):
+                if time.monotonic() > deadline:
+                    raise LabError(f"{host.name}: eth0 not up within {timeout}s")
+                time.sleep(0.02)
+
+    @property
+    def a(self) -> PeerHost:
+        return self.peer_hosts[0]
+
+    @property
+    def b(self) -> PeerHost:
+        return self.peer_hosts[-1]
+
+    def spawn(self, host: Namespace, argv: list, label: str, env: dict | None = None) -> Proc:
+        log_path = self.workdir / f"{len(self.procs):02d}-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.log"
+        proc = Proc(label, argv, host, log_path, env=env)
+        self.procs.append(proc)
+        return proc
+
+    def start_turn(self) -> NsTurn:
+        turn = NsTurn(self)
+        self.turns.append(turn)
+        return turn.start()
+
+    def start_server(self, turn: NsTurn | None = None, env: dict | None = None, **flags) -> NsServer:
+        data_dir = self.workdir / f"data{len(self.servers)}"
+        data_dir.mkdir()
+        env = dict(env or {})
+        if turn is not None:
+            env["CALLING_TURN_SECRET"] = turn.secret
+            flags.setdefault("turn_urls", ",".join(turn.urls()))
+        server = NsServer(self, data_dir, flags=flags, env=env)
+        self.servers.append(server)
+        return server.start()
+
+    def diagnostics(self) -> str:
+        parts = []
+        for server in self.servers:
+            parts.append(f"--- calling-server (port {server.port}) stderr ---\n{server.stderr_text()}")
+        for proc in self.procs:
+            parts.append(f"--- {proc.label} (exit {proc.proc.poll()}) ---\n{proc.tail(4000)}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        """Kills every process (peers first, then servers), then deletes the namespaces."""
+        for proc in reversed(self.procs):
+            proc.kill()
+        for server in self.servers:
+            server.kill()
+        for host in [*self.peer_hosts, self.server_host]:
+            if host is not None:
+                host.delete()
