@@ -24,6 +24,9 @@ static inline gchar *cs_get_string(gpointer object, const char *name) { gchar *v
 /* Boxed or object properties; caller releases (gst_webrtc_session_description_free, gst_object_unref…). */
 static inline gpointer cs_get_pointer(gpointer object, const char *name) { gpointer value = NULL; g_object_get(object, name, &value, NULL); return value; }
 
+static inline gboolean cs_has_property(gpointer object, const char *name) {
+    return g_object_class_find_property(G_OBJECT_GET_CLASS(object), name) != NULL;
+}
 static inline const char *cs_type_name(gpointer object) { return G_OBJECT_TYPE_NAME(object); }
 
 static inline void cs_webrtc_create_offer(GstElement *webrtc, GstPromise *promise) { g_signal_emit_by_name(webrtc, "create-offer", NULL, promise); }

@@ -45,6 +45,10 @@ public struct MediaOptions: Sendable {
     public var iceServers: [IceServer] = []
     /// Only relayed (TURN) candidates: the peer's addresses never reach the other side.
     public var relayOnly = false
+    /// Also gather ICE-TCP host candidates (RFC 6544). Off by default, as in Janus: they triple
+    /// the candidates to check and help only where UDP is blocked, where TURN over TCP/TLS is the
+    /// dependable fallback anyway.
+    public var iceTCP = false
     public var input: AudioInput = .tone(440)
     public var output: AudioOutput = .none
     public var dataChannels: [DataChannelSpec] = [DataChannelSpec(label: "chat"), DataChannelSpec(label: "state", reliable: false)]
