@@ -78,6 +78,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
                                      onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
     {
         close(peer: peer)
+        let pcmFormat = lock.withLock { feed.format }
         let recording = lock.withLock { () -> URL? in
             guard case .wav(let url) = options.output else { return nil }
             defer { recordings += 1 }
@@ -86,7 +87,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
             return url.deletingLastPathComponent().appendingPathComponent("\(stem)-\(peer.rawValue).wav")
         }
         let connection = try PeerConnection(
-            peer: peer, settings: .init(options: options, certificate: certificate, recording: recording),
+            peer: peer, settings: .init(options: options, certificate: certificate, recording: recording, pcmFormat: pcmFormat),
             onCandidate: onCandidate, onStateChange: onStateChange,
             onEvent: { [continuation] event in continuation.yield(event) })
         lock.withLock { connections[peer] = connection }

@@ -24,10 +24,10 @@ struct PCMFeed {
         }
     }
 
-    /// Rate and channel count of the raw audio the `appsrc` of `input` produces.
-    static func format(of input: AudioInput) -> (rate: Int, channels: Int) {
-        if case .wav(let url) = input, let header = try? WAVFile.read(url) { return (header.sampleRate, header.channels) }
-        return (48_000, 1)
+    /// Rate and channel count of the raw audio the `appsrc` of the input produces.
+    var format: (rate: Int, channels: Int) {
+        guard let wav else { return (48_000, 1) }
+        return (wav.sampleRate, wav.channels)
     }
 
     mutating func push(_ samples: [Int16]) {

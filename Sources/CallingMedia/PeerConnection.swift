@@ -24,6 +24,8 @@ final class PeerConnection: @unchecked Sendable {
         var certificate: DTLSCertificateValue
         /// Where received audio of this connection is written (resolved per peer by the engine).
         var recording: URL?
+        /// Rate and channels of what an `appsrc` input produces (the WAV file's, else 48 kHz mono).
+        var pcmFormat: (rate: Int, channels: Int)
     }
 
     private let lock = NSLock()
@@ -63,6 +65,8 @@ final class PeerConnection: @unchecked Sendable {
         self.onCandidate = onCandidate
         self.onStateChange = onStateChange
         self.onEvent = onEvent
+        // Before the pipeline exists: a file that cannot be written must not leak one.
+        recorder = try settings.recording.map { try WAVFile.Writer(url: $0) }
         guard let pipeline = gst_pipeline_new("peer-\(peer.rawValue)") else { throw MediaError.pipeline("no pipeline") }
         guard let webrtc = gst_element_factory_make("webrtcbin", "webrtc") else {
             gst_object_unref(UnsafeMutableRawPointer(pipeline))
@@ -75,9 +79,6 @@ final class PeerConnection: @unchecked Sendable {
         cs_set_int(UnsafeMutableRawPointer(webrtc), "bundle-policy", Int32(GST_WEBRTC_BUNDLE_POLICY_MAX_BUNDLE.rawValue))
         gst_bin_add(GStreamer.cast(UnsafeMutableRawPointer(pipeline)), webrtc)
         connectSignals()
-        if let recording = settings.recording {
-            recorder = try WAVFile.Writer(url: recording)
-        }
     }
 
     // MARK: set-up
@@ -176,7 +177,7 @@ final class PeerConnection: @unchecked Sendable {
         case .silence:
             source = "audiotestsrc is-live=true wave=silence ! audio/x-raw,rate=48000,channels=1"
         case .wav, .pcm, .echo:
-            let format = PCMFeed.format(of: options.input)
+            let format = settings.pcmFormat
             source = "appsrc name=pcm is-live=true format=time do-timestamp=true max-bytes=192000 "
                 + "caps=audio/x-raw,format=S16LE,layout=interleaved,rate=\(format.rate),channels=\(format.channels)"
         }
@@ -432,21 +433,20 @@ final class PeerConnection: @unchecked Sendable {
     }
 
     private func received(_ samples: UnsafeBufferPointer<Int16>) {
-        let (recorder, echo) = lock.withLock { () -> (WAVFile.Writer?, Bool) in
-            guard !remoteMuted else { return (nil, false) }
+        let recorder = lock.withLock { () -> WAVFile.Writer?? in
+            guard !remoteMuted else { return nil }
             meter.add(samples)
-            return (self.recorder, settings.options.input == .echo)
-        }
-        guard !lock.withLock({ remoteMuted }) else { return }
-        recorder?.append(samples)
-        if case .pcm(let callback) = settings.options.output { callback(peer, Array(samples)) }
-        if echo {
-            lock.withLock {
+            if settings.options.input == .echo {
                 echoBacklog.append(contentsOf: samples)
                 let cap = 48_000 / 5
                 if echoBacklog.count > cap { echoBacklog.removeFirst(echoBacklog.count - cap) }
             }
+            return .some(self.recorder)
         }
+        // nil: muted by the caller (seed 000 `mute`), so its audio goes nowhere.
+        guard let recorder else { return }
+        recorder?.append(samples)
+        if case .pcm(let callback) = settings.options.output { callback(peer, Array(samples)) }
     }
 
     /// Up to `count` samples of received audio to send back, for `AudioInput.echo`.
