@@ -182,7 +182,7 @@ final class PeerConnection: @unchecked Sendable {
                 + "caps=audio/x-raw,format=S16LE,layout=interleaved,rate=\(format.rate),channels=\(format.channels)"
         }
         let description = source + " ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=1"
-            + " ! opusenc bitrate=\(options.opusBitrate) frame-size=20 ! rtpopuspay pt=\(payloadType)"
+            + " ! opusenc bitrate=\(options.opusBitrate) frame-size=20 audio-type=voice complexity=\(options.opusComplexity) ! rtpopuspay pt=\(payloadType)"
             // encoding-params: webrtcbin writes the rtpmap from these caps when the offer is made before
             // rtpopuspay has negotiated; without it the line is `OPUS/48000`, which Chromium does not
             // match with its `opus/48000/2` (RFC 7587 §7 requires the /2).
