@@ -21,21 +21,27 @@ struct ChatRepository {
             var results: [ChatAppendResult] = []
             results.reserveCapacity(drafts.count)
 
+            // Looked up once per batch, not per row: the cache is keyed by the SQL text, hashed on every lookup.
+            let insert = try db.cachedStatement(
+                """
+                INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                ON CONFLICT (room_id, sender, client_id) DO NOTHING
+                """
+            )
             for draft in drafts {
                 let seq = try (lastSeqByRoom[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
                 // The unique (room, sender, client_id) index is the dedup check: a retry inserts nothing
                 // (also when its first copy is earlier in this batch: the transaction sees its own rows),
                 // and only then is the original looked up. A separate SELECT before every insert cost
                 // a second index search per message for the rare retry.
-                try db.run(
-                    """
-                    INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
-                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                    ON CONFLICT (room_id, sender, client_id) DO NOTHING
-                    """,
-                    [.text(draft.room.rawValue), .integer(seq), .text(draft.sender.rawValue), .text(draft.clientID),
-                     .text(draft.text), SQLiteValue(draft.meta), .integer(draft.timestampMs)]
-                )
+                do {
+                    defer { insert.reset() }
+                    try insert.bind([.text(draft.room.rawValue), .integer(seq), .text(draft.sender.rawValue),
+                                     .text(draft.clientID), .text(draft.text), SQLiteValue(draft.meta),
+                                     .integer(draft.timestampMs)])
+                    while try insert.step() {}
+                }
                 if db.changes == 0 {
                     let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
                     guard let original = try findMessage(key) else {
