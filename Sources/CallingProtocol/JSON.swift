@@ -142,12 +142,14 @@ public struct JSONParser {
     private mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
         guard depth <= Self.maxDepth else { throw .tooDeep }
         index += 1
-        var fields: [String: JSONValue] = [:]
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
-            return .object(fields)
+            return .object([:])
         }
+        // Room for the few keys of a typical frame object up front: growing from empty to two or
+        // three keys reallocated and rehashed the table twice.
+        var fields = [String: JSONValue](minimumCapacity: 4)
         while true {
             skipWhitespace()
             guard index < bytes.count else { throw .unexpectedEnd }
