@@ -89,12 +89,12 @@ public struct Frame: Sendable, Equatable {
         out.reserveCapacity(160)
         out.append(UInt8(ascii: "{"))
         if let error {
-            out.append(contentsOf: #""error":"#.utf8)
+            JSONWriter.writeRaw(#""error":"#, into: &out)
             JSONWriter.write(error.json, into: &out)
             out.append(UInt8(ascii: ","))
         }
         if let from {
-            out.append(contentsOf: #""from":"#.utf8)
+            JSONWriter.writeRaw(#""from":"#, into: &out)
             JSONWriter.writeString(from, into: &out)
             out.append(UInt8(ascii: ","))
         }
@@ -102,36 +102,36 @@ public struct Frame: Sendable, Equatable {
         case .json(nil):
             break
         case .json(let payload?):
-            out.append(contentsOf: #""payload":"#.utf8)
+            JSONWriter.writeRaw(#""payload":"#, into: &out)
             JSONWriter.write(payload, into: &out)
             out.append(UInt8(ascii: ","))
         case .chatAck(let clientID, let seq, let timestamp):
-            out.append(contentsOf: #""payload":{"client_id":"#.utf8)
+            JSONWriter.writeRaw(#""payload":{"client_id":"#, into: &out)
             JSONWriter.writeString(clientID, into: &out)
-            out.append(contentsOf: #","seq":"#.utf8)
+            JSONWriter.writeRaw(#","seq":"#, into: &out)
             JSONWriter.writeInteger(seq, into: &out)
-            out.append(contentsOf: #","ts":"#.utf8)
+            JSONWriter.writeRaw(#","ts":"#, into: &out)
             JSONWriter.writeInteger(timestamp, into: &out)
-            out.append(contentsOf: "},".utf8)
+            JSONWriter.writeRaw("},", into: &out)
         case .chat(let clientID, let meta, let seq, let text, let timestamp):
-            out.append(contentsOf: #""payload":{"client_id":"#.utf8)
+            JSONWriter.writeRaw(#""payload":{"client_id":"#, into: &out)
             JSONWriter.writeString(clientID, into: &out)
-            out.append(contentsOf: #","meta":"#.utf8)
+            JSONWriter.writeRaw(#","meta":"#, into: &out)
             JSONWriter.write(meta ?? .null, into: &out)
-            out.append(contentsOf: #","seq":"#.utf8)
+            JSONWriter.writeRaw(#","seq":"#, into: &out)
             JSONWriter.writeInteger(seq, into: &out)
-            out.append(contentsOf: #","text":"#.utf8)
+            JSONWriter.writeRaw(#","text":"#, into: &out)
             JSONWriter.writeString(text, into: &out)
-            out.append(contentsOf: #","ts":"#.utf8)
+            JSONWriter.writeRaw(#","ts":"#, into: &out)
             JSONWriter.writeInteger(timestamp, into: &out)
-            out.append(contentsOf: "},".utf8)
+            JSONWriter.writeRaw("},", into: &out)
         }
         if let to {
-            out.append(contentsOf: #""to":"#.utf8)
+            JSONWriter.writeRaw(#""to":"#, into: &out)
             JSONWriter.writeString(to, into: &out)
             out.append(UInt8(ascii: ","))
         }
-        out.append(contentsOf: #""type":"#.utf8)
+        JSONWriter.writeRaw(#""type":"#, into: &out)
         JSONWriter.writeString(type, into: &out)
         out.append(UInt8(ascii: "}"))
         return out

@@ -332,11 +332,11 @@ public enum JSONWriter {
 
     public static func write(_ value: JSONValue, into out: inout [UInt8]) {
         switch value {
-        case .null: out.append(contentsOf: "null".utf8)
+        case .null: writeRaw("null", into: &out)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
         case .int(let i): writeInteger(i, into: &out)
         case .double(let d) where !d.isFinite:
-            out.append(contentsOf: "null".utf8)  // JSON has no NaN or infinity
+            writeRaw("null", into: &out)  // JSON has no NaN or infinity
         case .double(let d):
             if d.rounded() == d && abs(d) < 1e15 {
                 writeInteger(Int64(d), into: &out)
@@ -363,6 +363,11 @@ public enum JSONWriter {
             }
             out.append(UInt8(ascii: "}"))
         }
+    }
+
+    /// Appends literal bytes with one copy (appending a `String.UTF8View` goes element by element).
+    static func writeRaw(_ literal: StaticString, into out: inout [UInt8]) {
+        literal.withUTF8Buffer { out.append(contentsOf: $0) }
     }
 
     /// Decimal digits without going through `String(i)` (an allocation per number).
