@@ -69,10 +69,7 @@ public struct ChatMessage: Sendable, Equatable {
     }
 
     public var frame: Frame {
-        Frame(.chat, from: from.rawValue, payload: [
-            "seq": .int(seq), "client_id": .string(clientID), "text": .string(text),
-            "meta": meta ?? .null, "ts": .int(timestamp),
-        ])
+        Frame.chat(from: from.rawValue, clientID: clientID, text: text, meta: meta, seq: seq, timestamp: timestamp)
     }
 }
 
@@ -330,9 +327,7 @@ public struct Hub: Sendable {
             return [.send([target], Frame(.chatAck, payload: ["client_id": .string(clientID)], error: error))]
         case .stored(let message, let connection, let duplicate):
             var effects: [HubEffect] = []
-            let ack = Frame(.chatAck, payload: [
-                "client_id": .string(message.clientID), "seq": .int(message.seq), "ts": .int(message.timestamp),
-            ])
+            let ack = Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp)
             // The sender may have reconnected on a new connection while the insert was in flight.
             let senderConnection = rooms[message.room]?.members[message.from]?.connection
             let ackTarget = connections[connection] != nil ? connection : senderConnection

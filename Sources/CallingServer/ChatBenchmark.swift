@@ -1,5 +1,6 @@
 import CallingAuth
 import CallingCore
+import CallingStore
 import CallingTransport
 import Foundation
 import Synchronization
@@ -8,6 +9,15 @@ import Synchronization
 /// real WebSocket clients against a real server (in-process, on a fresh SQLite file) over loopback.
 /// Client and server share the machine, as they do in docs/benchmarks.md.
 public enum ChatBenchmark {
+    /// Which load generator drives the server.
+    public enum Client: String, Sendable {
+        /// One thread, plain nonblocking sockets, frames built and masked from a template, acks
+        /// found by a byte scan: it leaves the server most of the machine (PipelinedLoad.swift).
+        case raw
+        /// The lws client: as much CPU per message as the server itself spends.
+        case lws
+    }
+
     public struct Options: Sendable {
         public var rooms = 10
         public var sendersPerRoom = 2
@@ -19,14 +29,19 @@ public enum ChatBenchmark {
         public var rate = 5_000.0
         public var latencySeconds = 5.0
         public var eventLoop = TransportSettings.EventLoop.libev
+        public var client = Client.raw
 
         public init() {}
     }
 
     public struct Report: Sendable, CustomStringConvertible {
+        public var client: Client
         public var senders: Int
         public var throughputAcked: Int
         public var throughputSeconds: Double
+        /// Send → ack at saturation (raw client only).
+        public var saturatedP50Ms: Double?
+        public var saturatedP99Ms: Double?
         public var latencyRate: Double
         public var latencyAcked: Int
         public var p50Ms: Double
@@ -36,11 +51,16 @@ public enum ChatBenchmark {
         public var ackedPerSecond: Double { Double(throughputAcked) / throughputSeconds }
 
         public var description: String {
-            String(format: """
-                chat bench: %d senders
+            var text = String(format: """
+                chat bench: %d senders, %@ client
                   throughput: %d acked in %.1f s = %.0f acked msg/s
-                  latency at %.0f msg/s: %d acked, ack p50 %.2f ms, p99 %.2f ms, max %.2f ms
-                """, senders, throughputAcked, throughputSeconds, ackedPerSecond, latencyRate, latencyAcked, p50Ms, p99Ms, maxMs)
+                """, senders, client.rawValue, throughputAcked, throughputSeconds, ackedPerSecond)
+            if let saturatedP50Ms, let saturatedP99Ms {
+                text += String(format: " (ack p50 %.2f ms, p99 %.2f ms)", saturatedP50Ms, saturatedP99Ms)
+            }
+            text += String(format: "\n  latency at %.0f msg/s: %d acked, ack p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+                           latencyRate, latencyAcked, p50Ms, p99Ms, maxMs)
+            return text
         }
     }
 
@@ -60,18 +80,58 @@ public enum ChatBenchmark {
         try app.start()
         defer { app.stop() }
         let issuer = try TokenIssuer(hs256Secret: Array(config.jwtSecret!.utf8))
-        let loop = WebSocketClientLoop(logger: logger)
-        defer { loop.shutdown() }
-
-        var senders: [Sender] = []
+        var tokens: [(room: Int, token: String)] = []
         for room in 0..<options.rooms {
             for index in 0..<options.sendersPerRoom {
                 let claims = PeerTokenClaims(sub: PeerID("bench-\(room)-\(index)"), roomID: RoomID("bench-\(room)"),
                                              role: "peer", scope: ["room"], audience: config.jwtAudience,
                                              expiresAt: Date().addingTimeInterval(3_600))
-                let token = try issuer.issue(claims)
-                senders.append(Sender(name: "s\(room)-\(index)", loop: loop, port: app.port, token: token))
+                tokens.append((room, try issuer.issue(claims)))
             }
+        }
+        switch options.client {
+        case .raw:
+            let port = app.port
+            let peers = tokens
+            let report = try await runOnThread { try PipelinedLoad(tokens: peers, port: port).run(options) }
+            try verifyStored(report.ackedPerRoom, store: app.store)
+            return report.report
+        case .lws:
+            return try await runLWS(options, tokens: tokens, port: app.port, logger: logger)
+        }
+    }
+
+    /// The generator gets a thread of its own rather than a cooperative-pool thread it would block.
+    private static func runOnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread { continuation.resume(with: Result { try body() }) }
+            thread.name = "bench-load"
+            thread.start()
+        }
+    }
+
+    /// Every acked chat must be a committed row: the rows in each room are exactly the acked ones
+    /// (the generator already checked that the acked seqs are distinct and gap-free).
+    private static func verifyStored(_ ackedPerRoom: [Int], store: ChatStore) throws {
+        for (room, acked) in ackedPerRoom.enumerated() {
+            let (rows, lastSeq) = try store.sync { db in
+                try db.queryFirst("SELECT count(*), coalesce(max(seq), 0) FROM chat_messages WHERE room_id = ?1",
+                                  [.text("bench-\(room)")]) { (Int($0.int64(0)), Int($0.int64(1))) } ?? (0, 0)
+            }
+            guard rows == acked, lastSeq == acked else {
+                throw BenchError.verification("room bench-\(room): \(acked) acked, \(rows) rows stored, last seq \(lastSeq)")
+            }
+        }
+    }
+
+    /// The original generator: one lws client connection per sender on an lws client thread.
+    private static func runLWS(_ options: Options, tokens: [(room: Int, token: String)], port: Int,
+                               logger: Logger) async throws -> Report
+    {
+        let loop = WebSocketClientLoop(logger: logger)
+        defer { loop.shutdown() }
+        let senders = tokens.enumerated().map { index, entry in
+            Sender(name: "s\(index)", loop: loop, port: port, token: entry.token)
         }
         for sender in senders { try await sender.waitForWelcome() }
 
@@ -94,17 +154,18 @@ public enum ChatBenchmark {
             }
             return try await group.reduce(into: [Double]()) { $0 += $1 }
         }.sorted()
-        func percentile(_ p: Double) -> Double {
-            guard !latencies.isEmpty else { return .nan }
-            return latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]
-        }
         for sender in senders { sender.connection.close() }
-        return Report(senders: senders.count, throughputAcked: acked, throughputSeconds: elapsed, latencyRate: options.rate,
-                      latencyAcked: latencies.count, p50Ms: percentile(0.5), p99Ms: percentile(0.99),
-                      maxMs: latencies.last ?? .nan)
+        return Report(client: .lws, senders: senders.count, throughputAcked: acked, throughputSeconds: elapsed,
+                      latencyRate: options.rate, latencyAcked: latencies.count, p50Ms: percentile(latencies, 0.5),
+                      p99Ms: percentile(latencies, 0.99), maxMs: latencies.last ?? .nan)
     }
 
-    enum BenchError: Error { case connectionEnded(String), timedOut(String) }
+    static func percentile(_ sorted: [Double], _ p: Double) -> Double {
+        guard !sorted.isEmpty else { return .nan }
+        return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+    }
+
+    enum BenchError: Error { case connectionEnded(String), timedOut(String), verification(String) }
 
     /// One benchmark client. Its events are handled on the client loop's thread as they arrive
     /// (no task hop per message), so the client costs as little as possible next to the server.

@@ -18,7 +18,7 @@ public enum CallingCommand {
           migrate  [--data-dir DIR]   apply SQLite migrations and exit
           config   print the effective configuration (secrets hidden)
           apikey   create --name N | list | revoke --id ID   keys for /v1/calls and /v1/tokens (create prints the key once)
-          bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--event-loop libev|poll]
+          bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
                    acked chat messages per second and ack latency against an in-process server
         """
 
@@ -158,7 +158,7 @@ public enum CallingCommand {
 
     private static func bench(arguments: [String]) -> Int32 {
         guard arguments.count >= 3, arguments[2] == "chat", case .success(let flags) = parseFlags(arguments.dropFirst(3)) else {
-            printError("usage: calling-server bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R]")
+            printError("usage: calling-server bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--client raw|lws]")
             return 64
         }
         var options = ChatBenchmark.Options()
@@ -173,6 +173,8 @@ public enum CallingCommand {
             case "rate": if let v = Double(value), v > 0 { options.rate = v } else { problems.append("--rate") }
             case "event-loop":
                 if let loop = TransportSettings.EventLoop(rawValue: value) { options.eventLoop = loop } else { problems.append("--event-loop") }
+            case "client":
+                if let client = ChatBenchmark.Client(rawValue: value) { options.client = client } else { problems.append("--client") }
             default: problems.append("unknown flag --\(key)")
             }
         }

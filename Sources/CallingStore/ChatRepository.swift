@@ -1,3 +1,4 @@
+import CSQLite
 import CallingCore
 
 /// The chat SQL, run synchronously on a connection. `ChatStore` calls it on its queue; nothing else should
@@ -17,32 +18,43 @@ struct ChatRepository {
     func append(_ drafts: [ChatDraft]) throws -> [ChatAppendResult] {
         try db.transaction(.immediate) {
             var lastSeqByRoom: [RoomID: Int64] = [:]
-            var byKey: [DedupKey: ChatRecord] = [:]
             var results: [ChatAppendResult] = []
             results.reserveCapacity(drafts.count)
 
+            // Looked up once per batch, not per row: the cache is keyed by the SQL text, hashed on every lookup.
+            let insert = try db.cachedStatement(
+                """
+                INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                ON CONFLICT (room_id, sender, client_id) DO NOTHING
+                """
+            )
             for draft in drafts {
-                let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
-                if let original = try byKey[key] ?? findMessage(key) {
-                    byKey[key] = original
+                let seq = try (lastSeqByRoom[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
+                // The unique (room, sender, client_id) index is the dedup check: a retry inserts nothing
+                // (also when its first copy is earlier in this batch: the transaction sees its own rows),
+                // and only then is the original looked up. A separate SELECT before every insert cost
+                // a second index search per message for the rare retry.
+                do {
+                    defer { insert.reset() }
+                    try insert.bind([.text(draft.room.rawValue), .integer(seq), .text(draft.sender.rawValue),
+                                     .text(draft.clientID), .text(draft.text), SQLiteValue(draft.meta),
+                                     .integer(draft.timestampMs)])
+                    while try insert.step() {}
+                }
+                if db.changes == 0 {
+                    let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
+                    guard let original = try findMessage(key) else {
+                        throw SQLiteError(code: SQLITE_INTERNAL, message: "chat insert ignored, but no original row")
+                    }
                     results.append(ChatAppendResult(message: original, duplicate: true))
                     continue
                 }
-                let seq = try (lastSeqByRoom[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
-                try db.run(
-                    """
-                    INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
-                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                    """,
-                    [.text(draft.room.rawValue), .integer(seq), .text(draft.sender.rawValue), .text(draft.clientID),
-                     .text(draft.text), SQLiteValue(draft.meta), .integer(draft.timestampMs)]
-                )
                 lastSeqByRoom[draft.room] = seq
                 let record = ChatRecord(
                     room: draft.room, seq: seq, sender: draft.sender, clientID: draft.clientID,
                     text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs
                 )
-                byKey[key] = record
                 results.append(ChatAppendResult(message: record, duplicate: false))
             }
             // One counter update per room per batch rather than per message.
@@ -53,7 +65,7 @@ struct ChatRepository {
         }
     }
 
-    private struct DedupKey: Hashable {
+    private struct DedupKey {
         var room: RoomID
         var sender: PeerID
         var clientID: String

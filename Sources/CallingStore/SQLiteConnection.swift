@@ -41,6 +41,8 @@ public final class SQLiteConnection {
     /// Prepared statements by SQL text. Keys are the fixed SQL strings of the repositories (values are
     /// bound, never interpolated), so the cache stays as small as the set of queries in the code.
     private var statementCache: [String: Statement] = [:]
+    /// Kept alive here while SQLite holds it, unretained, as the WAL hook's context.
+    private var walHook: WALHook?
 
     /// Opens (creating if needed, unless read-only) the database at `path` and configures it.
     public init(path: String, options: Options = Options()) throws {
@@ -70,7 +72,7 @@ public final class SQLiteConnection {
 
     deinit { close() }
 
-    private static func isInMemory(_ path: String) -> Bool {
+    static func isInMemory(_ path: String) -> Bool {
         path.isEmpty || path == ":memory:" || path.hasPrefix("file::memory:")
     }
 
@@ -85,6 +87,8 @@ public final class SQLiteConnection {
         guard let db = handle else { return }
         for statement in statementCache.values { statement.finalize() }
         statementCache.removeAll()
+        if walHook != nil { sqlite3_wal_hook(db, nil, nil) }
+        walHook = nil
         handle = nil
         // close_v2 only fails for a handle that is not a connection, which `handle` cannot be.
         sqlite3_close_v2(db)
@@ -185,6 +189,26 @@ public final class SQLiteConnection {
         }
     }
 
+    // MARK: WAL
+
+    /// Replaces SQLite's automatic checkpoint, which runs inside the COMMIT that takes the WAL past
+    /// `wal_autocheckpoint` pages (with two fsyncs, on the committing thread), with `handler`. It is
+    /// called right after every commit on this connection, on the committing thread, with the WAL's
+    /// size in pages; it must be quick.
+    public func onCommitToWAL(_ handler: @escaping (Int) -> Void) throws(SQLiteError) {
+        let db = try live()
+        let hook = WALHook(handler: handler)
+        walHook = hook
+        sqlite3_wal_hook(db, walHookEntry, Unmanaged.passUnretained(hook).toOpaque())
+    }
+
+    /// A PASSIVE checkpoint: copies what it can from the WAL into the database file without waiting
+    /// for, or blocking, the writer or any reader. What it cannot copy yet stays for the next one.
+    public func checkpointPassive() throws(SQLiteError) {
+        let db = try live()
+        try check(sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil), db: db)
+    }
+
     // MARK: Pragmas
 
     /// `PRAGMA user_version`: the number of the last schema migration applied (see `Migrator`).
@@ -203,3 +227,19 @@ public final class SQLiteConnection {
 // comment. Spelled out so that nobody adds a conformance by accident.
 @available(*, unavailable)
 extension SQLiteConnection: Sendable {}
+
+/// The WAL hook's handler, owned by its connection.
+private final class WALHook {
+    let handler: (Int) -> Void
+    init(handler: @escaping (Int) -> Void) { self.handler = handler }
+}
+
+/// The C entry point of `sqlite3_wal_hook`. SQLite calls it on the committing thread; the context is
+/// the connection's `WALHook`, passed unretained: the connection keeps it alive and unregisters it
+/// before it is released (`close`).
+private func walHookEntry(
+    _ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ pages: Int32
+) -> Int32 {
+    if let context { Unmanaged<WALHook>.fromOpaque(context).takeUnretainedValue().handler(Int(pages)) }
+    return SQLITE_OK
+}

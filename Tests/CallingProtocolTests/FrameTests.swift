@@ -136,4 +136,24 @@ final class FrameTests: XCTestCase {
             XCTAssertEqual(frame.encoded(), JSONWriter.bytes(frame.json), "\(frame)")
         }
     }
+
+    func test_chat_and_ack_frames_encode_like_the_same_payload_built_as_json() {
+        let ack = Frame.chatAck(clientID: "c\"1\u{7}é", seq: 42, timestamp: -1_700_000_000_123)
+        let ackAsJSON = Frame(.chatAck, payload: ["client_id": "c\"1\u{7}é", "seq": 42, "ts": -1_700_000_000_123])
+        XCTAssertEqual(ack, ackAsJSON)
+        XCTAssertEqual(ack.encoded(), ackAsJSON.encoded())
+        XCTAssertEqual(String(decoding: ack.encoded(), as: UTF8.self),
+                       #"{"payload":{"client_id":"c\"1\u0007é","seq":42,"ts":-1700000000123},"type":"chat-ack"}"#)
+
+        for meta: JSONValue? in [nil, ["b": [1, 2.5, "x"], "a": .null]] {
+            let chat = Frame.chat(from: "alice", clientID: "m1", text: "hi\n\\there", meta: meta, seq: Int64.max,
+                                  timestamp: 0)
+            let chatAsJSON = Frame(.chat, from: "alice", payload: [
+                "client_id": "m1", "meta": meta ?? .null, "seq": .int(Int64.max), "text": "hi\n\\there", "ts": 0,
+            ])
+            XCTAssertEqual(chat, chatAsJSON)
+            XCTAssertEqual(chat.encoded(), chatAsJSON.encoded())
+            XCTAssertEqual(chat.encoded(), JSONWriter.bytes(chat.json))
+        }
+    }
 }

@@ -235,6 +235,22 @@ final class ChatStoreTests: XCTestCase {
         XCTAssertEqual(try store.appendAndWait(draft("r", "alice", "next")).message.seq, 4)
     }
 
+    func testCloseLeavesEveryMessageInTheDatabaseFileAndNoWAL() throws {
+        let path = try makeDatabasePath()
+        let store = try ChatStore.open(path: path)
+        // Long texts, so the WAL passes the 1000 pages at which checkpoints are triggered.
+        for index in 0..<500 {
+            _ = try store.appendAndWait(ChatDraft(room: "r", sender: "alice", clientID: "c\(index)",
+                                                  text: String(repeating: "x", count: 4_000), meta: nil, timestampMs: 1))
+        }
+        store.close()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-wal"))
+
+        let reopened = try ChatStore.open(path: path)
+        defer { reopened.close() }
+        XCTAssertEqual(try reopened.summaryAndWait(room: "r", peer: "bob").lastSeq, 500)
+    }
+
     func testMetricsCountDuplicatesSeparately() throws {
         let store = try makeStore()
         _ = try store.appendAndWait(draft("r", "alice", "c1"))

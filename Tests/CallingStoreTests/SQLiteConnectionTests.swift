@@ -11,6 +11,26 @@ final class SQLiteConnectionTests: XCTestCase {
         XCTAssertEqual(try db.count("PRAGMA busy_timeout"), 1_234)
     }
 
+    func testTheWALHookSeesEveryCommitAndReplacesTheAutomaticCheckpoint() throws {
+        let path = try makeDatabasePath()
+        let db = try SQLiteConnection(path: path)
+        var reported: [Int] = []
+        try db.onCommitToWAL { reported.append($0) }
+        try db.execute("CREATE TABLE t (x BLOB NOT NULL) STRICT")
+        // 1500 commits of a page-sized row each: far past SQLite's 1000-page automatic checkpoint.
+        for _ in 0..<1_500 { try db.run("INSERT INTO t VALUES (?1)", [.blob([UInt8](repeating: 7, count: 4_000))]) }
+        XCTAssertEqual(reported.count, 1_501, "one report per commit")
+        XCTAssertEqual(reported, reported.sorted(), "nothing checkpointed and restarted the WAL")
+        XCTAssertGreaterThan(reported.last ?? 0, 1_500)
+
+        // A passive checkpoint from a second connection lets the next commit start the WAL over.
+        let checkpointer = try SQLiteConnection(path: path)
+        try checkpointer.checkpointPassive()
+        try db.run("INSERT INTO t VALUES (?1)", [.blob([1])])
+        XCTAssertLessThan(reported.last ?? .max, 10)
+        XCTAssertEqual(try checkpointer.count("SELECT count(*) FROM t"), 1_501)
+    }
+
     func testForeignKeysAreEnforced() throws {
         let db = try SQLiteConnection(path: try makeDatabasePath())
         try db.execute("""

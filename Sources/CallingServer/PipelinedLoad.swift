@@ -1,0 +1,355 @@
+import CallingTransport
+import Foundation
+
+/// `bench chat`'s default load generator: every sender on one thread, plain nonblocking sockets.
+///
+/// Cheap on purpose, so that on two cores the server gets most of the machine: a chat frame is a
+/// pre-masked template with its client_id digits patched in; all frames due on a connection go out
+/// in one `send`; an ack is recognised and read by a byte scan instead of a JSON parse.
+///
+/// Honest on purpose, too: a chat counts only when its own `chat-ack` came back with a seq; the
+/// acked seqs of a room must be distinct and gap-free (checked here) and match the stored rows
+/// (checked afterwards against the database); every other member must receive each chat as a
+/// broadcast; latency runs from the moment a frame is handed to `send` to the read that
+/// returned its ack.
+///
+/// Not Sendable: created, run and dropped on the benchmark's load thread.
+final class PipelinedLoad {
+    struct Outcome: Sendable {
+        var report: ChatBenchmark.Report
+        var ackedPerRoom: [Int]
+    }
+
+    /// `{"type":"chat","payload":{"client_id":"m0000000000","text":"benchmark message"}}`; the ten
+    /// digits are the sender's counter, so each client_id is unique per sender.
+    private static let payload = Array(#"{"type":"chat","payload":{"client_id":"m0000000000","text":"benchmark message"}}"#.utf8)
+    private static let digitsAt = Array(#"{"type":"chat","payload":{"client_id":"m"#.utf8).count
+    private static let digitCount = 10
+    /// Server frames have sorted keys, so a successful ack starts with the payload and ends with its type.
+    private static let ackPrefix = Array(#"{"payload":{"client_id":"m"#.utf8)
+    private static let ackSeq = Array(#"","seq":"#.utf8)
+    private static let ackSuffix = Array(#","type":"chat-ack"}"#.utf8)
+    private static let chatSuffix = Array(#","type":"chat"}"#.utf8)
+    private static let welcomeSuffix = Array(#","type":"welcome"}"#.utf8)
+    private static let errorSuffix = Array(#","type":"error"}"#.utf8)
+    /// Chats one connection may have in flight (the send-time ring's size).
+    private static let ringSize = 1 << 16
+
+    private final class Connection {
+        let socket: RawClientSocket
+        let room: Int
+        let mask: [UInt8]
+        /// Header + masked payload of a chat, digits still zero.
+        let template: [UInt8]
+        let headerCount: Int
+        var out: [UInt8] = []
+        var outStart = 0
+        var wantsWrite = false
+        var inBuffer: [UInt8] = []
+        var nextCounter = 1
+        /// Send time (uptime ns) by counter modulo the ring size; 0 when that slot is not in flight.
+        var sentAt = [UInt64](repeating: 0, count: PipelinedLoad.ringSize)
+        var inFlight = 0
+        var lastSeq = 0
+        var acked = 0
+        var broadcasts = 0
+        var welcomed = false
+
+        init(socket: RawClientSocket, room: Int) {
+            self.socket = socket
+            self.room = room
+            let mask = (0..<4).map { _ in UInt8.random(in: 1...255) }
+            let header = ClientFraming.maskedHeader(opcode: 0x1, length: PipelinedLoad.payload.count,
+                                                    mask: (mask[0], mask[1], mask[2], mask[3]))
+            self.mask = mask
+            headerCount = header.count
+            template = header + PipelinedLoad.payload.enumerated().map { $1 ^ mask[$0 & 3] }
+            inBuffer = socket.leftover
+        }
+    }
+
+    private let connections: [Connection]
+    private let rooms: Int
+    /// Per room, which seqs have been acked: each must be acked once, and none skipped.
+    private var seenSeqs: [[Bool]]
+    private var latencies: [Double] = []
+    private var ready: [(readable: Bool, writable: Bool)] = []
+    private var scratch = [UInt8](repeating: 0, count: 1 << 16)
+
+    init(tokens: [(room: Int, token: String)], port: Int) throws {
+        connections = try tokens.map { entry in
+            Connection(socket: try RawClientSocket(ipv4: "127.0.0.1", port: port, path: "/v1/ws?token=\(entry.token)"),
+                       room: entry.room)
+        }
+        rooms = (tokens.map(\.room).max() ?? -1) + 1
+        seenSeqs = Array(repeating: [false], count: rooms)
+    }
+
+    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    func run(_ options: ChatBenchmark.Options) throws -> Outcome {
+        // The welcome may have come in with the 101.
+        for connection in connections { _ = try scan(connection, at: Self.now()) }
+        try waitUntil(deadline: Self.now() + 10_000_000_000, "welcome") { connections.allSatisfy(\.welcomed) }
+
+        // Phase 1: every connection keeps `window` chats in flight; each ack releases the next.
+        let window = min(options.window, Self.ringSize)
+        let start = Self.now()
+        let deadline = start + UInt64(options.seconds * 1e9)
+        latencies.reserveCapacity(1 << 20)
+        for connection in connections {
+            for _ in 0..<window { try enqueueChat(connection, at: start) }
+            try flush(connection)
+        }
+        var saturatedAcks = 0
+        var lastAck = start
+        while connections.contains(where: { $0.inFlight > 0 }) {
+            guard Self.now() < deadline + 30_000_000_000 else { throw ChatBenchmark.BenchError.timedOut("saturation acks") }
+            try poll(timeout: 100_000_000)
+            let received = Self.now()
+            for (index, connection) in connections.enumerated() where ready[index].readable {
+                let acks = try receive(connection, at: received)
+                guard acks > 0 else { continue }
+                saturatedAcks += acks
+                lastAck = received
+                if received < deadline {
+                    let sent = Self.now()
+                    for _ in 0..<acks { try enqueueChat(connection, at: sent) }
+                }
+            }
+            for connection in connections { try flush(connection) }
+        }
+        let elapsed = Double(lastAck - start) / 1e9
+        latencies.sort()
+        let saturatedP50 = ChatBenchmark.percentile(latencies, 0.5)
+        let saturatedP99 = ChatBenchmark.percentile(latencies, 0.99)
+        latencies.removeAll(keepingCapacity: true)
+
+        // Phase 2: a fixed offered rate, spread round-robin over the connections.
+        let total = Int(options.rate * options.latencySeconds)
+        let interval = 1e9 / options.rate
+        let pacedStart = Self.now()
+        func due(_ index: Int) -> UInt64 { pacedStart + UInt64(Double(index) * interval) }
+        var next = 0
+        while next < total || connections.contains(where: { $0.inFlight > 0 }) {
+            let current = Self.now()
+            guard current < pacedStart + UInt64(options.latencySeconds * 1e9) + 30_000_000_000 else {
+                throw ChatBenchmark.BenchError.timedOut("paced acks")
+            }
+            while next < total, due(next) <= current {
+                try enqueueChat(connections[next % connections.count], at: current)
+                next += 1
+            }
+            for connection in connections { try flush(connection) }
+            try poll(timeout: next < total ? due(next) - min(due(next), Self.now()) : 100_000_000)
+            let received = Self.now()
+            for (index, connection) in connections.enumerated() where ready[index].readable {
+                _ = try receive(connection, at: received)
+            }
+        }
+        latencies.sort()
+
+        let ackedPerRoom = try settle()
+        for connection in connections { try sendClose(connection) }
+        let report = ChatBenchmark.Report(
+            client: .raw, senders: connections.count, throughputAcked: saturatedAcks, throughputSeconds: elapsed,
+            saturatedP50Ms: saturatedP50, saturatedP99Ms: saturatedP99, latencyRate: options.rate,
+            latencyAcked: latencies.count, p50Ms: ChatBenchmark.percentile(latencies, 0.5),
+            p99Ms: ChatBenchmark.percentile(latencies, 0.99), maxMs: latencies.last ?? .nan)
+        return Outcome(report: report, ackedPerRoom: ackedPerRoom)
+    }
+
+    /// Waits for the last broadcasts, then checks that every member saw every other member's
+    /// chats and that each room's acked seqs are exactly 1...acked. Returns acks per room.
+    private func settle() throws -> [Int] {
+        var ackedPerRoom = [Int](repeating: 0, count: rooms)
+        for connection in connections { ackedPerRoom[connection.room] += connection.acked }
+        func broadcastsComplete() -> Bool {
+            connections.allSatisfy { $0.broadcasts == ackedPerRoom[$0.room] - $0.acked }
+        }
+        try waitUntil(deadline: Self.now() + 5_000_000_000, "broadcasts", broadcastsComplete)
+        for room in 0..<rooms {
+            let seen = seenSeqs[room]
+            let acked = ackedPerRoom[room]
+            guard acked > 0, seen.count > acked, !seen[1...acked].contains(false), !seen[(acked + 1)...].contains(true) else {
+                throw ChatBenchmark.BenchError.verification("room \(room): acked seqs are not exactly 1...\(ackedPerRoom[room])")
+            }
+        }
+        return ackedPerRoom
+    }
+
+    private func waitUntil(deadline: UInt64, _ what: String, _ condition: () -> Bool) throws {
+        while !condition() {
+            guard Self.now() < deadline else { throw ChatBenchmark.BenchError.timedOut(what) }
+            try poll(timeout: 100_000_000)
+            let received = Self.now()
+            for (index, connection) in connections.enumerated() where ready[index].readable {
+                _ = try receive(connection, at: received)
+            }
+            for connection in connections { try flush(connection) }
+        }
+    }
+
+    private func poll(timeout: UInt64) throws {
+        try RawClientSocket.wait(connections.map(\.socket), wantWrite: connections.map(\.wantsWrite),
+                                 timeoutNanoseconds: timeout, into: &ready)
+        for (index, connection) in connections.enumerated() where ready[index].writable { try flush(connection) }
+    }
+
+    // MARK: sending
+
+    private func enqueueChat(_ connection: Connection, at time: UInt64) throws {
+        let counter = connection.nextCounter
+        let slot = counter & (Self.ringSize - 1)
+        guard connection.sentAt[slot] == 0 else {
+            throw ChatBenchmark.BenchError.verification("more than \(Self.ringSize) chats in flight on one connection")
+        }
+        connection.nextCounter += 1
+        connection.sentAt[slot] = time
+        connection.inFlight += 1
+        let base = connection.out.count
+        connection.out.append(contentsOf: connection.template)
+        var value = counter
+        let payloadStart = base + connection.headerCount
+        connection.out.withUnsafeMutableBufferPointer { out in
+            for payloadIndex in stride(from: Self.digitsAt + Self.digitCount - 1, through: Self.digitsAt, by: -1) {
+                out[payloadStart + payloadIndex] = (48 + UInt8(value % 10)) ^ connection.mask[payloadIndex & 3]
+                value /= 10
+            }
+        }
+    }
+
+    private func enqueueControl(_ connection: Connection, opcode: UInt8, payload: ArraySlice<UInt8>) {
+        let mask = connection.mask
+        connection.out += ClientFraming.maskedHeader(opcode: opcode, length: payload.count, mask: (mask[0], mask[1], mask[2], mask[3]))
+        connection.out += payload.enumerated().map { $1 ^ mask[$0 & 3] }
+    }
+
+    /// One `send` for everything queued on the connection; what the socket does not take waits for POLLOUT.
+    private func flush(_ connection: Connection) throws {
+        guard connection.outStart < connection.out.count else { return }
+        let written = try connection.out.withUnsafeBytes { bytes in
+            try connection.socket.write(UnsafeRawBufferPointer(rebasing: bytes[connection.outStart...]))
+        }
+        connection.outStart += written
+        if connection.outStart == connection.out.count {
+            connection.out.removeAll(keepingCapacity: true)
+            connection.outStart = 0
+            connection.wantsWrite = false
+        } else {
+            connection.wantsWrite = true
+        }
+    }
+
+    private func sendClose(_ connection: Connection) throws {
+        enqueueControl(connection, opcode: 0x8, payload: [0x03, 0xE8][...])
+        try flush(connection)
+    }
+
+    // MARK: receiving
+
+    /// Reads what is waiting and handles every complete frame; returns the chats acked.
+    private func receive(_ connection: Connection, at time: UInt64) throws -> Int {
+        let count = try scratch.withUnsafeMutableBytes { try connection.socket.read(into: $0) }
+        guard count > 0 else { return 0 }
+        connection.inBuffer.append(contentsOf: scratch[0..<count])
+        return try scan(connection, at: time)
+    }
+
+    /// Handles every complete frame in the connection's receive buffer; returns the chats acked.
+    private func scan(_ connection: Connection, at time: UInt64) throws -> Int {
+        var acks = 0
+        var consumed = 0
+        var controls: [(UInt8, ArraySlice<UInt8>)] = []
+        try connection.inBuffer.withUnsafeBytes { buffer in
+            while let frame = ServerFrameScanner.frame(in: buffer, at: consumed) {
+                consumed = frame.end
+                switch frame.opcode {
+                case 0x1:
+                    guard frame.final else { throw ChatBenchmark.BenchError.verification("fragmented server frame") }
+                    if try handleText(UnsafeRawBufferPointer(rebasing: buffer[frame.payload]), connection, at: time) { acks += 1 }
+                case 0x8:
+                    throw ChatBenchmark.BenchError.connectionEnded("server sent Close")
+                case 0x9:
+                    controls.append((0xA, ArraySlice(buffer[frame.payload])))
+                default:
+                    break
+                }
+            }
+        }
+        connection.inBuffer.removeFirst(consumed)
+        for (opcode, payload) in controls { enqueueControl(connection, opcode: opcode, payload: payload) }
+        return acks
+    }
+
+    /// Returns true for a chat-ack of ours.
+    private func handleText(_ text: UnsafeRawBufferPointer, _ connection: Connection, at time: UInt64) throws -> Bool {
+        if Self.hasSuffix(text, Self.ackSuffix) {
+            guard Self.hasPrefix(text, Self.ackPrefix) else {
+                throw ChatBenchmark.BenchError.verification("chat not acked: \(String(decoding: text, as: UTF8.self))")
+            }
+            var index = Self.ackPrefix.count
+            var counter = 0
+            for _ in 0..<Self.digitCount {
+                counter = counter * 10 + Int(text[index] &- 48)
+                index += 1
+            }
+            guard Self.hasPrefix(UnsafeRawBufferPointer(rebasing: text[index...]), Self.ackSeq) else {
+                throw ChatBenchmark.BenchError.verification("ack without seq: \(String(decoding: text, as: UTF8.self))")
+            }
+            index += Self.ackSeq.count
+            var seq = 0
+            while index < text.count, text[index] >= 48, text[index] <= 57 {
+                seq = seq * 10 + Int(text[index] - 48)
+                index += 1
+            }
+            try acknowledge(connection, counter: counter, seq: seq, at: time)
+            return true
+        }
+        if Self.hasSuffix(text, Self.chatSuffix) {
+            connection.broadcasts += 1
+        } else if Self.hasSuffix(text, Self.welcomeSuffix) {
+            connection.welcomed = true
+        } else if Self.hasSuffix(text, Self.errorSuffix) {
+            throw ChatBenchmark.BenchError.verification("error frame: \(String(decoding: text, as: UTF8.self))")
+        }
+        return false
+    }
+
+    private func acknowledge(_ connection: Connection, counter: Int, seq: Int, at time: UInt64) throws {
+        let slot = counter & (Self.ringSize - 1)
+        let sent = connection.sentAt[slot]
+        guard counter > 0, counter < connection.nextCounter, sent != 0 else {
+            throw ChatBenchmark.BenchError.verification("ack for chat m\(counter), which is not in flight")
+        }
+        // One connection's chats are committed, and so acked, in the order they were sent.
+        guard seq > connection.lastSeq else {
+            throw ChatBenchmark.BenchError.verification("ack seq \(seq) after \(connection.lastSeq) on one connection")
+        }
+        var seen = seenSeqs[connection.room]
+        seenSeqs[connection.room] = []
+        if seen.count <= seq { seen += repeatElement(false, count: max(seq + 1 - seen.count, seen.count)) }
+        let duplicate = seen[seq]
+        seen[seq] = true
+        seenSeqs[connection.room] = seen
+        guard !duplicate else { throw ChatBenchmark.BenchError.verification("seq \(seq) acked twice in one room") }
+        connection.sentAt[slot] = 0
+        connection.inFlight -= 1
+        connection.lastSeq = seq
+        connection.acked += 1
+        latencies.append(Double(time &- sent) / 1e6)
+    }
+
+    private static func hasSuffix(_ text: UnsafeRawBufferPointer, _ suffix: [UInt8]) -> Bool {
+        guard text.count >= suffix.count else { return false }
+        let start = text.count - suffix.count
+        for index in 0..<suffix.count where text[start + index] != suffix[index] { return false }
+        return true
+    }
+
+    private static func hasPrefix(_ text: UnsafeRawBufferPointer, _ prefix: [UInt8]) -> Bool {
+        guard text.count >= prefix.count else { return false }
+        for index in 0..<prefix.count where text[index] != prefix[index] { return false }
+        return true
+    }
+}
