@@ -31,7 +31,7 @@ from websockets.asyncio.client import connect as ws_connect
 REPO = Path(__file__).resolve().parents[2]
 BINARY = Path(os.environ.get("CALLING_SERVER_BIN", REPO / ".build" / "debug" / "calling-server"))
 HOST = "127.0.0.1"
-BANNER = re.compile(rb"calling-server listening on http://127\.0\.0\.1:(\d+)")
+BANNER = re.compile(rb"calling-server listening on http://[^\s:]+:(\d+)")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _RUNS = itertools.count(1)
 
@@ -39,6 +39,25 @@ _RUNS = itertools.count(1)
 def run(coro, timeout: float = 15.0):
     """Runs one async test body with a hard time bound."""
     return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def kill_and_reap(proc: "subprocess.Popen | None", group: bool = False) -> None:
+    """SIGKILLs `proc` (with `group`, its whole process group: what it started dies with it) and
+    waits for it, so no test leaves a process or a zombie behind. Idempotent."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        try:
+            if group:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.send_signal(signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+        pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,16 +81,25 @@ class Server:
 
     # lifecycle -------------------------------------------------------------------------------
 
+    # Where the server listens, and which errors of a /healthz probe mean "not up yet"; a
+    # subclass running the server elsewhere (media/netns.py: in a network namespace) changes them.
+    listen_host = HOST
+    probe_errors: tuple = (OSError,)
+
+    def command(self, args: list[str]) -> list[str]:
+        """The argv that runs `args`; here as is."""
+        return args
+
     def start(self, timeout: float = 10.0) -> "Server":
         assert BINARY.exists(), f"{BINARY} is missing: run `swift build` first"
         n = next(_RUNS)
         self.stdout_path = self.data_dir.parent / f"{self.data_dir.name}.stdout.{n}"
         self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.{n}"
-        args = [str(BINARY), "serve", "--host", HOST, "--port", "0", "--data-dir", str(self.data_dir)]
+        args = [str(BINARY), "serve", "--host", self.listen_host, "--port", "0", "--data-dir", str(self.data_dir)]
         for key, value in self.flags.items():
             args += [f"--{key}", str(value)]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(self.command(args), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                          env=self.env, start_new_session=True)
         deadline = time.monotonic() + timeout
         while True:
@@ -90,11 +118,11 @@ class Server:
                 status, _, _ = self.http("GET", "/healthz", timeout=1)
                 if status == 200:
                     return self
-            except OSError:
+            except self.probe_errors:
                 pass
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError("server did not answer /healthz")
+                raise RuntimeError(f"server did not answer /healthz:\n{self.stderr_text()}")
             time.sleep(0.02)
 
     @property
@@ -115,17 +143,7 @@ class Server:
 
     def kill(self) -> None:
         """SIGKILL (idempotent); always reaps the process."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            pass
+        kill_and_reap(self.proc)
 
     def stderr_text(self) -> str:
         try:

@@ -19,7 +19,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+import support
 from support import HOST, REPO
 
 TURNSERVER = shutil.which("turnserver")
@@ -140,17 +140,7 @@ class Turn:
         return self.log_path.read_text(errors="replace")
 
     def kill(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            pass
+        support.kill_and_reap(self.proc, group=True)
 
     def allocate(self, username: str, password: str, tcp: bool = False, timeout: float = 15.0):
         """Runs turnutils_uclient in client-to-client mode (-y: two relays, data sent through them)."""

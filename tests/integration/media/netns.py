@@ -44,7 +44,6 @@ import support
 PREFIX = "csmedia"
 _COUNTER = itertools.count(1)
 CLONE_NEWNET = 0x40000000
-BANNER = re.compile(rb"calling-server listening on http://[^\s:]+:(\d+)")
 TURN_PORT = 3478
 TURN_REALM = "media-test"
 SUMMARY = re.compile(r"^summary (\{.*\})\s*$", re.M)
@@ -238,15 +237,7 @@ class Proc:
         return json.loads(lines[-1])
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            pass
+        support.kill_and_reap(self.proc, group=True)
 
 
 class NsServer(support.Server):
@@ -258,46 +249,16 @@ class NsServer(support.Server):
         self.lab = lab
         self.host = lab.server_host
 
-    def start(self, timeout: float = 10.0) -> "NsServer":
-        assert support.BINARY.exists(), f"{support.BINARY} is missing: run `swift build` first"
-        self.stdout_path = self.data_dir.parent / f"{self.data_dir.name}.stdout"
-        self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr"
-        args = [str(support.BINARY), "serve", "--host", "0.0.0.0", "--port", "0", "--data-dir", str(self.data_dir)]
-        for key, value in self.flags.items():
-            args += [f"--{key}", str(value)]
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(self.host.exec_args(args), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                         env=self.env, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            match = BANNER.search(self.stdout_path.read_bytes())
-            if match:
-                self.port = int(match.group(1))
-                break
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode} before listening:\n{self.stderr_text()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"server printed no banner within {timeout}s:\n{self.stderr_text()}")
-            time.sleep(0.02)
-        while True:
-            try:
-                status, _, _ = self.http("GET", "/healthz", timeout=1)
-                if status == 200:
-                    return self
-            except (OSError, concurrent.futures.TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError("server did not answer /healthz inside its namespace")
-            time.sleep(0.02)
+    listen_host = "0.0.0.0"
+    # The probe runs in a worker thread inside the namespace; its wait can time out too.
+    probe_errors = (OSError, concurrent.futures.TimeoutError)
+
+    def command(self, args: list[str]) -> list[str]:
+        return self.host.exec_args(args)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # The whole group: `ip netns exec` may leave the server a child of its own.
+        support.kill_and_reap(self.proc, group=True)
         super().kill()
 
     def http(self, method: str, path: str, headers: dict | None = None, timeout: float = 5.0,

@@ -61,7 +61,6 @@ def linux_peer(lab: Lab, host: PeerHost, server: NsServer, token: str, label: st
 
 
 def clean_env() -> dict:
-    import os
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLING_")}
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
