@@ -51,6 +51,10 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     deinit {
         pacer?.cancel()
+        // An app that drops the engine without hanging up must not leave pipelines streaming.
+        for connection in connections.values {
+            teardownQueue.async { connection.tearDown() }
+        }
         continuation.finish()
     }
 

@@ -170,6 +170,9 @@ actor PeerSession {
         do {
             media.iceServers = try await probe.fetchIceServers().servers
             log("ice servers=\(media.iceServers.flatMap(\.urls).joined(separator: ","))")
+            if options.relayOnly, !media.iceServers.flatMap(\.urls).contains(where: { $0.hasPrefix("turn") }) {
+                return fail("--relay-only needs TURN servers, and GET /v1/ice lists none (configure turn_urls)")
+            }
         } catch {
             log("ice unavailable (\(error)); host candidates only")
             if options.relayOnly { return fail("--relay-only needs TURN servers from /v1/ice") }

@@ -1,0 +1,60 @@
+"""`calling-server peer` refuses bad input with a clear message and a distinct exit status, before
+it touches the network: 2 for bad options (with the usage), 1 for inputs it cannot use. No
+namespace needed; the only address used is a closed loopback port."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import support
+from peers import linux_peer_missing
+
+CLOSED_PORT_URL = "ws://127.0.0.1:1/v1/ws"
+
+
+@pytest.fixture(autouse=True)
+def linux_peer_cli():
+    reason = linux_peer_missing()
+    if reason:
+        pytest.skip(reason)
+
+
+def peer(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(support.BINARY), "peer", *args], capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args, problem", [
+    ([], "--url is required"),
+    (["--url", CLOSED_PORT_URL], "--token is required"),
+    (["--url", "http://127.0.0.1:1/v1/ws", "--token", "t"], "--url needs a ws:// URL"),
+    (["--url", CLOSED_PORT_URL, "--token", "t", "--seconds", "0"], "--seconds needs a positive number"),
+    (["--url", CLOSED_PORT_URL, "--token", "t", "--tone", "30000"], "--tone needs a frequency"),
+    (["--url", CLOSED_PORT_URL, "--token", "t", "--bogus"], "unknown option --bogus"),
+])
+def test_bad_options_exit_2_with_the_problem_and_the_usage(args, problem):
+    result = peer(*args)
+    assert result.returncode == 2, result
+    assert problem in result.stderr, result.stderr
+    assert "usage: calling-server peer" in result.stderr, result.stderr
+
+
+def test_help_exits_0_with_the_usage():
+    result = peer("--help")
+    assert result.returncode == 0 and "usage: calling-server peer" in result.stdout, result
+
+
+def test_a_file_that_is_not_a_pcm_wav_exits_1_naming_the_problem(tmp_path):
+    not_wav = tmp_path / "song.mp3"
+    not_wav.write_bytes(b"ID3\x04\x00" + bytes(200))
+    result = peer("--url", CLOSED_PORT_URL, "--token", "t", "--play", str(not_wav))
+    assert result.returncode == 1, result
+    assert "not a 16-bit PCM WAV file" in result.stderr, result.stderr
+
+
+def test_relay_only_without_reachable_ice_servers_exits_1():
+    result = peer("--url", CLOSED_PORT_URL, "--token", "t", "--relay-only")
+    assert result.returncode == 1, result
+    assert "--relay-only needs TURN servers" in result.stderr, result.stderr
