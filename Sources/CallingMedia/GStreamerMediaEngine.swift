@@ -34,6 +34,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     private var recordings = 0
     private var feed: PCMFeed
     private var pacer: (any DispatchSourceTimer)?
+    private var prewarming: Task<Void, Never>?
     /// State changes of GStreamer pipelines wait for their streaming threads: never on those
     /// threads, never on the cooperative pool.
     private let teardownQueue = DispatchQueue(label: "calling-media.teardown")
@@ -58,22 +59,39 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         continuation.finish()
     }
 
-    /// The first DTLS element of a process generates GStreamer's default RSA key (150–525 ms,
-    /// media-notes.md); doing it now keeps it off the first call's offer-to-connected time.
+    /// The first call of a process pays for work done once: GStreamer loading the plugins of
+    /// every element a peer connection uses (nice, DTLS, SRTP, SCTP, RTP, Opus), generating an RSA
+    /// key for its first DTLS element (150–525 ms, media-notes.md) and building the DTLS agent of
+    /// our certificate. A throwaway connection that makes an offer does all of it now, off any
+    /// call's clock; `warmUp()` waits for it.
     private func prewarm() {
-        teardownQueue.async {
-            if let element = gst_element_factory_make("dtlsdec", nil) {
-                gst_object_unref(UnsafeMutableRawPointer(element))
+        var settings = PeerConnection.Settings(options: options, certificate: certificate, recording: nil, pcmFormat: (48_000, 1))
+        settings.options.input = .silence
+        settings.options.output = .none
+        settings.options.iceServers = []
+        let queue = teardownQueue
+        let task = Task.detached {
+            for receiveSide in ["rtpopusdepay", "opusdec", "appsink"] {
+                if let element = gst_element_factory_make(receiveSide, nil) { gst_object_unref(UnsafeMutableRawPointer(element)) }
+            }
+            guard let connection = try? PeerConnection(peer: PeerID("prewarm"), settings: settings, onCandidate: { _ in },
+                                                       onStateChange: { _ in }, onEvent: { _ in })
+            else { return }
+            _ = try? await connection.createOffer()
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                queue.async {
+                    connection.tearDown()
+                    done.resume()
+                }
             }
         }
+        lock.withLock { prewarming = task }
     }
 
-    /// Returns once the start-up work of `init` (the DTLS prewarm) is done: an app that calls
-    /// right after starting can wait here so its first call connects as fast as later ones.
+    /// Returns once the start-up work of `init` is done (see `prewarm`): an app that calls right
+    /// after starting can wait here so its first call connects as fast as later ones.
     public func warmUp() async {
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            teardownQueue.async { done.resume() }
-        }
+        await lock.withLock { prewarming }?.value
     }
 
     // MARK: MediaEngine
