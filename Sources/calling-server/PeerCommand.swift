@@ -21,10 +21,12 @@ enum PeerCommand {
           --answer-sessions    answer HTTP sessions (webrtc-proxy/WHIP) and speak their control channel
           --relay-only         use TURN relay candidates only (servers from GET /v1/ice)
           --seconds N          hang up and exit after N seconds (default: on SIGINT/SIGTERM)
+          --stay               keep answering after a call ends (an agent or bot serving many calls)
           --stats-seconds N    print stats every N seconds (default 5)
 
-        Exits when the last call ends (after at least one call), after --seconds, or on a signal.
-        The last line is `summary {json}`: connected, connect_ms, packets_sent, packets_received,
+        Exits when the last call ends (after at least one call; not with --stay), after --seconds,
+        or on a signal.
+        The last line is `summary {json}`: connected, calls, connect_ms, packets_sent, packets_received,
         audio_frames_received, rms_dbfs, dominant_hz, data_received, data_by_label, data_sent, control_received,
         hangup_reason, local_candidate_types, rtt_ms, jitter_ms, packet_loss.
         """
@@ -42,6 +44,7 @@ enum PeerCommand {
         var relayOnly = false
         var seconds: Double?
         var statsSeconds: Double = 5
+        var stay = false
     }
 
     struct Problem: Error { let message: String }
@@ -93,6 +96,7 @@ enum PeerCommand {
                 options.sendUnreliable = text
             case "--answer-sessions": options.answerSessions = true
             case "--relay-only": options.relayOnly = true
+            case "--stay": options.stay = true
             case "--seconds":
                 guard let text = value(flag), let seconds = Double(text), seconds > 0 else { return .failure(Problem(message: "--seconds needs a positive number")) }
                 options.seconds = seconds
@@ -143,6 +147,7 @@ actor PeerSession {
     private var engine: GStreamerMediaEngine?
     private var calls = Set<PeerID>()
     private var hadCall = false
+    private var callCount = 0
     private var calling = false
     private var lastStats: [PeerID: PeerMediaStats] = [:]
     private var dataReceived: [String] = []
@@ -269,6 +274,7 @@ actor PeerSession {
             log("incoming \(call.from)\(session.map { " session=\($0)" } ?? "")")
             calls.insert(call.from)
             hadCall = true
+            callCount += 1
             do {
                 try await client.accept(call.from)
                 log("answered \(call.from)")
@@ -333,6 +339,7 @@ actor PeerSession {
         calling = true
         calls.insert(peer)
         hadCall = true
+        callCount += 1
         log("calling \(peer)")
         do {
             try await client.call(peer)
@@ -345,7 +352,7 @@ actor PeerSession {
     private func callEnded(_ peer: PeerID, reason: String) {
         guard calls.remove(peer) != nil else { return }
         if hangupReason == nil { hangupReason = reason }
-        if calls.isEmpty, hadCall { finish(reason: reason) }
+        if calls.isEmpty, hadCall, !options.stay { finish(reason: reason) }
     }
 
     // MARK: stats
@@ -381,6 +388,7 @@ actor PeerSession {
         let stats = options.call.flatMap { lastStats[$0] } ?? lastStats.values.max { $0.packetsReceived < $1.packetsReceived }
         var fields: [String: JSONValue] = [
             "connected": .bool(connectMilliseconds != nil),
+            "calls": .int(Int64(callCount)),
             "packets_sent": .int(Int64(stats?.packetsSent ?? 0)),
             "packets_received": .int(Int64(stats?.packetsReceived ?? 0)),
             "packets_lost": .int(Int64(stats?.packetsLost ?? 0)),

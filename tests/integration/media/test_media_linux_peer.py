@@ -222,3 +222,27 @@ def test_linux_peer_plays_a_wav_file_records_what_it_hears_and_echoes(lab):
     assert abs(pitch - 523.25) <= 0.02 * 523.25, f"the recording's pitch is {pitch:.1f} Hz, the file's 523.25 Hz"
     assert (b.get("data_by_label") or {}).get("state") == ["cursor 1,2"], b
     assert (a.get("data_by_label") or {}).get("state") == ["cursor 1,2"], f"the echo did not come back: {a}"
+
+
+def test_linux_agent_with_stay_answers_one_session_caller_after_another(lab):
+    """An agent or voice bot serves call after call: with --stay the Linux peer keeps answering
+    after the first caller hangs up, and the second caller gets a full call too (answer, pong,
+    the agent's tone)."""
+    server = lab.start_server()
+    agent = linux_peer(lab, lab.b, server, server.token("support-2", "agent-2", role="agent"), "linux-agent-stay",
+                       tone=660, answer_sessions=True, stay=True, seconds=CALLEE_SECONDS)
+    server.wait_peers(1)
+    key = server.apikey()
+    callers = []
+    for index in range(2):
+        caller = session_caller(lab, lab.a, server, f"app-{index}", api_key=key, room="support-2", agent="agent-2",
+                                tone=440, seconds=2)
+        callers.append(caller.summary(SUMMARY_TIMEOUT))
+    g = agent.summary(CALLEE_SECONDS + SUMMARY_TIMEOUT)
+
+    for index, c in enumerate(callers):
+        assert c["post_status"] == 201, f"caller {index}: {c}"
+        assert c["pong_ok"] is True, f"caller {index}: {c['control_received']}"
+        assert_heard(c, f"app-{index}", 660, min_frames=50)
+    assert g["calls"] == 2, g
+    assert "ending reason=time" in agent.output(), f"the agent should have stayed until --seconds:\n{agent.tail()}"
