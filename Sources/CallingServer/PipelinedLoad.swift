@@ -10,8 +10,8 @@ import Foundation
 /// Honest on purpose, too: a chat counts only when its own `chat-ack` came back with a seq; the
 /// acked seqs of a room must be distinct and gap-free (checked here) and match the stored rows
 /// (checked afterwards against the database); every other member must receive each chat as a
-/// broadcast; latency runs from the moment a frame is handed to `send` to the read that
-/// returned its ack.
+/// broadcast; latency runs from the moment a frame is handed to `send` (in the paced phase, from
+/// the moment it was due) to the read that returned its ack.
 ///
 /// Not Sendable: created, run and dropped on the benchmark's load thread.
 final class PipelinedLoad {
@@ -136,8 +136,11 @@ final class PipelinedLoad {
             guard current < pacedStart + UInt64(options.latencySeconds * 1e9) + 30_000_000_000 else {
                 throw ChatBenchmark.BenchError.timedOut("paced acks")
             }
+            // Timed from when the chat was due, not from when this loop got to it: a generator that was
+            // descheduled (on two shared cores, often because the server had the CPU) must not leave
+            // the delay out of the latency (coordinated omission).
             while next < total, due(next) <= current {
-                try enqueueChat(connections[next % connections.count], at: current)
+                try enqueueChat(connections[next % connections.count], at: due(next))
                 next += 1
             }
             for connection in connections { try flush(connection) }

@@ -182,6 +182,8 @@ public final class ChatStore: @unchecked Sendable {
         // rollback or a process crash could still take back. (With synchronous=NORMAL an OS crash or power
         // cut can still lose the newest commits; see SQLiteConnection.)
         for (pending, result) in zip(batch, results) { pending.completion(.success(result)) }
+        // After the acks, so that they do not wait for it.
+        checkpointer?.catchUpIfStarved(writer: connection)
     }
 
     // MARK: Read markers and reads
@@ -235,6 +237,7 @@ public final class ChatStore: @unchecked Sendable {
             } catch {
                 completion(.failure(StoreError(error)))
             }
+            self.checkpointer?.catchUpIfStarved(writer: self.connection)
         }
     }
 
@@ -289,15 +292,26 @@ public final class ChatStore: @unchecked Sendable {
 /// other connection copies the pages while commits go on. It is triggered at the same 1000-page
 /// cadence, so the WAL is synced as often as before: with `synchronous=NORMAL` what an OS crash or
 /// power cut can lose is unchanged, and an ack still follows its own COMMIT.
+///
+/// A PASSIVE checkpoint copies only the frames that were in the WAL when it started, and the writer
+/// starts the WAL over only when it finds every frame copied. Under sustained load commits land
+/// while each checkpoint runs, so that never happens and the WAL grows without bound (700 MB after
+/// 60k chats in 5 s). Once it passes `writerCatchUpPages`, the writer therefore checkpoints itself,
+/// after the acks of its batch: the checkpoint connection has already copied most frames, and with
+/// the writer paused the copy completes and the next commit restarts the WAL.
 final class WALCheckpointer: @unchecked Sendable {
     // @unchecked Sendable: `connection` is used only on `queue` (and by `close`, through `queue.sync`);
-    // `nextTrigger` and `lastPages` only by `committed`, which the writer's WAL hook calls on the store queue.
+    // `nextTrigger`, `lastPages` and `writerShouldCatchUp` only by `committed`, which the writer's WAL
+    // hook calls, and `catchUpIfStarved`: both run where the writer runs, on the store queue.
     private let connection: SQLiteConnection
     private let queue = DispatchQueue(label: "calling.store.checkpoint")
     /// SQLite's own default `wal_autocheckpoint`.
     private let everyPages = 1_000
+    /// WAL size at which the writer stops waiting for the checkpoint connection to let it restart.
+    private let writerCatchUpPages = 4_000
     private var nextTrigger = 1_000
     private var lastPages = 0
+    private var writerShouldCatchUp = false
 
     init(connection: SQLiteConnection) {
         self.connection = connection
@@ -308,9 +322,19 @@ final class WALCheckpointer: @unchecked Sendable {
         // A smaller WAL than last time: a complete checkpoint let the writer start it over.
         if walPages < lastPages { nextTrigger = everyPages }
         lastPages = walPages
+        writerShouldCatchUp = walPages >= writerCatchUpPages
         guard walPages >= nextTrigger else { return }
         nextTrigger = walPages + everyPages
         queue.async { self.checkpoint() }
+    }
+
+    /// On the store queue, with the writer's connection, after the acks of a batch: a PASSIVE
+    /// checkpoint there when the WAL has outgrown `writerCatchUpPages` (see the type's comment).
+    func catchUpIfStarved(writer: SQLiteConnection) {
+        guard writerShouldCatchUp else { return }
+        writerShouldCatchUp = false
+        // SQLITE_BUSY while the checkpoint connection is mid-checkpoint: the next commit asks again.
+        try? writer.checkpointPassive()
     }
 
     /// On `queue`.

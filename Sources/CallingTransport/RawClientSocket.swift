@@ -29,10 +29,18 @@ public final class RawClientSocket {
     public private(set) var leftover: [UInt8] = []
 
     /// Connects to `host:port` (IPv4 literal), upgrades `path`, and switches to nonblocking mode.
-    public init(ipv4 host: String, port: Int, path: String) throws(Failure) {
+    /// Connecting and each send or receive of the handshake give up after `handshakeTimeoutMs`, so a
+    /// server that accepts but never answers cannot hang the benchmark.
+    public init(ipv4 host: String, port: Int, path: String, handshakeTimeoutMs: Int = 10_000) throws(Failure) {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw .system("socket", errno: errno) }
-        do {
+        do throws(Failure) {
+            var timeout = timeval(tv_sec: handshakeTimeoutMs / 1_000, tv_usec: handshakeTimeoutMs % 1_000 * 1_000)
+            for option in [SO_RCVTIMEO, SO_SNDTIMEO] {
+                guard setsockopt(fd, SOL_SOCKET, option, &timeout, socklen_t(MemoryLayout<timeval>.size)) == 0 else {
+                    throw Failure.system("setsockopt", errno: errno)
+                }
+            }
             try connectAndUpgrade(host: host, port: port, path: path)
         } catch {
             Glibc.close(fd)
@@ -72,7 +80,10 @@ public final class RawClientSocket {
         let terminator: [UInt8] = [13, 10, 13, 10]
         while true {
             let n = chunk.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress, $0.count, 0) }
-            guard n > 0 else { throw n == 0 ? .closed : .system("recv", errno: errno) }
+            guard n > 0 else {
+                if n < 0, errno == EAGAIN || errno == EWOULDBLOCK { throw .handshake("no response in time") }
+                throw n == 0 ? .closed : .system("recv", errno: errno)
+            }
             response += chunk[0..<n]
             if let end = Self.firstIndex(of: terminator, in: response) {
                 let head = String(decoding: response[..<end], as: UTF8.self)

@@ -291,6 +291,39 @@ final class JSONTests: XCTestCase {
             JSONWriter.string(value), #""q\" b\\ n\n r\r t\t nul\u0000 us\u001f bs\u0008 / é 😀 "# + "\u{7F}\"")
     }
 
+    func test_writer_escapes_each_character_wherever_it_falls_in_a_run() {
+        // The escaping of one character at a time, as the writer did before it copied unescaped runs.
+        func reference(_ string: String) -> [UInt8] {
+            var out: [UInt8] = [0x22]
+            for byte in string.utf8 {
+                switch byte {
+                case 0x22: out += [0x5C, 0x22]
+                case 0x5C: out += [0x5C, 0x5C]
+                case 0x0A: out += [0x5C, UInt8(ascii: "n")]
+                case 0x0D: out += [0x5C, UInt8(ascii: "r")]
+                case 0x09: out += [0x5C, UInt8(ascii: "t")]
+                case 0x00..<0x20:
+                    let hex = Array("0123456789abcdef".utf8)
+                    out += [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+                default: out.append(byte)
+                }
+            }
+            return out + [0x22]
+        }
+        var characters = (0 as UInt32..<0x80).map { String(Unicode.Scalar($0)!) }
+        characters += ["é", "\u{2028}", "\u{2029}", "😀", "\u{FEFF}"]
+        for character in characters {
+            for string in [character, "ab" + character, character + "cd", "ab" + character + character + "cd"] {
+                var out: [UInt8] = []
+                JSONWriter.writeString(string, into: &out)
+                XCTAssertEqual(out, reference(string), "\(string.debugDescription)")
+            }
+        }
+        var empty: [UInt8] = []
+        JSONWriter.writeString("", into: &empty)
+        XCTAssertEqual(empty, [0x22, 0x22])
+    }
+
     func test_writer_numbers() {
         XCTAssertEqual(JSONWriter.string(.int(Int64.min)), "-9223372036854775808")
         XCTAssertEqual(JSONWriter.string(.double(0.5)), "0.5")

@@ -56,6 +56,32 @@ final class ChatRepositoryTests: XCTestCase {
         XCTAssertEqual(try store.sync { try $0.count("SELECT count(*) FROM chat_messages") }, 1)
     }
 
+    func testARetryInABatchTakesNoSeqAndGetsTheOriginalAck() throws {
+        let store = try makeStore()
+        let earlier = try store.appendAndWait(ChatDraft(room: "r", sender: "alice", clientID: "old", text: "a", timestampMs: 1))
+        let release = DispatchSemaphore(value: 0)
+        try store.holdQueue(until: release)
+        let results = Collector<ChatAppendResult>()
+        let group = DispatchGroup()
+        // A retry of a committed message, a new one, its retry in the same batch, another new one.
+        for (clientID, ts) in [("old", 50), ("c1", 51), ("c1", 52), ("c2", 53)] as [(String, Int64)] {
+            group.enter()
+            store.appendChat(ChatDraft(room: "r", sender: "alice", clientID: clientID, text: "t", timestampMs: ts)) {
+                if case .success(let ack) = $0 { results.append(ack) }
+                group.leave()
+            }
+        }
+        release.signal()
+        XCTAssertEqual(group.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(store.metrics.batchesCommitted, 2, "the four were in one batch")
+        XCTAssertEqual(results.all.map(\.duplicate), [true, false, true, false])
+        XCTAssertEqual(results.all.map(\.message.seq), [1, 2, 2, 3], "retries take no seq: seqs stay gap-free")
+        XCTAssertEqual(results.all.map(\.message.timestampMs), [1, 51, 51, 53], "a retry carries the original ts")
+        XCTAssertEqual(results.all[0].message, earlier.message)
+        XCTAssertEqual(try store.sync { try $0.count("SELECT count(*) FROM chat_messages") }, 3)
+        XCTAssertEqual(try store.summaryAndWait(room: "r", peer: "bob").lastSeq, 3)
+    }
+
     // MARK: Read markers
 
     func testTheReadMarkerOnlyMovesForward() throws {
