@@ -119,7 +119,10 @@ public final class SignalingClient: @unchecked Sendable {
     private var pendingOffers: [PeerID: SessionDescription] = [:]
     /// Peers whose latest offer came from an HTTP session (it carried `session_id`).
     private var sessionPeers = Set<PeerID>()
-    private var mediaTasks: [PeerID: Task<Void, Never>] = [:]
+    /// The last media operation queued for each peer (see `enqueueMedia`), numbered so that it
+    /// removes itself when it finishes last.
+    private var mediaTasks: [PeerID: (number: UInt64, task: Task<Void, Never>)] = [:]
+    private var mediaTaskCount: UInt64 = 0
     /// Which peer connection of each peer is current (`call`/`accept` each create a new one). A
     /// replaced or re-created connection can still report a state while the engine tears it down;
     /// only the current one's state may end the call.
@@ -314,7 +317,7 @@ public final class SignalingClient: @unchecked Sendable {
                         try await createPeerConnection(engine, peer, connection)
                         let offer = try await engine.createOffer(for: peer)
                         queue.async { [self] in
-                            send(Frame(.offer, to: peer.rawValue, payload: offer.json))
+                            if currentConnection[peer] == connection { send(Frame(.offer, to: peer.rawValue, payload: offer.json)) }
                             done.resume()
                         }
                     } catch {
@@ -349,7 +352,9 @@ public final class SignalingClient: @unchecked Sendable {
                         let created = try await engine.createAnswer(for: peer)
                         let answer = SessionDescription(kind: .answer, sdp: created.sdp, sessionID: offer.sessionID)
                         queue.async { [self] in
-                            send(Frame(.answer, to: peer.rawValue, payload: answer.json))
+                            // Not after the call ended: a peer that left and offered again must
+                            // not get this connection's answer to its new offer.
+                            if currentConnection[peer] == connection { send(Frame(.answer, to: peer.rawValue, payload: answer.json)) }
                             done.resume()
                         }
                     } catch {
@@ -925,12 +930,19 @@ public final class SignalingClient: @unchecked Sendable {
 
     /// Runs `operation` after every earlier operation for `peer`: engine calls for one peer never
     /// overlap and happen in the order signaling asked for them.
+    /// Entries are never dropped while a task runs (a call after the peer left and came back
+    /// would overlap the old call's close, which closes by peer id); the last one removes itself.
     private func enqueueMedia(_ peer: PeerID, _ operation: @escaping @Sendable () async -> Void) {
-        let previous = mediaTasks[peer]
-        mediaTasks[peer] = Task {
+        let previous = mediaTasks[peer]?.task
+        mediaTaskCount += 1
+        let number = mediaTaskCount
+        mediaTasks[peer] = (number, Task { [weak self] in
             await previous?.value
             await operation()
-        }
+            self?.queue.async { [weak self] in
+                if let self, self.mediaTasks[peer]?.number == number { self.mediaTasks[peer] = nil }
+            }
+        })
     }
 
     /// Queue: numbers the peer connection about to be created for `peer` and makes it current.
@@ -945,7 +957,9 @@ public final class SignalingClient: @unchecked Sendable {
         try await engine.createPeerConnection(for: peer, onCandidate: { [weak self] candidate in
             guard let self else { return }
             self.queue.async {
-                guard self.activeCalls.contains(peer), self.stateStorage == .connected else { return }
+                // A replaced connection's late candidates would reach the peer's new one.
+                guard self.activeCalls.contains(peer), self.currentConnection[peer] == connection,
+                      self.stateStorage == .connected else { return }
                 self.send(Frame(.candidate, to: peer.rawValue, payload: candidate.json))
             }
         }, onStateChange: { [weak self] state in
@@ -993,7 +1007,6 @@ public final class SignalingClient: @unchecked Sendable {
         currentConnection[peer] = nil
         let hadCall = activeCalls.contains(peer)
         endCall(peer)
-        mediaTasks[peer] = nil
         if hadCall { emit(.hangup(peer)) }
     }
 

@@ -85,21 +85,46 @@ enum GStreamer {
 
     // MARK: promises
 
-    /// Runs `body` with the reply of a GstPromise (nil when interrupted or expired) on the thread
-    /// that answers it. webrtcbin answers on its own thread and deadlocks if that thread waits for
-    /// anything webrtcbin does, so replies are handed to Swift continuations, never waited for.
-    static func promise(_ body: @escaping @Sendable (UnsafePointer<GstStructure>?) -> Void) -> UnsafeMutablePointer<GstPromise> {
+    /// What became of a GstPromise.
+    enum PromiseReply {
+        /// Answered; the structure (nil for a bare success) belongs to the promise.
+        case replied(UnsafePointer<GstStructure>?)
+        /// Interrupted, expired, or released unanswered: webrtcbin drops the promises still
+        /// queued on its thread when it stops.
+        case dropped
+    }
+
+    /// Runs `body` exactly once with what became of a GstPromise, on the thread that answers it
+    /// (or the one that releases it unanswered). webrtcbin answers on its own thread and
+    /// deadlocks if that thread waits for anything webrtcbin does, so replies are handed to Swift
+    /// continuations, never waited for.
+    static func promise(_ body: @escaping @Sendable (PromiseReply) -> Void) -> UnsafeMutablePointer<GstPromise> {
         let handler = Unmanaged.passRetained(PromiseHandler(body)).toOpaque()
         return gst_promise_new_with_change_func({ promise, data in
             let handler = Unmanaged<PromiseHandler>.fromOpaque(data!).takeUnretainedValue()
             let replied = gst_promise_wait(promise) == GST_PROMISE_RESULT_REPLIED
-            handler.body(replied ? gst_promise_get_reply(promise) : nil)
+            handler.answer(replied ? .replied(gst_promise_get_reply(promise)) : .dropped)
         }, handler, { data in Unmanaged<PromiseHandler>.fromOpaque(data!).release() })
     }
 
-    private final class PromiseHandler: Sendable {
-        let body: @Sendable (UnsafePointer<GstStructure>?) -> Void
-        init(_ body: @escaping @Sendable (UnsafePointer<GstStructure>?) -> Void) { self.body = body }
+    /// Owned by the promise (released by its destroy notify): a promise freed without ever
+    /// changing state still resumes whoever waits for it.
+    private final class PromiseHandler: @unchecked Sendable {
+        // @unchecked: `lock` guards `answered`; `body` is immutable.
+        private let body: @Sendable (PromiseReply) -> Void
+        private let lock = NSLock()
+        private var answered = false
+        init(_ body: @escaping @Sendable (PromiseReply) -> Void) { self.body = body }
+
+        func answer(_ reply: PromiseReply) {
+            guard lock.withLock({ () -> Bool in
+                defer { answered = true }
+                return !answered
+            }) else { return }
+            body(reply)
+        }
+
+        deinit { if !answered { body(.dropped) } }
     }
 
     /// Emits an action that answers a promise with a session description under `field` and
@@ -108,7 +133,10 @@ enum GStreamer {
         field: String, _ emit: (UnsafeMutablePointer<GstPromise>) -> Void
     ) async throws -> DescriptionHandle {
         try await withCheckedThrowingContinuation { (done: CheckedContinuation<DescriptionHandle, any Error>) in
-            let promise = promise { reply in
+            let promise = promise { outcome in
+                guard case .replied(let reply) = outcome else {
+                    return done.resume(throwing: MediaError.negotiation("no \(field): the peer connection closed"))
+                }
                 if let description = cs_reply_description(reply, field) {
                     done.resume(returning: DescriptionHandle(gst_webrtc_session_description_copy(description)))
                 } else {
@@ -121,10 +149,14 @@ enum GStreamer {
         }
     }
 
-    /// Emits an action whose promise carries no value, and waits for it (an `error` field fails it).
+    /// Emits an action whose promise carries no value, and waits for it (an `error` field fails
+    /// it, and so does a promise dropped unanswered: the step never happened).
     static func completion(_ what: String, _ emit: (UnsafeMutablePointer<GstPromise>) -> Void) async throws {
         try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
-            let promise = promise { reply in
+            let promise = promise { outcome in
+                guard case .replied(let reply) = outcome else {
+                    return done.resume(throwing: MediaError.negotiation("\(what): the peer connection closed"))
+                }
                 if let error = cs_reply_error(reply) {
                     done.resume(throwing: MediaError.negotiation("\(what): \(String(cString: error))"))
                 } else {

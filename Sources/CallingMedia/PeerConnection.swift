@@ -45,6 +45,8 @@ final class PeerConnection: @unchecked Sendable {
     private var connectedAfter: Int?
     private var lastState: PeerConnectionState = .new
     private var ended = false
+    /// `tearDown()` ran: the pipeline is stopped, nothing more is sent.
+    private var tornDown = false
     /// The caller said `hangup` on the control channel: no `status ended` goes back.
     private var remoteHungUp = false
     /// The caller said `mute`: its audio is ignored until it unmutes (seed 000).
@@ -155,7 +157,11 @@ final class PeerConnection: @unchecked Sendable {
         let bus = gst_element_get_bus(pipeline)
         let box = Unmanaged.passRetained(GStreamer.WeakTarget(self)).toOpaque()
         gst_bus_set_sync_handler(bus, { _, message, data in
-            if let message, let connection = GStreamer.target(data, as: PeerConnection.self) { connection.busMessage(message) }
+            guard let message else { return GST_BUS_DROP }
+            GStreamer.target(data, as: PeerConnection.self)?.busMessage(message)
+            // A sync handler that drops a message owns it (gstbus.h). Each message holds a
+            // reference to the element that posted it: one left behind keeps the whole pipeline.
+            gst_message_unref(message)
             return GST_BUS_DROP
         }, box, { data in Unmanaged<GStreamer.WeakTarget>.fromOpaque(data!).release() })
         gst_object_unref(UnsafeMutableRawPointer(bus))
@@ -196,10 +202,12 @@ final class PeerConnection: @unchecked Sendable {
     }
 
     private func start() throws {
-        let first = lock.withLock {
+        let (first, closed) = lock.withLock {
             defer { started = true }
-            return !started
+            return (!started, tornDown)
         }
+        // A stopped pipeline is never restarted: nothing would stop it again before release.
+        guard !closed else { throw MediaError.pipeline("the peer connection is closed") }
         guard first else { return }
         guard gst_element_set_state(pipeline, GST_STATE_PLAYING) != GST_STATE_CHANGE_FAILURE else {
             throw MediaError.pipeline("the pipeline refused to play")
@@ -529,7 +537,7 @@ final class PeerConnection: @unchecked Sendable {
     }
 
     func send(_ text: String, on label: String) throws {
-        guard let channel = lock.withLock({ openChannels.contains(label) ? channels[label] : nil }) else {
+        guard let channel = lock.withLock({ !tornDown && openChannels.contains(label) ? channels[label] : nil }) else {
             throw MediaError.noDataChannel(label)
         }
         var error: UnsafeMutablePointer<GError>?
@@ -544,7 +552,10 @@ final class PeerConnection: @unchecked Sendable {
 
     func stats() async -> PeerMediaStats {
         let reply = await withCheckedContinuation { (done: CheckedContinuation<StatsReply, Never>) in
-            let promise = GStreamer.promise { reply in done.resume(returning: StatsReply(reply)) }
+            let promise = GStreamer.promise { outcome in
+                guard case .replied(let reply) = outcome else { return done.resume(returning: StatsReply(nil)) }
+                done.resume(returning: StatsReply(reply))
+            }
             cs_webrtc_get_stats(webrtc, promise)
             gst_promise_unref(promise)
         }
@@ -573,23 +584,43 @@ final class PeerConnection: @unchecked Sendable {
         return (try? send(ControlMessage.status(replaced ? "replaced" : "ended").text, on: "control")) != nil
     }
 
-    /// Stops the pipeline and releases everything. Off GStreamer's threads: the state change
-    /// waits for them.
+    /// Stops the pipeline and closes the recording. Off GStreamer's threads: the state change
+    /// waits for them. The GStreamer objects stay until the last reference to this connection is
+    /// gone (`deinit`): a stats poll, a send or the pacer may still hold it and use them, and a
+    /// stopped webrtcbin answers them with errors instead of touching freed memory.
     func tearDown() {
-        let (owned, source, recorder) = lock.withLock { () -> ([OpaquePointer], UnsafeMutablePointer<GstElement>?, WAVFile.Writer?) in
+        let recorder = lock.withLock { () -> WAVFile.Writer? in
             ended = true
-            defer {
-                channels.removeAll()
-                pcmSource = nil
-                self.recorder = nil
-            }
-            return (Array(channels.values), pcmSource, self.recorder)
+            tornDown = true
+            defer { self.recorder = nil }
+            return self.recorder
         }
         gst_element_set_state(pipeline, GST_STATE_NULL)
-        for channel in owned { gst_object_unref(UnsafeMutableRawPointer(channel)) }
-        if let source { gst_object_unref(UnsafeMutableRawPointer(source)) }
         recorder?.close()
-        gst_object_unref(UnsafeMutableRawPointer(pipeline))
+    }
+
+    deinit {
+        // The last reference may be dropped on a GStreamer thread (a callback's strong reference
+        // to its target): the pipeline is finalized elsewhere, never on a thread it owns.
+        let objects = OwnedObjects(pipeline: pipeline, others: channels.values.map { UnsafeMutableRawPointer($0) }
+            + [pcmSource.map { UnsafeMutableRawPointer($0) }].compactMap { $0 })
+        Self.releaseQueue.async { objects.release() }
+    }
+
+    private static let releaseQueue = DispatchQueue(label: "calling-media.release")
+
+    /// References a finished connection owned, handed to `releaseQueue`.
+    private struct OwnedObjects: @unchecked Sendable {
+        // @unchecked: the connection that owned these references is gone; only `release()` uses them.
+        let pipeline: UnsafeMutablePointer<GstElement>
+        let others: [UnsafeMutableRawPointer]
+
+        func release() {
+            // A connection torn down already is in NULL; one that never was must stop first.
+            gst_element_set_state(pipeline, GST_STATE_NULL)
+            for object in others { gst_object_unref(object) }
+            gst_object_unref(UnsafeMutableRawPointer(pipeline))
+        }
     }
 }
 

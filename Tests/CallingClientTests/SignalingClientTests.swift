@@ -153,6 +153,40 @@ final class SignalingClientTests: ClientTestCase {
         await alice.disconnect()
         await bob.disconnect()
     }
+
+    /// A peer leaves while its call's answer is still being made, comes back and offers again.
+    /// The old call's close (by peer id) must not overtake the new call's connection and close
+    /// it, and the old answer must not reach the new call.
+    func test_a_peer_that_leaves_and_offers_again_waits_for_its_old_calls_close() async throws {
+        let engine = FakeMediaEngine(name: "agent")
+        let agent = try server.client("agent") { $0.mediaEngine = engine }
+        let events = EventLog(agent.events)
+        try await agent.connect()
+        func offer(_ sdp: String) {
+            agent.receiveForTesting(JSONWriter.string(["type": "offer", "from": "ghost", "payload": ["type": "offer", "sdp": .string(sdp)]]))
+        }
+
+        engine.holdAnswers()
+        offer("first")
+        _ = try await events.first { $0.incomingCall?.offer.sdp == "first" ? true : nil }
+        let first = Task { try await agent.accept("ghost") }
+        try await eventually { engine.log.contains("answer ghost") }
+
+        agent.receiveForTesting(JSONWriter.string(["type": "peer-left", "payload": ["peer_id": "ghost"]]))
+        _ = try await events.first { $0 == .hangup("ghost") ? true : nil }
+        offer("second")
+        _ = try await events.first { $0.incomingCall?.offer.sdp == "second" ? true : nil }
+        let second = Task { try await agent.accept("ghost") }
+        try await Task.sleep(nanoseconds: 200_000_000)
+        XCTAssertEqual(engine.log.filter { $0 == "create ghost" }.count, 1, "the new call waits for the old one: \(engine.log)")
+
+        engine.releaseAnswers()
+        try await first.value
+        try await second.value
+        XCTAssertEqual(engine.log, ["create ghost", "setRemote ghost offer first", "answer ghost", "close ghost",
+                                    "create ghost", "setRemote ghost offer second", "answer ghost"])
+        await agent.disconnect()
+    }
 }
 
 /// A MediaEngine that records calls and produces fixed SDP, one candidate per connection and a
@@ -220,8 +254,30 @@ final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
         return description
     }
 
+    /// While held, `createAnswer` waits for `releaseAnswers()` (a real engine's answer to an HTTP
+    /// session waits up to seconds for ICE gathering).
+    private var heldAnswers: [CheckedContinuation<Void, Never>]?
+
+    func holdAnswers() { lock.withLock { heldAnswers = heldAnswers ?? [] } }
+
+    func releaseAnswers() {
+        let held = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            defer { heldAnswers = nil }
+            return heldAnswers ?? []
+        }
+        for waiter in held { waiter.resume() }
+    }
+
     func createAnswer(for peer: PeerID) async throws -> SessionDescription {
         record("answer \(peer)")
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let held = lock.withLock { () -> Bool in
+                guard heldAnswers != nil else { return false }
+                heldAnswers?.append(waiter)
+                return true
+            }
+            if !held { waiter.resume() }
+        }
         DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) { self.emitCandidate(to: peer) }
         return SessionDescription(kind: .answer, sdp: "answer-from-\(name)")
     }
