@@ -222,7 +222,11 @@ actor PeerSession {
         // yielded just before the call ends, but its task may not have run yet. Let it.
         try? await Task.sleep(nanoseconds: 100_000_000)
         await refreshStats()
+        let hungUp = !calls.isEmpty
         for peer in calls { client.hangup(peer) }
+        // The engine tells a session caller `status ended` on hanging up; give it the moment on
+        // the wire it gets in a running process before this one exits.
+        if hungUp { try? await Task.sleep(nanoseconds: 250_000_000) }
         printSummary()
         await client.disconnect()
         signalingEvents.cancel()
@@ -314,7 +318,7 @@ actor PeerSession {
             if let text = label == "chat" ? options.sendData : label == "state" ? options.sendUnreliable : nil {
                 do {
                     try engine?.send(text, label: label, to: peer)
-                    dataSent.append(text)
+                    Self.append(text, to: &dataSent)
                 } catch {
                     log("data-send failed: \(error)")
                 }
@@ -323,12 +327,12 @@ actor PeerSession {
             log("data-closed \(label) peer=\(peer)")
         case .dataMessage(let peer, let label, let text):
             log("data \(label) peer=\(peer) \(text)")
-            dataReceived.append(text)
-            dataByLabel[label, default: []].append(text)
-            if options.echo, (try? engine?.send(text, label: label, to: peer)) != nil { dataSent.append(text) }
+            Self.append(text, to: &dataReceived)
+            Self.append(text, to: &dataByLabel[label, default: []])
+            if options.echo, (try? engine?.send(text, label: label, to: peer)) != nil { Self.append(text, to: &dataSent) }
         case .control(let peer, let message):
             log("control peer=\(peer) \(message.text)")
-            controlReceived.append(message.text)
+            Self.append(message.text, to: &controlReceived)
         case .failed(let peer, let reason):
             log("media-failed peer=\(peer) \(reason)")
         }
@@ -349,8 +353,20 @@ actor PeerSession {
         }
     }
 
+    /// What a summary lists, kept bounded: an agent with --stay may serve calls for months.
+    private static let listCap = 1_000
+
+    private static func append(_ text: String, to list: inout [String]) {
+        if list.count >= listCap { list.removeFirst(list.count - listCap + 1) }
+        list.append(text)
+    }
+
     private func callEnded(_ peer: PeerID, reason: String) {
         guard calls.remove(peer) != nil else { return }
+        // Keep the stats of the call that ended last for the summary, not of every call ever.
+        if options.stay, let ended = lastStats[peer] {
+            lastStats = [peer: ended]
+        }
         if hangupReason == nil { hangupReason = reason }
         if calls.isEmpty, hadCall, !options.stay { finish(reason: reason) }
     }
