@@ -1,4 +1,8 @@
 import CSQLite
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One SQLite database connection, owning its `sqlite3*` and closing it exactly once.
 ///
@@ -60,7 +64,7 @@ public final class SQLiteConnection {
         // Busy timeout first: switching to WAL needs a lock that another process may hold.
         try check(sqlite3_busy_timeout(db, options.busyTimeoutMs), db: db)
         if !options.readOnly {
-            let mode = try queryFirst("PRAGMA journal_mode = WAL") { $0.text(0) }
+            let mode = try switchToWAL(timeoutMs: options.busyTimeoutMs)
             // An in-memory database reports "memory" and cannot use WAL; any file database must.
             if mode?.lowercased() != "wal", !Self.isInMemory(path) {
                 throw SQLiteError(code: SQLITE_CANTOPEN, message: "could not enable WAL (journal_mode is \(mode ?? "?"))")
@@ -71,6 +75,21 @@ public final class SQLiteConnection {
     }
 
     deinit { close() }
+
+    /// `PRAGMA journal_mode = WAL`, retried while it reports SQLITE_BUSY. Two processes opening a
+    /// fresh database at once (a `migrate` beside a starting server) can both hold a shared lock and
+    /// both need an exclusive one to switch; SQLite then answers BUSY at once, without calling the
+    /// busy handler, since waiting could deadlock. One of them has switched a moment later.
+    private func switchToWAL(timeoutMs: Int32) throws -> String? {
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, timeoutMs)) * 1_000_000
+        while true {
+            do {
+                return try queryFirst("PRAGMA journal_mode = WAL") { $0.text(0) }
+            } catch let error as SQLiteError where error.code == SQLITE_BUSY && DispatchTime.now().uptimeNanoseconds < deadline {
+                usleep(2_000)
+            }
+        }
+    }
 
     static func isInMemory(_ path: String) -> Bool {
         path.isEmpty || path == ":memory:" || path.hasPrefix("file::memory:")
