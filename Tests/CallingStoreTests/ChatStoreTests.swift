@@ -277,8 +277,8 @@ final class ChatStoreTests: XCTestCase {
         }
         XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
         largestWAL = max(largestWAL, walPages())
-        // SQLite's own automatic checkpoint keeps the WAL near 1000 pages; the writer catches up at 4000.
-        XCTAssertLessThan(largestWAL, 10_000, "the WAL was restarted, not left to grow")
+        // The writer catches up at 16000 pages; left to grow, 30k chats take the WAL past 80,000.
+        XCTAssertLessThan(largestWAL, 32_000, "the WAL was restarted, not left to grow")
         XCTAssertEqual(try store.sync { try $0.count("SELECT count(*) FROM chat_messages") }, 30_000)
     }
 
