@@ -108,9 +108,8 @@ final class GStreamerMediaEngineTests: XCTestCase {
 
         let started = DispatchTime.now()
         let answer = try await within(5, "createAnswer") { try await b.createAnswer(for: "a") }
-        guard Self.seconds(since: started) < b.options.sessionGatherTimeout * 0.9 else {
-            throw XCTSkip("gathering took the whole timeout here; the test above covers that case")
-        }
+        // No STUN or TURN server: host candidates are gathered in milliseconds, far inside 3 s.
+        XCTAssertLessThan(Self.seconds(since: started), b.options.sessionGatherTimeout * 0.9, "gathering did not complete")
         let sections = MediaSDPTests.sections(answer.sdp)
         for section in sections.dropFirst() {
             XCTAssertEqual(section.filter { $0 == "a=end-of-candidates" }.count, 1, answer.sdp)
