@@ -101,14 +101,9 @@ final class ClientHarness: @unchecked Sendable {
     func exchange(_ method: String, _ path: String, bearer: String? = nil, contentType: String? = nil,
                   body: String? = nil, headers: [String: String] = [:]) async throws -> (status: Int, text: String, json: JSONValue?)
     {
-        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
-        request.httpMethod = method
-        request.httpBody = body.map { Data($0.utf8) }
-        if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
-        if let contentType { request.setValue(contentType, forHTTPHeaderField: "Content-Type") }
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        let (data, response) = try await URLSession.shared.data(for: request)
-        return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self), try? JSONParser.parse([UInt8](data)))
+        let result = try await HTTPClient(port: port).exchange(method, path, bearer: bearer, contentType: contentType,
+                                                               body: body, headers: headers)
+        return (result.status, result.text, try? JSONParser.parse([UInt8](result.body)))
     }
 
     /// `POST /v1/calls` with a key made by the real `calling-server apikey create`.

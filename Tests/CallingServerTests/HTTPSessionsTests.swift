@@ -8,42 +8,7 @@ import FoundationNetworking
 #endif
 import XCTest
 
-/// An HTTP exchange as a test sees it: status, headers (lower-cased names), body.
-struct HTTPExchangeResult: Sendable {
-    var status: Int
-    var headers: [String: String]
-    var body: Data
-
-    func header(_ name: String) -> String? { headers[name.lowercased()] }
-    var json: [String: JSONValue] { (try? JSONParser.parse([UInt8](body)))?.objectValue ?? [:] }
-    var text: String { String(decoding: body, as: UTF8.self) }
-    /// The `code` of a problem+json body.
-    var code: String? { json["code"]?.stringValue }
-}
-
-/// Plain HTTP to the server under test; Sendable, so tests can run a request while playing the agent.
-struct HTTPClient: Sendable {
-    let port: Int
-
-    /// Any request with an explicit Content-Type (none when nil) and raw body.
-    func exchange(_ method: String, _ path: String, bearer: String? = nil, contentType: String? = nil, body: String? = nil,
-                  headers: [String: String] = [:]) async throws -> HTTPExchangeResult
-    {
-        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
-        request.httpMethod = method
-        request.httpBody = body.map { Data($0.utf8) }
-        if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
-        if let contentType { request.setValue(contentType, forHTTPHeaderField: "Content-Type") }
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        let (data, response) = try await URLSession.shared.data(for: request)
-        let http = response as! HTTPURLResponse
-        var fields: [String: String] = [:]
-        for (name, value) in http.allHeaderFields {
-            if let name = name as? String, let value = value as? String { fields[name.lowercased()] = value }
-        }
-        return HTTPExchangeResult(status: http.statusCode, headers: fields, body: data)
-    }
-
+extension HTTPClient {
     /// `POST /webrtc-proxy/{call}/v1/webrtc/sessions` with `{identity, sdp}`.
     func postSession(_ call: String, token: String?, identity: String = "client", sdp: String = sampleOffer) async throws
         -> HTTPExchangeResult
