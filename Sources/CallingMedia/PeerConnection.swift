@@ -55,7 +55,8 @@ final class PeerConnection: @unchecked Sendable {
     private var recorder: WAVFile.Writer?
     /// Received audio waiting to be sent back (`AudioInput.echo`), capped at 200 ms.
     private var echoBacklog: [Int16] = []
-    /// Position in the WAV file (`AudioInput.wav`): each call plays it from the start.
+    /// Position in the WAV file (`AudioInput.wav`): each call plays it from the start. The one
+    /// field not under `lock`: only the engine's pacer touches it, under the engine's lock.
     var wavPosition = 0
     private var previousTotals: (bytes: Double, at: DispatchTime)?
 
@@ -551,15 +552,20 @@ final class PeerConnection: @unchecked Sendable {
     // MARK: stats
 
     func stats() async -> PeerMediaStats {
-        let reply = await withCheckedContinuation { (done: CheckedContinuation<StatsReply, Never>) in
+        let reply = await withCheckedContinuation { (done: CheckedContinuation<StatsReply?, Never>) in
             let promise = GStreamer.promise { outcome in
-                guard case .replied(let reply) = outcome else { return done.resume(returning: StatsReply(nil)) }
+                guard case .replied(let reply) = outcome else { return done.resume(returning: nil) }
                 done.resume(returning: StatsReply(reply))
             }
             cs_webrtc_get_stats(webrtc, promise)
             gst_promise_unref(promise)
         }
-        var stats = reply.stats
+        var stats = reply?.stats ?? PeerMediaStats()
+        stats.connectMilliseconds = connectMilliseconds
+        stats.audio = levels
+        // No answer (the pipeline is stopping): no counters, and the bitrate baseline stays, so the
+        // next sample is not measured against zero bytes.
+        guard reply != nil else { return stats }
         let now = DispatchTime.now()
         let totalBytes = Double(stats.bytesSent + stats.bytesReceived)
         lock.withLock {
@@ -569,8 +575,6 @@ final class PeerConnection: @unchecked Sendable {
             }
             previousTotals = (totalBytes, now)
         }
-        stats.connectMilliseconds = connectMilliseconds
-        stats.audio = levels
         return stats
     }
 
