@@ -6,6 +6,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 DATA_DIR ?= ./data
 BIN := .build/debug/calling-server
+# Python test tools live here (deploy/install-deps.sh --test creates it; PEP 668 forbids system pip).
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
 
 .PHONY: deps test-deps build release serve test test-swift test-integration test-tsan bench bench-media clean
 
@@ -13,7 +16,7 @@ deps:
 	@bash deploy/install-deps.sh
 
 test-deps:
-	@bash deploy/install-deps.sh --test
+	@CALLING_VENV=$(VENV) bash deploy/install-deps.sh --test
 
 build: deps
 	$(SWIFT) build
@@ -32,7 +35,7 @@ test-swift:
 	$(SWIFT) test --skip-build
 
 test-integration:
-	python3 -m pytest -q -p no:cacheprovider tests/integration
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 
 # The Swift suite under ThreadSanitizer, in its own build folder (slower; not part of `make test`).
 test-tsan: test-deps
@@ -43,8 +46,8 @@ bench: release
 	.build/release/calling-server bench chat
 
 # Offer-to-connected time and CPU per audio peer (root: it makes a network namespace).
-bench-media: release
-	python3 bench/media.py --binary .build/release/calling-server
+bench-media: release test-deps
+	$(PYTHON) bench/media.py --binary .build/release/calling-server
 
 clean:
 	rm -rf .build

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what calling-server needs on Debian 12, and nothing when it is all present.
 #   deploy/install-deps.sh          build + serve needs (C libraries, pkg-config)
-#   deploy/install-deps.sh --test   also what the test suite needs (coturn, iproute2, Python websockets, aiortc)
+#   deploy/install-deps.sh --test   also what the test suite needs (coturn, iproute2, chromium, nodejs)
+#                                   and a Python virtual environment with the test tools (pytest,
+#                                   websockets, aiortc, selenium) in $CALLING_VENV (default ./.venv)
 # Idempotent and quiet when everything is present; must run as root when something is missing.
 set -euo pipefail
 
@@ -20,7 +22,9 @@ debs=(
 )
 if [ "$want_test" = 1 ]; then
   # chromium: headless browser peer of tests/integration/media/test_media_chromium.py.
-  debs+=(coturn iproute2 procps chromium)
+  # python3-venv: Debian's python3 refuses system-wide pip installs (PEP 668), so the Python
+  # test tools live in a virtual environment, and Debian ships venv's pip bootstrap separately.
+  debs+=(coturn iproute2 procps chromium python3-venv)
 fi
 
 missing=()
@@ -64,16 +68,24 @@ if [ "$(cat "$pc_file" 2>/dev/null)" != "$pc_text" ]; then
 fi
 
 if [ "$want_test" = 1 ]; then
-  # Independent test peers and the runner for tests/integration (PyPI, test tools only).
+  # Independent test peers and the runner for tests/integration (PyPI, test tools only), in a
+  # virtual environment: never a system-wide pip install (refused by Debian's python3, PEP 668).
+  venv=${CALLING_VENV:-.venv}
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    echo "install-deps: creating the test virtual environment $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+  fi
+  py="$venv/bin/python"
   pips=()
   # 15+: the tests connect with `proxy=None`, which older releases reject.
-  python3 -c 'import sys, websockets; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' >/dev/null 2>&1 \
+  "$py" -c 'import sys, websockets; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' >/dev/null 2>&1 \
     || pips+=('websockets>=15,<16')
-  python3 -c 'import pytest' >/dev/null 2>&1 || pips+=('pytest>=7')
+  "$py" -c 'import pytest' >/dev/null 2>&1 || pips+=('pytest>=7')
   # WebRTC peers for tests/integration/media (independent of the server's own media code).
-  python3 -c 'import aiortc' >/dev/null 2>&1 || pips+=('aiortc>=1.16,<2')
+  "$py" -c 'import aiortc' >/dev/null 2>&1 || pips+=('aiortc>=1.16,<2')
   if [ ${#pips[@]} -gt 0 ]; then
-    echo "install-deps: installing Python ${pips[*]}"
-    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "${pips[@]}"
+    echo "install-deps: installing Python ${pips[*]} into $venv"
+    "$py" -m pip install -q --disable-pip-version-check "${pips[@]}"
   fi
 fi
