@@ -10,7 +10,7 @@ BIN := .build/debug/calling-server
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: deps test-deps build release serve test test-swift test-integration test-tsan bench bench-media clean
+.PHONY: deps test-deps build release serve test test-swift test-js test-integration test-tsan bench bench-media clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -29,10 +29,14 @@ serve: build
 
 test: test-deps
 	$(SWIFT) build --build-tests
-	$(MAKE) --no-print-directory test-swift test-integration
+	$(MAKE) --no-print-directory test-swift test-js test-integration
 
 test-swift:
 	$(SWIFT) test --skip-build
+
+# The browser SDK's pure logic under Node's built-in test runner (no npm packages).
+test-js:
+	node --test tests/js/
 
 test-integration:
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration

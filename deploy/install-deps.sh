@@ -24,7 +24,9 @@ if [ "$want_test" = 1 ]; then
   # chromium: headless browser peer of tests/integration/media/test_media_chromium.py.
   # python3-venv: Debian's python3 refuses system-wide pip installs (PEP 668), so the Python
   # test tools live in a virtual environment, and Debian ships venv's pip bootstrap separately.
-  debs+=(coturn iproute2 procps chromium python3-venv)
+  # nodejs: the browser SDK's unit tests (Node's built-in runner, no npm packages);
+  # chromium-driver: Selenium drives headless Chromium against the real server (tests/integration/browser).
+  debs+=(coturn iproute2 procps chromium chromium-driver nodejs python3-venv)
 fi
 
 missing=()
@@ -84,6 +86,8 @@ if [ "$want_test" = 1 ]; then
   "$py" -c 'import pytest' >/dev/null 2>&1 || pips+=('pytest>=7')
   # WebRTC peers for tests/integration/media (independent of the server's own media code).
   "$py" -c 'import aiortc' >/dev/null 2>&1 || pips+=('aiortc>=1.16,<2')
+  # Drives Debian's chromium through chromium-driver in the browser tests.
+  "$py" -c 'import selenium' >/dev/null 2>&1 || pips+=('selenium>=4.15,<5')
   if [ ${#pips[@]} -gt 0 ]; then
     echo "install-deps: installing Python ${pips[*]} into $venv"
     "$py" -m pip install -q --disable-pip-version-check "${pips[@]}"
