@@ -26,7 +26,8 @@
 //                           data-remaining-s, data-elapsed-s, data-limit-s; .elapsed .remaining .limit
 //   #chat-log li[data-seq=N]  committed messages in seq order; data-from; data-own="true" for own;
 //                           .text, .meta (sender and time); own messages also .receipt with
-//                           data-read-by = space-separated peer ids that have read it ("read by X")
+//                           data-read-by = space-separated peer ids that have read it; its text
+//                           ("read by X") names each reader once, at the newest own message X has read
 //   #chat-log li[data-client-id][data-pending]  own message waiting for its ack (data-failed if refused)
 //   #chat-input, #chat-send compose and send (Enter sends too)
 //   #typing                 "bob is typing…"; data-peers = space-separated ids of peers typing now
@@ -638,7 +639,7 @@ function addMessage(message) {
   fillMessage(li, message);
   app.messages.set(message.seq, li);
   insertInOrder(li, message.seq);
-  renderReceipts(li);
+  if (li.dataset.own === "true") renderReceipts();
   renderHistoryButton();
 
   if (stickToBottom) scrollToLatest();
@@ -705,18 +706,34 @@ async function sendChat(text, clientId = newClientId(), li = null) {
   }
 }
 
-/** Updates "read by …" on own messages (all of them, or just `only`). */
-function renderReceipts(only = null) {
-  const items = only ? [only] : [...app.messages.values()];
-  for (const li of items) {
-    if (li.dataset.own !== "true") continue;
-    const seq = Number(li.dataset.seq);
-    const readers = [...app.readBy].filter(([, read]) => read >= seq).map(([peer]) => peer);
-    const receipt = li.querySelector(".receipt");
-    if (!receipt) continue;
-    receipt.dataset.readBy = readers.join(" ");
-    receipt.textContent = readers.length ? `read by ${readers.map(peerName).join(", ")}` : "";
-  }
+/**
+ * "read by …" on own messages. Every own message carries the full reader list in data-read-by;
+ * the visible text names each reader only once, at the newest own message it has read (the way
+ * messengers show it), so a long conversation is not repeated "read by bob" on every line.
+ */
+function renderReceipts() {
+  keepBottom(() => {
+    const own = [...app.messages.entries()]
+      .filter(([, li]) => li.dataset.own === "true")
+      .sort(([a], [b]) => b - a);
+    const named = new Set();
+    for (const [seq, li] of own) {
+      const receipt = li.querySelector(".receipt");
+      if (!receipt) continue;
+      const readers = [...app.readBy].filter(([, read]) => read >= seq).map(([peer]) => peer);
+      receipt.dataset.readBy = readers.join(" ");
+      const fresh = readers.filter((peer) => !named.has(peer));
+      fresh.forEach((peer) => named.add(peer));
+      receipt.textContent = fresh.length ? `read by ${fresh.map(peerName).join(", ")}` : "";
+    }
+  });
+}
+
+/** Runs a change to the log; if the newest message was in view before, it stays in view. */
+function keepBottom(change) {
+  const stick = atBottom();
+  change();
+  if (stick) scrollToLatest();
 }
 
 function renderTyping() {
