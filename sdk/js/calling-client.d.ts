@@ -147,7 +147,8 @@ export interface CallingClientEvents {
   "consultation-ended": MeterPayload;
   stats: StatsSample;
   error: CallingError;
-  disconnected: { code: number; reason: string; willReconnect: boolean };
+  /** Every end of a socket; `error` says why (null after disconnect()). */
+  disconnected: { code: number; reason: string; willReconnect: boolean; error: CallingError | null };
   reconnecting: { attempt: number; delayMs: number };
   state: { state: ClientState };
   chat: ChatMessage;
@@ -186,6 +187,10 @@ export class CallingError extends Error {
   /** WebSocket close code, for `closed` errors. */
   readonly closeCode: number | undefined;
   readonly frameType: string | undefined;
+  /** Retry-After seconds of a refused HTTP request, when it had one. */
+  retryAfter?: number;
+  /** Presence errors: the refused frame's request_id. */
+  requestId?: string;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -322,10 +327,10 @@ export interface PresenceClientEvents {
   accepted: { request_id: string; call_id: string; room_id: string; agent_id: string; caller_id: string; token?: string };
   ended: { request_id: string; reason: string; agent_id?: string; caller_id?: string };
   error: CallingError;
-  /** The server closed the socket with a close frame. */
-  closed: { code: number; reason: string; willReconnect: boolean };
-  /** The socket ended without a close frame, or after disconnect(). */
-  disconnected: { code: number; reason: string; willReconnect: boolean };
+  /** The server closed the socket with a close frame (followed by `disconnected`). */
+  closed: { code: number; reason: string; willReconnect: boolean; error: CallingError | null };
+  /** Every end of a socket: no close frame, a close frame (after `closed`), or disconnect(). */
+  disconnected: { code: number; reason: string; willReconnect: boolean; error: CallingError | null };
   reconnecting: { attempt: number; delayMs: number };
   state: { state: ClientState };
   pong: unknown;
@@ -473,8 +478,8 @@ export function _roomIdFromToken(token: string): string | null;
 export function _decodeJwtPayload(token: string): Record<string, unknown> | null;
 /** @internal ws→http, wss→https, same host/port, no path. */
 export function _httpBase(url: string): string;
-/** @internal Room URL with `token` and, when resuming, `last_seq`. */
-export function _socketUrl(url: string, token: string, lastSeq?: number | null, extra?: Record<string, string>): string;
+/** @internal Socket URL with `token` and the given query parameters (null ones left out); http(s)→ws(s); empty path → defaultPath. */
+export function _socketUrl(url: string, token: string, params?: Record<string, string | number | null | undefined>, defaultPath?: string): string;
 /** @internal Wait before reconnect attempt n (1-based). */
 export function _backoffDelay(attempt: number, options?: BackoffOptions, random?: () => number): number;
 /** @internal Whether a close code forbids reconnecting (docs/protocol.md "Close codes"). */
@@ -509,15 +514,15 @@ export class _ResumeState {
   readonly replayRemaining: number;
   /** The `last_seq` to send on the next connection, or null for a fresh one. */
   resumeFrom(): number | null;
-  /** Feeds a welcome; returns {resumed, gapFill}. */
+  /** Feeds a welcome; `gapFill`: start the REST gap fill now. */
   onWelcome(welcome: { last_seq?: number; recovered?: boolean; replay_count?: number }): { resumed: boolean; gapFill: boolean };
-  /** Feeds a chat seq; returns true the first time a seq is seen (deliver it). */
-  onChat(seq: number): boolean;
+  /** Feeds a socket chat seq; `deliver` the first time a seq is seen; `gapFill` after the last replayed frame of a capped replay. */
+  onChat(seq: number): { deliver: boolean; gapFill: boolean };
+  /** Dedupe only (gap-fill pages): true the first time a seq is seen. */
+  accept(seq: number): boolean;
   /** Records a seq seen through our own ack. */
   markSeen(seq: number): void;
-  /** True while replayed frames are expected; counts one down. */
-  takeReplay(): boolean;
-  /** Where a gap fill over REST starts. */
+  /** Starts a gap fill; returns its first `since_seq`. */
   gapStart(): number;
   /** Advances (or closes, with null) the open gap. */
   setGapCursor(seq: number | null): void;
