@@ -142,7 +142,8 @@ function leave(detail = "disconnected") {
 function subscribe(client) {
   const on = (event, handler) => app.unsubscribe.push(client.on(event, handler));
 
-  on("state", ({ state }) => setStatus(state));
+  // `reconnecting` and `disconnected` carry details; a bare state change must not wipe them.
+  on("state", ({ state }) => { if (el.status.dataset.state !== state) setStatus(state); });
   on("connected", onSnapshot);
   on("reconnecting", ({ attempt, delayMs }) =>
     setStatus("reconnecting", `attempt ${attempt} in ${Math.round(delayMs / 1000)} s`));
@@ -430,8 +431,8 @@ function addRoomLink(li, token) {
 
 function outcomeText(reason) {
   switch (reason) {
-    case "declined": return "declined";
-    case "cancelled": return "cancelled by the caller";
+    case "declined": return "by the agent";
+    case "cancelled": return "by the caller";
     case "timeout": return "nobody answered in time";
     case "disconnected": return "a side disconnected while it rang";
     case "failed": return "the call could not be created";

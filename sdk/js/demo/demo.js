@@ -9,7 +9,8 @@
 //                           Opening the page as /#token=<jwt> fills nothing and connects at once.
 //   #connect-error          last connect failure (data-code = CallingError.code), hidden otherwise
 //   #disconnect             leave the room (shown while connected)
-//   #me                     data-peer-id, data-room-id, data-role once welcomed; .peer-id .room-id .role
+//   #me                     data-peer-id, data-room-id, data-call-id, data-role once welcomed;
+//                           .peer-id .room-id dd.call-id .role
 //   #peers li[data-peer-id=ID]   one per other peer, join order; data-call-state =
 //                           none | calling | incoming | new | connecting | connected | disconnected | failed
 //       button.call         call this peer (asks for the microphone); hidden while a call with it exists
@@ -209,7 +210,8 @@ function resetRoom() {
 function subscribe(client) {
   const on = (event, handler) => app.unsubscribe.push(client.on(event, handler));
 
-  on("state", ({ state }) => setStatus(state));
+  // `reconnecting` and `disconnected` carry details; a bare state change must not wipe them.
+  on("state", ({ state }) => { if (el.status.dataset.state !== state) setStatus(state); });
   on("connected", onWelcome);
   on("reconnecting", ({ attempt, delayMs }) =>
     setStatus("reconnecting", `attempt ${attempt} in ${Math.round(delayMs / 1000)} s`));
@@ -276,8 +278,10 @@ function onWelcome(welcome) {
   el.me.dataset.role = welcome.role;
   el.me.querySelector(".peer-id").textContent =
     welcome.name ? `${welcome.name} (${welcome.peer_id})` : welcome.peer_id;
-  el.me.querySelector(".room-id").textContent =
-    welcome.call_id ? `${welcome.room_id} · call ${welcome.call_id}` : welcome.room_id;
+  el.me.querySelector(".room-id").textContent = welcome.room_id;
+  el.me.querySelector("dd.call-id").textContent = welcome.call_id ?? "";
+  el.me.querySelectorAll(".call-id").forEach((node) => { node.hidden = !welcome.call_id; });
+  el.me.dataset.callId = welcome.call_id ?? "";
   el.me.querySelector(".role").textContent = welcome.role;
 
   // The roster in a welcome is complete: rebuild rather than patch (peers may have come and gone
