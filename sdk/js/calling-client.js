@@ -445,6 +445,8 @@ export class _ResumeState {
     this._gapCursor = null;
     /** Highest seq of the current socket's replay. */
     this._replayHigh = 0;
+    /** The `last_seq` the current connection sent. */
+    this._resumedFrom = 0;
   }
 
   /** Highest seq seen. */
@@ -465,7 +467,8 @@ export class _ResumeState {
   /** The `last_seq` for the next connection, or null for a fresh one. */
   resumeFrom() {
     if (!this._resumable) return null;
-    return this._gapCursor === null ? this._lastSeq : Math.min(this._lastSeq, this._gapCursor);
+    this._resumedFrom = this._gapCursor === null ? this._lastSeq : Math.min(this._lastSeq, this._gapCursor);
+    return this._resumedFrom;
   }
 
   /**
@@ -533,8 +536,9 @@ export class _ResumeState {
   /** Starts a gap fill; returns the `since_seq` of its first page. */
   gapStart() {
     this._gapFillPending = false;
-    // After a reconnect in the middle of a gap, this socket's replay covered cursor…replayHigh.
-    const since = this._gapCursor === null ? this._lastSeq : Math.max(this._gapCursor, this._replayHigh);
+    // The replay covered resume point…replayHigh (after a reconnect in the middle of a gap, the
+    // resume point is the gap's cursor). Not lastSeq: a live message or an ack may be past the gap.
+    const since = Math.max(this._gapCursor === null ? this._resumedFrom : this._gapCursor, this._replayHigh);
     this._gapCursor = since;
     return since;
   }
@@ -1713,7 +1717,7 @@ export class CallingClient extends ReconnectingSocket {
       const pc = await this._preparePeerConnection(call, stream);
       await this._enqueue(call, async () => {
         await pc.setRemoteDescription({ type: "offer", sdp: entry.offer.sdp });
-        this._flushCandidates(call);
+        await this._flushCandidates(call);
         const answer = await pc.createAnswer();
         await pc.setLocalDescription(answer);
         // An HTTP caller has no channel for trickled candidates: the answer must carry them all.
@@ -1743,7 +1747,7 @@ export class CallingClient extends ReconnectingSocket {
     this._enqueue(call, async () => {
       if (this._calls.get(from) !== call) return;
       await call.pc.setRemoteDescription({ type: "answer", sdp: payload.sdp });
-      this._flushCandidates(call);
+      await this._flushCandidates(call);
     }).catch((error) => this._events.emit("error", mediaError(error)));
   }
 
@@ -1755,8 +1759,15 @@ export class CallingClient extends ReconnectingSocket {
     if (target.push(init) && call) this._addCandidate(call, init);
   }
 
-  _flushCandidates(call) {
-    for (const candidate of call.queue.markReady()) this._addCandidate(call, candidate);
+  /** Inside a queued operation, right after the remote description: adds the held candidates. */
+  async _flushCandidates(call) {
+    for (const candidate of call.queue.markReady()) {
+      try {
+        await call.pc.addIceCandidate(candidate);
+      } catch (error) {
+        this._events.emit("error", mediaError(error));
+      }
+    }
   }
 
   _addCandidate(call, candidate) {
