@@ -18,7 +18,8 @@
 //   #me                           data-peer-id, data-role once connected
 //   #agents tr[data-agent-id=ID]  one row per agent, sorted by id; data-status = the status;
 //                                 cells .agent .status .note .queues .updated (data-updated-at = ms);
-//                                 the own row (agents) has class "me"; callers get button.request
+//                                 the own row (agents) has class "me"; callers get button.request;
+//                                 data-ringing="true" (and a .ringing badge) while a request rings for it
 //   #agent-panel                  agents only: #my-status (select: available|busy|away|offline),
 //                                 #my-note, #my-queues (comma-separated), #set-status (submit).
 //                                 Changing #my-status submits at once.
@@ -256,9 +257,35 @@ function upsertAgent(agent) {
   updated.title = new Date(agent.updated_at).toLocaleString();
   renderUpdated(updated);
 
+  renderRinging(row);
   if (app.role === "caller") renderRequestButton(row, agent);
   if (app.role === "agent" && agent.agent_id === app.peerId) syncStatusForm(agent);
   renderCounts();
+}
+
+/**
+ * Marks an agent that a request is ringing for: its status stays "available" on the wire until
+ * it answers, but a supervisor wants to see that it is being called.
+ */
+function renderRinging(row) {
+  const agentId = row.dataset.agentId;
+  const entry = [...app.requests.values()].find((e) => e.state === "ringing" && requestAgent(e.request) === agentId);
+  row.dataset.ringing = String(Boolean(entry));
+  let badge = row.querySelector(".agent .ringing");
+  if (!entry) {
+    badge?.remove();
+    return;
+  }
+  if (!badge) {
+    badge = document.createElement("span");
+    badge.className = "badge ringing";
+    row.querySelector(".agent").append(" ", badge);
+  }
+  badge.textContent = `ringing: ${requestCaller(entry.request) ?? "a caller"}`;
+}
+
+function renderAllRinging() {
+  for (const row of el.agents.children) renderRinging(row);
 }
 
 /** Rows stay sorted by agent id, as in the server's snapshot, so a new agent does not jump around. */
@@ -345,14 +372,24 @@ function upsertRequest(request) {
   }
   entry.request = { ...entry.request, ...request };
   const r = entry.request;
-  const caller = r.caller_id ?? r.from ?? (app.role === "caller" ? app.peerId : null);
-  const agent = r.agent_id ?? (app.role === "agent" ? app.peerId : null);
+  const caller = requestCaller(r);
+  const agent = requestAgent(r);
   entry.li.querySelector(".caller").textContent =
     r.name && r.name !== caller ? `${r.name} (${caller})` : caller ?? "someone";
   entry.li.querySelector(".agent").textContent = agent ?? (r.queue ? `queue ${r.queue}` : "an agent");
   entry.li.querySelector(".queue").textContent = r.queue ? `queue ${r.queue}` : "";
   setRequestState(entry, "ringing");
   renderCounts();
+}
+
+/** The caller of a request in any of its shapes (an agent's offer names it `from`). */
+function requestCaller(r) {
+  return r.caller_id ?? r.from ?? (app.role === "caller" ? app.peerId : null);
+}
+
+/** The agent of a request (an agent's own offer does not name it). */
+function requestAgent(r) {
+  return r.agent_id ?? (app.role === "agent" ? app.peerId : null);
 }
 
 function setRequestState(entry, state) {
@@ -364,6 +401,7 @@ function setRequestState(entry, state) {
   countdown.hidden = state !== "ringing";
   if (state === "ringing") renderCountdown(entry); else delete countdown.dataset.remainingS;
   renderActions(entry);
+  renderAllRinging();
 }
 
 function renderActions(entry) {
