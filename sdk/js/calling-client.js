@@ -975,7 +975,13 @@ class ReconnectingSocket {
       if (!json || typeof json.type !== "string") return;
       this._dispatch(json);
     };
-    ws.onerror = () => {};
+    ws.onerror = () => {
+      if (gen !== this._gen || opened) return; // after open, `close` follows with the code
+      // Failed before opening (refused upgrade, unreachable). Browsers follow with `close`; some
+      // implementations (Node 20's WebSocket) never do, so this is where the attempt ends.
+      this._abandonSocket();
+      this._socketEnded(this._gen, 1006, "", false);
+    };
     ws.onclose = (event) => {
       if (gen !== this._gen) return;
       this._ws = null;
