@@ -13,7 +13,8 @@
 //                           .peer-id .room-id dd.call-id .role
 //   #peers li[data-peer-id=ID]   one per other peer, join order; data-call-state =
 //                           none | calling | incoming | new | connecting | connected | disconnected | failed
-//       button.call         call this peer (asks for the microphone); hidden while a call with it exists
+//       button.call         call this peer (asks for the microphone); hidden while a call with it
+//                           exists, disabled while #status is not connected
 //       button.hangup       end the call with this peer
 //   #incoming               shown while a call rings here; data-peer-id = caller; .caller = its name
 //   #accept, #reject        answer / refuse the ringing call (the oldest one when several ring)
@@ -321,6 +322,8 @@ function showConnectError(error) {
 function setStatus(state, detail = "") {
   el.status.dataset.state = state;
   el.status.textContent = detail ? `${state}: ${detail}` : state;
+  // A call needs the signaling socket; chat does not (the SDK holds messages until it is back).
+  for (const button of el.peers.querySelectorAll("button.call")) button.disabled = state !== "connected";
 }
 
 /** A short message for the user, announced by screen readers (aria-live). */
@@ -387,6 +390,7 @@ function renderPeer(peerId) {
   badge.textContent = state === "none" ? "" : state;
   badge.hidden = state === "none";
   li.querySelector("button.call").hidden = state !== "none";
+  li.querySelector("button.call").disabled = el.status.dataset.state !== "connected";
   li.querySelector("button.hangup").hidden = state === "none" || state === "incoming";
 }
 
