@@ -26,6 +26,13 @@ const MAX_CLIENT_ID_BYTES = 128;
 
 const DEFAULT_BACKOFF = Object.freeze({ initialMs: 1000, maxMs: 30000, factor: 2, jitter: 0.2, maxAttempts: Infinity });
 
+/** The backoff settings with the defaults for every field left out or undefined. */
+function backoffOptions(given, defaults = DEFAULT_BACKOFF) {
+  const out = { ...defaults };
+  for (const [key, value] of Object.entries(given || {})) if (value !== undefined) out[key] = value;
+  return out;
+}
+
 function defaultTimers() {
   return {
     setTimeout: (fn, ms) => globalThis.setTimeout(fn, ms),
@@ -190,7 +197,7 @@ export function _socketUrl(url, token, params = {}, defaultPath = "/v1/ws") {
  * @returns {number}
  */
 export function _backoffDelay(attempt, options = {}, random = Math.random) {
-  const o = { ...DEFAULT_BACKOFF, ...options };
+  const o = backoffOptions(options);
   const n = Math.max(1, Math.floor(attempt));
   const base = Math.min(o.initialMs * Math.pow(o.factor, n - 1), o.maxMs);
   const jitter = Math.min(Math.max(o.jitter, 0), 1);
@@ -783,7 +790,7 @@ class ReconnectingSocket {
     this._readyType = readyType;
     this._reconnect = options.reconnect !== false;
     this._refreshToken = typeof options.refreshToken === "function" ? options.refreshToken : null;
-    this._backoff = { ...DEFAULT_BACKOFF, ...(options.backoff || {}) };
+    this._backoff = backoffOptions(options.backoff);
     this._connectTimeoutMs = options.connectTimeoutMs ?? 10000;
     this._WebSocket = options.WebSocket || globalThis.WebSocket;
     const fetchFn = options.fetch || globalThis.fetch;
@@ -2097,7 +2104,7 @@ export class WebCallClient {
     this._gatherTimeoutMs = options.gatherTimeoutMs ?? 1000;
     this._autoReconnect = options.reconnect !== false;
     this._disconnectedGraceMs = options.disconnectedGraceMs ?? 1000;
-    this._backoff = { ...DEFAULT_BACKOFF, maxAttempts: 5, ...(options.backoff || {}) };
+    this._backoff = backoffOptions(options.backoff, { ...DEFAULT_BACKOFF, maxAttempts: 5 });
     this._RTCPeerConnection = options.RTCPeerConnection || globalThis.RTCPeerConnection;
     const fetchFn = options.fetch || globalThis.fetch;
     this._fetch = fetchFn ? (...args) => fetchFn(...args) : null;
