@@ -139,7 +139,7 @@ function tokenFromHash() {
 }
 
 async function connect(token) {
-  await leave();
+  leave();
   hide(el.connectError);
   el.connectButton.disabled = true;
 
@@ -152,7 +152,7 @@ async function connect(token) {
   } catch (error) {
     // The SDK reports refusals (expired token, wrong room, …) as CallingError with a stable code.
     if (app.client === client) {
-      await leave(error.message);
+      leave(error.message);
       showConnectError(error);
     }
   } finally {
@@ -161,7 +161,7 @@ async function connect(token) {
 }
 
 /** Closes the current client (if any) and clears every trace of its room from the page. */
-async function leave(detail = "left the room") {
+function leave(detail = "left the room") {
   const client = app.client;
   if (client) {
     // Tell callers that are still ringing, while the socket is still there to say it.
@@ -221,6 +221,8 @@ function subscribe(client) {
     app.typing.clear();
     renderTyping();
     if (!willReconnect) {
+      // Nobody is "in the room" with us any more; the chat stays readable until the next connect.
+      for (const li of [...el.peers.children]) removePeer(li.dataset.peerId);
       setStatus("closed", describeClose(code, reason));
       showConnectError({ code, message: describeClose(code, reason) });
       show(el.connectPanel);
@@ -285,8 +287,8 @@ function onWelcome(welcome) {
   el.me.dataset.callId = welcome.call_id ?? "";
   el.me.querySelector(".role").textContent = welcome.role;
 
-  // The roster in a welcome is complete: rebuild rather than patch (peers may have come and gone
-  // while we were reconnecting, and nobody sends peer-left for that gap).
+  // The roster in a welcome is complete: make the list equal to it. After a reconnect the SDK also
+  // reports the difference as peer-left/peer-joined; both paths are idempotent.
   const present = new Set(welcome.peers.map((p) => p.peer_id));
   for (const li of [...el.peers.children]) {
     if (!present.has(li.dataset.peerId)) removePeer(li.dataset.peerId);
@@ -500,8 +502,8 @@ function renderIncoming() {
     return;
   }
   el.incoming.dataset.peerId = call.peerId;
+  // No focus move: someone typing in the chat would answer the call with their next Enter.
   el.incoming.querySelector(".caller").textContent = peerName(call.peerId);
-  el.accept.focus({ preventScroll: true });
 }
 
 function renderCallPanel() {
