@@ -2383,6 +2383,9 @@ export class WebCallClient {
       if (this._live !== attempt) return;
       const state = pc.connectionState;
       this._events.emit("connection-state", { state });
+      // Our own re-POST is under way: the agent tears this connection down when the server hands
+      // the seat to the new session; that is not the end of the call.
+      if (this._supersededByOwnPost(attempt) && state !== "connected") return;
       if (state === "connected") {
         this._clearGrace();
         this._setState("connected");
@@ -2415,9 +2418,10 @@ export class WebCallClient {
       this._events.emit("control", message);
       if (message.type === "status" && typeof message.state === "string") {
         this._events.emit("status", { state: message.state });
-        if (this._live === attempt && (message.state === "ended" || message.state === "replaced")) {
-          this._finish(message.state === "ended" ? "remote" : "replaced", false);
-        }
+        if (this._live === attempt && message.state === "ended") this._finish("remote", false);
+        // `replaced` on the live connection while our own re-POST is in flight is that re-POST
+        // taking over; otherwise another client took the call with the same token.
+        if (this._live === attempt && message.state === "replaced" && !this._supersededByOwnPost(attempt)) this._finish("replaced", false);
       } else if (message.type === "pong") {
         const waiter = this._pings.get(message.ts);
         if (waiter) {
@@ -2427,6 +2431,12 @@ export class WebCallClient {
         }
       }
     };
+  }
+
+  /** Whether a newer attempt of ours (POST in flight) exists besides `attempt`. */
+  _supersededByOwnPost(attempt) {
+    for (const other of this._attempts) if (other !== attempt && other !== this._live) return true;
+    return false;
   }
 
   _patchCandidate(attempt, candidate) {

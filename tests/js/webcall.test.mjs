@@ -256,3 +256,41 @@ test("hangup during the POST: the session that comes back is deleted", async () 
   assert.equal(del.url, `${SESSIONS}/late`);
   assert.equal(env.call.state, "ended");
 });
+
+test("reconnect(): the old connection's 'replaced' and teardown during our own re-POST do not end the call", async () => {
+  const gate = deferred();
+  let posts = 0;
+  const env = setup({
+    routes: async ({ method }) => {
+      if (method === "POST") {
+        posts += 1;
+        if (posts === 2) await gate.promise;
+        return { status: 201, body: { session_id: `s${posts}`, sdp: `a${posts}` } };
+      }
+      return { status: 204, body: "" };
+    },
+  });
+  const events = record(env.call, ["ended", "reconnecting"]);
+  await env.call.start([makeTrack("mic")]);
+  const old = env.PC.last();
+  old.channels[0].open();
+  old.setConnectionState("connected");
+  const again = env.call.reconnect();
+  await flush();
+  // The server hands the seat over before our POST returns: the agent says "replaced" on the old
+  // channel and closes the old connection.
+  old.channels[0].peerSend({ type: "status", state: "replaced" });
+  old.setConnectionState("failed");
+  await flush();
+  assert.equal(events.of("ended").length, 0);
+  assert.equal(posts, 2, "no extra POST for the old connection's failure");
+  gate.resolve();
+  assert.equal(await again, "s2");
+  assert.equal(env.call.sessionId, "s2");
+  assert.equal(old.closed, true);
+  assert.notEqual(env.call.pc, old);
+  // Without a re-POST of ours, "replaced" means another client took the call.
+  env.PC.last().channels[0].open();
+  env.PC.last().channels[0].peerSend({ type: "status", state: "replaced" });
+  assert.deepEqual(events.of("ended"), [{ reason: "replaced" }]);
+});
