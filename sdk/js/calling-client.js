@@ -311,6 +311,24 @@ export function _statsFromReport(report, previous) {
 }
 
 /**
+ * Internal. `sdp` with every media stream id (`a=msid:<stream> <track>` and the legacy
+ * `a=ssrc:<n> msid:<stream> <track>`) replaced by `streamId`, so the remote side sees all our
+ * tracks in one stream named `local-<peerId>`, as the mobile SDKs send it. A browser cannot choose
+ * a MediaStream's id, and munging the local description is not allowed, so only the SDP sent on
+ * the wire is rewritten; the stream id carries no meaning for the media itself. `-` (no stream)
+ * is left alone.
+ * @param {string} sdp
+ * @param {string} streamId
+ * @returns {string}
+ */
+export function _withStreamId(sdp, streamId) {
+  if (typeof sdp !== "string" || !streamId) return sdp;
+  return sdp
+    .replace(/^(a=msid:)(\S+)( \S+)?$/gm, (line, prefix, stream, track) => (stream === "-" ? line : `${prefix}${streamId}${track || ""}`))
+    .replace(/^(a=ssrc:\d+ msid:)(\S+)( \S+)?$/gm, (line, prefix, stream, track) => (stream === "-" ? line : `${prefix}${streamId}${track || ""}`));
+}
+
+/**
  * Internal. DTMF digits as single keys (`0-9 * # A-D`, lower case a–d accepted); throws
  * `invalid_argument` for anything else, as the Linux engine ignores unknown keys.
  * @param {string} digits
@@ -1304,7 +1322,7 @@ export class CallingClient extends ReconnectingSocket {
       await pc.setLocalDescription(offer);
       if (this._calls.get(peerId) !== call) throw invalidState(`call with ${peerId} ended`);
       const local = pc.localDescription || offer;
-      this._send("offer", { sdp: local.sdp, type: "offer" }, peerId);
+      this._send("offer", { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "offer" }, peerId);
       return pc;
     } catch (error) {
       if (this._calls.get(peerId) === call) this._endCall(peerId, "failed");
@@ -1702,7 +1720,7 @@ export class CallingClient extends ReconnectingSocket {
         if (payload.transport) await waitForGathering(call.pc, 1000, this._timers);
         if (this._calls.get(from) !== call) return;
         const local = call.pc.localDescription || answer;
-        const out = { sdp: local.sdp, type: "answer" };
+        const out = { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "answer" };
         if (sessionId) out.session_id = sessionId;
         this._send("answer", out, from);
       }).catch((error) => this._events.emit("error", mediaError(error)));
@@ -1737,7 +1755,7 @@ export class CallingClient extends ReconnectingSocket {
         if (entry.offer.transport) await waitForGathering(pc, 1000, this._timers);
         if (this._calls.get(from) !== call) throw invalidState(`call with ${from} ended`);
         const local = pc.localDescription || answer;
-        const out = { sdp: local.sdp, type: "answer" };
+        const out = { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "answer" };
         if (entry.sessionId) out.session_id = entry.sessionId;
         this._send("answer", out, from);
       });
