@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import socket
 import threading
 import time
@@ -349,5 +347,3 @@ def wav_rms(path: Path) -> tuple[float, float]:
         return 0.0, 0.0
     return frames / rate, (sum(s * s for s in samples) / len(samples)) ** 0.5
 
-
-SAFE = re.compile(r"[^A-Za-z0-9_.-]")
