@@ -273,8 +273,8 @@ def test_browser_call_and_chat_screenshots(blab, artifacts):
         me.wait_css(f'#peers li[data-peer-id="{other}"][data-call-state="connected"]', 15, "the call connected")
         wait_audio(me, f"window.demo.client.connection('{other}')")
     # The SDK samples every 5 s; the first sample fills the stats row.
-    alice.wait_js("document.querySelector('#stats tr[data-peer-id=\"bob\"] .rtt')?.dataset.value", 8,
-                  "a stats row for bob")
+    alice.wait_css('#stats tr[data-peer-id="bob"] .rtt[data-value]', 8, "a stats row for bob")
+    assert alice.find('#stats tr[data-peer-id="bob"] .state').text == "connected"
     alice.screenshot(artifacts / "demo-call-and-chat.png")
     bob.screenshot(artifacts / "demo-call-and-chat-bob.png")
     assert (artifacts / "demo-call-and-chat.png").stat().st_size > 10_000
