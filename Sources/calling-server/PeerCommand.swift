@@ -252,7 +252,10 @@ actor PeerSession {
         for number in [SIGINT, SIGTERM] {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { Task { self.finish(reason: "signal") } }
+            // @Sendable: Dispatch runs the handler on its own queue. A closure formed in this actor
+            // would otherwise be isolated to it, and Swift 6 checks that isolation at run time: a
+            // SIGTERM aborted the process ("Incorrect actor executor assumption") instead of ending it.
+            source.setEventHandler { @Sendable [self] in Task { await self.finish(reason: "signal") } }
             source.resume()
             SignalSources.keep(source)
         }
