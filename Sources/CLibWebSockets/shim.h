@@ -11,6 +11,7 @@ static inline uint64_t cs_lws_option_libev(void) { return LWS_SERVER_OPTION_LIBE
 static inline uint64_t cs_lws_option_disable_ipv6(void) { return LWS_SERVER_OPTION_DISABLE_IPV6; }
 static inline uint64_t cs_lws_option_do_ssl_global_init(void) { return LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT; }
 static inline uint64_t cs_lws_option_disable_os_ca_certs(void) { return LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS; }
+static inline uint64_t cs_lws_option_explicit_vhosts(void) { return LWS_SERVER_OPTION_EXPLICIT_VHOSTS; }
 
 /* TLS knobs lws takes as raw OpenSSL values (ssl_options_set, lws_ssl_info.where). The constants are
  * macros of the <openssl/ssl.h> that libwebsockets.h includes; nothing else of OpenSSL is used here. */

@@ -356,7 +356,6 @@ public final class WebSocketServer: @unchecked Sendable {
         if !settings.host.contains(":") { info.options |= cs_lws_option_disable_ipv6() }
         if let tls = settings.tls {
             // Without ALLOW_NON_SSL_ON_SSL_PORT a plaintext client is refused, never served.
-            info.options |= cs_lws_option_do_ssl_global_init()
             for text in [tls.certificateChainFile, tls.privateKeyFile, tls.cipherList] { cStrings.append(strdup(text)!) }
             let count = cStrings.count
             info.ssl_cert_filepath = UnsafePointer(cStrings[count - 3])
@@ -365,6 +364,8 @@ public final class WebSocketServer: @unchecked Sendable {
             info.ssl_options_set = cs_lws_tls_server_options(tls.minimumVersion == .tls13 ? 1 : 0)
             // Handshake start/done arrive as LWS_CALLBACK_SSL_INFO: how failures are counted.
             info.ssl_info_event_mask = cs_lws_ssl_cb_handshake_start() | cs_lws_ssl_cb_handshake_done()
+            // Adds DO_SSL_GLOBAL_INIT where lws 4.1.6 needs it (see the factory's comment).
+            return TLSContextFactory.createContext(info)
         }
         return lws_create_context(&info)
     }
