@@ -57,8 +57,9 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// Every client protocol buffer is this large so a 200 KB message arrives in one or two chunks;
     /// messages larger than this are still reassembled from fragments.
     static let rxBufferSize = 256 * 1024
-    /// Why a TLS connection failed when OpenSSL refused the server's certificate chain.
-    static let certificateRefused = "TLS: the server's certificate failed verification "
+    /// The failure message (`failed(message:)`, `HTTPClientError.message`) of a connection whose
+    /// server certificate failed verification; lws logs OpenSSL's exact reason on stderr.
+    public static let certificateRefused = "TLS: the server's certificate failed verification "
         + "(issuer not trusted, name does not match the host, or expired)"
 
     /// Largest message reassembled; a larger one closes the connection with 1009.
