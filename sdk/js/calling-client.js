@@ -1878,6 +1878,22 @@ function clampStats(sample) {
   };
 }
 
+/** Longest wait for a data channel's queue to empty before a close. */
+const HANGUP_DRAIN_MS = 500;
+
+/** Resolves once `channel.bufferedAmount` is 0 (polled every 10 ms) or after `maxMs`. */
+function drainChannel(channel, maxMs, timers) {
+  return new Promise((resolve) => {
+    let waited = 0;
+    const check = () => {
+      if (!(channel.bufferedAmount > 0) || channel.readyState !== "open" || waited >= maxMs) return resolve();
+      waited += 10;
+      timers.setTimeout(check, 10);
+    };
+    check();
+  });
+}
+
 function mediaError(error) {
   if (error instanceof CallingError) return error;
   return new CallingError(`media: ${error && error.message ? error.message : error}`, { code: "media", retryable: false, cause: error });
@@ -2290,6 +2306,9 @@ export class WebCallClient {
     if (live && live.control && live.control.readyState === "open") {
       try {
         live.control.send(JSON.stringify({ type: "hangup" }));
+        // send() only queues: closing the peer connection at once aborts the SCTP association and
+        // can drop the hangup, so the agent would learn of it only from the DELETE. Let it drain.
+        await drainChannel(live.control, HANGUP_DRAIN_MS, this._timers);
       } catch {
         // channel closing
       }

@@ -142,6 +142,37 @@ test("hangup: control hangup, peer connection closed, DELETE; a session already 
   await gone.call.hangup();
 });
 
+test("hangup waits for the control hangup to leave the channel before closing, at most 500 ms", async () => {
+  const env = setup();
+  await env.call.start([makeTrack("mic")]);
+  const pc = env.PC.last();
+  const control = pc.channels[0];
+  control.open();
+  control.bufferedAmount = 120;
+  const done = env.call.hangup();
+  await flush();
+  assert.deepEqual(control.messages.at(-1), { type: "hangup" });
+  assert.equal(pc.closed, false, "closing now could drop the queued hangup");
+  await env.clock.advance(30);
+  assert.equal(pc.closed, false);
+  control.bufferedAmount = 0;
+  await env.clock.advance(10);
+  await done;
+  assert.equal(pc.closed, true);
+
+  const stuck = setup();
+  await stuck.call.start([makeTrack("mic")]);
+  const stuckPC = stuck.PC.last();
+  stuckPC.channels[0].open();
+  stuckPC.channels[0].bufferedAmount = 1;
+  const ending = stuck.call.hangup();
+  await stuck.clock.advance(490);
+  assert.equal(stuckPC.closed, false);
+  await stuck.clock.advance(20);
+  await ending;
+  assert.equal(stuckPC.closed, true, "a channel that never drains does not hold the hangup");
+});
+
 test("a refused POST rejects start() with the problem code, status, retryable and Retry-After", async () => {
   let refuse = true;
   const env = setup({
