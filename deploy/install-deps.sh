@@ -26,10 +26,11 @@ if [ "$want_test" = 1 ]; then
   # chromium: headless browser peer of tests/integration/media/test_media_chromium.py.
   # python3-venv: Debian's python3 refuses system-wide pip installs (PEP 668), so the Python
   # test tools live in a virtual environment, and Debian ships venv's pip bootstrap separately.
-  # nodejs: the browser SDK's unit tests (Node's built-in runner, no npm packages);
+  # nodejs: the browser SDK's unit tests (Node's built-in runner, no npm packages); node-typescript:
+  # tsc, which typechecks calling-client.d.ts against a usage file (tests/js/dts-typecheck.test.mjs);
   # chromium-driver: Selenium drives headless Chromium against the real server (tests/integration/browser).
   # openssl: the TLS tests make their CA and server certificates with the CLI.
-  debs+=(coturn iproute2 procps chromium chromium-driver nodejs python3-venv openssl)
+  debs+=(coturn iproute2 procps chromium chromium-driver nodejs node-typescript python3-venv openssl)
 fi
 
 missing=()
