@@ -134,7 +134,12 @@ final class CallsAPITests: ServerTestCase {
         XCTAssertEqual(created["state"], "registered")
         XCTAssertEqual(created["ice_servers"], [["urls": ["stun:stun.example.org:3478"]]])
         let expiresAt = try XCTUnwrap(created["expires_at"]?.int64Value)
-        XCTAssertEqual(Double(expiresAt - before), Double(server.config.tokenTTLSeconds), accuracy: 5, "unix seconds")
+        XCTAssertEqual(server.config.callTokenTTLSeconds, 7_800, "130 minutes by default, separate from token_ttl_seconds")
+        XCTAssertEqual(Double(expiresAt - before * 1_000), Double(server.config.callTokenTTLSeconds) * 1_000, accuracy: 5_000,
+                       "unix milliseconds")
+        XCTAssertEqual(created["expires_at_seconds"], .int(expiresAt / 1_000), "the JWT exp, in unix seconds")
+        let claims = try server.verify(try XCTUnwrap(created["access_token"]?.stringValue))
+        XCTAssertEqual(Int64(claims.expiresAt.timeIntervalSince1970) * 1_000, expiresAt, "expires_at is the access token's exp")
 
         let token = try XCTUnwrap(created["access_token"]?.stringValue)
         let patient = try await TestPeer.connect(loop: server.loop, port: server.port, token: token)

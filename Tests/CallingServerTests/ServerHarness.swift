@@ -38,6 +38,11 @@ final class ServerHarness {
 
     var port: Int { app.port }
 
+    /// Reads back a token the server issued (it signs with the same secret).
+    func verify(_ token: String) throws -> PeerTokenClaims {
+        try TokenVerifier(hs256Secret: Array(config.jwtSecret!.utf8), audience: config.jwtAudience).verify(token)
+    }
+
     func token(peer: String, room: String = "room-1", role: String = "peer", name: String? = nil, call: String? = nil,
                ttl: TimeInterval = 600) throws -> String
     {
