@@ -529,6 +529,9 @@ final class RequestBody {
         return value
     }
 
+    /// The field as sent, `null` read as absent; for types the typed readers do not cover (booleans).
+    func raw(_ key: String) -> JSONValue? { value(key, required: false) }
+
     /// A string of at most `maxBytes` UTF-8 bytes without control characters.
     func string(_ key: String, maxBytes: Int, required: Bool = false) -> String? {
         guard let raw = value(key, required: required) else { return nil }

@@ -17,7 +17,10 @@ public enum CallingCommand {
                    print a peer token signed with the server's secret (same config flags as serve)
           migrate  [--data-dir DIR]   apply SQLite migrations and exit
           config   print the effective configuration (secrets hidden)
-          apikey   create --name N | list | revoke --id ID   keys for /v1/calls and /v1/tokens (create prints the key once)
+          apikey   create --name N [--scope calls|admin] | list | revoke --id ID
+                   API keys: scope calls for /v1/calls and /v1/tokens, admin for /v1/admin (create prints the key once)
+          admin    rooms | kick | end | send | drain | status   the admin API (key from CALLING_ADMIN_KEY or --key-file)
+          backup   --to FILE   a consistent copy of the live SQLite database (online backup; the server keeps running)
           bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
                    acked chat messages per second and ack latency against an in-process server
         """
@@ -74,6 +77,7 @@ public enum CallingCommand {
         let command = arguments[1]
         if command == "bench" { return bench(arguments: arguments) }
         if command == "apikey" { return APIKeyCommand.run(arguments, environment: environment) }
+        if command == "admin" { return AdminCommand.run(arguments, environment: environment) }
         let flags: [String: String]
         switch parseFlags(arguments.dropFirst(2)) {
         case .failure(let problems):
@@ -85,6 +89,7 @@ public enum CallingCommand {
         case "serve": return serve(flags: flags, environment: environment, executable: arguments[0])
         case "token": return token(flags: flags, environment: environment)
         case "migrate": return migrate(flags: flags, environment: environment)
+        case "backup": return backup(flags: flags, environment: environment)
         case "config":
             guard case .success(let config) = loadConfig(flags: flags, environment: environment).mapError({ error -> ConfigProblems in
                 printError(error.description)
@@ -243,6 +248,47 @@ public enum CallingCommand {
             return 0
         } catch {
             printError("calling-server token: \(error)")
+            return 1
+        }
+    }
+
+    /// `backup --to FILE`: SQLite's online backup of `<data_dir>/calling.sqlite` while the server runs,
+    /// then `PRAGMA integrity_check` on the copy. Never migrates: the copy has the live schema version.
+    private static func backup(flags: [String: String], environment: [String: String]) -> Int32 {
+        var flags = flags
+        guard let target = flags.removeValue(forKey: "to"), !target.isEmpty else {
+            printError("usage: calling-server backup --to FILE [--data-dir DIR | --config FILE]")
+            return 64
+        }
+        let config: ServerConfig
+        switch loadConfig(flags: flags, environment: environment) {
+        case .failure(let problems):
+            printError(problems.description)
+            return 78
+        case .success(let loaded): config = loaded
+        }
+        guard FileManager.default.fileExists(atPath: config.databasePath) else {
+            printError("calling-server backup: no database at \(config.databasePath)")
+            return 66
+        }
+        let started = Date()
+        do {
+            let source = try SQLiteConnection(path: config.databasePath, options: .init(busyTimeoutMs: Int32(config.sqliteBusyTimeoutMs)))
+            defer { source.close() }
+            let pages = try source.backup(to: target)
+            let copy = try SQLiteConnection(path: target, options: .init(readOnly: true))
+            defer { copy.close() }
+            let integrity = try copy.query("PRAGMA integrity_check") { $0.text(0) }
+            guard integrity == ["ok"] else {
+                printError("calling-server backup: the copy at \(target) fails integrity_check: \(integrity.prefix(5).joined(separator: "; "))")
+                return 1
+            }
+            let version = try copy.userVersion()
+            let milliseconds = Int(Date().timeIntervalSince(started) * 1000)
+            print("backup of \(config.databasePath) written to \(target): \(pages) pages, schema version \(version), integrity ok, \(milliseconds) ms")
+            return 0
+        } catch {
+            printError("calling-server backup: \(error)")
             return 1
         }
     }

@@ -88,6 +88,8 @@ final class HTTPSessions: @unchecked Sendable {
     let logger: Logger
     private var nextVirtual: UInt64 = 0
     private var byID: [String: Session] = [:]
+    /// Live sessions (webrtc-proxy and WHIP), for the admin drain status.
+    var count: Int { byID.count }
     private var byConnection: [ConnectionID: Session] = [:]
     private var bySeat: [Seat: Session] = [:]
     /// Token buckets per remote address (`signaling_requests_per_minute`), with when each was last used.

@@ -49,6 +49,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     private(set) lazy var calls = CallsAPI(service: self, store: store, config: config, logger: logger.labeled("calls"))
     /// `/webrtc-proxy/…` and `/whip/…`: HTTP sessions joined to rooms as virtual connections (HTTPSessions.swift).
     private(set) lazy var httpSessions = HTTPSessions(service: self, config: config, logger: logger.labeled("sessions"))
+    /// `/v1/admin/…` (AdminAPI.swift).
+    private(set) lazy var admin = AdminAPI(service: self, logger: logger.labeled("admin"))
 
     init(config: ServerConfig, verifier: TokenVerifier, issuer: TokenIssuer, store: ChatStore, logger: Logger,
          now: @escaping @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) })
