@@ -44,11 +44,12 @@ final class ServerHarness {
     }
 
     func token(peer: String, room: String = "room-1", role: String = "peer", name: String? = nil, call: String? = nil,
-               ttl: TimeInterval = 600) throws -> String
+               ttl: TimeInterval = 600, maxPeers: Int? = nil, tokenID: String? = nil) throws -> String
     {
         try issuer.issue(PeerTokenClaims(
             sub: PeerID(peer), roomID: RoomID(room), callID: call.map { CallID($0) }, role: role, name: name,
-            scope: ["room"], audience: config.jwtAudience, issuedAt: Date(), expiresAt: Date().addingTimeInterval(ttl)))
+            scope: ["room"], audience: config.jwtAudience, issuedAt: Date(), expiresAt: Date().addingTimeInterval(ttl),
+            tokenID: tokenID, maxPeers: maxPeers))
     }
 
     func join(_ peer: String, room: String = "room-1", role: String = "peer", name: String? = nil,
