@@ -13,7 +13,7 @@ public enum CallingCommand {
 
           serve    [--config FILE] [--host H] [--port P] [--data-dir DIR] [--<key> VALUE]…
                    run the signaling server (every key of docs/configuration.md is a flag)
-          token    --room ROOM --peer PEER [--role R] [--name N] [--call CALL] [--scope S] [--ttl SECONDS]
+          token    --room ROOM --peer PEER [--role R] [--name N] [--call CALL] [--scope S] [--ttl SECONDS] [--max-peers N] [--jti ID]
                    print a peer token signed with the server's secret (same config flags as serve)
           migrate  [--data-dir DIR]   apply SQLite migrations and exit
           config   print the effective configuration (secrets hidden)
@@ -213,7 +213,7 @@ public enum CallingCommand {
 
     private static func token(flags: [String: String], environment: [String: String]) -> Int32 {
         var flags = flags
-        let tokenKeys = ["room", "peer", "role", "name", "call", "scope", "ttl", "audience"]
+        let tokenKeys = ["room", "peer", "role", "name", "call", "scope", "ttl", "audience", "max-peers", "jti"]
         var options: [String: String] = [:]
         for key in tokenKeys { options[key] = flags.removeValue(forKey: key) }
         let config: ServerConfig
@@ -231,6 +231,12 @@ public enum CallingCommand {
         if let raw = options["ttl"] {
             if let parsed = Int(raw), parsed > 0 { ttl = parsed } else { problems.append("--ttl must be a positive number of seconds") }
         }
+        var maxPeers: Int?
+        if let raw = options["max-peers"] {
+            if let parsed = Int(raw), (0...1_000_000).contains(parsed) { maxPeers = parsed } else {
+                problems.append("--max-peers must be an integer from 0 (unlimited) to 1000000")
+            }
+        }
         guard problems.isEmpty, let peer = options["peer"] else {
             printError(problems.joined(separator: "\n"))
             return 64
@@ -243,7 +249,8 @@ public enum CallingCommand {
                 sub: PeerID(peer), roomID: options["room"].map { RoomID($0) }, callID: options["call"].map { CallID($0) },
                 role: options["role"] ?? "peer", name: options["name"], scope: scope,
                 audience: options["audience"] ?? config.jwtAudience, issuedAt: now,
-                expiresAt: now.addingTimeInterval(TimeInterval(ttl)))
+                expiresAt: now.addingTimeInterval(TimeInterval(ttl)), tokenID: options["jti"] ?? CallsAPI.newTokenID(),
+                maxPeers: maxPeers)
             print(try issuer.issue(claims))
             return 0
         } catch {

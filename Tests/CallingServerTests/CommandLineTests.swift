@@ -1,3 +1,4 @@
+import CallingAuth
 import CallingCore
 import CallingServer
 import CallingStore
@@ -79,5 +80,34 @@ final class BackupCommandTests: ServerTestCase {
             guard Date() < deadline else { throw TestPeerError.timedOut(waitingFor: "\(count) stored chats") }
             try await Task.sleep(nanoseconds: 20_000_000)
         }
+    }
+}
+
+/// `calling-server token`: the claims the kick and the room limit rely on.
+final class TokenCommandTests: XCTestCase {
+    func test_token_carries_a_jti_and_the_requested_max_peers() throws {
+        let dataDir = NSTemporaryDirectory() + "calling-token-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        let environment = ["CALLING_JWT_SECRET": "token-command-secret-0123456789abcdef"]
+        func mint(_ extra: [String]) throws -> (Int32, String) {
+            try capturingStandardOutput {
+                CallingCommand.run(["calling-server", "token", "--room", "r", "--peer", "p", "--data-dir", dataDir] + extra,
+                                   environment: environment)
+            }
+        }
+        let verifier = try TokenVerifier(hs256Secret: Array(environment["CALLING_JWT_SECRET"]!.utf8), audience: "calling-server")
+        let (code, token) = try mint(["--max-peers", "2"])
+        XCTAssertEqual(code, 0)
+        let claims = try verifier.verify(token.trimmingCharacters(in: .whitespacesAndNewlines))
+        XCTAssertEqual(claims.maxPeers, 2)
+        let first = try XCTUnwrap(claims.tokenID)
+        let (_, again) = try mint(["--jti", "chosen"])
+        let second = try verifier.verify(again.trimmingCharacters(in: .whitespacesAndNewlines))
+        XCTAssertEqual(second.tokenID, "chosen")
+        XCTAssertNil(second.maxPeers)
+        let (_, third) = try mint([])
+        XCTAssertNotEqual(try verifier.verify(third.trimmingCharacters(in: .whitespacesAndNewlines)).tokenID, first,
+                          "every minted token is a distinct credential")
+        XCTAssertEqual(try mint(["--max-peers", "-1"]).0, 64)
     }
 }
