@@ -204,6 +204,7 @@ public struct Hub: Sendable {
     private var holds: [RoomID: [PeerID: Millis]] = [:]
     /// Kicked credentials, refused until the stored time (their expiry).
     private var banned: [String: Millis] = [:]
+    /// Set by `.setDraining`: `admit` refuses new seats while rooms already open go on.
     public private(set) var isDraining = false
 
     /// The `from` of `data` frames the admin API sends; `admit` refuses tokens with this `sub`.

@@ -28,8 +28,10 @@ public struct APIKeyRecord: Sendable, Hashable {
     public static let callsScope = "calls"
     /// `/v1/admin/…`: live rooms, kick, end, server data, drain.
     public static let adminScope = "admin"
+    /// Every scope `apikey create --scope` accepts.
     public static let knownScopes = [callsScope, adminScope]
 
+    /// Whether this key may call a route that needs `scope`.
     public func allows(_ scope: String) -> Bool { scopes.contains(scope) }
 }
 
