@@ -74,6 +74,15 @@ public struct ServerConfig: Sendable, Equatable {
     /// carries `max_peers`; 0 = unlimited.
     public var maxPeersPerRoom = 0
 
+    /// Origins that may call the peer-token routes and open WebSockets from a browser (CORSPolicy.swift).
+    public var allowedOrigins = "*"
+    /// Folder served at `/sdk/`, `/` and `/dashboard`; nil finds it beside the binary (StaticFiles.swift).
+    public var webRoot: String?
+    /// Serve the demo page (`/`) and the presence dashboard (`/dashboard`). The SDK is served either way.
+    public var servePages = true
+    /// At start-up, print links to the demo and dashboard carrying freshly minted tokens (`make serve`).
+    public var printDemoLinks = false
+
     public init() {}
 
     public var resolvedSecretFile: String { jwtSecretFile ?? (dataDir as NSString).appendingPathComponent("jwt-secret") }
@@ -191,6 +200,17 @@ public struct ServerConfig: Sendable, Equatable {
              \.maxPeersPerRoom, 0...1_000_000),
         .int("signaling_requests_per_minute", "HTTP session/WHIP requests per minute from one address (then 429)",
              \.signalingRequestsPerMinute, 1...1_000_000),
+        Key(name: "allowed_origins", help: "`*` or comma-separated origins allowed to call from browsers (CORS, WebSocket Origin)",
+            apply: { config, value in
+                let problems = CORSPolicy.problems(value)
+                guard problems.isEmpty else { return problems.joined(separator: "; ") }
+                guard !value.trimmingCharacters(in: .whitespaces).isEmpty else { return "allowed_origins: must not be empty (use * for any)" }
+                config.allowedOrigins = value
+                return nil
+            }, show: { $0.allowedOrigins }),
+        .optionalString("web_root", "folder served at /sdk/, / and /dashboard (default: found beside the binary)", \.webRoot),
+        .bool("serve_pages", "serve the demo page at / and the dashboard at /dashboard", \.servePages),
+        .bool("print_demo_links", "print demo and dashboard links with fresh dev tokens at start-up", \.printDemoLinks),
     ]
 
     /// Builds the configuration from its layers; returns every problem at once.
@@ -293,6 +313,17 @@ extension ServerConfig.Key {
             config[keyPath: path] = value.isEmpty ? nil : value
             return nil
         }, show: { $0[keyPath: path] ?? "" })
+    }
+
+    static func bool(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Bool> & Sendable) -> Self {
+        Self(name: name, help: help, apply: { config, value in
+            switch value.lowercased() {
+            case "true", "1", "yes", "on": config[keyPath: path] = true
+            case "false", "0", "no", "off": config[keyPath: path] = false
+            default: return "\(name): '\(value)' is not true or false"
+            }
+            return nil
+        }, show: { String($0[keyPath: path]) })
     }
 
     static func int(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Int> & Sendable,
