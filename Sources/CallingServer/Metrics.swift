@@ -12,6 +12,8 @@ final class Metrics {
     var chatStored = 0
     var chatDuplicates = 0
     var storeFailures = 0
+    /// Joins refused before the upgrade by the hub's seat rules, by problem code (`room_full`, `draining`, `kicked`).
+    var joinRefusals: [String: Int] = [:]
 
     func render(hub: Hub, transport: TransportCounters, connections: Int, capacity: Int) -> String {
         var out = ""
@@ -52,6 +54,8 @@ final class Metrics {
         counter("calling_chat_stored_total", "Chat messages committed.", chatStored)
         counter("calling_chat_duplicates_total", "Chat retries answered with the original ack.", chatDuplicates)
         counter("calling_store_failures_total", "Store operations that failed.", storeFailures)
+        labeled("calling_join_refusals_total", "Joins (WebSocket or HTTP session) refused for a seat, by code (room_full, draining, kicked, reserved_peer_id).",
+                "code", joinRefusals)
         return out
     }
 }
