@@ -18,18 +18,7 @@ enum APIKeyCommand {
         """
 
     static func run(_ arguments: [String], environment: [String: String]) -> Int32 {
-        guard arguments.count >= 3 else {
-            CallingCommand.printError(usage)
-            return 64
-        }
-        let action = arguments[2]
-        var flags: [String: String]
-        switch CallingCommand.parseFlags(arguments.dropFirst(3)) {
-        case .failure(let problems):
-            CallingCommand.printError(problems.description)
-            return 64
-        case .success(let parsed): flags = parsed
-        }
+        guard case (let action, var flags)? = CallingCommand.actionAndFlags(arguments, usage: usage) else { return 64 }
         let name = flags.removeValue(forKey: "name")
         let id = flags.removeValue(forKey: "id")
         let scopeText = flags.removeValue(forKey: "scope")

@@ -22,18 +22,7 @@ enum AdminCommand {
         """
 
     static func run(_ arguments: [String], environment: [String: String]) -> Int32 {
-        guard arguments.count >= 3 else {
-            CallingCommand.printError(usage)
-            return 64
-        }
-        let action = arguments[2]
-        var flags: [String: String]
-        switch CallingCommand.parseFlags(arguments.dropFirst(3)) {
-        case .failure(let problems):
-            CallingCommand.printError(problems.description + "\n" + usage)
-            return 64
-        case .success(let parsed): flags = parsed
-        }
+        guard case (let action, var flags)? = CallingCommand.actionAndFlags(arguments, usage: usage) else { return 64 }
         if flags["key"] != nil || flags["api-key"] != nil || flags["api_key"] != nil {
             CallingCommand.printError("admin: the key is never a flag value; set CALLING_ADMIN_KEY or pass --key-file FILE")
             return 64

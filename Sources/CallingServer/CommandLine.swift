@@ -110,6 +110,22 @@ public enum CallingCommand {
         }
     }
 
+    /// `calling-server <command> <action> [--flag value]…`: the action and its flags; nil (after
+    /// printing the problem and `usage`) when there is no action or a flag is malformed.
+    static func actionAndFlags(_ arguments: [String], usage: String) -> (action: String, flags: [String: String])? {
+        guard arguments.count >= 3 else {
+            printError(usage)
+            return nil
+        }
+        switch parseFlags(arguments.dropFirst(3)) {
+        case .failure(let problems):
+            printError(problems.description + "\n" + usage)
+            return nil
+        case .success(let flags):
+            return (arguments[2], flags)
+        }
+    }
+
     public static func printError(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }
