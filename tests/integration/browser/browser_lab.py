@@ -30,25 +30,21 @@ import time
 from pathlib import Path
 
 import netns
+from chromium_peer import CHROMIUM, CHROMIUM_BASE_FLAGS
 
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMEDRIVER_PORT = 9515  # inside host A's own namespace: nothing else listens there
 WINDOW = (1000, 700)
 
+# The media tests' flags (tests/integration/media/chromium_peer.py), then no throttling of pages in
+# background or occluded windows (several sessions run at once), and a fixed window size.
 CHROMIUM_FLAGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-    "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
-    "--autoplay-policy=no-user-gesture-required",
-    "--disable-features=WebRtcHideLocalIpsWithMdns,MediaRouter,OptimizationHints,Translate",
-    "--no-first-run", "--no-default-browser-check", "--disable-background-networking", "--disable-sync",
-    "--disable-component-update", "--disable-default-apps", "--disable-extensions", "--metrics-recording-only",
-    "--disable-breakpad", "--password-store=basic", "--use-mock-keychain", "--mute-audio",
+    *CHROMIUM_BASE_FLAGS,
     "--disable-renderer-backgrounding", "--disable-background-timer-throttling",
     "--disable-backgrounding-occluded-windows",
     f"--window-size={WINDOW[0]},{WINDOW[1]}",
