@@ -1,4 +1,5 @@
 import CallingCore
+import CallingStore
 import CallingTransport
 
 /// Counters exposed at /metrics in Prometheus text format. Owned by the service thread.
@@ -12,6 +13,9 @@ final class Metrics {
     var chatStored = 0
     var chatDuplicates = 0
     var storeFailures = 0
+    /// From the hub's `storeChat` (the frame was just decoded) to the `chat-ack` queued after COMMIT,
+    /// one observation per ack. Fixed buckets: recording is a few comparisons and one increment.
+    var ackLatency = LatencyHistogram()
 
     func render(hub: Hub, transport: TransportCounters, connections: Int, capacity: Int) -> String {
         var out = ""
@@ -44,5 +48,13 @@ final class Metrics {
         counter("calling_chat_duplicates_total", "Chat retries answered with the original ack.", chatDuplicates)
         counter("calling_store_failures_total", "Store operations that failed.", storeFailures)
         return out
+    }
+
+    /// The latency histograms: chat acks (service thread) and group commits (the store's counters).
+    func renderLatency(store: ChatStoreMetrics) -> String {
+        ackLatency.prometheus(name: "calling_chat_ack_latency_seconds",
+                              help: "Chat received (storeChat) to chat-ack queued, after its COMMIT.")
+            + store.commitLatency.prometheus(name: "calling_store_commit_latency_seconds",
+                                             help: "Write and COMMIT of one group-commit batch of chats.")
     }
 }
