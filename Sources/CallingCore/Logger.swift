@@ -49,6 +49,14 @@ public struct LogRecord: Sendable {
     public var message: String
     public var metadata: Logger.Metadata
     public var date: Date
+
+    public init(label: String, level: Logger.Level, message: String, metadata: Logger.Metadata, date: Date) {
+        self.label = label
+        self.level = level
+        self.message = message
+        self.metadata = metadata
+        self.date = date
+    }
 }
 
 public protocol LogHandler: Sendable {

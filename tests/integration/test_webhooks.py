@@ -336,3 +336,105 @@ def test_webhook_urls_without_a_secret_do_not_start(start_server):
         assert "no webhook secret" in str(error)
     else:
         raise AssertionError("the server started without a webhook secret")
+
+
+OFFER = ("v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n"
+         "m=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\na=ice-ufrag:offU\r\na=ice-pwd:offerpassword0123456789\r\n")
+ANSWER = ("v=0\r\no=- 3 4 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
+          "a=ice-ufrag:ansU\r\na=ice-pwd:answerpassword0123456789\r\na=candidate:1 1 udp 2122260223 192.0.2.7 50000 typ host\r\n"
+          "a=end-of-candidates\r\n")
+
+
+def test_an_http_session_sends_session_started_and_session_ended(start_server):
+    import asyncio
+    import http.client
+
+    receiver = Receiver()
+    try:
+        server = start_server(env=ENV, webhook_urls=receiver.url)
+
+        def post_whip(token):
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            conn.request("POST", "/whip/r1", body=OFFER, headers={"Authorization": f"Bearer {token}",
+                                                                  "Content-Type": "application/sdp"})
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            return response.status, response.getheader("location")
+
+        async def body():
+            agent = await Peer.connect(server, server.token("r1", "ann", role="agent"), "agent")
+            posting = asyncio.get_running_loop().run_in_executor(None, post_whip, server.token("r1", "pub", role="client"))
+            offer = await agent.recv_type("offer", timeout=5, skip=("peer-joined",))
+            await agent.send({"type": "answer", "to": offer["from"], "payload": {"sdp": ANSWER, "type": "answer"}})
+            status, location = await posting
+            assert status == 201
+            status, _, _ = server.http("DELETE", location, headers={"Authorization": f"Bearer {server.token('r1', 'pub', role='client')}"})
+            assert status == 204
+            await agent.recv_type("peer-left", skip=("data",))
+            await agent.ws.close()
+
+        run(body())
+        receiver.wait_for(lambda r: len(r.accepted()) >= 7, 10, "seven events")
+        events = once_each_in_order(receiver)
+        assert [e["type"] for e in events] == ["call_started", "peer_joined", "session_started", "peer_joined", "session_ended",
+                                               "peer_left", "peer_left", "call_ended"][:len(events)]
+        started = events[2]["data"]
+        assert started["kind"] == "whip" and started["peer_id"] == "pub" and started["answerer_id"] == "ann"
+        ended = next(e["data"] for e in events if e["type"] == "session_ended")
+        assert ended["session_id"] == started["session_id"] and ended["reason"] == "deleted" and ended["duration_ms"] >= 0
+        assert events[3]["data"]["transport"] == "http"
+    finally:
+        receiver.close()
+
+
+def test_presence_request_outcomes(start_server):
+    receiver = Receiver()
+    try:
+        server = start_server(env=ENV, webhook_urls=receiver.url, presence_request_ttl_seconds=1)
+
+        async def presence(token, label):
+            from websockets.asyncio.client import connect as ws_connect
+            ws = await ws_connect(f"ws://127.0.0.1:{server.port}/v1/presence?token={token}", proxy=None, compression=None,
+                                  open_timeout=5, ping_interval=None)
+            peer = Peer(ws, label)
+            await peer.recv_type("connected", skip=("status",))
+            return peer
+
+        async def body():
+            agent = await presence(server.token(None, "ann", role="agent", scope="presence"), "agent")
+            caller = await presence(server.token(None, "carl", role="caller", scope="presence"), "caller")
+            await agent.send({"type": "status", "payload": {"status": "available"}})
+            await agent.recv_type("status")
+
+            async def ring():
+                await caller.send({"type": "request", "payload": {"agent_id": "ann"}})
+                # Both sides hear `ended` of the previous request; skip it.
+                offer = await agent.recv_type("request", skip=("status", "ended"))
+                await caller.recv_type("request", skip=("status", "ended"))
+                return offer["payload"]["request_id"]
+
+            declined = await ring()
+            await agent.send({"type": "decline", "payload": {"request_id": declined}})
+            await caller.recv_type("ended", skip=("status",))
+            cancelled = await ring()
+            await caller.send({"type": "cancel", "payload": {"request_id": cancelled}})
+            await agent.recv_type("ended", skip=("status",))
+            timed_out = await ring()
+            await caller.recv_type("ended", timeout=4, skip=("status",))
+            accepted = await ring()
+            await agent.send({"type": "accept", "payload": {"request_id": accepted}})
+            frame = await caller.recv_type("accepted", skip=("status",))
+            return [declined, cancelled, timed_out, accepted], frame["payload"]
+
+        ids, accepted_frame = run(body())
+        receiver.wait_for(lambda r: len(r.accepted()) >= 4, 10, "four outcomes")
+        events = once_each_in_order(receiver)
+        assert [(e["type"], e["data"]["request_id"], e["data"]["outcome"]) for e in events] == [
+            ("presence_request_ended", ids[0], "declined"), ("presence_request_ended", ids[1], "cancelled"),
+            ("presence_request_ended", ids[2], "timeout"), ("presence_request_ended", ids[3], "accepted")]
+        last = events[3]["data"]
+        assert (last["call_id"], last["room_id"], last["agent_id"], last["caller_id"]) == (
+            accepted_frame["call_id"], accepted_frame["room_id"], "ann", "carl")
+    finally:
+        receiver.close()
