@@ -438,3 +438,36 @@ def test_presence_request_outcomes(start_server):
             accepted_frame["call_id"], accepted_frame["room_id"], "ann", "carl")
     finally:
         receiver.close()
+
+
+def test_a_graceful_stop_ends_the_calls_it_empties_and_queues_their_events(start_server, tmp_path):
+    receiver = Receiver()
+    receiver.plan = lambda record, attempt: (500, 0.0)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    # The backoff of the failed first attempt is kept across the restart: short here.
+    flags = dict(webhook_urls=receiver.url, webhook_retry_base_ms=1000)
+    try:
+        server = start_server(data_dir=data_dir, env=ENV, **flags)
+
+        async def body():
+            alice = await Peer.connect(server, server.token("r1", "alice"), "alice")
+            server.signal(signal.SIGTERM)
+            try:
+                await alice.recv(timeout=5)
+            except websockets.ConnectionClosed as closed:
+                assert closed.rcvd.code == 1001
+            else:
+                raise AssertionError("expected the 1001 close")
+
+        run(body())
+        assert server.wait(15) == 0
+        receiver.plan = lambda record, attempt: (200, 0.0)
+        start_server(data_dir=data_dir, env=ENV, **{**flags, "webhook_retry_base_ms": 100})
+        receiver.wait_for(lambda r: len(r.accepted()) >= 4, 10, "four events")
+        events = once_each_in_order(receiver)
+        assert [summary(e) for e in events] == [("call_started", "r1", None), ("peer_joined", "r1", "alice"),
+                                                ("peer_left", "r1", "alice"), ("call_ended", "r1", None)]
+        assert events[3]["data"]["reason"] == "server_shutdown"
+    finally:
+        receiver.close()
