@@ -135,6 +135,15 @@ public enum CallingCommand {
         let banner = "calling-server listening on http://\(config.host):\(app.port)\n"
             + "mint a token: \(executable) token --data-dir \(config.dataDir) --room demo --peer alice\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
+        if config.printDemoLinks {
+            // Standard output only, never the log: these links carry live tokens.
+            do {
+                let links = try DemoLinks.text(config: config, port: app.port, servePages: config.servePages)
+                FileHandle.standardOutput.write(Data(links.utf8))
+            } catch {
+                printError("calling-server: cannot mint demo tokens: \(error)")
+            }
+        }
         let done = DispatchSemaphore(value: 0)
         let signalQueue = DispatchQueue(label: "signals")
         var sources: [DispatchSourceSignal] = []

@@ -13,15 +13,57 @@ final class HTTPRoutes: @unchecked Sendable {
     let config: ServerConfig
     /// `GET /v1/ice`; `ServerApp` installs the configured one before the server starts.
     var ice = ICEService()
+    /// The browser SDK and pages (`/sdk/…`, `/`, `/dashboard`); `ServerApp` loads them at start-up.
+    var staticFiles = StaticFiles.empty
+    let cors: CORSPolicy
 
     init(service: SignalingService, store: ChatStore, config: ServerConfig) {
         self.service = service
         self.store = store
         self.config = config
+        self.cors = CORSPolicy(allowedOrigins: config.allowedOrigins)
     }
 
     func handle(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        if let response = staticFiles.response(for: request) { return respond(response) }
         let segments = request.pathSegments
+        var respond = respond
+        if let methods = Self.browserRouteMethods(segments) {
+            switch cors.check(request) {
+            case .notCrossOrigin:
+                break
+            case .refused:
+                return respond(CORSPolicy.refusal)
+            case .allowed(let allowOrigin):
+                if request.method == .options, request.headers["access-control-request-method"] != nil {
+                    return respond(CORSPolicy.preflight(allowOrigin: allowOrigin, methods: methods))
+                }
+                let inner = respond
+                respond = { response in
+                    var response = response
+                    response.headers += CORSPolicy.responseHeaders(allowOrigin: allowOrigin)
+                    inner(response)
+                }
+            }
+        }
+        route(request, segments: segments, respond: respond)
+    }
+
+    /// The methods of a route that browsers call with a peer token, which therefore speaks CORS;
+    /// nil for every other route (API-key routes are server-to-server and send no CORS headers).
+    static func browserRouteMethods(_ segments: [Substring]) -> [String]? {
+        switch segments.count {
+        case 2 where segments[0] == "v1" && segments[1] == "ice": return ["GET"]
+        case 4 where segments[0] == "v1" && segments[1] == "rooms" && segments[3] == "messages": return ["GET"]
+        case 5 where segments[0] == "webrtc-proxy": return ["POST"]
+        case 6 where segments[0] == "webrtc-proxy": return ["PATCH", "DELETE"]
+        case 2 where segments[0] == "whip": return ["POST"]
+        case 3 where segments[0] == "whip": return ["PATCH", "DELETE"]
+        default: return nil
+        }
+    }
+
+    private func route(_ request: HTTPRequest, segments: [Substring], respond: @escaping @Sendable (HTTPResponse) -> Void) {
         switch (request.method, segments.count) {
         case (.get, 1) where segments[0] == "healthz", (.head, 1) where segments[0] == "healthz":
             respond(.json(200, ["status": "ok"]))

@@ -135,7 +135,7 @@ final class HTTPSessions: @unchecked Sendable {
             default: break
             }
         } else if names.first == "whip", names.count == 2 || names.count == 3 {
-            let respond = Self.withCORS(respond)
+            // CORS headers (browser WHIP clients call from their own origin) come from HTTPRoutes.
             let room = RoomID(names[1])
             switch (names.count, request.method) {
             case (_, .options): return respond(Self.whipOptions(resource: names.count == 3))
@@ -346,21 +346,6 @@ final class HTTPSessions: @unchecked Sendable {
         if fragment.endOfCandidates {
             // What RTCPeerConnection reports as end-of-candidates: an empty candidate.
             relayCandidate(session, line: "", mid: fragment.candidates.last?.mid, index: fragment.candidates.last?.mLineIndex.map(Int64.init))
-        }
-    }
-
-    /// Browser WHIP clients call from another origin with a Bearer token (no cookies), so any origin
-    /// may call, and the headers a WHIP client must read are exposed to scripts.
-    static func withCORS(_ respond: @escaping Respond) -> Respond {
-        { response in
-            var response = response
-            response.headers += [
-                ("access-control-allow-origin", "*"),
-                ("access-control-allow-methods", "POST, PATCH, DELETE, OPTIONS"),
-                ("access-control-allow-headers", "Authorization, Content-Type, If-Match"),
-                ("access-control-expose-headers", "Location, ETag, Link, Accept-Post, Accept-Patch"),
-            ]
-            respond(response)
         }
     }
 

@@ -51,7 +51,24 @@ public final class ServerApp: @unchecked Sendable {
         service.routes = HTTPRoutes(service: service, store: store, config: config)
         service.register(PresenceEndpoint(service: service), at: "/v1/presence")
         service.routes.ice = ice
+        service.routes.staticFiles = try Self.loadStaticFiles(config: config, logger: logger)
         transport.delegate = service
+    }
+
+    /// The SDK and pages, from `web_root` or the folder found beside the binary. An explicit
+    /// `web_root` that cannot be read stops the start; a missing default only turns them off.
+    static func loadStaticFiles(config: ServerConfig, logger: Logger) throws -> StaticFiles {
+        let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        guard let root = config.webRoot
+            ?? StaticFiles.defaultRoot(executable: executable, workingDirectory: FileManager.default.currentDirectoryPath)
+        else {
+            logger.log(.notice, "no web_root found: /sdk/, / and /dashboard are not served")
+            return .empty
+        }
+        let files = try StaticFiles(root: root, pagesEnabled: config.servePages)
+        logger.info("serving web files", ["web_root": files.root ?? root, "files": "\(files.assets.count)",
+                                          "pages": "\(config.servePages)"])
+        return files
     }
 
     /// The bound port.

@@ -69,6 +69,14 @@ public struct ServerConfig: Sendable, Equatable {
     /// Signaling requests (`/webrtc-proxy`, `/whip`) per minute from one remote address.
     public var signalingRequestsPerMinute = 300
 
+    /// Origins that may call the peer-token routes and open WebSockets from a browser (CORSPolicy.swift).
+    public var allowedOrigins = "*"
+    /// Folder served at `/sdk/`, `/` and `/dashboard`; nil finds it beside the binary (StaticFiles.swift).
+    public var webRoot: String?
+    /// Serve the demo page (`/`) and the presence dashboard (`/dashboard`). The SDK is served either way.
+    public var servePages = true
+    /// At start-up, print links to the demo and dashboard carrying freshly minted tokens (`make serve`).
+    public var printDemoLinks = false
     /// Comma-separated `http://`/`https://` URLs that receive webhook events (Webhooks.swift); empty: off.
     public var webhookURLs = ""
     /// The HMAC key of webhook signatures; only from `CALLING_WEBHOOK_SECRET` or `webhook_secret_file`.
@@ -212,6 +220,17 @@ public struct ServerConfig: Sendable, Equatable {
         .string("session_answer_role", "role of the peer that answers HTTP sessions and WHIP offers", \.sessionAnswerRole),
         .int("signaling_requests_per_minute", "HTTP session/WHIP requests per minute from one address (then 429)",
              \.signalingRequestsPerMinute, 1...1_000_000),
+        Key(name: "allowed_origins", help: "`*` or comma-separated origins allowed to call from browsers (CORS, WebSocket Origin)",
+            apply: { config, value in
+                let problems = CORSPolicy.problems(value)
+                guard problems.isEmpty else { return problems.joined(separator: "; ") }
+                guard !value.trimmingCharacters(in: .whitespaces).isEmpty else { return "allowed_origins: must not be empty (use * for any)" }
+                config.allowedOrigins = value
+                return nil
+            }, show: { $0.allowedOrigins }),
+        .optionalString("web_root", "folder served at /sdk/, / and /dashboard (default: found beside the binary)", \.webRoot),
+        .bool("serve_pages", "serve the demo page at / and the dashboard at /dashboard", \.servePages),
+        .bool("print_demo_links", "print demo and dashboard links with fresh dev tokens at start-up", \.printDemoLinks),
         .optionalString("webhook_urls", "comma-separated http:// or https:// URLs that receive webhook events", \.webhookURLsOptional),
         .optionalString("webhook_secret_file", "file with the webhook signing secret (or CALLING_WEBHOOK_SECRET)", \.webhookSecretFile),
         .string("webhook_events", "comma-separated event types to send, or all", \.webhookEvents),
@@ -336,6 +355,17 @@ extension ServerConfig.Key {
         }, show: { $0[keyPath: path] ?? "" })
     }
 
+    static func bool(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Bool> & Sendable) -> Self {
+        Self(name: name, help: help, apply: { config, value in
+            switch value.lowercased() {
+            case "true", "1", "yes", "on": config[keyPath: path] = true
+            case "false", "0", "no", "off": config[keyPath: path] = false
+            default: return "\(name): '\(value)' is not true or false"
+            }
+            return nil
+        }, show: { String($0[keyPath: path]) })
+    }
+
     static func int(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Int> & Sendable,
                     _ range: ClosedRange<Int>) -> Self
     {
@@ -343,18 +373,6 @@ extension ServerConfig.Key {
             guard let number = Int(value) else { return "\(name): '\(value)' is not an integer" }
             guard range.contains(number) else { return "\(name): \(number) is outside \(range.lowerBound)…\(range.upperBound)" }
             config[keyPath: path] = number
-            return nil
-        }, show: { String($0[keyPath: path]) })
-    }
-
-    /// `true`/`false` (also `1`/`0`, `yes`/`no`).
-    static func bool(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Bool> & Sendable) -> Self {
-        Self(name: name, help: help, apply: { config, value in
-            switch value.lowercased() {
-            case "true", "1", "yes": config[keyPath: path] = true
-            case "false", "0", "no": config[keyPath: path] = false
-            default: return "\(name): '\(value)' is not true or false"
-            }
             return nil
         }, show: { String($0[keyPath: path]) })
     }

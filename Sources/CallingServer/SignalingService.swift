@@ -36,6 +36,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     let logger: Logger
     let metrics = Metrics()
     let now: @Sendable () -> Millis
+    /// `allowed_origins`, applied to every WebSocket upgrade.
+    let cors: CORSPolicy
     unowned(unsafe) var transport: WebSocketServer!
     var routes: HTTPRoutes!
     /// The webhook sender (Webhooks.swift), installed by `ServerApp`; `emit` is all this thread calls.
@@ -65,6 +67,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         self.store = store
         self.logger = logger
         self.now = now
+        self.cors = CORSPolicy(allowedOrigins: config.allowedOrigins)
         self.hub = Hub(settings: config.hub)
     }
 
@@ -150,6 +153,12 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     // MARK: upgrade
 
     func server(_ server: WebSocketServer, shouldUpgrade request: HTTPRequest) -> UpgradeDecision {
+        // Browsers always send Origin on a WebSocket handshake and never enforce CORS on it, so the
+        // server must (RFC 6455 §10.2). Checked before the token: a refused page learns nothing more.
+        if case .refused = cors.check(request) {
+            metrics.upgrades["refused_origin", default: 0] += 1
+            return .reject(CORSPolicy.refusal)
+        }
         if let endpoint = endpoints[request.path] {
             switch authenticate(request) {
             case .failure(let response):

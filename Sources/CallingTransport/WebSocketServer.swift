@@ -624,7 +624,8 @@ public final class WebSocketServer: @unchecked Sendable {
         (WSI_TOKEN_HTTP_CONTENT_LENGTH, "content-length"), (WSI_TOKEN_HTTP_IF_MATCH, "if-match"),
         (WSI_TOKEN_HTTP_ACCEPT, "accept"), (WSI_TOKEN_ORIGIN, "origin"),
         (WSI_TOKEN_HTTP_TRANSFER_ENCODING, "transfer-encoding"), (WSI_TOKEN_X_FORWARDED_FOR, "x-forwarded-for"),
-        (WSI_TOKEN_HTTP_USER_AGENT, "user-agent"),
+        (WSI_TOKEN_HTTP_USER_AGENT, "user-agent"), (WSI_TOKEN_HOST, "host"),
+        (WSI_TOKEN_HTTP_IF_NONE_MATCH, "if-none-match"),
     ]
 
     private func readRequest(_ wsi: OpaquePointer, method: HTTPMethod) -> HTTPRequest? {
@@ -633,6 +634,8 @@ public final class WebSocketServer: @unchecked Sendable {
             if let value = copyHeader(wsi, token) { headers[name] = value }
         }
         if let apiKey = copyCustomHeader(wsi, "x-api-key:") { headers["x-api-key"] = apiKey }
+        // CORS preflights name the method they ask for; lws has no token for it.
+        if let method = copyCustomHeader(wsi, "access-control-request-method:") { headers["access-control-request-method"] = method }
         var query: [String: String] = [:]
         let queryBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: 8192)
         defer { queryBuffer.deallocate() }
