@@ -18,7 +18,19 @@ enum WebhookEventType: String, CaseIterable, Sendable {
     case presenceRequestEnded = "presence_request_ended"
     case chatMessage = "chat_message"
 
-    var bit: UInt32 { UInt32(1) << UInt32(Self.allCases.firstIndex(of: self)!) }
+    /// A constant per case (no `allCases` lookup): `wants(.chatMessage)` runs for every stored chat.
+    var bit: UInt32 {
+        switch self {
+        case .callStarted: return 1 << 0
+        case .callEnded: return 1 << 1
+        case .peerJoined: return 1 << 2
+        case .peerLeft: return 1 << 3
+        case .sessionStarted: return 1 << 4
+        case .sessionEnded: return 1 << 5
+        case .presenceRequestEnded: return 1 << 6
+        case .chatMessage: return 1 << 7
+        }
+    }
 }
 
 extension ServerConfig {
