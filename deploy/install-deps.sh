@@ -16,6 +16,8 @@ debs=(
   libjwt-dev
   libsqlite3-dev
   libssl-dev
+  # TLS clients (SDK, `calling-server peer`) verify against the system trust store.
+  ca-certificates
   # Foundation's URLSession (FoundationNetworking) loads it: the webhook sender, the SDK's REST calls.
   libcurl4
   # CallingMedia (WebRTC media for Linux peers, `calling-server peer`): webrtcbin, libnice, Opus.
@@ -28,7 +30,8 @@ if [ "$want_test" = 1 ]; then
   # test tools live in a virtual environment, and Debian ships venv's pip bootstrap separately.
   # nodejs: the browser SDK's unit tests (Node's built-in runner, no npm packages);
   # chromium-driver: Selenium drives headless Chromium against the real server (tests/integration/browser).
-  debs+=(coturn iproute2 procps chromium chromium-driver nodejs python3-venv)
+  # openssl: the TLS tests make their CA and server certificates with the CLI.
+  debs+=(coturn iproute2 procps chromium chromium-driver nodejs python3-venv openssl)
 fi
 
 missing=()

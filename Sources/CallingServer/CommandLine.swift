@@ -122,6 +122,7 @@ public enum CallingCommand {
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
         signal(SIGPIPE, SIG_IGN)
+        signal(SIGHUP, SIG_IGN)
         let app: ServerApp
         do {
             app = try ServerApp(config: config, logger: logger)
@@ -132,7 +133,7 @@ public enum CallingCommand {
         }
         // Machine-readable line for scripts and tests that start the server on port 0.
         // Written unbuffered: scripts wait for this line before connecting.
-        let banner = "calling-server listening on http://\(config.host):\(app.port)\n"
+        let banner = "calling-server listening on \(config.tlsEnabled ? "https" : "http")://\(config.host):\(app.port)\n"
             + "mint a token: \(executable) token --data-dir \(config.dataDir) --room demo --peer alice\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
         if config.printDemoLinks {
@@ -156,7 +157,22 @@ public enum CallingCommand {
             source.resume()
             sources.append(source)
         }
+        // SIGHUP reloads the TLS certificate (docs/operations.md, "TLS"); without TLS it is ignored.
+        let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: signalQueue)
+        hangup.setEventHandler {
+            guard config.tlsEnabled else {
+                logger.info("SIGHUP ignored: TLS is off, nothing to reload")
+                return
+            }
+            do {
+                try app.reloadTLSCertificate()
+            } catch {
+                logger.error("tls certificate reload failed; still serving the previous certificate", ["error": "\(error)"])
+            }
+        }
+        hangup.resume()
         done.wait()
+        hangup.cancel()
         // A second signal while draining skips the grace period.
         for source in sources {
             source.setEventHandler { _exit(0) }

@@ -18,7 +18,7 @@ enum DemoLinks {
         }
         // A wildcard listen address is not something a browser can open.
         let host = ["0.0.0.0", "::", ""].contains(config.host) ? "127.0.0.1" : config.host
-        let base = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        let base = "\(config.tlsEnabled ? "https" : "http")://\(host.contains(":") ? "[\(host)]" : host):\(port)"
         let rows = [
             ("demo, alice", "/", try token("alice", room: "demo", role: "peer", name: "Alice", scope: "room")),
             ("demo, bob", "/", try token("bob", room: "demo", role: "peer", name: "Bob", scope: "room")),

@@ -38,6 +38,15 @@ final class Metrics {
                 transport.closedSlowConsumer)
         counter("calling_capacity_rejections_total", "Upgrades refused with 503 at peer capacity.", transport.rejectedAtCapacity)
         counter("calling_bytes_out_total", "WebSocket payload bytes written.", transport.bytesOut)
+        counter("calling_tls_handshake_failures_total",
+                "TLS connections closed before their handshake completed (refused certificate, version, cipher, or plaintext).",
+                transport.tlsHandshakeFailures)
+        if let notAfter = transport.tlsCertificateNotAfter {
+            gauge("calling_tls_certificate_expiry_timestamp_seconds", "notAfter of the certificate being served (Unix time).",
+                  Int(notAfter))
+            counter("calling_tls_certificate_reloads_total", "Certificate reloads (SIGHUP) that succeeded.",
+                    transport.tlsCertificateReloads)
+        }
         labeled("calling_frames_in_total", "Frames received, by type.", "type", framesIn)
         labeled("calling_frames_out_total", "Frames queued for delivery, by type (one per recipient).", "type", framesOut)
         labeled("calling_errors_total", "Error frames sent, by code name.", "code", errors)

@@ -13,6 +13,17 @@ public struct ServerConfig: Sendable, Equatable {
     public var logFormat = LogFormat.text
     public var eventLoop = TransportSettings.EventLoop.libev
 
+    /// PEM certificate served for `https://` and `wss://` (the leaf, optionally followed by its
+    /// intermediates). TLS is on when this and `tlsKeyFile` are set; then the port serves no plaintext.
+    public var tlsCertFile: String?
+    /// Unencrypted PEM private key of `tlsCertFile`.
+    public var tlsKeyFile: String?
+    /// PEM intermediates sent after the leaf, for certificates delivered without them in the cert file.
+    public var tlsChainFile: String?
+    public var tlsMinVersion = TLSServerSettings.MinimumVersion.tls12
+    /// OpenSSL cipher list for TLS 1.2 connections.
+    public var tlsCiphers = TLSServerSettings.defaultCipherList
+
     /// File holding the HS256 secret; generated on first start when missing. Default `<data_dir>/jwt-secret`.
     public var jwtSecretFile: String?
     /// The secret itself; only from the environment (`CALLING_JWT_SECRET`), never a flag or file key.
@@ -98,11 +109,26 @@ public struct ServerConfig: Sendable, Equatable {
     public var resolvedSecretFile: String { jwtSecretFile ?? (dataDir as NSString).appendingPathComponent("jwt-secret") }
     public var databasePath: String { (dataDir as NSString).appendingPathComponent("calling.sqlite") }
 
+    /// True when the port serves TLS.
+    public var tlsEnabled: Bool { tlsCertFile != nil && tlsKeyFile != nil }
+
+    /// The file lws loads: `tls_cert_file` itself, or, with `tls_chain_file`, the two joined in
+    /// `<data_dir>/tls-served-chain.pem` (lws reads a whole chain from one file), which the server
+    /// rewrites at start and on every reload.
+    public var tlsServedChainFile: String? {
+        guard let tlsCertFile else { return nil }
+        return tlsChainFile == nil ? tlsCertFile : (dataDir as NSString).appendingPathComponent("tls-served-chain.pem")
+    }
+
     public var transport: TransportSettings {
         var settings = TransportSettings(host: host, port: port, eventLoop: eventLoop, maxFrameBytes: maxFrameBytes, maxQueueBytes: maxQueueBytes,
                           maxBodyBytes: maxBodyBytes, reservedFileDescriptors: reservedFileDescriptors,
                           idlePingSeconds: idlePingSeconds, idleHangupSeconds: idleHangupSeconds, watchdogSeconds: watchdogSeconds)
         settings.maxCoalescedBytes = maxCoalescedBytes
+        if tlsEnabled, let chain = tlsServedChainFile, let key = tlsKeyFile {
+            settings.tls = TLSServerSettings(certificateChainFile: chain, privateKeyFile: key, minimumVersion: tlsMinVersion,
+                                             cipherList: tlsCiphers)
+        }
         return settings
     }
 
@@ -174,6 +200,20 @@ public struct ServerConfig: Sendable, Equatable {
                 config.eventLoop = loop
                 return nil
             }, show: { $0.eventLoop.rawValue }),
+        .optionalString("tls_cert_file", "PEM certificate (leaf first, then intermediates) for https:// and wss://; TLS is on when set",
+                        \.tlsCertFile),
+        .optionalString("tls_key_file", "unencrypted PEM private key of tls_cert_file", \.tlsKeyFile),
+        .optionalString("tls_chain_file", "PEM intermediates sent after the leaf (when tls_cert_file holds only the leaf)",
+                        \.tlsChainFile),
+        Key(name: "tls_min_version", help: "oldest TLS version accepted: 1.2 or 1.3",
+            apply: { config, value in
+                guard let version = TLSServerSettings.MinimumVersion(rawValue: value) else {
+                    return "tls_min_version: must be 1.2 or 1.3, not '\(value)'"
+                }
+                config.tlsMinVersion = version
+                return nil
+            }, show: { $0.tlsMinVersion.rawValue }),
+        .string("tls_ciphers", "OpenSSL cipher list for TLS 1.2 (TLS 1.3 uses OpenSSL's AEAD suites)", \.tlsCiphers),
         .optionalString("jwt_secret_file", "file with the HS256 secret (default <data_dir>/jwt-secret)", \.jwtSecretFile),
         .optionalString("jwt_public_key_file", "PEM public key for RS256/ES256 tokens", \.jwtPublicKeyFile),
         .optionalString("jwt_audience", "required `aud` claim; empty disables the check", \.jwtAudience),
@@ -309,6 +349,12 @@ public struct ServerConfig: Sendable, Equatable {
         }
         if config.historyDefaultLimit > config.historyMaxLimit {
             problems.append("history_default_limit must not exceed history_max_limit")
+        }
+        if (config.tlsCertFile == nil) != (config.tlsKeyFile == nil) {
+            problems.append("tls_cert_file and tls_key_file must be set together")
+        }
+        if config.tlsChainFile != nil, config.tlsCertFile == nil {
+            problems.append("tls_chain_file needs tls_cert_file and tls_key_file")
         }
         problems += config.iceURLProblems
         problems += config.webhookProblems

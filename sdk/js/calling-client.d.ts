@@ -491,6 +491,8 @@ export function _isTemporaryCode(code: number): boolean;
 /** @internal A sample from a getStats() report and the previous outbound byte count. */
 export function _statsFromReport(report: Iterable<any> | Map<string, any>, previous: { bytesSent: number; timestamp: number } | null):
   { sample: Omit<StatsSample, "peerId">; bytes: { bytesSent: number; timestamp: number } | null };
+/** @internal `sdp` with its media stream ids (a=msid, a=ssrc msid) replaced by `streamId` (`local-<peerId>` on the wire). */
+export function _withStreamId(sdp: string, streamId: string): string;
 /** @internal Validates and splits DTMF digits. */
 export function _dtmfDigits(digits: string): string[];
 

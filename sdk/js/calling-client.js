@@ -311,6 +311,24 @@ export function _statsFromReport(report, previous) {
 }
 
 /**
+ * Internal. `sdp` with every media stream id (`a=msid:<stream> <track>` and the legacy
+ * `a=ssrc:<n> msid:<stream> <track>`) replaced by `streamId`, so the remote side sees all our
+ * tracks in one stream named `local-<peerId>`, as the mobile SDKs send it. A browser cannot choose
+ * a MediaStream's id, and munging the local description is not allowed, so only the SDP sent on
+ * the wire is rewritten; the stream id carries no meaning for the media itself. `-` (no stream)
+ * is left alone.
+ * @param {string} sdp
+ * @param {string} streamId
+ * @returns {string}
+ */
+export function _withStreamId(sdp, streamId) {
+  if (typeof sdp !== "string" || !streamId) return sdp;
+  return sdp
+    .replace(/^(a=msid:)(\S+)( \S+)?$/gm, (line, prefix, stream, track) => (stream === "-" ? line : `${prefix}${streamId}${track || ""}`))
+    .replace(/^(a=ssrc:\d+ msid:)(\S+)( \S+)?$/gm, (line, prefix, stream, track) => (stream === "-" ? line : `${prefix}${streamId}${track || ""}`));
+}
+
+/**
  * Internal. DTMF digits as single keys (`0-9 * # A-D`, lower case a–d accepted); throws
  * `invalid_argument` for anything else, as the Linux engine ignores unknown keys.
  * @param {string} digits
@@ -1304,7 +1322,7 @@ export class CallingClient extends ReconnectingSocket {
       await pc.setLocalDescription(offer);
       if (this._calls.get(peerId) !== call) throw invalidState(`call with ${peerId} ended`);
       const local = pc.localDescription || offer;
-      this._send("offer", { sdp: local.sdp, type: "offer" }, peerId);
+      this._send("offer", { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "offer" }, peerId);
       return pc;
     } catch (error) {
       if (this._calls.get(peerId) === call) this._endCall(peerId, "failed");
@@ -1702,7 +1720,7 @@ export class CallingClient extends ReconnectingSocket {
         if (payload.transport) await waitForGathering(call.pc, 1000, this._timers);
         if (this._calls.get(from) !== call) return;
         const local = call.pc.localDescription || answer;
-        const out = { sdp: local.sdp, type: "answer" };
+        const out = { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "answer" };
         if (sessionId) out.session_id = sessionId;
         this._send("answer", out, from);
       }).catch((error) => this._events.emit("error", mediaError(error)));
@@ -1737,7 +1755,7 @@ export class CallingClient extends ReconnectingSocket {
         if (entry.offer.transport) await waitForGathering(pc, 1000, this._timers);
         if (this._calls.get(from) !== call) throw invalidState(`call with ${from} ended`);
         const local = pc.localDescription || answer;
-        const out = { sdp: local.sdp, type: "answer" };
+        const out = { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "answer" };
         if (entry.sessionId) out.session_id = entry.sessionId;
         this._send("answer", out, from);
       });
@@ -1858,6 +1876,22 @@ function clampStats(sample) {
     packet_loss: clamp(sample.packet_loss, 1),
     bitrate_kbps: clamp(sample.bitrate_kbps, 1000000),
   };
+}
+
+/** Longest wait for a data channel's queue to empty before a close. */
+const HANGUP_DRAIN_MS = 500;
+
+/** Resolves once `channel.bufferedAmount` is 0 (polled every 10 ms) or after `maxMs`. */
+function drainChannel(channel, maxMs, timers) {
+  return new Promise((resolve) => {
+    let waited = 0;
+    const check = () => {
+      if (!(channel.bufferedAmount > 0) || channel.readyState !== "open" || waited >= maxMs) return resolve();
+      waited += 10;
+      timers.setTimeout(check, 10);
+    };
+    check();
+  });
 }
 
 function mediaError(error) {
@@ -2272,6 +2306,9 @@ export class WebCallClient {
     if (live && live.control && live.control.readyState === "open") {
       try {
         live.control.send(JSON.stringify({ type: "hangup" }));
+        // send() only queues: closing the peer connection at once aborts the SCTP association and
+        // can drop the hangup, so the agent would learn of it only from the DELETE. Let it drain.
+        await drainChannel(live.control, HANGUP_DRAIN_MS, this._timers);
       } catch {
         // channel closing
       }
@@ -2383,6 +2420,9 @@ export class WebCallClient {
       if (this._live !== attempt) return;
       const state = pc.connectionState;
       this._events.emit("connection-state", { state });
+      // Our own re-POST is under way: the agent tears this connection down when the server hands
+      // the seat to the new session; that is not the end of the call.
+      if (this._supersededByOwnPost(attempt) && state !== "connected") return;
       if (state === "connected") {
         this._clearGrace();
         this._setState("connected");
@@ -2415,9 +2455,10 @@ export class WebCallClient {
       this._events.emit("control", message);
       if (message.type === "status" && typeof message.state === "string") {
         this._events.emit("status", { state: message.state });
-        if (this._live === attempt && (message.state === "ended" || message.state === "replaced")) {
-          this._finish(message.state === "ended" ? "remote" : "replaced", false);
-        }
+        if (this._live === attempt && message.state === "ended") this._finish("remote", false);
+        // `replaced` on the live connection while our own re-POST is in flight is that re-POST
+        // taking over; otherwise another client took the call with the same token.
+        if (this._live === attempt && message.state === "replaced" && !this._supersededByOwnPost(attempt)) this._finish("replaced", false);
       } else if (message.type === "pong") {
         const waiter = this._pings.get(message.ts);
         if (waiter) {
@@ -2427,6 +2468,12 @@ export class WebCallClient {
         }
       }
     };
+  }
+
+  /** Whether a newer attempt of ours (POST in flight) exists besides `attempt`. */
+  _supersededByOwnPost(attempt) {
+    for (const other of this._attempts) if (other !== attempt && other !== this._live) return true;
+    return false;
   }
 
   _patchCandidate(attempt, candidate) {

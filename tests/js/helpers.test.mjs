@@ -20,6 +20,7 @@ import {
   _TypingState,
   _PendingChats,
   _Emitter,
+  _withStreamId,
 } from "../../sdk/js/calling-client.js";
 import { FakeTimers, flush, makeToken } from "./fakes.mjs";
 
@@ -314,4 +315,19 @@ test("emitter: on/off/once, a throwing handler does not stop the others", async 
     else globalThis.reportError = saved;
   }
   assert.deepEqual(errors, ["boom"]);
+});
+
+test("tracks go out under one stream id local-<peerId>, in msid and ssrc lines, on the wire only", () => {
+  const sdp = [
+    "v=0", "a=msid-semantic: WMS browser-stream", "m=audio 9 UDP/TLS/RTP/SAVPF 111",
+    "a=msid:browser-stream 7f3c-track", "a=ssrc:1234 msid:browser-stream 7f3c-track", "a=ssrc:1234 cname:x",
+    "m=application 9 UDP/DTLS/SCTP webrtc-datachannel", "a=msid:- other-track", "",
+  ].join("\r\n");
+  const out = _withStreamId(sdp, "local-alice");
+  assert.match(out, /^a=msid:local-alice 7f3c-track\r$/m);
+  assert.match(out, /^a=ssrc:1234 msid:local-alice 7f3c-track\r$/m);
+  assert.match(out, /^a=msid:- other-track\r$/m, "no-stream tracks stay without a stream");
+  assert.match(out, /^a=ssrc:1234 cname:x\r$/m);
+  assert.equal(out.split("\r\n").length, sdp.split("\r\n").length);
+  assert.equal(_withStreamId(sdp, ""), sdp);
 });

@@ -142,6 +142,37 @@ test("hangup: control hangup, peer connection closed, DELETE; a session already 
   await gone.call.hangup();
 });
 
+test("hangup waits for the control hangup to leave the channel before closing, at most 500 ms", async () => {
+  const env = setup();
+  await env.call.start([makeTrack("mic")]);
+  const pc = env.PC.last();
+  const control = pc.channels[0];
+  control.open();
+  control.bufferedAmount = 120;
+  const done = env.call.hangup();
+  await flush();
+  assert.deepEqual(control.messages.at(-1), { type: "hangup" });
+  assert.equal(pc.closed, false, "closing now could drop the queued hangup");
+  await env.clock.advance(30);
+  assert.equal(pc.closed, false);
+  control.bufferedAmount = 0;
+  await env.clock.advance(10);
+  await done;
+  assert.equal(pc.closed, true);
+
+  const stuck = setup();
+  await stuck.call.start([makeTrack("mic")]);
+  const stuckPC = stuck.PC.last();
+  stuckPC.channels[0].open();
+  stuckPC.channels[0].bufferedAmount = 1;
+  const ending = stuck.call.hangup();
+  await stuck.clock.advance(490);
+  assert.equal(stuckPC.closed, false);
+  await stuck.clock.advance(20);
+  await ending;
+  assert.equal(stuckPC.closed, true, "a channel that never drains does not hold the hangup");
+});
+
 test("a refused POST rejects start() with the problem code, status, retryable and Retry-After", async () => {
   let refuse = true;
   const env = setup({
@@ -255,4 +286,42 @@ test("hangup during the POST: the session that comes back is deleted", async () 
   const del = env.fetch.calls.find((c) => c.method === "DELETE");
   assert.equal(del.url, `${SESSIONS}/late`);
   assert.equal(env.call.state, "ended");
+});
+
+test("reconnect(): the old connection's 'replaced' and teardown during our own re-POST do not end the call", async () => {
+  const gate = deferred();
+  let posts = 0;
+  const env = setup({
+    routes: async ({ method }) => {
+      if (method === "POST") {
+        posts += 1;
+        if (posts === 2) await gate.promise;
+        return { status: 201, body: { session_id: `s${posts}`, sdp: `a${posts}` } };
+      }
+      return { status: 204, body: "" };
+    },
+  });
+  const events = record(env.call, ["ended", "reconnecting"]);
+  await env.call.start([makeTrack("mic")]);
+  const old = env.PC.last();
+  old.channels[0].open();
+  old.setConnectionState("connected");
+  const again = env.call.reconnect();
+  await flush();
+  // The server hands the seat over before our POST returns: the agent says "replaced" on the old
+  // channel and closes the old connection.
+  old.channels[0].peerSend({ type: "status", state: "replaced" });
+  old.setConnectionState("failed");
+  await flush();
+  assert.equal(events.of("ended").length, 0);
+  assert.equal(posts, 2, "no extra POST for the old connection's failure");
+  gate.resolve();
+  assert.equal(await again, "s2");
+  assert.equal(env.call.sessionId, "s2");
+  assert.equal(old.closed, true);
+  assert.notEqual(env.call.pc, old);
+  // Without a re-POST of ours, "replaced" means another client took the call.
+  env.PC.last().channels[0].open();
+  env.PC.last().channels[0].peerSend({ type: "status", state: "replaced" });
+  assert.deepEqual(events.of("ended"), [{ reason: "replaced" }]);
 });

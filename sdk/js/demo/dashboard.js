@@ -156,7 +156,7 @@ function subscribe(client) {
     show(el.connectPanel);
     el.disconnect.hidden = true;
   };
-  on("closed", ended);
+  // `closed` (a close frame) is always followed by `disconnected` with the same details.
   on("disconnected", ended);
   on("error", (error) => {
     notify(`Refused: ${error.message} (${error.code})`);

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import socket
 import threading
 import time
@@ -137,6 +135,12 @@ class Browser:
         self.label = label
         self.base_url = base_url
 
+    def set_viewport(self, width: int, height: int) -> None:
+        """Sizes the window so the page itself (and so a screenshot) is width x height."""
+        self.driver.set_window_size(width, height)
+        inner = self.js("return [window.innerWidth, window.innerHeight];")
+        self.driver.set_window_size(2 * width - inner[0], 2 * height - inner[1])
+
     def open(self, path: str) -> None:
         self.driver.get(self.base_url + path)
 
@@ -245,6 +249,7 @@ class BrowserLab:
         driver = webdriver.Remote(command_executor=f"http://127.0.0.1:{self.forwarder.port}", options=options)
         driver.set_page_load_timeout(15)
         browser = Browser(driver, label, self.base_url)
+        browser.set_viewport(*WINDOW)
         self.browsers.append(browser)
         return browser
 
@@ -342,5 +347,3 @@ def wav_rms(path: Path) -> tuple[float, float]:
         return 0.0, 0.0
     return frames / rate, (sum(s * s for s in samples) / len(samples)) ** 0.5
 
-
-SAFE = re.compile(r"[^A-Za-z0-9_.-]")

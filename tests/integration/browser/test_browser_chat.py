@@ -147,8 +147,8 @@ def test_reconnect_after_server_restart_loses_and_duplicates_nothing(blab):
     for browser in (alice, bob):
         browser.wait_css('#status[data-state="reconnecting"]', 10, "reconnecting after the server died")
     type_and_send(alice, ["while down 1", "while down 2"])
-    time.sleep(0.2)  # not an assertion: lets the page mark them pending before the server is back
-    assert len(alice.find_all("#chat-log li[data-pending]")) >= 2, alice.chat_items()
+    alice.wait_js("document.querySelectorAll('#chat-log li[data-pending]').length >= 2", 5,
+                  "the two messages pending while the server is down")
 
     server.restart()
     for browser in (alice, bob):

@@ -32,7 +32,7 @@ def test_dashboard_shows_status_changes_and_a_request_accepted_into_a_room(blab,
     own status form), then carl's request to ann ringing (caller, agent, countdown, ringing count);
     ann accepts on its page; the supervisor's entry turns `accepted` with the room and call ids
     and no room link (dashboards never get tokens), ann is `busy`; ann's entry links into the
-    room, and following it puts ann in that room with carl, who joined with its own token."""
+    room, and clicking it opens a tab that puts ann in that room with carl, who joined with its own token."""
     server = blab.server
     supervisor = open_dashboard(blab, "supervisor", "sup", "dashboard")
     agent = open_dashboard(blab, "agent", "ann", "agent", name="Ann")
@@ -91,7 +91,11 @@ def test_dashboard_shows_status_changes_and_a_request_accepted_into_a_room(blab,
         carl_room = room_socket(server, accepted["token"])
         try:
             assert carl_room.recv_json()["type"] == "welcome"
-            agent.driver.get(href)
+            # The link opens a new tab (target=_blank), as a click does for a person.
+            before = set(agent.driver.window_handles)
+            link.click()
+            opened = agent.wait(lambda b: set(b.driver.window_handles) - before, 10, "the call's tab")
+            agent.driver.switch_to.window(opened.pop())
             agent.wait_css('#status[data-state="connected"]', 10, "the agent in the room")
             assert agent.attr("#me", "data-room-id") == room_id
             assert agent.attr("#me", "data-call-id") == call_id
