@@ -174,10 +174,11 @@ final class URLSessionWebhookTransport: WebhookTransport {
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         let task = session.dataTask(with: request) { _, response, error in
             if let error {
-                let code = (error as? URLError)?.code
-                if code == .cancelled { return }  // abandoned by the driver after its deadline
-                completion(code == .timedOut ? .timeout : .transport(String(describing: code ?? URLError.Code.unknown)))
-                return
+                let failure = error as NSError
+                if failure.code == NSURLErrorCancelled { return }  // abandoned by the driver after its deadline
+                if failure.code == NSURLErrorTimedOut { return completion(.timeout) }
+                // e.g. "NSURLErrorDomain -1202 The certificate for this server is invalid…"
+                return completion(.transport("\(failure.domain) \(failure.code) \(failure.localizedDescription.prefix(200))"))
             }
             let status = (response as? HTTPURLResponse)?.statusCode ?? 0
             completion((200..<300).contains(status) ? nil : .status(status))

@@ -471,3 +471,39 @@ def test_a_graceful_stop_ends_the_calls_it_empties_and_queues_their_events(start
         assert events[3]["data"]["reason"] == "server_shutdown"
     finally:
         receiver.close()
+
+
+def test_an_https_receiver_with_an_untrusted_certificate_is_refused(start_server, tmp_path):
+    """https goes through URLSession's TLS with the system trust store: a self-signed receiver gets
+    no event (each attempt is a `transport` failure), never a plaintext downgrade."""
+    import ssl
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=30)
+    receiver = Receiver()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    receiver.httpd.socket = context.wrap_socket(receiver.httpd.socket, server_side=True)
+    try:
+        url = receiver.url.replace("http://", "https://")
+        server = start_server(env=ENV, webhook_urls=url, webhook_retry_base_ms=200, webhook_retry_max_ms=200)
+
+        async def one_peer():
+            alice = await Peer.connect(server, server.token("r1", "alice"), "alice")
+            await alice.ws.close()
+
+        run(one_peer())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if server.metrics().get('calling_webhook_failures_total{reason="transport"}', 0) >= 2:
+                break
+            time.sleep(0.1)
+        metrics = server.metrics()
+        assert metrics.get('calling_webhook_failures_total{reason="transport"}', 0) >= 2, metrics
+        assert metrics["calling_webhook_deliveries_total"] == 0
+        assert receiver.all() == [], "no request may reach a receiver whose certificate is not trusted"
+    finally:
+        receiver.close()
