@@ -80,6 +80,8 @@ final class HTTPRoutes: @unchecked Sendable {
             iceServers(request, respond)
         case (_, 2...4) where segments[0] == "v1" && (segments[1] == "calls" || segments[1] == "tokens"):
             service.calls.handle(request, segments: segments, respond: respond)
+        case (_, 3...) where segments[0] == "v1" && segments[1] == "admin":
+            service.admin.handle(request, segments: segments, respond: respond)
         case (_, _) where segments.first == "webrtc-proxy" || segments.first == "whip":
             service.httpSessions.handle(request, segments: segments, respond: respond)
         case (_, 2) where segments[0] == "v1" && (segments[1] == "ws" || segments[1] == "presence"):

@@ -90,6 +90,8 @@ final class HTTPSessions: @unchecked Sendable {
     let logger: Logger
     private var nextVirtual: UInt64 = 0
     private var byID: [String: Session] = [:]
+    /// Live sessions (webrtc-proxy and WHIP), for the admin drain status.
+    var count: Int { byID.count }
     private var byConnection: [ConnectionID: Session] = [:]
     private var bySeat: [Seat: Session] = [:]
     /// Token buckets per remote address (`signaling_requests_per_minute`), with when each was last used.
@@ -175,7 +177,7 @@ final class HTTPSessions: @unchecked Sendable {
         guard identityField == "client", claims.role != config.sessionAnswerRole else {
             return respond(.problem(403, code: "identity_mismatch", detail: "the access token was issued for identity \"client\""))
         }
-        let identity = PeerIdentity(peer: claims.sub, room: room, call: call, role: claims.role ?? "client", name: claims.name)
+        let identity = PeerIdentity(claims: claims, room: room, call: call, defaultRole: "client", leewaySeconds: config.jwtLeewaySeconds)
         let expiresAt = Self.millis(claims.expiresAt.addingTimeInterval(config.jwtLeewaySeconds))
         service.store.perform({ db in try CallRepository(db: db).find(call) }) { [service] result in
             service.transport.post { [self] in
@@ -278,7 +280,7 @@ final class HTTPSessions: @unchecked Sendable {
         guard claims.role != config.sessionAnswerRole else {
             return respond(.problem(403, code: "identity_mismatch", detail: "a token of the answering role cannot publish"))
         }
-        let identity = PeerIdentity(peer: claims.sub, room: room, call: claims.callID, role: claims.role ?? "client", name: claims.name)
+        let identity = PeerIdentity(claims: claims, room: room, defaultRole: "client", leewaySeconds: config.jwtLeewaySeconds)
         let expiresAt = Self.millis(claims.expiresAt.addingTimeInterval(config.jwtLeewaySeconds))
         let links = linkHeaders(for: claims.sub)
         start(.whip, identity: identity, offer: sdp, preferred: nil, expiresAt: expiresAt) { [self] session, outcome in
@@ -399,6 +401,11 @@ final class HTTPSessions: @unchecked Sendable {
             return refused(.problem(503, code: "no_answering_peer",
                                     detail: "no peer with role '\(config.sessionAnswerRole)' is in the room; retry shortly",
                                     headers: [("retry-after", "2")]))
+        }
+        // The same seat rules as a WebSocket join: a session's own seat (a re-POST) is a takeover, not a new seat.
+        if let refusal = service.admit(identity) {
+            counters["refused_seat", default: 0] += 1
+            return refused(refusal)
         }
         if let old = bySeat[seat] {
             // The answering peer learns which session went, then sees the new offer from the same peer id.
@@ -569,7 +576,7 @@ final class HTTPSessions: @unchecked Sendable {
     /// moved the seat).
     func closed(_ connection: ConnectionID, code: CloseCode) {
         guard let session = byConnection[connection] else { return }
-        unregister(session, reason: code == .consultationEnded ? "consultation_ended" : "taken_over")
+        unregister(session, reason: Self.endReason(code))
         service.handle(.disconnect(connection))
         finishPending(session, code == .consultationEnded ? .consultationEnded : .sessionGone)
     }
@@ -590,6 +597,16 @@ final class HTTPSessions: @unchecked Sendable {
     }
 
     // MARK: helpers
+
+    /// `session_ended.reason` when the hub closed the session's seat.
+    static func endReason(_ code: CloseCode) -> String {
+        switch code {
+        case .consultationEnded: return "consultation_ended"
+        case .kicked: return "kicked"
+        case .roomClosed: return "room_closed"
+        default: return "taken_over"
+        }
+    }
 
     /// The fields `session_started` and `session_ended` share.
     private func webhookData(_ session: Session) -> [String: JSONValue] {

@@ -13,6 +13,8 @@ final class Metrics {
     var chatStored = 0
     var chatDuplicates = 0
     var storeFailures = 0
+    /// Joins refused before the upgrade by the hub's seat rules, by problem code (`room_full`, `draining`, `kicked`).
+    var joinRefusals: [String: Int] = [:]
     /// From the hub's `storeChat` (the frame was just decoded) to the `chat-ack` queued after COMMIT,
     /// one observation per ack. Fixed buckets: recording is a few comparisons and one increment.
     var ackLatency = LatencyHistogram()
@@ -56,6 +58,8 @@ final class Metrics {
         counter("calling_chat_stored_total", "Chat messages committed.", chatStored)
         counter("calling_chat_duplicates_total", "Chat retries answered with the original ack.", chatDuplicates)
         counter("calling_store_failures_total", "Store operations that failed.", storeFailures)
+        labeled("calling_join_refusals_total", "Joins (WebSocket or HTTP session) refused for a seat, by code (room_full, draining, kicked, reserved_peer_id).",
+                "code", joinRefusals)
         return out
     }
 

@@ -33,6 +33,9 @@ public struct ServerConfig: Sendable, Equatable {
     public var jwtAudience: String? = "calling-server"
     public var jwtLeewaySeconds = 30.0
     public var tokenTTLSeconds = 3600
+    /// Lifetime of the caller's `access_token` from `POST /v1/calls`: 130 minutes, as documented in
+    /// docs/protocol.md ("Calls").
+    public var callTokenTTLSeconds = 7_800
 
     public var maxFrameBytes = 65_536
     public var maxQueueBytes = 1_048_576
@@ -79,6 +82,9 @@ public struct ServerConfig: Sendable, Equatable {
     public var sessionAnswerRole = "agent"
     /// Signaling requests (`/webrtc-proxy`, `/whip`) per minute from one remote address.
     public var signalingRequestsPerMinute = 300
+    /// Distinct peers a room seats (WebSocket peers and HTTP sessions alike) unless the joiner's token
+    /// carries `max_peers`; 0 = unlimited.
+    public var maxPeersPerRoom = 0
 
     /// Origins that may call the peer-token routes and open WebSockets from a browser (CORSPolicy.swift).
     public var allowedOrigins = "*"
@@ -165,7 +171,7 @@ public struct ServerConfig: Sendable, Equatable {
 
     public var hub: HubSettings {
         HubSettings(pingIntervalMs: Int64(pingIntervalMs), typingTTLMs: Int64(typingTTLMs), chatMaxTextBytes: chatMaxTextBytes,
-                    chatMaxMetaBytes: chatMaxMetaBytes)
+                    chatMaxMetaBytes: chatMaxMetaBytes, maxPeersPerRoom: maxPeersPerRoom)
     }
 
     /// One entry per key: its JSON name, a one-line meaning, and how to read and write it.
@@ -219,6 +225,8 @@ public struct ServerConfig: Sendable, Equatable {
         .optionalString("jwt_audience", "required `aud` claim; empty disables the check", \.jwtAudience),
         .double("jwt_leeway_seconds", "clock skew allowed on exp/nbf", \.jwtLeewaySeconds, 0...600),
         .int("token_ttl_seconds", "lifetime of tokens minted by `calling-server token`", \.tokenTTLSeconds, 1...31_536_000),
+        .int("call_token_ttl_seconds", "lifetime of the access_token of POST /v1/calls (130 minutes)", \.callTokenTTLSeconds,
+             60...31_536_000),
         .int("max_frame_bytes", "largest WebSocket message accepted", \.maxFrameBytes, 1_024...16_777_216),
         .int("max_queue_bytes", "outbound bytes queued per connection before closing it (4000)", \.maxQueueBytes,
              4_096...1_073_741_824),
@@ -258,6 +266,8 @@ public struct ServerConfig: Sendable, Equatable {
         .int("session_answer_timeout_ms", "how long an HTTP session or WHIP POST waits for the answer (then 502)",
              \.sessionAnswerTimeoutMs, 50...120_000),
         .string("session_answer_role", "role of the peer that answers HTTP sessions and WHIP offers", \.sessionAnswerRole),
+        .int("max_peers_per_room", "peers a room seats unless the token sets max_peers (then 409 room_full); 0 = unlimited",
+             \.maxPeersPerRoom, 0...1_000_000),
         .int("signaling_requests_per_minute", "HTTP session/WHIP requests per minute from one address (then 429)",
              \.signalingRequestsPerMinute, 1...1_000_000),
         Key(name: "allowed_origins", help: "`*` or comma-separated origins allowed to call from browsers (CORS, WebSocket Origin)",

@@ -57,6 +57,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     private(set) lazy var calls = CallsAPI(service: self, store: store, config: config, logger: logger.labeled("calls"))
     /// `/webrtc-proxy/…` and `/whip/…`: HTTP sessions joined to rooms as virtual connections (HTTPSessions.swift).
     private(set) lazy var httpSessions = HTTPSessions(service: self, config: config, logger: logger.labeled("sessions"))
+    /// `/v1/admin/…` (AdminAPI.swift).
+    private(set) lazy var admin = AdminAPI(service: self, logger: logger.labeled("admin"))
 
     init(config: ServerConfig, verifier: TokenVerifier, issuer: TokenIssuer, store: ChatStore, logger: Logger,
          now: @escaping @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) })
@@ -74,26 +76,30 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     var hubSnapshot: Hub { hub }
 
     /// Feeds the hub an input that did not come from a connection (a meter loaded from the store, an
-    /// HTTP session's join or leave). Service thread.
+    /// HTTP session's join or leave, an admin action). Service thread.
     func handle(_ input: HubInput) {
         switch input {
-        case .join, .disconnect: membership(input)
+        case .join, .disconnect, .kick, .endRoom: membership(input)
         default: apply(hub.handle(input, now: now()))
         }
     }
 
-    /// A join or a leave: the hub's effects, and the webhook events the change means. The events are
-    /// emitted before the effects run, since an effect (a close) can lead to the next leave.
+    /// A join, a leave, a kick or a closed room: the hub's effects, and the webhook events the change
+    /// means. The events are emitted before the effects run, since an effect (a close) can lead to the
+    /// next leave.
     private func membership(_ input: HubInput) {
         let current = now()
         guard webhooks.isEnabled else { return apply(hub.handle(input, now: current)) }
         var events: [CallLifecycle.Event] = []
         let effects: [HubEffect]
         switch input {
-        case .join(_, let identity, _):
+        case .join(let connection, let identity, _):
             let takeover = hub.members(of: identity.room).contains(identity.peer)
             effects = hub.handle(input, now: current)
-            events = lifecycle.joined(identity, takeover: takeover, now: current)
+            // A join the hub refused (no seat) seats nobody.
+            if hub.identity(of: connection) != nil {
+                events = lifecycle.joined(identity, takeover: takeover, now: current)
+            }
         case .disconnect(let connection):
             // Nil for a connection whose seat was taken over: its leave changes nothing.
             let identity = hub.identity(of: connection)
@@ -101,6 +107,15 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             let reason = closeReasons.removeValue(forKey: connection)
                 ?? (webhooks.isStopping ? "server_shutdown" : "last_peer_left")
             if let identity { events = lifecycle.left(identity, reason: reason, now: current) }
+        case .kick(let room, let peer):
+            // The hub seats the kicked peer out at once; its socket's disconnect then finds nothing.
+            let identity = hub.identities(in: room).first { $0.peer == peer }
+            effects = hub.handle(input, now: current)
+            if let identity { events = lifecycle.left(identity, reason: "kicked", now: current) }
+        case .endRoom(let room):
+            let seated = hub.identities(in: room)
+            effects = hub.handle(input, now: current)
+            for identity in seated { events += lifecycle.left(identity, reason: "room_closed", now: current) }
         default:
             effects = hub.handle(input, now: current)
         }
@@ -199,10 +214,37 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                 }
                 resumeAfter = value
             }
-            let identity = PeerIdentity(peer: claims.sub, room: room, call: claims.callID, role: claims.role ?? "peer",
-                                        name: claims.name)
+            let identity = PeerIdentity(claims: claims, room: room, defaultRole: "peer", leewaySeconds: config.jwtLeewaySeconds)
+            if let refusal = admit(identity) {
+                metrics.upgrades["refused_\(refusal.status)", default: 0] += 1
+                return .reject(refusal)
+            }
             metrics.upgrades["accepted", default: 0] += 1
             return .accept(context: JoinTicket(identity: identity, expiresAt: claims.expiresAt, resumeAfter: resumeAfter))
+        }
+    }
+
+    /// Asks the hub for a seat for `identity` (room limit, drain, kicked tokens); nil when admitted,
+    /// else the problem to answer, counted by code. Service thread.
+    func admit(_ identity: PeerIdentity) -> HTTPResponse? {
+        guard let refusal = hub.admit(identity, now: now()) else { return nil }
+        metrics.joinRefusals[refusal.code, default: 0] += 1
+        return Self.problem(for: refusal)
+    }
+
+    /// The documented answer to a refused seat (docs/protocol.md, "Room limits" and "Admin API").
+    static func problem(for refusal: JoinRefusal) -> HTTPResponse {
+        switch refusal {
+        case .roomFull(let limit):
+            return .problem(409, code: refusal.code, detail: "the room already has \(limit) peers (its max_peers)",
+                            extra: ["max_peers": .int(Int64(limit))])
+        case .draining:
+            return .problem(503, code: refusal.code, detail: "this node is draining and takes no new joins; use another node",
+                            headers: [("retry-after", "5")])
+        case .kicked:
+            return .problem(403, code: refusal.code, detail: "this token was removed from its room by an operator; get a new token")
+        case .reservedPeerID:
+            return .problem(403, code: refusal.code, detail: "the peer id \(Hub.serverPeerID.rawValue) is reserved for the server")
         }
     }
 
@@ -293,7 +335,12 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             return endpoint.didClose(connection)
         }
         guard let session = sessions.removeValue(forKey: connection) else { return }
-        if session.joined { membership(.disconnect(connection)) } else { closeReasons[connection] = nil }
+        if session.joined {
+            membership(.disconnect(connection))
+        } else {
+            closeReasons[connection] = nil
+            apply(hub.handle(.abandonSeat(session.ticket.identity.room, session.ticket.identity.peer), now: now()))
+        }
     }
 
     // MARK: frames
@@ -369,7 +416,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             case .close(let connection, let code):
                 metrics.closes[code.reason, default: 0] += 1
                 if code == .consultationEnded, webhooks.isEnabled { closeReasons[connection] = "consultation_ended" }
-                if code == .replaced { sessions[connection] = nil }
+                // The hub has already let these connections go; frames still arriving must not reach it.
+                if code == .replaced || code == .kicked || code == .roomClosed { sessions[connection] = nil }
                 if HTTPSessions.isVirtual(connection) { httpSessions.closed(connection, code: code); continue }
                 transport.close(connection, code: code)
             case .storeChat(let connection, let room, let peer, let submission, let timestamp):
@@ -465,6 +513,29 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             metrics.httpRequests[String(response.status), default: 0] += 1
             responder.respond(response)
         }
+    }
+}
+
+extension JoinRefusal {
+    /// The problem `code` (and metrics label) of this refusal.
+    var code: String {
+        switch self {
+        case .roomFull: "room_full"
+        case .draining: "draining"
+        case .kicked: "kicked"
+        case .reservedPeerID: "reserved_peer_id"
+        }
+    }
+}
+
+extension PeerIdentity {
+    /// The identity a verified token proves in `room`, with its seat limit and credential.
+    init(claims: PeerTokenClaims, room: RoomID, call: CallID? = nil, defaultRole: String, leewaySeconds: Double) {
+        let exp = Millis((claims.expiresAt.timeIntervalSince1970 + leewaySeconds) * 1_000)
+        let id = claims.tokenID.map { "jti:" + $0 }
+            ?? "sub:\(claims.sub.rawValue)|room:\(room.rawValue)|iat:\(Int64(claims.issuedAt?.timeIntervalSince1970 ?? 0))|exp:\(Int64(claims.expiresAt.timeIntervalSince1970))"
+        self.init(peer: claims.sub, room: room, call: call ?? claims.callID, role: claims.role ?? defaultRole, name: claims.name,
+                  maxPeers: claims.maxPeers, credential: TokenCredential(id: id, expiresAt: exp))
     }
 }
 

@@ -1,6 +1,6 @@
 import CallingCore
 
-/// The `webhook_deliveries` SQL (003_webhooks.sql), run synchronously on a connection: by the server
+/// The `webhook_deliveries` SQL (004_webhooks.sql), run synchronously on a connection: by the server
 /// through `ChatStore.perform` on the store queue, at start-up through `ChatStore.sync`.
 public struct WebhookRepository {
     let db: SQLiteConnection

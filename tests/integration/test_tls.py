@@ -72,30 +72,21 @@ def pki(tmp_path) -> PKI:
 
 
 @pytest.fixture
-def tls_server(tmp_path, pki, request):
+def tls_server(start_server, tmp_path, pki):
     """Starts servers serving `cert`/`key` (copied to stable paths a test may overwrite)."""
-    servers: list[Server] = []
+    count = iter(range(1000))
 
     def start(**flags) -> Server:
-        served = tmp_path / f"served{len(servers)}"
+        n = next(count)
+        served = tmp_path / f"served{n}"
         served.mkdir()
-        cert, key = pki.issue(f"server{len(servers)}")
+        cert, key = pki.issue(f"server{n}")
         shutil.copy(cert, served / "cert.pem")
         shutil.copy(key, served / "key.pem")
-        data = tmp_path / f"data{len(servers)}"
-        data.mkdir()
-        server = Server(data, flags={"tls_cert_file": served / "cert.pem", "tls_key_file": served / "key.pem", **flags})
-        server.ssl_context = pki.context()
-        servers.append(server)
-        return server.start()
+        return start_server(ssl_context=pki.context(), tls_cert_file=served / "cert.pem",
+                            tls_key_file=served / "key.pem", **flags)
 
-    yield start
-    for server in servers:
-        server.kill()
-    report = getattr(request.node, "report_call", None)
-    if report is not None and report.failed:
-        for server in servers:
-            print(f"--- server stderr (port {server.port}) ---\n{server.stderr_text()}")
+    return start
 
 
 def served_certificate(port: int, context: ssl.SSLContext, server_hostname: str = HOST) -> dict:

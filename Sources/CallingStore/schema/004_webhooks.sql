@@ -1,7 +1,7 @@
--- 003_webhooks: the webhook delivery queue, so a restart loses no event that was queued.
+-- 004_webhooks: the webhook delivery queue, so a restart loses no event that was queued.
 --
 -- Same rules as 001: STRICT, no BEGIN/COMMIT (the migrator wraps this file in one transaction with
--- `PRAGMA user_version = 3`). Times are server time in unix milliseconds.
+-- `PRAGMA user_version = 4`). Times are server time in unix milliseconds.
 --
 -- One row per (event, URL). `seq` is the queue order: rows are inserted in the order the events
 -- happened, and the sender delivers the rows of one (url, ordering_key) strictly in seq order
