@@ -507,3 +507,52 @@ def test_an_https_receiver_with_an_untrusted_certificate_is_refused(start_server
         assert receiver.all() == [], "no request may reach a receiver whose certificate is not trusted"
     finally:
         receiver.close()
+
+
+def test_admin_kick_and_end_room_end_the_call_with_their_reason(start_server):
+    import subprocess
+
+    from support import BINARY
+
+    receiver = Receiver()
+    try:
+        server = start_server(env=ENV, webhook_urls=receiver.url)
+        created = subprocess.run([str(BINARY), "apikey", "create", "--name", "ops", "--scope", "admin", "--data-dir",
+                                  str(server.data_dir)], capture_output=True, text=True, timeout=10, env=server.env)
+        assert created.returncode == 0, created.stderr
+        key = created.stdout.strip()
+
+        def admin(path):
+            status, _, body = server.http("POST", path, headers={"X-API-Key": key, "Content-Length": "0"})
+            assert status == 200, body
+
+        async def body():
+            alice = await Peer.connect(server, server.token("r1", "alice"), "alice")
+            admin("/v1/admin/rooms/r1/peers/alice/kick")
+            try:
+                await alice.recv(timeout=5)
+            except websockets.ConnectionClosed as closed:
+                assert closed.rcvd.code == 4403
+            bob = await Peer.connect(server, server.token("r2", "bob"), "bob")
+            carol = await Peer.connect(server, server.token("r2", "carol"), "carol")
+            await bob.recv_type("peer-joined")
+            admin("/v1/admin/rooms/r2/end")
+            for peer in (bob, carol):
+                try:
+                    while True:
+                        await peer.recv(timeout=5)
+                except websockets.ConnectionClosed as closed:
+                    assert closed.rcvd.code == 4404
+
+        run(body())
+        receiver.wait_for(lambda r: len(r.accepted()) >= 10, 10, "ten events")
+        time.sleep(0.3)
+        events = once_each_in_order(receiver)
+        r1 = [(e["type"], e["data"].get("peer_id"), e["data"].get("reason")) for e in events if e["data"]["room_id"] == "r1"]
+        assert r1 == [("call_started", None, None), ("peer_joined", "alice", None), ("peer_left", "alice", None),
+                      ("call_ended", None, "kicked")]
+        r2 = [(e["type"], e["data"].get("peer_id"), e["data"].get("reason")) for e in events if e["data"]["room_id"] == "r2"]
+        assert r2 == [("call_started", None, None), ("peer_joined", "bob", None), ("peer_joined", "carol", None),
+                      ("peer_left", "bob", None), ("peer_left", "carol", None), ("call_ended", None, "room_closed")]
+    finally:
+        receiver.close()
