@@ -795,48 +795,25 @@ function problemError(status, body, headers) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reconnecting socket (shared by CallingClient and PresenceClient; not exported)
+// Client base (shared by CallingClient, PresenceClient and WebCallClient; not exported)
 // ---------------------------------------------------------------------------------------------
 
-class ReconnectingSocket {
-  constructor(options, { defaultPath, readyType }) {
-    if (!options || typeof options.url !== "string") throw invalidArgument("options.url is required");
-    if (typeof options.token !== "string" || options.token === "") throw invalidArgument("options.token is required");
-    this._url = options.url;
-    this._tokenValue = options.token;
-    this._defaultPath = defaultPath;
-    this._readyType = readyType;
-    this._reconnect = options.reconnect !== false;
-    this._refreshToken = typeof options.refreshToken === "function" ? options.refreshToken : null;
-    this._backoff = backoffOptions(options.backoff);
-    this._connectTimeoutMs = options.connectTimeoutMs ?? 10000;
-    this._WebSocket = options.WebSocket || globalThis.WebSocket;
+/**
+ * What every client has: the injectable browser objects and timers, the event emitter and the
+ * lifecycle state with its getter.
+ */
+class ClientBase {
+  constructor(options) {
     const fetchFn = options.fetch || globalThis.fetch;
     this._fetch = fetchFn ? (...args) => fetchFn(...args) : null;
     this._timers = options.timers || defaultTimers();
     this._random = options.random || Math.random;
     this._now = options.now || (() => Date.now());
     this._events = new _Emitter();
-
     this._state = "idle";
-    this._ws = null;
-    /** Bumped whenever a socket or reconnect timer is abandoned; their late events are ignored. */
-    this._gen = 0;
-    this._ready = false;
-    this._connectWaiter = null;
-    this._connectTimer = null;
-    this._reconnectTimer = null;
-    this._attempt = 0;
-    this._userClosed = false;
-    this._pongWaiters = [];
   }
 
-  /** Current token. */
-  get token() {
-    return this._tokenValue;
-  }
-
-  /** Lifecycle state: idle, connecting, connected, reconnecting, closed. */
+  /** Lifecycle state (idle, connecting, connected, reconnecting, then closed or ended). */
   get state() {
     return this._state;
   }
@@ -854,6 +831,65 @@ class ReconnectingSocket {
   /** Resolves with the payload of the next `event`. */
   once(event) {
     return this._events.once(event);
+  }
+}
+
+/** Runs `op` after the earlier operations queued on `holder.chain`, so SDP steps never interleave. */
+function enqueue(holder, op) {
+  const next = holder.chain.then(op);
+  holder.chain = next.catch(() => {});
+  return next;
+}
+
+/** A new RTCPeerConnection with `config` and `iceServers`, or `media` when there is none. */
+function newPeerConnection(RTCPeerConnectionCtor, config, iceServers) {
+  if (typeof RTCPeerConnectionCtor !== "function") throw new CallingError("no RTCPeerConnection available", { code: "media", retryable: false });
+  return new RTCPeerConnectionCtor({ ...config, iceServers });
+}
+
+/** Closes a peer connection, data channel or socket that may be closed already. */
+function closeQuietly(closable, ...args) {
+  try {
+    closable.close(...args);
+  } catch {
+    // already closed
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reconnecting socket (shared by CallingClient and PresenceClient; not exported)
+// ---------------------------------------------------------------------------------------------
+
+class ReconnectingSocket extends ClientBase {
+  constructor(options, { defaultPath, readyType }) {
+    if (!options || typeof options.url !== "string") throw invalidArgument("options.url is required");
+    if (typeof options.token !== "string" || options.token === "") throw invalidArgument("options.token is required");
+    super(options);
+    this._url = options.url;
+    this._tokenValue = options.token;
+    this._defaultPath = defaultPath;
+    this._readyType = readyType;
+    this._reconnect = options.reconnect !== false;
+    this._refreshToken = typeof options.refreshToken === "function" ? options.refreshToken : null;
+    this._backoff = backoffOptions(options.backoff);
+    this._connectTimeoutMs = options.connectTimeoutMs ?? 10000;
+    this._WebSocket = options.WebSocket || globalThis.WebSocket;
+
+    this._ws = null;
+    /** Bumped whenever a socket or reconnect timer is abandoned; their late events are ignored. */
+    this._gen = 0;
+    this._ready = false;
+    this._connectWaiter = null;
+    this._connectTimer = null;
+    this._reconnectTimer = null;
+    this._attempt = 0;
+    this._userClosed = false;
+    this._pongWaiters = [];
+  }
+
+  /** Current token. */
+  get token() {
+    return this._tokenValue;
   }
 
   /**
@@ -874,6 +910,15 @@ class ReconnectingSocket {
     });
   }
 
+  /** App-level `ping`; resolves with the `pong` payload. Rejects with `not_connected`. */
+  ping(payload) {
+    try {
+      return this._ping(payload, true);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
   /** Closes the socket (1000); no reconnect. `disconnected` follows when the socket is closed. */
   disconnect() {
     if (this._state === "idle" || this._state === "closed") return;
@@ -882,25 +927,15 @@ class ReconnectingSocket {
     this._clearTimer("_connectTimer");
     this._beforeSocketEnd();
     this._onSessionEnd(notConnected(), "disconnect");
-    if (this._connectWaiter) {
-      const waiter = this._connectWaiter;
-      this._connectWaiter = null;
-      waiter.reject(notConnected());
-    }
+    const waiter = this._takeConnectWaiter();
+    if (waiter) waiter.reject(notConnected());
     this._setState("closed");
-    const ws = this._ws;
-    this._gen += 1;
-    this._ws = null;
-    if (ws) {
-      ws.onclose = null;
-      ws.onmessage = null;
-      ws.onerror = null;
-      try {
-        ws.close(1000, "normal");
-      } catch {
-        // already closing
-      }
+    if (this._ws) {
+      this._ws.onclose = null;
+      this._ws.onmessage = null;
+      this._ws.onerror = null;
     }
+    this._abandonSocket();
     // Reported at once rather than from the socket's close callback: the session is over now,
     // and a server that is slow to answer the close must not hold the event back.
     this._emitEnd(1000, "normal", false, null, false);
@@ -1026,13 +1061,14 @@ class ReconnectingSocket {
     this._gen += 1;
     const ws = this._ws;
     this._ws = null;
-    if (ws) {
-      try {
-        ws.close(1000, "normal");
-      } catch {
-        // already closed
-      }
-    }
+    if (ws) closeQuietly(ws, 1000, "normal");
+  }
+
+  /** The pending connect() promise's callbacks, now taken (null when none is pending). */
+  _takeConnectWaiter() {
+    const waiter = this._connectWaiter;
+    this._connectWaiter = null;
+    return waiter;
   }
 
   _dispatch(json) {
@@ -1046,8 +1082,7 @@ class ReconnectingSocket {
     }
     if (json.type === "error" && !this._ready && this._connectWaiter) {
       const error = this._frameError(json, payload);
-      const waiter = this._connectWaiter;
-      this._connectWaiter = null;
+      const waiter = this._takeConnectWaiter();
       this._abandonSocket();
       this._clearTimer("_connectTimer");
       this._events.emit("error", error);
@@ -1121,7 +1156,7 @@ class ReconnectingSocket {
     const willReconnect = !first && this._reconnect && error.retryable && this._attempt + 1 <= this._backoff.maxAttempts;
     this._emitEnd(code, reason, willReconnect, error, code !== 1006 && code !== 1005);
     if (first) {
-      this._connectWaiter = null;
+      this._takeConnectWaiter();
       this._setState("closed");
       this._onSessionEnd(error, "disconnect");
       first.reject(error);
@@ -1410,15 +1445,6 @@ export class CallingClient extends ReconnectingSocket {
     };
   }
 
-  /** App-level `ping`; resolves with the `pong` payload. Throws `not_connected`. */
-  ping(payload) {
-    try {
-      return this._ping(payload, true);
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  }
-
   // --- socket hooks ----------------------------------------------------------------------------
 
   _socketParams() {
@@ -1474,11 +1500,8 @@ export class CallingClient extends ReconnectingSocket {
       }
       for (const joined of roster) if (!had.has(joined.peer_id)) this._events.emit("peer-joined", joined);
     }
-    if (this._connectWaiter) {
-      const waiter = this._connectWaiter;
-      this._connectWaiter = null;
-      waiter.resolve(this._welcome);
-    }
+    const waiter = this._takeConnectWaiter();
+    if (waiter) waiter.resolve(this._welcome);
     // Everything not acked yet, oldest first, same client_ids. The server reads these after the
     // join, so the replay (which may already hold some of them) comes first.
     this._chats.resendAll();
@@ -1665,13 +1688,6 @@ export class CallingClient extends ReconnectingSocket {
     return call;
   }
 
-  /** Runs `op` after the earlier operations of the same call, so SDP steps never interleave. */
-  _enqueue(call, op) {
-    const next = call.chain.then(op);
-    call.chain = next.catch(() => {});
-    return next;
-  }
-
   async _preparePeerConnection(call, stream) {
     let iceServers = [];
     try {
@@ -1681,8 +1697,7 @@ export class CallingClient extends ReconnectingSocket {
       this._events.emit("error", error instanceof CallingError ? error : new CallingError(String(error), { code: "network", retryable: true }));
     }
     if (this._calls.get(call.peerId) !== call) throw invalidState(`call with ${call.peerId} ended`);
-    if (typeof this._RTCPeerConnection !== "function") throw new CallingError("no RTCPeerConnection available", { code: "media", retryable: false });
-    const pc = new this._RTCPeerConnection({ ...this._rtcConfig, iceServers });
+    const pc = newPeerConnection(this._RTCPeerConnection, this._rtcConfig, iceServers);
     call.pc = pc;
     const peerId = call.peerId;
     pc.onicecandidate = (event) => {
@@ -1713,7 +1728,7 @@ export class CallingClient extends ReconnectingSocket {
     if (call && call.pc && call.accepted && call.sessionId === sessionId && call.pc.connectionState !== "closed") {
       // A new offer on a live call (HTTP session renegotiation, an ICE restart): answer it on
       // the same peer connection.
-      this._enqueue(call, async () => {
+      enqueue(call, async () => {
         await call.pc.setRemoteDescription({ type: "offer", sdp: payload.sdp });
         const answer = await call.pc.createAnswer();
         await call.pc.setLocalDescription(answer);
@@ -1746,7 +1761,7 @@ export class CallingClient extends ReconnectingSocket {
     call.accepted = true;
     try {
       const pc = await this._preparePeerConnection(call, stream);
-      await this._enqueue(call, async () => {
+      await enqueue(call, async () => {
         await pc.setRemoteDescription({ type: "offer", sdp: entry.offer.sdp });
         await this._flushCandidates(call);
         const answer = await pc.createAnswer();
@@ -1775,7 +1790,7 @@ export class CallingClient extends ReconnectingSocket {
   _handleAnswer(from, payload) {
     const call = this._calls.get(from);
     if (!call || !call.pc || call.accepted) return;
-    this._enqueue(call, async () => {
+    enqueue(call, async () => {
       if (this._calls.get(from) !== call) return;
       await call.pc.setRemoteDescription({ type: "answer", sdp: payload.sdp });
       await this._flushCandidates(call);
@@ -1802,7 +1817,7 @@ export class CallingClient extends ReconnectingSocket {
   }
 
   _addCandidate(call, candidate) {
-    this._enqueue(call, async () => {
+    enqueue(call, async () => {
       if (this._calls.get(call.peerId) !== call) return;
       await call.pc.addIceCandidate(candidate);
     }).catch((error) => this._events.emit("error", mediaError(error)));
@@ -1833,13 +1848,7 @@ export class CallingClient extends ReconnectingSocket {
     if (!call) return false;
     this._calls.delete(peerId);
     call.queue.clear();
-    if (call.pc) {
-      try {
-        call.pc.close();
-      } catch {
-        // already closed
-      }
-    }
+    if (call.pc) closeQuietly(call.pc);
     this._events.emit("hangup", { peerId, reason });
     return true;
   }
@@ -2014,15 +2023,6 @@ export class PresenceClient extends ReconnectingSocket {
     this._requestFrame("cancel", requestId);
   }
 
-  /** `ping`; resolves with the `pong` payload. */
-  ping(payload) {
-    try {
-      return this._ping(payload, true);
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  }
-
   _requestFrame(type, requestId) {
     this._requireConnected();
     if (typeof requestId !== "string" || requestId === "") throw invalidArgument("requestId is required");
@@ -2068,11 +2068,8 @@ export class PresenceClient extends ReconnectingSocket {
     }
     this._setState("connected");
     this._events.emit("connected", payload);
-    if (this._connectWaiter) {
-      const waiter = this._connectWaiter;
-      this._connectWaiter = null;
-      waiter.resolve(payload);
-    }
+    const waiter = this._takeConnectWaiter();
+    if (waiter) waiter.resolve(payload);
   }
 
   _onFrame(type, json, payload) {
@@ -2124,11 +2121,12 @@ export class PresenceClient extends ReconnectingSocket {
  * await call.start(await navigator.mediaDevices.getUserMedia({ audio: true }));
  * ```
  */
-export class WebCallClient {
+export class WebCallClient extends ClientBase {
   /** @param {import("./calling-client.js").WebCallClientOptions} options */
   constructor(options) {
     if (!options || typeof options.baseUrl !== "string") throw invalidArgument("options.baseUrl is required");
     if (typeof options.accessToken !== "string" || options.accessToken === "") throw invalidArgument("options.accessToken is required");
+    super(options);
     let base = options.baseUrl.replace(/\/+$/, "");
     base = base.replace(/^ws:/, "http:").replace(/^wss:/, "https:");
     this._sessionsUrl = `${base}/v1/webrtc/sessions`;
@@ -2140,14 +2138,7 @@ export class WebCallClient {
     this._disconnectedGraceMs = options.disconnectedGraceMs ?? 1000;
     this._backoff = backoffOptions(options.backoff, { ...DEFAULT_BACKOFF, maxAttempts: 5 });
     this._RTCPeerConnection = options.RTCPeerConnection || globalThis.RTCPeerConnection;
-    const fetchFn = options.fetch || globalThis.fetch;
-    this._fetch = fetchFn ? (...args) => fetchFn(...args) : null;
-    this._timers = options.timers || defaultTimers();
-    this._random = options.random || Math.random;
-    this._now = options.now || (() => Date.now());
-    this._events = new _Emitter();
 
-    this._state = "idle";
     this._stream = null;
     this._muted = false;
     /** The attempt whose session is live: {pc, control, sessionId, trickle, chain, posted}. */
@@ -2178,29 +2169,9 @@ export class WebCallClient {
     return this._muted;
   }
 
-  /** idle, connecting, connected, reconnecting or ended. */
-  get state() {
-    return this._state;
-  }
-
   /** `Retry-After` seconds of the last refused request, or null. */
   get retryAfter() {
     return this._retryAfter;
-  }
-
-  /** Subscribes to an event; returns the unsubscribe function. */
-  on(event, handler) {
-    return this._events.on(event, handler);
-  }
-
-  /** Unsubscribes a handler. */
-  off(event, handler) {
-    this._events.off(event, handler);
-  }
-
-  /** Resolves with the payload of the next `event`. */
-  once(event) {
-    return this._events.once(event);
   }
 
   /**
@@ -2237,7 +2208,7 @@ export class WebCallClient {
   async renegotiate() {
     const live = this._live;
     if (!live) throw invalidState("no live session");
-    await this._enqueue(live, async () => {
+    await enqueue(live, async () => {
       const offer = await live.pc.createOffer();
       await live.pc.setLocalDescription(offer);
       await waitForGathering(live.pc, this._gatherTimeoutMs, this._timers);
@@ -2330,12 +2301,6 @@ export class WebCallClient {
     return control;
   }
 
-  _enqueue(attempt, op) {
-    const next = attempt.chain.then(op);
-    attempt.chain = next.catch(() => {});
-    return next;
-  }
-
   async _request(method, sessionId, { body, contentType } = {}, expect = [200]) {
     const url = sessionId ? `${this._sessionsUrl}/${encodeURIComponent(sessionId)}` : this._sessionsUrl;
     const answer = await httpRequest(this._fetch, method, url, { token: this._token, body, contentType });
@@ -2360,8 +2325,7 @@ export class WebCallClient {
   /** One POST: new peer connection, offer, answer. The previous live attempt is closed after. */
   async _establish() {
     const gen = ++this._gen;
-    if (typeof this._RTCPeerConnection !== "function") throw new CallingError("no RTCPeerConnection available", { code: "media", retryable: false });
-    const pc = new this._RTCPeerConnection({ ...this._rtcConfig, iceServers: this._iceServers });
+    const pc = newPeerConnection(this._RTCPeerConnection, this._rtcConfig, this._iceServers);
     const control = pc.createDataChannel("control");
     const attempt = { pc, control, sessionId: null, trickle: [], posted: false, chain: Promise.resolve() };
     this._attempts.add(attempt);
@@ -2477,7 +2441,7 @@ export class WebCallClient {
   }
 
   _patchCandidate(attempt, candidate) {
-    this._enqueue(attempt, async () => {
+    enqueue(attempt, async () => {
       if (!this._attempts.has(attempt) || !attempt.sessionId) return;
       await this._request("PATCH", attempt.sessionId, { body: JSON.stringify({ candidate }), contentType: "application/json" }, [204]);
     }).catch((error) => {
@@ -2522,16 +2486,8 @@ export class WebCallClient {
 
   _closeAttempt(attempt) {
     this._attempts.delete(attempt);
-    try {
-      attempt.control.close();
-    } catch {
-      // closed
-    }
-    try {
-      attempt.pc.close();
-    } catch {
-      // closed
-    }
+    closeQuietly(attempt.control);
+    closeQuietly(attempt.pc);
   }
 
   /** Ends the call once: closes every peer connection, rejects pings, emits `ended`. */

@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { CallingClient, CallingError } from "../../sdk/js/calling-client.js";
-import { FakeTimers, flush, makeFetch, makePeerConnectionClass, makeStream, makeToken, makeTrack, makeWebSocketClass, record } from "./fakes.mjs";
+import { FakeTimers, connectWith, flush, makeFetch, makePeerConnectionClass, makeStream, makeToken, makeTrack, makeWebSocketClass, record } from "./fakes.mjs";
 
 const ICE = { ice_servers: [{ urls: ["stun:stun.example.org:3478"] }], ttl: 3600, expires_at: 1 };
 
@@ -39,13 +39,8 @@ function welcome(extra = {}) {
   };
 }
 
-async function connect(env, extra = {}) {
-  const promise = env.client.connect();
-  const ws = env.WS.last();
-  ws.open();
-  ws.receive(welcome(extra));
-  await promise;
-  return ws;
+function connect(env, extra = {}) {
+  return connectWith(env, welcome(extra));
 }
 
 function chat(seq, from, clientId, text = `m${seq}`) {

@@ -280,6 +280,16 @@ export function makePeerConnectionClass() {
   return FakePeerConnection;
 }
 
+/** `env.client.connect()` on the fake socket it opens: opened, `ready` received; resolves with the socket. */
+export async function connectWith(env, ready) {
+  const promise = env.client.connect();
+  const ws = env.WS.last();
+  ws.open();
+  ws.receive(ready);
+  await promise;
+  return ws;
+}
+
 /** A JWT with the given claims (unsigned: the client never verifies signatures). */
 export function makeToken(claims) {
   const enc = (obj) => Buffer.from(JSON.stringify(obj)).toString("base64url");

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { PresenceClient } from "../../sdk/js/calling-client.js";
-import { FakeTimers, makeFetch, makeToken, makeWebSocketClass, record } from "./fakes.mjs";
+import { FakeTimers, connectWith, makeFetch, makeToken, makeWebSocketClass, record } from "./fakes.mjs";
 
 function setup(options = {}, claims = {}) {
   const clock = new FakeTimers();
@@ -20,13 +20,8 @@ const snapshot = {
   requests: [{ request_id: "req_1", agent_id: "bea", caller_id: "carl", name: null, queue: null, state: "ringing", expires_at: 99 }],
 };
 
-async function connect(env) {
-  const promise = env.client.connect();
-  const ws = env.WS.last();
-  ws.open();
-  ws.receive({ type: "connected", payload: snapshot });
-  await promise;
-  return ws;
+function connect(env) {
+  return connectWith(env, { type: "connected", payload: snapshot });
 }
 
 test("connect resolves with the snapshot; agents and requests maps follow the frames", async () => {

@@ -15,7 +15,7 @@ function setup({ routes, options = {} } = {}) {
   const fetch = makeFetch(routes || (({ method, url }) => {
     if (method === "POST" && url === SESSIONS) {
       sessions += 1;
-      return { status: 201, body: { session_id: `s${sessions}`, sdp: `agent-answer-${sessions}` } };
+      return created(`s${sessions}`, `agent-answer-${sessions}`);
     }
     if (method === "PATCH") return { status: 204, body: "" };
     if (method === "DELETE") return { status: 204, body: "" };
@@ -26,6 +26,16 @@ function setup({ routes, options = {} } = {}) {
     RTCPeerConnection: PC, fetch, timers: clock.api(), now: () => clock.now(), backoff: { jitter: 0 }, ...options,
   });
   return { clock, PC, fetch, call };
+}
+
+/** A 201 answer to the session POST. */
+function created(sessionId, sdp) {
+  return { status: 201, body: { session_id: sessionId, sdp } };
+}
+
+/** Routes that answer the session POST with `post()` (which may wait) and anything else with 204. */
+function postRoutes(post) {
+  return ({ method }) => (method === "POST" ? post() : { status: 204, body: "" });
 }
 
 function deferred() {
@@ -60,13 +70,10 @@ test("start: control channel before the offer, POST {identity, sdp} with the bea
 test("trickle: candidates gathered during the POST are PATCHed after it, in order; later ones at once", async () => {
   const gate = deferred();
   const env = setup({
-    routes: async ({ method }) => {
-      if (method === "POST") {
-        await gate.promise;
-        return { status: 201, body: { session_id: "s1", sdp: "ans" } };
-      }
-      return { status: 204, body: "" };
-    },
+    routes: postRoutes(async () => {
+      await gate.promise;
+      return created("s1", "ans");
+    }),
   });
   const started = env.call.start([makeTrack("mic")]);
   await flush();
@@ -137,7 +144,7 @@ test("hangup: control hangup, peer connection closed, DELETE; a session already 
   assert.deepEqual(events.of("ended"), [{ reason: "hangup" }]);
   assert.equal(env.call.sessionId, null);
 
-  const gone = setup({ routes: ({ method }) => (method === "POST" ? { status: 201, body: { session_id: "s9", sdp: "a" } } : { status: 404, body: { code: "session_not_found" } }) });
+  const gone = setup({ routes: ({ method }) => (method === "POST" ? created("s9", "a") : { status: 404, body: { code: "session_not_found" } }) });
   await gone.call.start();
   await gone.call.hangup();
 });
@@ -176,11 +183,9 @@ test("hangup waits for the control hangup to leave the channel before closing, a
 test("a refused POST rejects start() with the problem code, status, retryable and Retry-After", async () => {
   let refuse = true;
   const env = setup({
-    routes: ({ method }) => {
-      if (method === "POST" && refuse) return { status: 503, headers: { "Retry-After": "2" }, body: { code: "no_answering_peer", detail: "nobody with role agent is in the room", status: 503 } };
-      if (method === "POST") return { status: 201, body: { session_id: "s1", sdp: "a" } };
-      return { status: 204, body: "" };
-    },
+    routes: postRoutes(() => (refuse
+      ? { status: 503, headers: { "Retry-After": "2" }, body: { code: "no_answering_peer", detail: "nobody with role agent is in the room", status: 503 } }
+      : created("s1", "a"))),
   });
   await assert.rejects(env.call.start([]), (e) => e.code === "no_answering_peer" && e.status === 503 && e.retryable === true && e.retryAfter === 2);
   assert.equal(env.call.retryAfter, 2);
@@ -194,7 +199,7 @@ test("a refused POST rejects start() with the problem code, status, retryable an
 test("renegotiate: PATCH application/sdp with the new offer, the answer body applied", async () => {
   const env = setup({
     routes: ({ method, headers }) => {
-      if (method === "POST") return { status: 201, body: { session_id: "s1", sdp: "a1" } };
+      if (method === "POST") return created("s1", "a1");
       if (method === "PATCH" && headers["Content-Type"] === "application/sdp") return { status: 200, body: "v=0 renegotiated answer" };
       return { status: 204, body: "" };
     },
@@ -247,13 +252,10 @@ test("a failed connection re-POSTs with the same token: new peer connection, old
 test("re-POST refused for good (404 call_not_found) ends the call as failed", async () => {
   let posts = 0;
   const env = setup({
-    routes: ({ method }) => {
-      if (method === "POST") {
-        posts += 1;
-        return posts === 1 ? { status: 201, body: { session_id: "s1", sdp: "a" } } : { status: 404, body: { code: "call_not_found" } };
-      }
-      return { status: 204, body: "" };
-    },
+    routes: postRoutes(() => {
+      posts += 1;
+      return posts === 1 ? created("s1", "a") : { status: 404, body: { code: "call_not_found" } };
+    }),
   });
   const events = record(env.call, ["ended", "error"]);
   await env.call.start([]);
@@ -268,13 +270,10 @@ test("re-POST refused for good (404 call_not_found) ends the call as failed", as
 test("hangup during the POST: the session that comes back is deleted", async () => {
   const gate = deferred();
   const env = setup({
-    routes: async ({ method }) => {
-      if (method === "POST") {
-        await gate.promise;
-        return { status: 201, body: { session_id: "late", sdp: "a" } };
-      }
-      return { status: 204, body: "" };
-    },
+    routes: postRoutes(async () => {
+      await gate.promise;
+      return created("late", "a");
+    }),
   });
   const started = env.call.start([]).catch((e) => e);
   await flush();
@@ -292,14 +291,11 @@ test("reconnect(): the old connection's 'replaced' and teardown during our own r
   const gate = deferred();
   let posts = 0;
   const env = setup({
-    routes: async ({ method }) => {
-      if (method === "POST") {
-        posts += 1;
-        if (posts === 2) await gate.promise;
-        return { status: 201, body: { session_id: `s${posts}`, sdp: `a${posts}` } };
-      }
-      return { status: 204, body: "" };
-    },
+    routes: postRoutes(async () => {
+      posts += 1;
+      if (posts === 2) await gate.promise;
+      return created(`s${posts}`, `a${posts}`);
+    }),
   });
   const events = record(env.call, ["ended", "reconnecting"]);
   await env.call.start([makeTrack("mic")]);

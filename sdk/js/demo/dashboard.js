@@ -34,20 +34,14 @@
 //   window.dashboard.client       the PresenceClient (null before the first connect)
 
 import { PresenceClient } from "/sdk/calling-client.js";
+import { $, clientSession, connectElements, hide, renderStatus, show, socketURL } from "/sdk/demo/common.js";
 
 /** Finished requests kept on screen; older ones are dropped so a long shift stays readable. */
 const KEEP_FINISHED = 50;
 const STATUSES = ["available", "busy", "away", "offline"];
 
-const $ = (selector) => document.querySelector(selector);
 const el = {
-  status: $("#status"),
-  connectPanel: $("#connect-panel"),
-  connectForm: $("#connect-form"),
-  tokenInput: $("#token-input"),
-  connectButton: $("#connect"),
-  connectError: $("#connect-error"),
-  disconnect: $("#disconnect"),
+  ...connectElements(),
   board: $("#board"),
   me: $("#me"),
   notice: $("#notice"),
@@ -67,7 +61,6 @@ const el = {
 const app = {
   /** @type {PresenceClient | null} */
   client: null,
-  unsubscribe: [],
   /** Our id and role, from the `connected` snapshot. */
   peerId: null,
   role: null,
@@ -86,44 +79,19 @@ window.dashboard = {
 // Connecting
 // ---------------------------------------------------------------------------------------------
 
-function socketURL(path) {
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${location.host}${path}`;
-}
+const session = clientSession({
+  el,
+  app,
+  createClient: (token) => new PresenceClient({ url: socketURL("/v1/presence"), token }),
+  subscribe,
+  reset,
+  setStatus,
+  closeTexts: { 4400: "this agent connected somewhere else" },
+  leaveText: "disconnected",
+  missingToken: "Paste a presence token first.",
+});
 
-function tokenFromHash() {
-  const token = new URLSearchParams(location.hash.slice(1)).get("token");
-  return token && token.trim() ? token.trim() : null;
-}
-
-async function connect(token) {
-  leave();
-  hide(el.connectError);
-  el.connectButton.disabled = true;
-  const client = new PresenceClient({ url: socketURL("/v1/presence"), token });
-  app.client = client;
-  subscribe(client);
-  setStatus("connecting");
-  try {
-    await client.connect();
-  } catch (error) {
-    if (app.client === client) {
-      leave(error.message);
-      showConnectError(error);
-    }
-  } finally {
-    el.connectButton.disabled = false;
-  }
-}
-
-function leave(detail = "disconnected") {
-  const client = app.client;
-  if (client) {
-    for (const off of app.unsubscribe) off();
-    app.unsubscribe = [];
-    client.disconnect();
-  }
-  app.client = null;
+function reset() {
   app.peerId = null;
   app.role = null;
   app.requests.clear();
@@ -137,27 +105,14 @@ function leave(detail = "disconnected") {
   hide(el.agentPanel);
   el.disconnect.hidden = true;
   show(el.connectPanel);
-  if (client) setStatus("closed", detail);
 }
 
-function subscribe(client) {
-  const on = (event, handler) => app.unsubscribe.push(client.on(event, handler));
-
-  // `reconnecting` and `disconnected` carry details; a bare state change must not wipe them.
-  on("state", ({ state }) => { if (el.status.dataset.state !== state) setStatus(state); });
+function subscribe(on) {
   on("connected", onSnapshot);
-  on("reconnecting", ({ attempt, delayMs }) =>
-    setStatus("reconnecting", `attempt ${attempt} in ${Math.round(delayMs / 1000)} s`));
-  const ended = ({ code, reason, willReconnect }) => {
-    if (willReconnect) return;
-    const text = describeClose(code, reason);
-    setStatus("closed", text);
-    showConnectError({ code, message: text });
-    show(el.connectPanel);
-    el.disconnect.hidden = true;
-  };
   // `closed` (a close frame) is always followed by `disconnected` with the same details.
-  on("disconnected", ended);
+  on("disconnected", ({ code, reason, willReconnect }) => {
+    if (!willReconnect) session.closed(code, reason);
+  });
   on("error", (error) => {
     notify(`Refused: ${error.message} (${error.code})`);
     // An accept/decline/cancel the server refused leaves its request as it was: allow another try.
@@ -205,24 +160,8 @@ function onSnapshot(snapshot) {
   renderCounts();
 }
 
-function describeClose(code, reason) {
-  const known = {
-    1000: "disconnected",
-    4400: "this agent connected somewhere else",
-    4401: "the token expired; paste a fresh one",
-  };
-  return known[code] ?? (reason ? `${reason} (${code})` : `connection closed (${code})`);
-}
-
-function showConnectError(error) {
-  el.connectError.textContent = error?.message ?? String(error);
-  el.connectError.dataset.code = String(error?.code ?? "");
-  show(el.connectError);
-}
-
 function setStatus(state, detail = "") {
-  el.status.dataset.state = state;
-  el.status.textContent = detail ? `${state}: ${detail}` : state;
+  renderStatus(el.status, state, detail);
 }
 
 function notify(text) {
@@ -517,30 +456,10 @@ function renderCounts() {
 // DOM wiring
 // ---------------------------------------------------------------------------------------------
 
-function show(node) { node.hidden = false; }
-function hide(node) { node.hidden = true; }
-
-el.connectForm.addEventListener("submit", (event) => {
-  event.preventDefault();
-  const token = el.tokenInput.value.trim();
-  if (!token) {
-    showConnectError({ code: "token_missing", message: "Paste a presence token first." });
-    el.tokenInput.focus();
-    return;
-  }
-  connect(token);
-});
-el.disconnect.addEventListener("click", () => leave());
 el.statusForm.addEventListener("submit", (event) => {
   event.preventDefault();
   submitStatus();
 });
 el.myStatus.addEventListener("change", submitStatus);
 
-window.addEventListener("hashchange", () => {
-  const token = tokenFromHash();
-  if (token) connect(token);
-});
-
-const initial = tokenFromHash();
-if (initial) connect(initial);
+session.start();

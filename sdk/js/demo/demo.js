@@ -43,21 +43,15 @@
 // messages from others raise #unread.
 
 import { CallingClient } from "/sdk/calling-client.js";
+import { $, clientSession, connectElements, hide, renderStatus, show, socketURL } from "/sdk/demo/common.js";
 
 /** Messages per history page (the first load and each "load earlier"). */
 const HISTORY_PAGE = 20;
 /** Pixels from the bottom of the log that still count as "at the latest message". */
 const BOTTOM_SLACK_PX = 24;
 
-const $ = (selector) => document.querySelector(selector);
 const el = {
-  status: $("#status"),
-  connectPanel: $("#connect-panel"),
-  connectForm: $("#connect-form"),
-  tokenInput: $("#token-input"),
-  connectButton: $("#connect"),
-  connectError: $("#connect-error"),
-  disconnect: $("#disconnect"),
+  ...connectElements(),
   room: $("#room"),
   me: $("#me"),
   notice: $("#notice"),
@@ -88,8 +82,6 @@ const el = {
 const app = {
   /** @type {CallingClient | null} */
   client: null,
-  /** Unsubscribe functions of the current client's handlers. */
-  unsubscribe: [],
   /** @type {MediaStream | null} the microphone, shared by every call */
   localStream: null,
   muted: false,
@@ -125,57 +117,26 @@ window.demo = {
 // Connecting
 // ---------------------------------------------------------------------------------------------
 
-/** The server's WebSocket URL for `path`, on the host that served this page. */
-function socketURL(path) {
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${location.host}${path}`;
-}
-
-/** The token of a `#token=<jwt>` link (make serve prints these), or null. */
-function tokenFromHash() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const token = params.get("token");
-  return token && token.trim() ? token.trim() : null;
-}
-
-async function connect(token) {
-  leave();
-  hide(el.connectError);
-  el.connectButton.disabled = true;
-
-  const client = new CallingClient({ url: socketURL("/v1/ws"), token });
-  app.client = client;
-  subscribe(client);
-  setStatus("connecting");
-  try {
-    await client.connect();
-  } catch (error) {
-    // The SDK reports refusals (expired token, wrong room, …) as CallingError with a stable code.
-    if (app.client === client) {
-      leave(error.message);
-      showConnectError(error);
-    }
-  } finally {
-    el.connectButton.disabled = false;
-  }
-}
-
-/** Closes the current client (if any) and clears every trace of its room from the page. */
-function leave(detail = "left the room") {
-  const client = app.client;
-  if (client) {
+const session = clientSession({
+  el,
+  app,
+  createClient: (token) => new CallingClient({ url: socketURL("/v1/ws"), token }),
+  subscribe,
+  beforeLeave: () => {
     // Tell callers that are still ringing, while the socket is still there to say it.
     for (const call of app.incoming) {
       try { call.reject(); } catch { /* not connected: the server drops their offer anyway */ }
     }
-    for (const off of app.unsubscribe) off();
-    app.unsubscribe = [];
-    client.disconnect();
-  }
-  app.client = null;
-  resetRoom();
-  if (client) setStatus("closed", detail);
-}
+  },
+  reset: resetRoom,
+  setStatus,
+  closeTexts: {
+    4400: "this peer connected somewhere else",
+    4410: "the consultation time is over",
+  },
+  leaveText: "left the room",
+  missingToken: "Paste a peer token first.",
+});
 
 function resetRoom() {
   app.incoming = [];
@@ -207,15 +168,9 @@ function resetRoom() {
   show(el.connectPanel);
 }
 
-/** Wires the client's events to the page; the handlers are removed again by leave(). */
-function subscribe(client) {
-  const on = (event, handler) => app.unsubscribe.push(client.on(event, handler));
-
-  // `reconnecting` and `disconnected` carry details; a bare state change must not wipe them.
-  on("state", ({ state }) => { if (el.status.dataset.state !== state) setStatus(state); });
+/** Wires the client's events to the page; the handlers are removed again on leave. */
+function subscribe(on) {
   on("connected", onWelcome);
-  on("reconnecting", ({ attempt, delayMs }) =>
-    setStatus("reconnecting", `attempt ${attempt} in ${Math.round(delayMs / 1000)} s`));
   on("disconnected", ({ code, reason, willReconnect }) => {
     // Calls do not survive the socket (the SDK ends them); chat state does (resume from lastSeq).
     app.typing.clear();
@@ -223,10 +178,7 @@ function subscribe(client) {
     if (!willReconnect) {
       // Nobody is "in the room" with us any more; the chat stays readable until the next connect.
       for (const li of [...el.peers.children]) removePeer(li.dataset.peerId);
-      setStatus("closed", describeClose(code, reason));
-      showConnectError({ code, message: describeClose(code, reason) });
-      show(el.connectPanel);
-      el.disconnect.hidden = true;
+      session.closed(code, reason);
     }
   });
   on("error", (error) => notify(`Server said: ${error.message} (${error.code})`));
@@ -305,25 +257,8 @@ function onWelcome(welcome) {
   markVisibleRead();
 }
 
-function describeClose(code, reason) {
-  const known = {
-    1000: "disconnected",
-    4400: "this peer connected somewhere else",
-    4401: "the token expired; paste a fresh one",
-    4410: "the consultation time is over",
-  };
-  return known[code] ?? (reason ? `${reason} (${code})` : `connection closed (${code})`);
-}
-
-function showConnectError(error) {
-  el.connectError.textContent = error?.message ?? String(error);
-  el.connectError.dataset.code = String(error?.code ?? "");
-  show(el.connectError);
-}
-
 function setStatus(state, detail = "") {
-  el.status.dataset.state = state;
-  el.status.textContent = detail ? `${state}: ${detail}` : state;
+  renderStatus(el.status, state, detail);
   // A call needs the signaling socket; chat does not (the SDK holds messages until it is back).
   for (const button of el.peers.querySelectorAll("button.call")) button.disabled = state !== "connected";
 }
@@ -861,21 +796,6 @@ async function loadRange(sinceSeq, limit) {
 // DOM wiring
 // ---------------------------------------------------------------------------------------------
 
-function show(node) { node.hidden = false; }
-function hide(node) { node.hidden = true; }
-
-el.connectForm.addEventListener("submit", (event) => {
-  event.preventDefault();
-  const token = el.tokenInput.value.trim();
-  if (!token) {
-    showConnectError({ code: "token_missing", message: "Paste a peer token first." });
-    el.tokenInput.focus();
-    return;
-  }
-  connect(token);
-});
-el.disconnect.addEventListener("click", () => leave());
-
 el.accept.addEventListener("click", acceptIncoming);
 el.reject.addEventListener("click", rejectIncoming);
 el.hangup.addEventListener("click", hangupAll);
@@ -909,10 +829,4 @@ el.unread.addEventListener("click", () => {
 });
 el.loadHistory.addEventListener("click", loadEarlier);
 
-window.addEventListener("hashchange", () => {
-  const token = tokenFromHash();
-  if (token) connect(token);
-});
-
-const initial = tokenFromHash();
-if (initial) connect(initial);
+session.start();
