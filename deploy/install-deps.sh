@@ -18,6 +18,8 @@ debs=(
   libssl-dev
   # TLS clients (SDK, `calling-server peer`) verify against the system trust store.
   ca-certificates
+  # Foundation's URLSession (FoundationNetworking) loads it: the webhook sender, the SDK's REST calls.
+  libcurl4
   # CallingMedia (WebRTC media for Linux peers, `calling-server peer`): webrtcbin, libnice, Opus.
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice

@@ -49,25 +49,72 @@ public struct LogRecord: Sendable {
     public var message: String
     public var metadata: Logger.Metadata
     public var date: Date
+
+    public init(label: String, level: Logger.Level, message: String, metadata: Logger.Metadata, date: Date) {
+        self.label = label
+        self.level = level
+        self.message = message
+        self.metadata = metadata
+        self.date = date
+    }
 }
 
 public protocol LogHandler: Sendable {
     func log(_ record: LogRecord)
 }
 
-/// logfmt-style lines on stderr: `ts=… level=info label=server msg="listening" port=8080`.
+/// How `StderrLogHandler` writes a record (`log_format`).
+public enum LogFormat: String, Sendable, CaseIterable {
+    /// logfmt: `ts=… level=info label=server msg="listening" port=8080`.
+    case text
+    /// One JSON object per line: `{"ts":…,"level":"info","label":"server","msg":"listening","port":"8080"}`.
+    case json
+}
+
+/// One record per line on stderr, as logfmt (`text`) or JSON (`json`).
 public struct StderrLogHandler: LogHandler {
-    public init() {}
+    public let format: LogFormat
+
+    public init(format: LogFormat = .text) {
+        self.format = format
+    }
 
     public func log(_ record: LogRecord) {
-        var line = "ts=\(record.date.timeIntervalSince1970) level=\(record.level) label=\(record.label) msg=\"\(record.message)\""
-        for key in record.metadata.keys.sorted() {
-            let value = record.metadata[key] ?? ""
-            line += value.contains(" ") || value.isEmpty ? " \(key)=\"\(value)\"" : " \(key)=\(value)"
-        }
-        line += "\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        FileHandle.standardError.write(Data(Self.line(record, format: format).utf8))
     }
+
+    /// The line written for `record`, newline included.
+    public static func line(_ record: LogRecord, format: LogFormat) -> String {
+        switch format {
+        case .text:
+            var line = "ts=\(record.date.timeIntervalSince1970) level=\(record.level) label=\(record.label) msg=\"\(record.message)\""
+            for key in record.metadata.keys.sorted() {
+                let value = record.metadata[key] ?? ""
+                line += value.contains(" ") || value.isEmpty ? " \(key)=\"\(value)\"" : " \(key)=\(value)"
+            }
+            return line + "\n"
+        case .json:
+            // ts, level, label and msg first (in that order, for people reading the raw stream), then the
+            // metadata keys sorted. A metadata key equal to one of the four is written as `meta.<key>`
+            // so it cannot shadow them.
+            var out: [UInt8] = []
+            out.reserveCapacity(128)
+            out += Array("{\"ts\":\(record.date.timeIntervalSince1970),\"level\":\"\(record.level)\",\"label\":".utf8)
+            JSONWriter.writeString(record.label, into: &out)
+            out += Array(",\"msg\":".utf8)
+            JSONWriter.writeString(record.message, into: &out)
+            for key in record.metadata.keys.sorted() {
+                out.append(UInt8(ascii: ","))
+                JSONWriter.writeString(Self.reserved.contains(key) ? "meta." + key : key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                JSONWriter.writeString(record.metadata[key] ?? "", into: &out)
+            }
+            out += Array("}\n".utf8)
+            return String(decoding: out, as: UTF8.self)
+        }
+    }
+
+    private static let reserved: Set<String> = ["ts", "level", "label", "msg"]
 }
 
 /// Keeps records in memory so tests can assert on what was logged.

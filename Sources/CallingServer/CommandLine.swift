@@ -138,7 +138,7 @@ public enum CallingCommand {
             return 78  // EX_CONFIG
         case .success(let loaded): config = loaded
         }
-        let logger = Logger(label: "server", level: config.logLevel)
+        let logger = Logger(label: "server", level: config.logLevel, handler: StderrLogHandler(format: config.logFormat))
         // Signals are handled on a dispatch queue; the default action must be off first.
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)

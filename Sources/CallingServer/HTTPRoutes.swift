@@ -70,7 +70,8 @@ final class HTTPRoutes: @unchecked Sendable {
         case (.get, 1) where segments[0] == "metrics":
             let text = service.metrics.render(hub: service.hubSnapshot, transport: service.transport.counters,
                                               connections: service.transport.connectionCount, capacity: service.transport.capacity)
-            respond(.text(200, text + service.httpSessions.metricsText, contentType: "text/plain; version=0.0.4"))
+            let extra = service.metrics.renderLatency(store: store.metrics) + service.webhooks.metricsText
+            respond(.text(200, text + extra + service.httpSessions.metricsText, contentType: "text/plain; version=0.0.4"))
         case (_, 4) where segments[0] == "v1" && segments[1] == "rooms" && segments[3] == "messages":
             guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
             messages(room: RoomID(String(segments[2])), request, respond)

@@ -58,6 +58,8 @@ final class HTTPSessions: @unchecked Sendable {
         var offer: String
         var version = 1
         var pending: Pending?
+        /// When the session joined its room, for `session_ended.duration_ms`.
+        var startedAt: Millis = 0
 
         init(id: String, kind: Kind, connection: ConnectionID, identity: PeerIdentity, answerer: PeerID, expiresAt: Millis,
              offer: String)
@@ -257,7 +259,7 @@ final class HTTPSessions: @unchecked Sendable {
         if let session = byID[id], session.kind == kind, sessionMatches(session) {
             guard session.identity.peer == claims.sub else { return respond(Self.notYours) }
             logger.info("session deleted", ["session.id": session.id, "room.id": session.identity.room.rawValue])
-            end(session, hangup: true)
+            end(session, hangup: true, reason: "deleted")
         }
         respond(HTTPResponse(status: 204))
     }
@@ -408,7 +410,7 @@ final class HTTPSessions: @unchecked Sendable {
         if let old = bySeat[seat] {
             // The answering peer learns which session went, then sees the new offer from the same peer id.
             relayData(["kind": "replaced", "session_id": .string(old.id)], from: old)
-            unregister(old)
+            unregister(old, reason: "replaced")
             counters["replaced", default: 0] += 1
             logger.info("session replaced", ["session.id": old.id, "room.id": identity.room.rawValue])
             finishPending(old, .sessionGone)
@@ -419,6 +421,10 @@ final class HTTPSessions: @unchecked Sendable {
         byID[session.id] = session
         byConnection[session.connection] = session
         bySeat[seat] = session
+        session.startedAt = service.now()
+        if service.webhooks.wants(.sessionStarted) {
+            service.webhooks.emit(.sessionStarted, key: identity.room.rawValue, webhookData(session))
+        }
         counters["created_\(kind.rawValue)", default: 0] += 1
         logger.info("session started", ["session.id": session.id, "room.id": identity.room.rawValue,
                                         "peer.id": identity.peer.rawValue, "answerer": answerer.peer.rawValue])
@@ -437,13 +443,13 @@ final class HTTPSessions: @unchecked Sendable {
         case .answer(let sdp):
             return success(sdp)
         case .timedOut:
-            end(session, hangup: true)
+            end(session, hangup: true, reason: "answer_timeout")
             counters["answer_timeout", default: 0] += 1
             return .problem(502, code: "answer_timeout",
                             detail: "the answering peer did not answer within \(config.sessionAnswerTimeoutMs) ms; retry shortly",
                             headers: [("retry-after", "1")])
         case .answererGone:
-            end(session, hangup: false)
+            end(session, hangup: false, reason: "answerer_gone")
             return .problem(502, code: "answerer_gone", detail: "the answering peer left before answering; retry shortly",
                             headers: [("retry-after", "1")])
         case .sessionGone:
@@ -507,8 +513,16 @@ final class HTTPSessions: @unchecked Sendable {
         pending.complete(outcome)
     }
 
-    private func unregister(_ session: Session) {
+    private func unregister(_ session: Session, reason: String) {
         guard byID[session.id] === session else { return }
+        if service.webhooks.wants(.sessionEnded) {
+            var data = webhookData(session)
+            let now = service.now()
+            data["reason"] = .string(reason)
+            data["ended_at"] = .int(now)
+            data["duration_ms"] = .int(now - session.startedAt)
+            service.webhooks.emit(.sessionEnded, key: session.identity.room.rawValue, data)
+        }
         byID[session.id] = nil
         byConnection[session.connection] = nil
         let seat = Seat(room: session.identity.room, peer: session.identity.peer)
@@ -517,9 +531,9 @@ final class HTTPSessions: @unchecked Sendable {
 
     /// Ends a session: optionally tells the answering peer `data {kind:"hangup"}`, then leaves the
     /// room (`peer-left`), and settles a waiting request.
-    private func end(_ session: Session, hangup: Bool) {
+    private func end(_ session: Session, hangup: Bool, reason: String) {
         let live = byID[session.id] === session
-        unregister(session)
+        unregister(session, reason: reason)
         if live {
             if hangup { relayData(["kind": "hangup", "session_id": .string(session.id)], from: session) }
             service.handle(.disconnect(session.connection))
@@ -542,10 +556,10 @@ final class HTTPSessions: @unchecked Sendable {
         case FrameType.peerLeft.rawValue where fromAnswerer:
             logger.info("session ended: answering peer left", ["session.id": session.id])
             finishPending(session, .answererGone)
-            end(session, hangup: false)
+            end(session, hangup: false, reason: "answerer_left")
         case FrameType.data.rawValue where fromAnswerer && frame.payload?.objectValue?["kind"]?.stringValue == "hangup":
             logger.info("session ended by the answering peer", ["session.id": session.id])
-            end(session, hangup: false)
+            end(session, hangup: false, reason: "answerer_hangup")
         case FrameType.error.rawValue:
             // The answering peer was gone when the offer was relayed.
             finishPending(session, .answererGone)
@@ -562,7 +576,7 @@ final class HTTPSessions: @unchecked Sendable {
     /// moved the seat).
     func closed(_ connection: ConnectionID, code: CloseCode) {
         guard let session = byConnection[connection] else { return }
-        unregister(session)
+        unregister(session, reason: Self.endReason(code))
         service.handle(.disconnect(connection))
         finishPending(session, code == .consultationEnded ? .consultationEnded : .sessionGone)
     }
@@ -574,7 +588,7 @@ final class HTTPSessions: @unchecked Sendable {
         let expired = byID.values.filter { $0.expiresAt <= now }
         for session in expired {
             logger.info("session ended: token expired", ["session.id": session.id])
-            end(session, hangup: true)
+            end(session, hangup: true, reason: "token_expired")
         }
         if now - lastPrune >= 60_000 {
             lastPrune = now
@@ -583,6 +597,25 @@ final class HTTPSessions: @unchecked Sendable {
     }
 
     // MARK: helpers
+
+    /// `session_ended.reason` when the hub closed the session's seat.
+    static func endReason(_ code: CloseCode) -> String {
+        switch code {
+        case .consultationEnded: return "consultation_ended"
+        case .kicked: return "kicked"
+        case .roomClosed: return "room_closed"
+        default: return "taken_over"
+        }
+    }
+
+    /// The fields `session_started` and `session_ended` share.
+    private func webhookData(_ session: Session) -> [String: JSONValue] {
+        ["session_id": .string(session.id), "kind": .string(session.kind == .proxy ? "webrtc-proxy" : "whip"),
+         "room_id": .string(session.identity.room.rawValue),
+         "call_id": session.identity.call.map { .string($0.rawValue) } ?? .null,
+         "peer_id": .string(session.identity.peer.rawValue), "answerer_id": .string(session.answerer.rawValue),
+         "started_at": .int(session.startedAt)]
+    }
 
     private func authenticate(_ request: HTTPRequest) -> Result<PeerTokenClaims, HTTPResponse> {
         switch service.authenticate(request) {

@@ -1,4 +1,5 @@
 import CallingCore
+import CallingStore
 import CallingTransport
 
 /// Counters exposed at /metrics in Prometheus text format. Owned by the service thread.
@@ -14,6 +15,9 @@ final class Metrics {
     var storeFailures = 0
     /// Joins refused before the upgrade by the hub's seat rules, by problem code (`room_full`, `draining`, `kicked`).
     var joinRefusals: [String: Int] = [:]
+    /// From the hub's `storeChat` (the frame was just decoded) to the `chat-ack` queued after COMMIT,
+    /// one observation per ack. Fixed buckets: recording is a few comparisons and one increment.
+    var ackLatency = LatencyHistogram()
 
     func render(hub: Hub, transport: TransportCounters, connections: Int, capacity: Int) -> String {
         var out = ""
@@ -57,5 +61,13 @@ final class Metrics {
         labeled("calling_join_refusals_total", "Joins (WebSocket or HTTP session) refused for a seat, by code (room_full, draining, kicked, reserved_peer_id).",
                 "code", joinRefusals)
         return out
+    }
+
+    /// The latency histograms: chat acks (service thread) and group commits (the store's counters).
+    func renderLatency(store: ChatStoreMetrics) -> String {
+        ackLatency.prometheus(name: "calling_chat_ack_latency_seconds",
+                              help: "Chat received (storeChat) to chat-ack queued, after its COMMIT.")
+            + store.commitLatency.prometheus(name: "calling_store_commit_latency_seconds",
+                                             help: "Write and COMMIT of one group-commit batch of chats.")
     }
 }

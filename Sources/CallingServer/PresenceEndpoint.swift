@@ -118,6 +118,15 @@ final class PresenceEndpoint: WebSocketEndpoint {
                     service.metrics.errors[name, default: 0] += targets.count
                 }
                 service.send(frame, to: targets)
+                // One `ended` effect per request (sent to whichever sides are still connected).
+                if frame.type == PresenceFrameType.ended.rawValue, service.webhooks.wants(.presenceRequestEnded),
+                    let payload = frame.payload?.objectValue, let request = payload["request_id"]?.stringValue
+                {
+                    service.webhooks.emit(.presenceRequestEnded, key: "presence", [
+                        "request_id": .string(request), "outcome": payload["reason"] ?? .null,
+                        "call_id": .null, "room_id": .null, "agent_id": .null, "caller_id": .null,
+                    ])
+                }
             case .close(let connection, let code):
                 service.metrics.closes[code.reason, default: 0] += 1
                 // The hub has already forgotten the old connection; its close must not reach it.
@@ -128,6 +137,13 @@ final class PresenceEndpoint: WebSocketEndpoint {
                     let (callerToken, agentToken) = try mint(call)
                     service.send(call.acceptedFrame(token: callerToken), to: [call.callerConnection])
                     service.send(call.acceptedFrame(token: agentToken), to: [call.agentConnection])
+                    if service.webhooks.wants(.presenceRequestEnded) {
+                        service.webhooks.emit(.presenceRequestEnded, key: "presence", [
+                            "request_id": .string(call.requestID.rawValue), "outcome": "accepted",
+                            "call_id": .string(call.callID.rawValue), "room_id": .string(call.roomID.rawValue),
+                            "agent_id": .string(call.agent.rawValue), "caller_id": .string(call.caller.rawValue),
+                        ])
+                    }
                 } catch {
                     service.logger.error("call tokens not issued", ["request.id": call.requestID.rawValue, "error": "\(error)"])
                     pending.append(contentsOf: hub.handle(.callFailed(call.requestID), now: service.now()))

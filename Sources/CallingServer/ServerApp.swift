@@ -34,6 +34,7 @@ public final class ServerApp: @unchecked Sendable {
         let ice = try ICEService(config: config)
         // Also before the store: a certificate that is missing, not PEM or not the key's stops here.
         let tlsSummary = config.tlsEnabled ? try Self.prepareTLS(config: config, logger: logger, event: "tls certificate loaded") : nil
+        let webhookSigner = try config.webhookSigner()
         let publicKey = try config.jwtPublicKeyFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
         let verifier = try TokenVerifier(hs256Secret: secret, publicKeyPEM: publicKey, audience: config.jwtAudience,
                                          leeway: config.jwtLeewaySeconds)
@@ -46,6 +47,8 @@ public final class ServerApp: @unchecked Sendable {
         let issuer = try TokenIssuer(hs256Secret: secret)
         service = SignalingService(config: config, verifier: verifier, issuer: issuer, store: store,
                                    logger: logger.labeled("signaling"))
+        service.webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"),
+                                    now: service.now)
         service.transport = transport
         service.routes = HTTPRoutes(service: service, store: store, config: config)
         service.register(PresenceEndpoint(service: service), at: "/v1/presence")
@@ -75,6 +78,8 @@ public final class ServerApp: @unchecked Sendable {
     public var port: Int { transport.port }
 
     public func start() throws {
+        // Before the transport: what a previous run left queued goes out ahead of anything new.
+        try service.webhooks.start()
         try transport.start()
         let thread = Thread { [self] in runHeartbeat() }
         thread.name = "heartbeat"
@@ -123,7 +128,11 @@ public final class ServerApp: @unchecked Sendable {
         stopRequested = true
         stopping.broadcast()
         stopping.unlock()
+        // Rooms emptied by the stop end their calls with reason server_shutdown.
+        service.webhooks.beginStopping()
         transport.stop(grace: config.shutdownGraceSeconds)
+        // After the service thread is done emitting, before the store closes: the last events are queued.
+        service.webhooks.stop()
         store.close()
         logger.info("stopped")
     }

@@ -10,6 +10,7 @@ public struct ServerConfig: Sendable, Equatable {
     public var port = 8080
     public var dataDir = "./data"
     public var logLevel = Logger.Level.info
+    public var logFormat = LogFormat.text
     public var eventLoop = TransportSettings.EventLoop.libev
 
     /// PEM certificate served for `https://` and `wss://` (the leaf, optionally followed by its
@@ -93,6 +94,21 @@ public struct ServerConfig: Sendable, Equatable {
     public var servePages = true
     /// At start-up, print links to the demo and dashboard carrying freshly minted tokens (`make serve`).
     public var printDemoLinks = false
+    /// Comma-separated `http://`/`https://` URLs that receive webhook events (Webhooks.swift); empty: off.
+    public var webhookURLs = ""
+    /// The HMAC key of webhook signatures; only from `CALLING_WEBHOOK_SECRET` or `webhook_secret_file`.
+    public var webhookSecret: String?
+    public var webhookSecretFile: String?
+    /// Comma-separated event types to send, or `all`.
+    public var webhookEvents = "all"
+    /// Also send `chat_message` for every stored chat (off: it multiplies the store's writes).
+    public var webhookChatMessages = false
+    public var webhookTimeoutMs = 5_000
+    public var webhookRetryBaseMs = 1_000
+    public var webhookRetryMaxMs = 300_000
+    public var webhookMaxAttempts = 12
+    public var webhookQueueMax = 10_000
+    public var webhookMaxInFlight = 8
 
     public init() {}
 
@@ -133,6 +149,14 @@ public struct ServerConfig: Sendable, Equatable {
         set { stunURLs = newValue ?? "" }
     }
 
+    var webhookURLsOptional: String? {
+        get { webhookURLs.isEmpty ? nil : webhookURLs }
+        set { webhookURLs = newValue ?? "" }
+    }
+
+    /// `webhook_urls` split on commas, blanks dropped.
+    public var webhookURLList: [String] { Self.list(webhookURLs) }
+
     /// `turn_urls` split on commas, blanks dropped.
     public var turnURLList: [String] { Self.list(turnURLs) }
     public var stunURLList: [String] { Self.list(stunURLs) }
@@ -168,6 +192,12 @@ public struct ServerConfig: Sendable, Equatable {
                 config.logLevel = level
                 return nil
             }, show: { "\($0.logLevel)" }),
+        Key(name: "log_format", help: "text (logfmt) or json (one object per line)",
+            apply: { config, value in
+                guard let format = LogFormat(rawValue: value) else { return "log_format: must be text or json, not '\(value)'" }
+                config.logFormat = format
+                return nil
+            }, show: { $0.logFormat.rawValue }),
         Key(name: "event_loop", help: "libev (epoll; default) or poll",
             apply: { config, value in
                 guard let loop = TransportSettings.EventLoop(rawValue: value) else {
@@ -251,7 +281,21 @@ public struct ServerConfig: Sendable, Equatable {
         .optionalString("web_root", "folder served at /sdk/, / and /dashboard (default: found beside the binary)", \.webRoot),
         .bool("serve_pages", "serve the demo page at / and the dashboard at /dashboard", \.servePages),
         .bool("print_demo_links", "print demo and dashboard links with fresh dev tokens at start-up", \.printDemoLinks),
+        .optionalString("webhook_urls", "comma-separated http:// or https:// URLs that receive webhook events", \.webhookURLsOptional),
+        .optionalString("webhook_secret_file", "file with the webhook signing secret (or CALLING_WEBHOOK_SECRET)", \.webhookSecretFile),
+        .string("webhook_events", "comma-separated event types to send, or all", \.webhookEvents),
+        .bool("webhook_chat_messages", "also send chat_message for every stored chat", \.webhookChatMessages),
+        .int("webhook_timeout_ms", "a delivery without a complete answer in this time has failed", \.webhookTimeoutMs, 100...120_000),
+        .int("webhook_retry_base_ms", "wait before the first retry; doubled for each further one", \.webhookRetryBaseMs, 10...3_600_000),
+        .int("webhook_retry_max_ms", "longest wait between two attempts", \.webhookRetryMaxMs, 10...86_400_000),
+        .int("webhook_max_attempts", "attempts per delivery before it is given up", \.webhookMaxAttempts, 1...1_000),
+        .int("webhook_queue_max", "deliveries queued at most (persisted); newer events are dropped", \.webhookQueueMax,
+             1...10_000_000),
+        .int("webhook_max_in_flight", "webhook requests in flight at once (one per room and URL)", \.webhookMaxInFlight, 1...1_024),
     ]
+
+    /// Names that are secrets: never a config-file key, never a flag.
+    static let secretNames: Set<String> = ["jwt_secret", "turn_secret", "webhook_secret"]
 
     /// Builds the configuration from its layers; returns every problem at once.
     public static func load(file: [String: JSONValue]?, environment: [String: String], flags: [String: String])
@@ -268,7 +312,7 @@ public struct ServerConfig: Sendable, Equatable {
             if let problem = key.apply(&config, value) { problems.append("\(source): \(problem)") }
         }
         for (name, value) in (file ?? [:]).sorted(by: { $0.key < $1.key }) {
-            if name == "jwt_secret" || name == "turn_secret" {
+            if secretNames.contains(name) {
                 problems.append("config file: '\(name)' may not be stored in the config file; use its CALLING_ environment variable or its _file key")
                 continue
             }
@@ -295,12 +339,16 @@ public struct ServerConfig: Sendable, Equatable {
                 config.turnSecret = value
                 continue
             }
+            if name == "webhook_secret" {
+                config.webhookSecret = value
+                continue
+            }
             if name == "config" { continue }
             apply(name, value, source: "env \(variable)")
         }
         for (flag, value) in flags.sorted(by: { $0.key < $1.key }) {
             let name = flag.replacingOccurrences(of: "-", with: "_")
-            if name == "jwt_secret" || name == "turn_secret" {
+            if secretNames.contains(name) {
                 problems.append("flag --\(flag): secrets are never passed as flags; use CALLING_\(name.uppercased()) or \(name)_file")
                 continue
             }
@@ -319,13 +367,15 @@ public struct ServerConfig: Sendable, Equatable {
             problems.append("tls_chain_file needs tls_cert_file and tls_key_file")
         }
         problems += config.iceURLProblems
+        problems += config.webhookProblems
         return problems.isEmpty ? .success(config) : .failure(ConfigProblems(problems: problems))
     }
 
     /// `key = value` lines of the effective configuration, secrets masked.
     public var summary: [(String, String)] {
         Self.keys.map { ($0.name, $0.show(self)) } + [("jwt_secret", jwtSecret == nil ? "(unset)" : "(set, hidden)"),
-                                                   ("turn_secret", turnSecret == nil ? "(unset)" : "(set, hidden)")]
+                                                   ("turn_secret", turnSecret == nil ? "(unset)" : "(set, hidden)"),
+                                                   ("webhook_secret", webhookSecret == nil ? "(unset)" : "(set, hidden)")]
     }
 
     /// Markdown table of every key, for docs/configuration.md (kept true by a test).

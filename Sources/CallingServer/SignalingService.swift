@@ -40,6 +40,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     let cors: CORSPolicy
     unowned(unsafe) var transport: WebSocketServer!
     var routes: HTTPRoutes!
+    /// The webhook sender (Webhooks.swift), installed by `ServerApp`; `emit` is all this thread calls.
+    var webhooks: Webhooks!
 
     private var hub: Hub
     /// WebSocket endpoints other than the room protocol, by path (e.g. `/v1/presence`).
@@ -47,6 +49,10 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     private var endpointConnections: [ConnectionID: any WebSocketEndpoint] = [:]
     private var sessions: [ConnectionID: Session] = [:]
     private var lastExpiryCheck: Millis = 0
+    /// Rooms' live calls for `call_started`/`call_ended` (only fed while webhooks are on).
+    private var lifecycle = CallLifecycle()
+    /// Why the server closed a connection, for the `call_ended` reason when it was the room's last peer.
+    private var closeReasons: [ConnectionID: String] = [:]
     /// `/v1/calls`, `/v1/tokens` and the call lifecycle (CallsAPI.swift).
     private(set) lazy var calls = CallsAPI(service: self, store: store, config: config, logger: logger.labeled("calls"))
     /// `/webrtc-proxy/…` and `/whip/…`: HTTP sessions joined to rooms as virtual connections (HTTPSessions.swift).
@@ -69,9 +75,84 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
 
     var hubSnapshot: Hub { hub }
 
-    /// Feeds the hub an input that did not come from a connection (a meter loaded from the store). Service thread.
+    /// Feeds the hub an input that did not come from a connection (a meter loaded from the store, an
+    /// HTTP session's join or leave, an admin action). Service thread.
     func handle(_ input: HubInput) {
-        apply(hub.handle(input, now: now()))
+        switch input {
+        case .join, .disconnect, .kick, .endRoom: membership(input)
+        default: apply(hub.handle(input, now: now()))
+        }
+    }
+
+    /// A join, a leave, a kick or a closed room: the hub's effects, and the webhook events the change
+    /// means. The events are emitted before the effects run, since an effect (a close) can lead to the
+    /// next leave.
+    private func membership(_ input: HubInput) {
+        let current = now()
+        guard webhooks.isEnabled else { return apply(hub.handle(input, now: current)) }
+        var events: [CallLifecycle.Event] = []
+        let effects: [HubEffect]
+        switch input {
+        case .join(let connection, let identity, _):
+            let takeover = hub.members(of: identity.room).contains(identity.peer)
+            effects = hub.handle(input, now: current)
+            // A join the hub refused (no seat) seats nobody.
+            if hub.identity(of: connection) != nil {
+                events = lifecycle.joined(identity, takeover: takeover, now: current)
+            }
+        case .disconnect(let connection):
+            // Nil for a connection whose seat was taken over: its leave changes nothing.
+            let identity = hub.identity(of: connection)
+            effects = hub.handle(input, now: current)
+            let reason = closeReasons.removeValue(forKey: connection)
+                ?? (webhooks.isStopping ? "server_shutdown" : "last_peer_left")
+            if let identity { events = lifecycle.left(identity, reason: reason, now: current) }
+        case .kick(let room, let peer):
+            // The hub seats the kicked peer out at once; its socket's disconnect then finds nothing.
+            let identity = hub.identities(in: room).first { $0.peer == peer }
+            effects = hub.handle(input, now: current)
+            if let identity { events = lifecycle.left(identity, reason: "kicked", now: current) }
+        case .endRoom(let room):
+            let seated = hub.identities(in: room)
+            effects = hub.handle(input, now: current)
+            for identity in seated { events += lifecycle.left(identity, reason: "room_closed", now: current) }
+        default:
+            effects = hub.handle(input, now: current)
+        }
+        for event in events { emit(event, connection: input) }
+        apply(effects)
+    }
+
+    private func emit(_ event: CallLifecycle.Event, connection input: HubInput) {
+        func base(_ call: CallLifecycle.Call) -> [String: JSONValue] {
+            ["room_id": .string(call.room.rawValue), "call_id": call.call.map { .string($0.rawValue) } ?? .null,
+             "started_at": .int(call.startedAt)]
+        }
+        func peer(_ identity: PeerIdentity, _ call: CallLifecycle.Call) -> [String: JSONValue] {
+            var data = base(call)
+            data["peer_id"] = .string(identity.peer.rawValue)
+            data["role"] = .string(identity.role)
+            data["name"] = identity.name.map(JSONValue.string) ?? .null
+            var transport = "websocket"
+            if case .join(let connection, _, _) = input, HTTPSessions.isVirtual(connection) { transport = "http" }
+            if case .disconnect(let connection) = input, HTTPSessions.isVirtual(connection) { transport = "http" }
+            data["transport"] = .string(transport)
+            return data
+        }
+        switch event {
+        case .callStarted(let call):
+            webhooks.emit(.callStarted, key: call.room.rawValue, base(call))
+        case .peerJoined(let identity, let call):
+            webhooks.emit(.peerJoined, key: call.room.rawValue, peer(identity, call))
+        case .peerLeft(let identity, let call):
+            webhooks.emit(.peerLeft, key: call.room.rawValue, peer(identity, call))
+        case .callEnded(let call, let endedAt, let reason):
+            var data = base(call)
+            data["ended_at"] = .int(endedAt)
+            data["duration_ms"] = .int(endedAt - call.startedAt)
+            data["reason"] = .string(reason)
+            webhooks.emit(.callEnded, key: call.room.rawValue, data)
+        }
     }
 
     /// Adds a WebSocket endpoint at `path`; call before the server starts.
@@ -242,7 +323,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             state = ChatResume(complete: false, requested: ticket.resumeAfter != nil)
         }
         sessions[connection]?.joined = true
-        apply(hub.handle(.join(connection, ticket.identity, state), now: now()))
+        membership(.join(connection, ticket.identity, state))
         calls.peerJoined(ticket.identity, now: now())
         let early = sessions[connection]?.early ?? []
         sessions[connection]?.early = []
@@ -255,8 +336,9 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         }
         guard let session = sessions.removeValue(forKey: connection) else { return }
         if session.joined {
-            apply(hub.handle(.disconnect(connection), now: now()))
+            membership(.disconnect(connection))
         } else {
+            closeReasons[connection] = nil
             apply(hub.handle(.abandonSeat(session.ticket.identity.room, session.ticket.identity.peer), now: now()))
         }
     }
@@ -333,6 +415,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                 deliver(frame, to: targets)
             case .close(let connection, let code):
                 metrics.closes[code.reason, default: 0] += 1
+                if code == .consultationEnded, webhooks.isEnabled { closeReasons[connection] = "consultation_ended" }
                 // The hub has already let these connections go; frames still arriving must not reach it.
                 if code == .replaced || code == .kicked || code == .roomClosed { sessions[connection] = nil }
                 if HTTPSessions.isVirtual(connection) { httpSessions.closed(connection, code: code); continue }
@@ -362,6 +445,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     private func storeChat(connection: ConnectionID, room: RoomID, peer: PeerID, _ submission: ChatSubmission, timestamp: Millis) {
         let draft = ChatDraft(room: room, sender: peer, clientID: submission.clientID, text: submission.text,
                               meta: submission.meta.map(JSONWriter.string), timestampMs: timestamp)
+        // Monotonic, for the ack latency histogram: two clock reads per chat, no allocation.
+        let received = DispatchTime.now().uptimeNanoseconds
         store.appendChat(draft) { [transport] result in
             let outcome: ChatStoreOutcome
             switch result {
@@ -377,6 +462,14 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                 case .failed: metrics.storeFailures += 1
                 }
                 apply(hub.handle(.chatStored(outcome), now: now()))
+                metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- received)
+                if case .stored(let message, _, false) = outcome, webhooks.wants(.chatMessage) {
+                    webhooks.emit(.chatMessage, key: room.rawValue, [
+                        "room_id": .string(room.rawValue), "seq": .int(message.seq), "from": .string(message.from.rawValue),
+                        "client_id": .string(message.clientID), "text": .string(message.text), "meta": message.meta ?? .null,
+                        "ts": .int(message.timestamp),
+                    ])
+                }
             }
         }
     }
@@ -408,6 +501,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         where !session.expired && session.ticket.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate {
             sessions[connection]?.expired = true
             metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
+            if webhooks.isEnabled { closeReasons[connection] = "token_expired" }
             transport.close(connection, code: .tokenExpired)
         }
     }

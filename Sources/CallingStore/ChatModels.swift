@@ -146,6 +146,8 @@ public struct ChatStoreMetrics: Sendable, Hashable {
     public var duplicates: Int = 0
     /// The most appends committed in one transaction.
     public var largestBatch: Int = 0
+    /// Time to write and COMMIT one group-commit batch (BEGIN IMMEDIATE … COMMIT), one observation per batch.
+    public var commitLatency = LatencyHistogram()
 
     public init() {}
 }

@@ -112,3 +112,27 @@ final class LoggerTests: XCTestCase {
         XCTAssertEqual(Set(handler.all.compactMap { $0.metadata["i"] }).count, 1_000)
     }
 }
+
+final class LogFormatTests: XCTestCase {
+    private let record = LogRecord(label: "server", level: .warning, message: "closing \"slow\" consumer",
+                                   metadata: ["conn": "7", "level": "spoof", "note": "a\nb"], date: Date(timeIntervalSince1970: 12.5))
+
+    func test_json_is_one_object_per_line_with_the_fixed_fields_first() throws {
+        let line = StderrLogHandler.line(record, format: .json)
+        XCTAssertTrue(line.hasSuffix("}\n"))
+        XCTAssertEqual(line.dropLast().firstIndex(of: "\n"), nil, "a newline in a value is escaped")
+        XCTAssertTrue(line.hasPrefix("{\"ts\":12.5,\"level\":\"warning\",\"label\":\"server\",\"msg\":"))
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        XCTAssertEqual(object["msg"] as? String, "closing \"slow\" consumer")
+        XCTAssertEqual(object["level"] as? String, "warning", "metadata cannot shadow a fixed field")
+        XCTAssertEqual(object["meta.level"] as? String, "spoof")
+        XCTAssertEqual(object["note"] as? String, "a\nb")
+        XCTAssertEqual(object["conn"] as? String, "7")
+    }
+
+    func test_text_stays_logfmt() {
+        XCTAssertEqual(StderrLogHandler.line(LogRecord(label: "x", level: .info, message: "m", metadata: ["k": "v w"],
+                                                       date: Date(timeIntervalSince1970: 1)), format: .text),
+                       "ts=1.0 level=info label=x msg=\"m\" k=\"v w\"\n")
+    }
+}

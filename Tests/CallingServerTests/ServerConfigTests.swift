@@ -45,6 +45,52 @@ final class ServerConfigTests: XCTestCase {
         }
     }
 
+    func test_the_webhook_secret_comes_only_from_the_environment_or_its_file() throws {
+        let config = try ServerConfig.load(file: nil, environment: ["CALLING_WEBHOOK_SECRET": "w-s3cret"], flags: [:]).get()
+        XCTAssertEqual(config.webhookSecret, "w-s3cret")
+        XCTAssertTrue(config.summary.contains { $0 == ("webhook_secret", "(set, hidden)") })
+        XCTAssertFalse(config.summary.contains { $0.1.contains("w-s3cret") })
+        guard case .failure(let file) = ServerConfig.load(file: ["webhook_secret": "x"], environment: [:], flags: [:]),
+            case .failure(let flag) = ServerConfig.load(file: nil, environment: [:], flags: ["webhook-secret": "x"])
+        else { return XCTFail("a webhook secret in the file or a flag must be refused") }
+        XCTAssertTrue(file.problems.contains { $0.contains("'webhook_secret' may not be stored in the config file") })
+        XCTAssertTrue(flag.problems.contains { $0.contains("secrets are never passed as flags") })
+    }
+
+    func test_webhook_settings_are_checked_together() {
+        let loaded = ServerConfig.load(file: nil, environment: [:], flags: [
+            "webhook_urls": "http://ok.example/h, ftp://bad.example/h,https://",
+            "webhook_events": "call_started,chat_message,nope", "webhook_retry_base_ms": "5000", "webhook_retry_max_ms": "1000",
+            "webhook_chat_messages": "maybe",
+        ])
+        guard case .failure(let problems) = loaded else { return XCTFail("must be refused") }
+        XCTAssertEqual(problems.problems.sorted(), [
+            "flag --webhook_chat_messages: webhook_chat_messages: 'maybe' is not true or false",
+            "webhook_events: chat_message is switched on with webhook_chat_messages = true, not listed here",
+            "webhook_events: unknown event 'nope' (known: all, call_ended, call_started, peer_joined, peer_left, presence_request_ended, session_ended, session_started)",
+            "webhook_retry_base_ms must not exceed webhook_retry_max_ms",
+            "webhook_urls: 'ftp://bad.example/h' is not an http:// or https:// URL with a host",
+            "webhook_urls: 'https://' is not an http:// or https:// URL with a host",
+        ])
+    }
+
+    func test_webhook_events_select_what_is_sent() throws {
+        var config = ServerConfig()
+        XCTAssertEqual(config.webhookEventMask & WebhookEventType.chatMessage.bit, 0, "chat_message is off by default")
+        XCTAssertNotEqual(config.webhookEventMask & WebhookEventType.presenceRequestEnded.bit, 0)
+        config.webhookEvents = "call_started, call_ended"
+        config.webhookChatMessages = true
+        XCTAssertEqual(config.webhookEventMask,
+                       WebhookEventType.callStarted.bit | WebhookEventType.callEnded.bit | WebhookEventType.chatMessage.bit)
+    }
+
+    func test_log_format_is_text_or_json() throws {
+        XCTAssertEqual(try ServerConfig.load(file: ["log_format": .string("json")], environment: [:], flags: [:]).get().logFormat, .json)
+        guard case .failure = ServerConfig.load(file: nil, environment: [:], flags: ["log_format": "xml"]) else {
+            return XCTFail("an unknown log format must be refused")
+        }
+    }
+
     func test_docs_configuration_lists_every_key_exactly() throws {
         let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("docs/configuration.md")
@@ -61,11 +107,12 @@ final class ServerConfigTests: XCTestCase {
         let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("deploy/calling-server.example.json")
         let example = try XCTUnwrap(try JSONParser.parse(Array(try Data(contentsOf: file))).objectValue)
-        let keys = ServerConfig().summary.map(\.0).filter { $0 != "jwt_secret" && $0 != "turn_secret" }
+        let keys = ServerConfig().summary.map(\.0).filter { !ServerConfig.secretNames.contains($0) }
         let missing = keys.filter { example[$0] == nil }
         XCTAssertEqual(missing, [], "deploy/calling-server.example.json lacks these keys")
         XCTAssertNil(example["jwt_secret"], "secrets never go in the file")
         XCTAssertNil(example["turn_secret"])
+        XCTAssertNil(example["webhook_secret"])
         // A key this build does not know is a key of a newer build: only this build's keys are loaded.
         let known = example.filter { keys.contains($0.key) }
         switch ServerConfig.load(file: known, environment: [:], flags: [:]) {

@@ -35,7 +35,7 @@ final class MigrationsTests: XCTestCase {
             }
         }
         XCTAssertEqual(Set(strict.map(\.0)),
-                       ["chat_messages", "rooms", "read_markers", "api_keys", "calls", "call_stats", "meters"])
+                       ["chat_messages", "rooms", "read_markers", "api_keys", "calls", "call_stats", "meters", "webhook_deliveries"])
         XCTAssertTrue(strict.allSatisfy { $0.1 == 1 }, "\(strict)")
         // STRICT really refuses a wrongly typed value.
         XCTAssertThrowsError(try store.sync { try $0.run("INSERT INTO rooms VALUES ('r', 'not a number')") })
