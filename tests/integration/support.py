@@ -100,6 +100,10 @@ class Server:
         self.stdout_path = self.data_dir.parent / f"{self.data_dir.name}.stdout.{n}"
         self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.{n}"
         args = [str(BINARY), "serve", "--host", self.listen_host, "--port", "0", "--data-dir", str(self.data_dir)]
+        # The session runs a copy of the binary outside the checkout (conftest.py), so the default
+        # web_root (found beside the binary) would not be the repository's: name it.
+        if "web_root" not in self.flags and "web-root" not in self.flags:
+            args += ["--web_root", str(REPO / "sdk" / "js")]
         for key, value in self.flags.items():
             args += [f"--{key}", str(value)]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
