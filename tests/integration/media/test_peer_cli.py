@@ -29,7 +29,7 @@ def peer(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, problem", [
     ([], "--url is required"),
     (["--url", CLOSED_PORT_URL], "--token is required"),
-    (["--url", "http://127.0.0.1:1/v1/ws", "--token", "t"], "--url needs a ws:// URL"),
+    (["--url", "http://127.0.0.1:1/v1/ws", "--token", "t"], "--url needs a ws:// or wss:// URL"),
     (["--url", CLOSED_PORT_URL, "--token", "t", "--seconds", "0"], "--seconds needs a positive number"),
     (["--url", CLOSED_PORT_URL, "--token", "t", "--tone", "30000"], "--tone needs a frequency"),
     (["--url", CLOSED_PORT_URL, "--token", "t", "--bogus"], "unknown option --bogus"),
