@@ -1,5 +1,6 @@
 import CallingAuth
 import CallingCore
+import CallingServer
 import CallingStore
 import CallingTransport
 import Foundation
@@ -94,7 +95,10 @@ public enum ChatBenchmark {
             let port = app.port
             let peers = tokens
             let report = try await runOnThread { try PipelinedLoad(tokens: peers, port: port).run(options) }
-            try verifyStored(report.ackedPerRoom, store: app.store)
+            // A second connection to the server's file: the store lives inside the server library.
+            let store = try ChatStore.open(path: config.databasePath, options: .init(migrateOnOpen: false))
+            defer { store.close() }
+            try verifyStored(report.ackedPerRoom, store: store)
             return report.report
         case .lws:
             return try await runLWS(options, tokens: tokens, port: app.port, logger: logger)

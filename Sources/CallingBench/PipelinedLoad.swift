@@ -1,4 +1,3 @@
-import CallingTransport
 import Foundation
 
 /// `bench chat`'s default load generator: every sender on one thread, plain nonblocking sockets.
