@@ -19,6 +19,8 @@ let package = Package(
         .systemLibrary(name: "CJWT", pkgConfig: "libjwt", providers: [.apt(["libjwt-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        // epoll and sched_setaffinity (libc, but not in Glibc's Swift module); only CallingBench imports it.
+        .systemLibrary(name: "CEpoll"),
         .systemLibrary(
             name: "CGStreamer", pkgConfig: "calling-gstreamer",
             providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev"])]
@@ -43,7 +45,7 @@ let package = Package(
         // the SDK links it; `calling-server bench` hands over to the calling-bench executable.
         .target(
             name: "CallingBench",
-            dependencies: ["CallingServer", "CallingAuth", "CallingCore", "CallingStore", "CallingTransport"]
+            dependencies: ["CEpoll", "CallingServer", "CallingAuth", "CallingCore", "CallingStore", "CallingTransport"]
         ),
         .executableTarget(name: "calling-bench", dependencies: ["CallingBench"]),
 

@@ -6,10 +6,25 @@ import Synchronization
 
 /// The `calling-bench` command line (bench/README.md).
 public enum BenchCommand {
-    /// Runs `calling-bench chat …` (`arguments[1]` is the scenario); returns the exit code.
+    static let usage = """
+        usage: calling-bench suite [SCENARIO…] [--quick | --smoke] [--server PATH] [--out DIR] [--no-pin true]
+               calling-bench SCENARIO [same flags]        one scenario of the suite
+               calling-bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
+                                                          the in-process chat benchmark
+        scenarios: \(Scenarios.names.joined(separator: ", ")) (all by default)
+        """
+
+    /// Runs `calling-bench …` (`arguments[1]` is the command); returns the exit code.
     public static func run(arguments: [String]) -> Int32 {
+        if arguments.count >= 2, arguments[1] == "suite" || (Scenarios.names.contains(arguments[1]) && arguments[1] != "chat") {
+            return Suite.run(arguments: Array(arguments.dropFirst(arguments[1] == "suite" ? 2 : 1)))
+        }
+        if arguments.count >= 2, ["help", "--help", "-h"].contains(arguments[1]) {
+            print(usage)
+            return 0
+        }
         guard arguments.count >= 2, arguments[1] == "chat", case .success(let flags) = CallingCommand.parseFlags(arguments.dropFirst(2)) else {
-            CallingCommand.printError("usage: calling-server bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--client raw|lws]")
+            CallingCommand.printError(usage)
             return 64
         }
         var options = ChatBenchmark.Options()

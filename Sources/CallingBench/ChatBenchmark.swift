@@ -116,7 +116,7 @@ public enum ChatBenchmark {
 
     /// Every acked chat must be a committed row: the rows in each room are exactly the acked ones
     /// (the generator already checked that the acked seqs are distinct and gap-free).
-    private static func verifyStored(_ ackedPerRoom: [Int], store: ChatStore) throws {
+    static func verifyStored(_ ackedPerRoom: [Int], store: ChatStore) throws {
         for (room, acked) in ackedPerRoom.enumerated() {
             let (rows, lastSeq) = try store.sync { db in
                 try db.queryFirst("SELECT count(*), coalesce(max(seq), 0) FROM chat_messages WHERE room_id = ?1",
