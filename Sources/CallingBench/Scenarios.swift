@@ -151,7 +151,9 @@ final class Scenarios {
             let engine = try LoadEngine(port: target.port)
             try settle(engine, seconds: 0.5)
             let before = target.rssKiB()
+            let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
             joinSeconds[target.kind] = try join(engine, target, count: peers, roomSize: sizes.roomSize, prefix: "i")
+            result.generatorShare[target.kind.rawValue] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
             try settle(engine, seconds: 1)
             let after = target.rssKiB()
             guard engine.connections.allSatisfy(\.isOpen) else { throw LoadEngine.Failure.verification("a peer was closed while idle") }
