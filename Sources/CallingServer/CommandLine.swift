@@ -20,7 +20,8 @@ public enum CallingCommand {
           apikey   create --name N | list | revoke --id ID   keys for /v1/calls and /v1/tokens (create prints the key once)
           bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
                    acked chat messages per second and ack latency against an in-process server
-                   (runs the calling-bench executable beside this one)
+          bench suite [SCENARIO…] [--quick|--smoke]   every scenario against this server and a bare lws baseline
+                   (both run the calling-bench executable beside this one; bench/README.md)
         """
 
     /// Splits `--key value` / `--key=value` flags; a bare word is an error.
