@@ -60,7 +60,7 @@ enum Suite {
         let started = Date()
         for line in header { print(line) }
         print("")
-        fflush(stdout)
+        fflush(nil)
         let scenarios = Scenarios(serverBinary: server, baselineBinary: baseline, targetCPU: targetCPU, sizes: sizes)
         var results: [ScenarioResult] = []
         for name in names {
@@ -68,7 +68,7 @@ enum Suite {
             let result = scenarios.run(name)
             print(result.text)
             print("")
-            fflush(stdout)  // each block as soon as it is known, also into a pipe or a log file
+            fflush(nil)  // each block as soon as it is known, also into a pipe or a log file
             results.append(result)
         }
         let report = SuiteReport(started: started, header: header, results: results)
