@@ -153,9 +153,27 @@ final class LoadEngine {
         } else {
             connection.out += [0x80 | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
         }
-        connection.out += [mask.0, mask.1, mask.2, mask.3]
-        let keys = [mask.0, mask.1, mask.2, mask.3]
-        for index in 0..<payload.count { connection.out.append(payload[index] ^ keys[index & 3]) }
+        connection.out.append(mask.0)
+        connection.out.append(mask.1)
+        connection.out.append(mask.2)
+        connection.out.append(mask.3)
+        // One bulk copy, then the mask applied in place: no per-frame allocation, no per-byte append.
+        let start = connection.out.count
+        connection.out.append(contentsOf: payload)
+        connection.out.withUnsafeMutableBufferPointer { out in
+            var index = 0
+            while index + 4 <= payload.count {
+                out[start + index] ^= mask.0
+                out[start + index + 1] ^= mask.1
+                out[start + index + 2] ^= mask.2
+                out[start + index + 3] ^= mask.3
+                index += 4
+            }
+            let keys = (mask.0, mask.1, mask.2)
+            if index < payload.count { out[start + index] ^= keys.0; index += 1 }
+            if index < payload.count { out[start + index] ^= keys.1; index += 1 }
+            if index < payload.count { out[start + index] ^= keys.2 }
+        }
         markDirty(connection)
     }
 
@@ -273,9 +291,18 @@ final class LoadEngine {
                 if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { break }
                 return try ended(connection, "recv: \(String(cString: strerror(errno)))")
             }
-            connection.inBuffer.append(contentsOf: scratch[0..<n])
+            if connection.upgraded, connection.inBuffer.isEmpty {
+                // The common case: frames straight from the receive buffer, only a partial tail kept.
+                let consumed = try scratch.withUnsafeBytes { try scanFrames(connection, UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: time) }
+                if connection.closed { return }
+                if consumed < n { connection.inBuffer.append(contentsOf: scratch[consumed..<n]) }
+            } else {
+                connection.inBuffer.append(contentsOf: scratch[0..<n])
+                if connection.upgraded { try scan(connection, at: time) }
+            }
             if n < scratch.count { break }
         }
+        if connection.upgraded || connection.closed { return }
         if !connection.upgraded {
             guard let end = Self.headEnd(connection.inBuffer) else {
                 guard connection.inBuffer.count < 65_536 else { throw Failure.system("\(connection.name): response head too large") }
@@ -300,10 +327,16 @@ final class LoadEngine {
     }
 
     private func scan(_ connection: Connection, at time: UInt64) throws {
+        let consumed = try connection.inBuffer.withUnsafeBytes { try scanFrames(connection, $0, at: time) }
+        if !connection.closed { connection.inBuffer.removeFirst(consumed) }
+    }
+
+    /// Handles every complete frame in `buffer`; returns the bytes consumed.
+    private func scanFrames(_ connection: Connection, _ buffer: UnsafeRawBufferPointer, at time: UInt64) throws -> Int {
         var consumed = 0
         var pings: [[UInt8]] = []
         var closing = false
-        try connection.inBuffer.withUnsafeBytes { buffer in
+        do {  // (scope only)
             while let frame = ServerFrameScanner.frame(in: buffer, at: consumed) {
                 consumed = frame.end
                 connection.framesReceived += 1
@@ -322,9 +355,9 @@ final class LoadEngine {
                 }
             }
         }
-        connection.inBuffer.removeFirst(consumed)
         for payload in pings { sendControl(connection, opcode: 0xA, payload: payload) }
         if closing { try ended(connection, "server sent Close") }
+        return consumed
     }
 
     private static func headEnd(_ bytes: [UInt8]) -> Int? {
