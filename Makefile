@@ -10,7 +10,7 @@ BIN := .build/debug/calling-server
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: deps test-deps build release serve install test test-swift test-js test-integration test-tsan bench bench-media clean
+.PHONY: deps test-deps build release serve install test test-swift test-js test-integration test-tsan bench bench-quick bench-chat bench-media clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -57,8 +57,18 @@ test-tsan: test-deps
 	$(SWIFT) build --build-tests --scratch-path .build-tsan -Xswiftc -sanitize=thread
 	$(SWIFT) test --skip-build --scratch-path .build-tsan
 
+# Every scenario of the suite against the server and the bare lws baseline (bench/README.md);
+# each scenario is bounded in count and time. Results: .build/bench/results-*.{json,md}.
 bench: release
-	.build/release/calling-server bench chat
+	.build/release/calling-bench suite
+
+# The same scenarios at small N and ~1 s phases: a smoke run of the instrument, not a measurement.
+bench-quick: release
+	.build/release/calling-bench suite --quick
+
+# The in-process chat benchmark of docs/benchmarks.md's older tables.
+bench-chat: release
+	.build/release/calling-bench chat
 
 # Offer-to-connected time and CPU per audio peer (root: it makes a network namespace).
 bench-media: release test-deps

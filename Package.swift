@@ -8,6 +8,7 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "calling-server", targets: ["calling-server"]),
+        .executable(name: "calling-bench", targets: ["calling-bench"]),
         .library(name: "CallingProtocol", targets: ["CallingProtocol"]),
         .library(name: "CallingClient", targets: ["CallingClient"]),
         .library(name: "CallingMedia", targets: ["CallingMedia"]),
@@ -18,6 +19,8 @@ let package = Package(
         .systemLibrary(name: "CJWT", pkgConfig: "libjwt", providers: [.apt(["libjwt-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        // epoll and sched_setaffinity (libc, but not in Glibc's Swift module); only CallingBench imports it.
+        .systemLibrary(name: "CEpoll"),
         .systemLibrary(
             name: "CGStreamer", pkgConfig: "calling-gstreamer",
             providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev"])]
@@ -38,6 +41,13 @@ let package = Package(
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
         .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
+        // Load generators and the benchmark suite (bench/README.md). Neither the server library nor
+        // the SDK links it; `calling-server bench` hands over to the calling-bench executable.
+        .target(
+            name: "CallingBench",
+            dependencies: ["CEpoll", "CallingServer", "CallingAuth", "CallingCore", "CallingStore", "CallingTransport"]
+        ),
+        .executableTarget(name: "calling-bench", dependencies: ["CallingBench"]),
 
         .testTarget(name: "CallingProtocolTests", dependencies: ["CallingProtocol"], resources: [.copy("Fixtures")]),
         .testTarget(name: "CallingCoreTests", dependencies: ["CallingCore", "CallingTesting"]),
@@ -47,6 +57,7 @@ let package = Package(
             dependencies: ["CallingClient", "CallingServer", "CallingTesting", "CallingAuth"]
         ),
         .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
+        .testTarget(name: "CallingBenchTests", dependencies: ["CallingBench"]),
         .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),
         .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingTesting"]),
         .testTarget(

@@ -23,6 +23,9 @@ debs=(
   # CallingMedia (WebRTC media for Linux peers, `calling-server peer`): webrtcbin, libnice, Opus.
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice
+  # calling-bench compiles its bare libwebsockets baseline (bench/lws-baseline.c) with gcc and
+  # pins server and generator with taskset (util-linux).
+  gcc util-linux
 )
 if [ "$want_test" = 1 ]; then
   # chromium: headless browser peer of tests/integration/media/test_media_chromium.py.

@@ -23,10 +23,12 @@ public enum CallingCommand {
           backup   --to FILE   a consistent copy of the live SQLite database (online backup; the server keeps running)
           bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
                    acked chat messages per second and ack latency against an in-process server
+          bench suite [SCENARIO…] [--quick|--smoke]   every scenario against this server and a bare lws baseline
+                   (both run the calling-bench executable beside this one; bench/README.md)
         """
 
     /// Splits `--key value` / `--key=value` flags; a bare word is an error.
-    static func parseFlags(_ arguments: ArraySlice<String>) -> Result<[String: String], ConfigProblems> {
+    public static func parseFlags(_ arguments: ArraySlice<String>) -> Result<[String: String], ConfigProblems> {
         var flags: [String: String] = [:]
         var problems: [String] = []
         var iterator = arguments.makeIterator()
@@ -202,54 +204,18 @@ public enum CallingCommand {
         return 0
     }
 
+    /// The load generators are not part of the server library (bench/README.md): `bench …` runs the
+    /// `calling-bench` executable built beside this one, with the same arguments.
     private static func bench(arguments: [String]) -> Int32 {
-        guard arguments.count >= 3, arguments[2] == "chat", case .success(let flags) = parseFlags(arguments.dropFirst(3)) else {
-            printError("usage: calling-server bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--client raw|lws]")
-            return 64
-        }
-        var options = ChatBenchmark.Options()
-        var problems: [String] = []
-        for (key, value) in flags {
-            switch key.replacingOccurrences(of: "_", with: "-") {
-            case "rooms": if let v = Int(value), v > 0 { options.rooms = v } else { problems.append("--rooms") }
-            case "senders-per-room": if let v = Int(value), v > 0 { options.sendersPerRoom = v } else { problems.append("--senders-per-room") }
-            case "window": if let v = Int(value), v > 0 { options.window = v } else { problems.append("--window") }
-            case "seconds": if let v = Double(value), v > 0 { options.seconds = v } else { problems.append("--seconds") }
-            case "latency-seconds": if let v = Double(value), v > 0 { options.latencySeconds = v } else { problems.append("--latency-seconds") }
-            case "rate": if let v = Double(value), v > 0 { options.rate = v } else { problems.append("--rate") }
-            case "event-loop":
-                if let loop = TransportSettings.EventLoop(rawValue: value) { options.eventLoop = loop } else { problems.append("--event-loop") }
-            case "client":
-                if let client = ChatBenchmark.Client(rawValue: value) { options.client = client } else { problems.append("--client") }
-            default: problems.append("unknown flag --\(key)")
-            }
-        }
-        guard problems.isEmpty else {
-            printError("bad bench flags: \(problems.joined(separator: ", "))")
-            return 64
-        }
-        let result = Mutex<Result<ChatBenchmark.Report, any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            do {
-                let report = try await ChatBenchmark.run(options, logger: Logger(label: "bench", level: .warning))
-                result.withLock { $0 = .success(report) }
-            } catch {
-                result.withLock { $0 = .failure(error) }
-            }
-            done.signal()
-        }
-        done.wait()
-        switch result.withLock({ $0 }) {
-        case .success(let report)?:
-            print(report)
-            return 0
-        case .failure(let error)?:
-            printError("bench failed: \(error)")
-            return 1
-        case nil:
+        let executable = URL(fileURLWithPath: arguments[0]).deletingLastPathComponent().appendingPathComponent("calling-bench").path
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            printError("bench: \(executable) not found; build it with `swift build --product calling-bench`")
             return 1
         }
+        var argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments.dropFirst(2)).map { strdup($0) } + [nil]
+        execv(executable, &argv)
+        printError("bench: cannot run \(executable): \(String(cString: strerror(errno)))")
+        return 1
     }
 
     private static func token(flags: [String: String], environment: [String: String]) -> Int32 {

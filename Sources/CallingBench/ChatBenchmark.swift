@@ -1,5 +1,6 @@
 import CallingAuth
 import CallingCore
+import CallingServer
 import CallingStore
 import CallingTransport
 import Foundation
@@ -94,7 +95,10 @@ public enum ChatBenchmark {
             let port = app.port
             let peers = tokens
             let report = try await runOnThread { try PipelinedLoad(tokens: peers, port: port).run(options) }
-            try verifyStored(report.ackedPerRoom, store: app.store)
+            // A second connection to the server's file: the store lives inside the server library.
+            let store = try ChatStore.open(path: config.databasePath, options: .init(migrateOnOpen: false))
+            defer { store.close() }
+            try verifyStored(report.ackedPerRoom, store: store)
             return report.report
         case .lws:
             return try await runLWS(options, tokens: tokens, port: app.port, logger: logger)
@@ -112,7 +116,7 @@ public enum ChatBenchmark {
 
     /// Every acked chat must be a committed row: the rows in each room are exactly the acked ones
     /// (the generator already checked that the acked seqs are distinct and gap-free).
-    private static func verifyStored(_ ackedPerRoom: [Int], store: ChatStore) throws {
+    static func verifyStored(_ ackedPerRoom: [Int], store: ChatStore) throws {
         for (room, acked) in ackedPerRoom.enumerated() {
             let (rows, lastSeq) = try store.sync { db in
                 try db.queryFirst("SELECT count(*), coalesce(max(seq), 0) FROM chat_messages WHERE room_id = ?1",

@@ -2,7 +2,7 @@ import Dispatch
 import Glibc
 import XCTest
 
-@testable import CallingTransport
+@testable import CallingBench
 
 final class RawClientSocketTests: XCTestCase {
     /// A listening socket on 127.0.0.1 that completes TCP connects (through its backlog) but never

@@ -1,4 +1,3 @@
-import CallingTransport
 import Foundation
 
 /// `bench chat`'s default load generator: every sender on one thread, plain nonblocking sockets.
@@ -32,8 +31,9 @@ final class PipelinedLoad {
     private static let chatSuffix = Array(#","type":"chat"}"#.utf8)
     private static let welcomeSuffix = Array(#","type":"welcome"}"#.utf8)
     private static let errorSuffix = Array(#","type":"error"}"#.utf8)
-    /// Chats one connection may have in flight (the send-time ring's size).
-    private static let ringSize = 1 << 16
+    /// Chats one connection may have in flight (the send-time ring's size). Small enough for
+    /// thousands of connections (8 bytes a slot), well above the window and the paced backlog.
+    private static let ringSize = 1 << 12
 
     private final class Connection {
         let socket: RawClientSocket
@@ -42,9 +42,11 @@ final class PipelinedLoad {
         /// Header + masked payload of a chat, digits still zero.
         let template: [UInt8]
         let headerCount: Int
+        let index: Int
         var out: [UInt8] = []
         var outStart = 0
         var wantsWrite = false
+        var pending = false
         var inBuffer: [UInt8] = []
         var nextCounter = 1
         /// Send time (uptime ns) by counter modulo the ring size; 0 when that slot is not in flight.
@@ -55,9 +57,10 @@ final class PipelinedLoad {
         var broadcasts = 0
         var welcomed = false
 
-        init(socket: RawClientSocket, room: Int) {
+        init(socket: RawClientSocket, room: Int, index: Int) {
             self.socket = socket
             self.room = room
+            self.index = index
             let mask = (0..<4).map { _ in UInt8.random(in: 1...255) }
             let header = ClientFraming.maskedHeader(opcode: 0x1, length: PipelinedLoad.payload.count,
                                                     mask: (mask[0], mask[1], mask[2], mask[3]))
@@ -73,21 +76,34 @@ final class PipelinedLoad {
     /// Per room, which seqs have been acked: each must be acked once, and none skipped.
     private var seenSeqs: [[Bool]]
     private var latencies: [Double] = []
-    private var ready: [(readable: Bool, writable: Bool)] = []
+    /// Indices of the connections the last wait found readable.
+    private var readable: [Int] = []
+    /// Connections with queued output not yet handed to `send`.
+    private var dirty: [Int] = []
+    private let poller: Poller
     private var scratch = [UInt8](repeating: 0, count: 1 << 16)
+    private var progress = ""
 
-    init(tokens: [(room: Int, token: String)], port: Int) throws {
-        connections = try tokens.map { entry in
-            Connection(socket: try RawClientSocket(ipv4: "127.0.0.1", port: port, path: "/v1/ws?token=\(entry.token)"),
-                       room: entry.room)
+    /// `peers`: each sender's room index and WebSocket path (a token URL for the server,
+    /// /g/room/peer for the lws baseline, whose acks have the same shape).
+    init(peers: [(room: Int, path: String)], port: Int) throws {
+        poller = try Poller()
+        connections = try peers.enumerated().map { index, entry in
+            Connection(socket: try RawClientSocket(ipv4: "127.0.0.1", port: port, path: entry.path), room: entry.room, index: index)
         }
-        rooms = (tokens.map(\.room).max() ?? -1) + 1
+        for connection in connections { try poller.add(connection.socket.fd, token: connection.index, writable: false) }
+        rooms = (peers.map(\.room).max() ?? -1) + 1
         seenSeqs = Array(repeating: [false], count: rooms)
+    }
+
+    convenience init(tokens: [(room: Int, token: String)], port: Int) throws {
+        try self.init(peers: tokens.map { ($0.room, "/v1/ws?token=\($0.token)") }, port: port)
     }
 
     private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-    func run(_ options: ChatBenchmark.Options) throws -> Outcome {
+    func run(_ options: ChatBenchmark.Options, progress: String = "") throws -> Outcome {
+        self.progress = progress
         // The welcome may have come in with the 101.
         for connection in connections { _ = try scan(connection, at: Self.now()) }
         try waitUntil(deadline: Self.now() + 10_000_000_000, "welcome") { connections.allSatisfy(\.welcomed) }
@@ -99,15 +115,20 @@ final class PipelinedLoad {
         latencies.reserveCapacity(1 << 20)
         for connection in connections {
             for _ in 0..<window { try enqueueChat(connection, at: start) }
-            try flush(connection)
         }
+        try flushDirty()
         var saturatedAcks = 0
         var lastAck = start
         while connections.contains(where: { $0.inFlight > 0 }) {
             guard Self.now() < deadline + 30_000_000_000 else { throw ChatBenchmark.BenchError.timedOut("saturation acks") }
             try poll(timeout: 100_000_000)
             let received = Self.now()
-            for (index, connection) in connections.enumerated() where ready[index].readable {
+            if !progress.isEmpty {
+                Progress.detail = { "\(saturatedAcks) acked" }
+                Progress.tick(progress)
+            }
+            for index in readable {
+                let connection = connections[index]
                 let acks = try receive(connection, at: received)
                 guard acks > 0 else { continue }
                 saturatedAcks += acks
@@ -117,7 +138,7 @@ final class PipelinedLoad {
                     for _ in 0..<acks { try enqueueChat(connection, at: sent) }
                 }
             }
-            for connection in connections { try flush(connection) }
+            try flushDirty()
         }
         let elapsed = Double(lastAck - start) / 1e9
         latencies.sort()
@@ -143,11 +164,13 @@ final class PipelinedLoad {
                 try enqueueChat(connections[next % connections.count], at: due(next))
                 next += 1
             }
-            for connection in connections { try flush(connection) }
+            try flushDirty()
             try poll(timeout: next < total ? due(next) - min(due(next), Self.now()) : 100_000_000)
             let received = Self.now()
-            for (index, connection) in connections.enumerated() where ready[index].readable {
-                _ = try receive(connection, at: received)
+            for index in readable { _ = try receive(connections[index], at: received) }
+            if !progress.isEmpty {
+                Progress.detail = { "\(next)/\(total) paced" }
+                Progress.tick(progress)
             }
         }
         latencies.sort()
@@ -186,17 +209,37 @@ final class PipelinedLoad {
             guard Self.now() < deadline else { throw ChatBenchmark.BenchError.timedOut(what) }
             try poll(timeout: 100_000_000)
             let received = Self.now()
-            for (index, connection) in connections.enumerated() where ready[index].readable {
-                _ = try receive(connection, at: received)
-            }
-            for connection in connections { try flush(connection) }
+            for index in readable { _ = try receive(connections[index], at: received) }
+            try flushDirty()
         }
     }
 
+    /// epoll, not select(): a thousand rooms are more descriptors than FD_SETSIZE.
     private func poll(timeout: UInt64) throws {
-        try RawClientSocket.wait(connections.map(\.socket), wantWrite: connections.map(\.wantsWrite),
-                                 timeoutNanoseconds: timeout, into: &ready)
-        for (index, connection) in connections.enumerated() where ready[index].writable { try flush(connection) }
+        readable.removeAll(keepingCapacity: true)
+        let count = try poller.wait(timeoutNanoseconds: timeout)
+        for slot in 0..<count {
+            let index = Int(poller.tokens[slot])
+            if poller.events[slot] & 2 != 0 { try flush(connections[index]) }
+            if poller.events[slot] & 1 != 0 { readable.append(index) }
+        }
+    }
+
+    private func flushDirty() throws {
+        guard !dirty.isEmpty else { return }
+        let list = dirty
+        dirty.removeAll(keepingCapacity: true)
+        for index in list {
+            connections[index].pending = false
+            try flush(connections[index])
+        }
+    }
+
+    private func markDirty(_ connection: Connection) {
+        if !connection.pending {
+            connection.pending = true
+            dirty.append(connection.index)
+        }
     }
 
     // MARK: sending
@@ -211,6 +254,7 @@ final class PipelinedLoad {
         connection.sentAt[slot] = time
         connection.inFlight += 1
         let base = connection.out.count
+        markDirty(connection)
         connection.out.append(contentsOf: connection.template)
         var value = counter
         let payloadStart = base + connection.headerCount
@@ -226,6 +270,7 @@ final class PipelinedLoad {
         let mask = connection.mask
         connection.out += ClientFraming.maskedHeader(opcode: opcode, length: payload.count, mask: (mask[0], mask[1], mask[2], mask[3]))
         connection.out += payload.enumerated().map { $1 ^ mask[$0 & 3] }
+        markDirty(connection)
     }
 
     /// One `send` for everything queued on the connection; what the socket does not take waits for POLLOUT.
@@ -235,12 +280,14 @@ final class PipelinedLoad {
             try connection.socket.write(UnsafeRawBufferPointer(rebasing: bytes[connection.outStart...]))
         }
         connection.outStart += written
-        if connection.outStart == connection.out.count {
+        let done = connection.outStart == connection.out.count
+        if done {
             connection.out.removeAll(keepingCapacity: true)
             connection.outStart = 0
-            connection.wantsWrite = false
-        } else {
-            connection.wantsWrite = true
+        }
+        if done == connection.wantsWrite {
+            connection.wantsWrite = !done
+            try poller.modify(connection.socket.fd, token: connection.index, writable: !done)
         }
     }
 

@@ -6,7 +6,7 @@ import Glibc
 ///
 /// It does only what a load generator needs: a blocking connect and upgrade handshake, then
 /// nonblocking reads and writes of bytes the caller frames itself (`ClientFraming`,
-/// `ServerFrameScanner`). The `Sec-WebSocket-Accept` answer is not checked (a 101 is enough here).
+/// `ServerFrameScanner`); the caller waits for readiness on an epoll set (`Poller`). The `Sec-WebSocket-Accept` answer is not checked (a 101 is enough here).
 ///
 /// Not thread-safe: one thread owns the socket, as the generator's single loop does.
 public final class RawClientSocket {
@@ -112,47 +112,6 @@ public final class RawClientSocket {
         if n == 0 { throw .closed }
         if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return 0 }
         throw .system("recv", errno: errno)
-    }
-
-    /// Waits until one of `sockets` is readable (or, where `wantWrite` is set, writable), or
-    /// `timeoutNanoseconds` pass. Returns (readable, writable) per socket.
-    ///
-    /// select(), not poll(): a paced generator needs sub-millisecond timeouts, poll() counts whole
-    /// milliseconds, and Glibc's module does not export ppoll or epoll. The descriptors must be
-    /// below FD_SETSIZE, which a benchmark's few sockets are.
-    public static func wait(_ sockets: [RawClientSocket], wantWrite: [Bool], timeoutNanoseconds: UInt64,
-                            into ready: inout [(readable: Bool, writable: Bool)]) throws(Failure)
-    {
-        var readSet = fd_set()
-        var writeSet = fd_set()
-        var highest: Int32 = -1
-        for (index, socket) in sockets.enumerated() {
-            guard socket.fd < FD_SETSIZE else { throw .system("select", errno: EBADF) }
-            mark(socket.fd, in: &readSet)
-            if wantWrite[index] { mark(socket.fd, in: &writeSet) }
-            highest = max(highest, socket.fd)
-        }
-        var timeout = timeval(tv_sec: Int(timeoutNanoseconds / 1_000_000_000),
-                              tv_usec: Int(timeoutNanoseconds % 1_000_000_000 / 1_000))
-        let result = select(highest + 1, &readSet, &writeSet, nil, &timeout)
-        if result < 0 {
-            guard errno == EINTR else { throw .system("select", errno: errno) }
-            readSet = fd_set()
-            writeSet = fd_set()
-        }
-        ready = sockets.map { (isMarked($0.fd, in: &readSet), isMarked($0.fd, in: &writeSet)) }
-    }
-
-    private static func mark(_ fd: Int32, in set: inout fd_set) {
-        withUnsafeMutableBytes(of: &set) { raw in
-            raw.bindMemory(to: UInt.self)[Int(fd) / UInt.bitWidth] |= 1 << (UInt(fd) % UInt(UInt.bitWidth))
-        }
-    }
-
-    private static func isMarked(_ fd: Int32, in set: inout fd_set) -> Bool {
-        withUnsafeMutableBytes(of: &set) { raw in
-            raw.bindMemory(to: UInt.self)[Int(fd) / UInt.bitWidth] & 1 << (UInt(fd) % UInt(UInt.bitWidth)) != 0
-        }
     }
 
     private static func firstIndex(of needle: [UInt8], in haystack: [UInt8]) -> Int? {

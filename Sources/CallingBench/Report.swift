@@ -1,0 +1,114 @@
+import Foundation
+
+/// One measured quantity, for the server and for the baseline in the same run.
+struct Figure {
+    var name: String
+    var unit: String
+    var server: Double
+    var baseline: Double?
+    /// Ratio server ÷ baseline; whether above 1 is good depends on the figure (`higherIsBetter`).
+    var higherIsBetter: Bool
+
+    var ratio: Double? {
+        guard let baseline, baseline != 0, server.isFinite, baseline.isFinite else { return nil }
+        return server / baseline
+    }
+}
+
+/// What one scenario measured, verified and saw of the machine.
+struct ScenarioResult {
+    var name: String
+    var parameters: String
+    var figures: [Figure] = []
+    /// Counts the generator checked (each delivery, ack, welcome…), per target.
+    var verified: [String: Int] = [:]
+    var loadBefore = ""
+    var loadAfter = ""
+    /// Generator CPU seconds ÷ target CPU seconds over the measured phases, per target.
+    var generatorShare: [String: Double] = [:]
+    var notes: [String] = []
+    var error: String?
+
+    /// JSON has no NaN: a figure that could not be measured is null.
+    private static func number(_ value: Double) -> Any { value.isFinite ? value : NSNull() }
+
+    var json: [String: Any] {
+        var object: [String: Any] = [
+            "scenario": name, "parameters": parameters, "verified": verified, "load_before": loadBefore,
+            "load_after": loadAfter, "generator_cpu_share": generatorShare.mapValues(Self.number), "notes": notes,
+            "figures": figures.map { figure -> [String: Any] in
+                var entry: [String: Any] = ["name": figure.name, "unit": figure.unit, "server": Self.number(figure.server),
+                                            "higher_is_better": figure.higherIsBetter]
+                if let baseline = figure.baseline { entry["baseline"] = Self.number(baseline) }
+                if let ratio = figure.ratio { entry["ratio"] = Self.number(ratio) }
+                return entry
+            },
+        ]
+        if let error { object["error"] = error }
+        return object
+    }
+
+    /// The scenario's block for the terminal.
+    var text: String {
+        var lines = ["\(name) (\(parameters)); load \(loadBefore) → \(loadAfter)"]
+        if let error { lines.append("  FAILED: \(error)") }
+        for figure in figures {
+            var line = "  \(figure.name): server \(Self.format(figure.server)) \(figure.unit)"
+            if let baseline = figure.baseline { line += " · baseline \(Self.format(baseline)) \(figure.unit)" }
+            if let ratio = figure.ratio { line += " · ratio \(String(format: "%.2f", ratio))×" }
+            lines.append(line)
+        }
+        if !verified.isEmpty {
+            lines.append("  verified: " + verified.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+        }
+        if !generatorShare.isEmpty {
+            lines.append("  generator CPU ÷ target CPU: " + generatorShare.sorted { $0.key < $1.key }
+                .map { "\($0.key) \(String(format: "%.2f", $0.value))" }.joined(separator: ", "))
+        }
+        for note in notes { lines.append("  note: \(note)") }
+        return lines.joined(separator: "\n")
+    }
+
+    static func format(_ value: Double) -> String {
+        guard value.isFinite else { return "n/a" }
+        if abs(value) >= 1_000 { return String(format: "%.0f", value) }
+        if abs(value) >= 10 { return String(format: "%.1f", value) }
+        return String(format: "%.3f", value)
+    }
+}
+
+/// The summary written at the end of a run: JSON for tools, Markdown for docs/benchmarks.md.
+struct SuiteReport {
+    var started: Date
+    var header: [String]
+    var results: [ScenarioResult]
+
+    var json: [String: Any] {
+        ["started": ISO8601DateFormatter().string(from: started), "setup": header, "scenarios": results.map(\.json)]
+    }
+
+    var markdown: String {
+        var lines = ["# calling-bench, \(ISO8601DateFormatter().string(from: started))", ""]
+        lines += header.map { "- \($0)" }
+        lines += ["", "| scenario | figure | server | baseline | ratio | load (1/5/15 min) | verified |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for result in results {
+            let verified = result.verified.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+            if let error = result.error {
+                lines.append("| \(result.name) | **failed**: \(error) | | | | \(result.loadBefore) | |")
+            }
+            for figure in result.figures {
+                let baseline = figure.baseline.map { ScenarioResult.format($0) } ?? "—"
+                let ratio = figure.ratio.map { String(format: "%.2f×", $0) } ?? "—"
+                lines.append("| \(result.name) (\(result.parameters)) | \(figure.name) [\(figure.unit)] | \(ScenarioResult.format(figure.server)) | \(baseline) | \(ratio) | \(result.loadBefore) → \(result.loadAfter) | \(verified) |")
+            }
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}
+
+enum Stats {
+    static func percentile(_ sorted: [Double], _ p: Double) -> Double {
+        guard !sorted.isEmpty else { return .nan }
+        return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+    }
+}

@@ -1,0 +1,634 @@
+import CallingStore
+import Foundation
+import Glibc
+
+/// Sizes of one run. `full` is `make bench`, `quick` is `make bench-quick`, `smoke` the test's tiny N.
+struct SuiteSizes {
+    var idlePeers = 19_000
+    var roomSize = 4
+    var rttIdlePeers = 8_000
+    var rttPings = 5_000
+    var relayPairs = 10
+    var relayWindow = 32
+    var phaseSeconds = 5.0
+    var fanoutReceivers = 1_000
+    var fanoutWindow = 16
+    var joinPeers = 1_000
+    var historyRows = 1_000_000
+    var historyRequests = 2_000
+    var chatBusyRooms = 10
+    var chatManyRooms = 1_000
+    var chatRate = 5_000.0
+
+    static let full = SuiteSizes()
+    static let quick = SuiteSizes(idlePeers: 2_000, rttIdlePeers: 1_000, rttPings: 1_000, phaseSeconds: 1,
+                                  fanoutReceivers: 200, historyRows: 100_000, historyRequests: 300, chatManyRooms: 1_000,
+                                  chatRate: 2_000)
+    static let smoke = SuiteSizes(idlePeers: 20, rttIdlePeers: 10, rttPings: 50, relayPairs: 2, relayWindow: 8, phaseSeconds: 0.3,
+                                  fanoutReceivers: 10, fanoutWindow: 4, joinPeers: 20, historyRows: 2_000, historyRequests: 20,
+                                  chatBusyRooms: 2, chatManyRooms: 20, chatRate: 200)
+}
+
+/// The scenarios of docs/benchmarks.md. Each runs its load against the server, then against the
+/// baseline, each a fresh process; figures are the server's, the baseline's and their ratio.
+final class Scenarios {
+    let serverBinary: String
+    let baselineBinary: String
+    let targetCPU: Int?
+    let sizes: SuiteSizes
+
+    init(serverBinary: String, baselineBinary: String, targetCPU: Int?, sizes: SuiteSizes) {
+        self.serverBinary = serverBinary
+        self.baselineBinary = baselineBinary
+        self.targetCPU = targetCPU
+        self.sizes = sizes
+    }
+
+    static let names = ["idle", "rtt", "relay", "fanout", "chat", "join", "history"]
+
+    func run(_ name: String) -> ScenarioResult {
+        var result = ScenarioResult(name: name, parameters: "")
+        result.loadBefore = Machine.load()
+        do {
+            switch name {
+            case "idle": try idle(&result)
+            case "rtt": try rtt(&result)
+            case "relay": try relay(&result)
+            case "fanout": try fanout(&result)
+            case "chat": try chat(&result)
+            case "join": try join(&result)
+            case "history": try history(&result)
+            default: result.error = "unknown scenario"
+            }
+        } catch {
+            result.error = "\(error)"
+        }
+        Progress.finishLine()
+        result.loadAfter = Machine.load()
+        return result
+    }
+
+    // MARK: helpers
+
+    private func start(_ kind: TargetProcess.Kind, pageBytes: Int = 4096, dataDir: String? = nil) throws -> TargetProcess {
+        switch kind {
+        case .server: return try TargetProcess.server(binary: serverBinary, cpu: targetCPU, dataDir: dataDir)
+        case .baseline: return try TargetProcess.baseline(binary: baselineBinary, cpu: targetCPU, pageBytes: pageBytes)
+        }
+    }
+
+    /// Runs `body` against a fresh target of each kind; stops and cleans up whatever happens.
+    private func both(_ body: (TargetProcess) throws -> Void) throws {
+        for kind in [TargetProcess.Kind.server, .baseline] {
+            let target = try start(kind)
+            defer {
+                target.stop()
+                target.removeData()
+            }
+            try body(target)
+        }
+    }
+
+    private static let welcomeSuffix = Array(#""type":"welcome"}"#.utf8)
+    private static let peerIDKey = Array(#""peer_id":""#.utf8)
+
+    /// True for the connection's own welcome (the first `peer_id` of a welcome is the joiner's;
+    /// the list of other peers comes after it in sorted-key order). Throws on someone else's.
+    private static func isWelcome(_ connection: LoadEngine.Connection, _ text: UnsafeRawBufferPointer) throws -> Bool {
+        guard !connection.welcomed, Bytes.hasSuffix(text, welcomeSuffix) else { return false }
+        let own = Array((connection.name + "\"").utf8)
+        guard let at = Bytes.find(peerIDKey, in: text), text.count >= at + peerIDKey.count + own.count,
+              zip(text[(at + peerIDKey.count)...], own).allSatisfy({ $0 == $1 }) else {
+            throw LoadEngine.Failure.verification("\(connection.name) got a welcome not naming it: \(Bytes.string(text))")
+        }
+        connection.welcomed = true
+        return true
+    }
+
+    /// Queues `count` peers named `prefix0…` in rooms of `roomSize` and runs until every one has
+    /// its welcome. Returns the seconds from the first connect to the last welcome.
+    @discardableResult
+    private func join(_ engine: LoadEngine, _ target: TargetProcess, count: Int, roomSize: Int, prefix: String,
+                      timeout: Double = 120) throws -> Double {
+        let first = engine.connections.count
+        for index in 0..<count {
+            let room = "\(prefix)r\(index / roomSize)"
+            let peer = "\(prefix)\(index)"
+            engine.connect(name: peer, path: try target.path(room: room, peer: peer), group: index / roomSize)
+        }
+        let started = LoadEngine.now()
+        var welcomed = 0
+        let previous = engine.onText
+        engine.onText = { connection, text, time in
+            if try Self.isWelcome(connection, text) { welcomed += 1 } else { try previous(connection, text, time) }
+        }
+        defer { engine.onText = previous }
+        Progress.detail = { "\(welcomed)/\(count) joined" }
+        try engine.run(seconds: timeout, "\(target.kind.rawValue): joining") { welcomed == count }
+        let all = engine.connections[first...]
+        guard all.count == count, all.allSatisfy(\.welcomed) else {
+            throw LoadEngine.Failure.verification("\(welcomed) welcomes for \(count) peers")
+        }
+        return Double(LoadEngine.now() - started) / 1e9
+    }
+
+    /// Runs the engine for `seconds` so late frames (peer-joined storms, settling RSS) arrive.
+    private func settle(_ engine: LoadEngine, seconds: Double) throws {
+        let end = LoadEngine.now() + UInt64(seconds * 1e9)
+        while LoadEngine.now() < end { try engine.step(timeoutNanoseconds: 20_000_000) }
+    }
+
+    private func share(_ generator: Double, _ target: Double) -> Double { target > 0 ? generator / target : .nan }
+
+    // MARK: idle
+
+    private func idle(_ result: inout ScenarioResult) throws {
+        let peers = sizes.idlePeers
+        result.parameters = "\(peers) joined peers, rooms of \(sizes.roomSize)"
+        var perPeer: [TargetProcess.Kind: Double] = [:]
+        var joinSeconds: [TargetProcess.Kind: Double] = [:]
+        try both { target in
+            let engine = try LoadEngine(port: target.port)
+            try settle(engine, seconds: 0.5)
+            let before = target.rssKiB()
+            let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+            joinSeconds[target.kind] = try join(engine, target, count: peers, roomSize: sizes.roomSize, prefix: "i")
+            result.generatorShare[target.kind.rawValue] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+            try settle(engine, seconds: 1)
+            let after = target.rssKiB()
+            guard engine.connections.allSatisfy(\.isOpen) else { throw LoadEngine.Failure.verification("a peer was closed while idle") }
+            perPeer[target.kind] = Double(after - before) / Double(peers)
+            result.verified["\(target.kind.rawValue) welcomes"] = engine.connections.filter(\.welcomed).count
+            result.notes.append("\(target.kind.rawValue) VmRSS \(before) KiB before, \(after) KiB after")
+            engine.closeAll()
+        }
+        result.figures.append(Figure(name: "RSS per idle joined peer", unit: "KiB", server: perPeer[.server] ?? .nan,
+                                     baseline: perPeer[.baseline], higherIsBetter: false))
+        result.figures.append(Figure(name: "time to join all", unit: "s", server: joinSeconds[.server] ?? .nan,
+                                     baseline: joinSeconds[.baseline], higherIsBetter: false))
+    }
+
+    // MARK: join
+
+    private func join(_ result: inout ScenarioResult) throws {
+        let peers = sizes.joinPeers
+        result.parameters = "\(peers) peers connect at once (≤ 512 upgrades in flight), rooms of 2"
+        var seconds: [TargetProcess.Kind: Double] = [:]
+        var gen: [TargetProcess.Kind: Double] = [:]
+        try both { target in
+            let engine = try LoadEngine(port: target.port)
+            let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+            seconds[target.kind] = try join(engine, target, count: peers, roomSize: 2, prefix: "j")
+            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+            result.verified["\(target.kind.rawValue) welcomes"] = engine.connections.filter(\.welcomed).count
+            engine.closeAll()
+        }
+        result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
+        func rate(_ kind: TargetProcess.Kind) -> Double? { seconds[kind].map { Double(peers) / $0 } }
+        result.figures.append(Figure(name: "joins per second", unit: "joins/s", server: rate(.server) ?? .nan,
+                                     baseline: rate(.baseline), higherIsBetter: true))
+        result.figures.append(Figure(name: "time to all joined", unit: "s", server: seconds[.server] ?? .nan,
+                                     baseline: seconds[.baseline], higherIsBetter: false))
+    }
+
+    // MARK: rtt
+
+    private static let pingTemplate = Array(#"{"type":"ping","payload":{"n":"0000000000"}}"#.utf8)
+    private static let counterKey = Array(#""n":""#.utf8)
+
+    private func rtt(_ result: inout ScenarioResult) throws {
+        let idlePeers = sizes.rttIdlePeers
+        result.parameters = "\(sizes.rttPings) sequential pings with \(idlePeers) idle peers open"
+        var p50: [TargetProcess.Kind: Double] = [:]
+        var p99: [TargetProcess.Kind: Double] = [:]
+        var gen: [TargetProcess.Kind: Double] = [:]
+        try both { target in
+            let engine = try LoadEngine(port: target.port)
+            try join(engine, target, count: idlePeers, roomSize: sizes.roomSize, prefix: "i")
+            try join(engine, target, count: 1, roomSize: 1, prefix: "pinger")
+            let pinger = engine.connections.last!
+            try settle(engine, seconds: 0.3)
+            var frame = Self.pingTemplate
+            let offset = Self.pingTemplate.count - 13
+            var latencies: [Double] = []
+            latencies.reserveCapacity(sizes.rttPings)
+            var sentAt: UInt64 = 0
+            var answered = 0
+            engine.onText = { connection, text, time in
+                guard connection === pinger else { return }
+                guard let counter = Bytes.counter(after: Self.counterKey, in: text) else { return }
+                guard counter == connection.expected else {
+                    throw LoadEngine.Failure.verification("pong \(counter), expected \(connection.expected)")
+                }
+                connection.expected += 1
+                answered += 1
+                latencies.append(Double(time - sentAt) / 1e3)
+            }
+            let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+            let deadline = LoadEngine.now() + UInt64(max(10, sizes.phaseSeconds * 4) * 1e9)
+            for index in 1...sizes.rttPings {
+                Bytes.patch(index, into: &frame, at: offset)
+                sentAt = LoadEngine.now()
+                engine.send(pinger, frame)
+                while answered < index {
+                    guard LoadEngine.now() < deadline else { throw LoadEngine.Failure.timedOut("pong \(index)") }
+                    try engine.step(timeoutNanoseconds: 100_000_000)
+                }
+                Progress.detail = { "\(answered)/\(self.sizes.rttPings) pongs" }
+                Progress.tick("\(target.kind.rawValue): pinging")
+            }
+            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+            guard engine.connections.allSatisfy(\.isOpen) else { throw LoadEngine.Failure.verification("a peer was closed") }
+            latencies.sort()
+            p50[target.kind] = Stats.percentile(latencies, 0.5)
+            p99[target.kind] = Stats.percentile(latencies, 0.99)
+            result.verified["\(target.kind.rawValue) pongs in order"] = answered
+            engine.closeAll()
+        }
+        result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
+        result.figures.append(Figure(name: "round trip p50", unit: "µs", server: p50[.server] ?? .nan, baseline: p50[.baseline], higherIsBetter: false))
+        result.figures.append(Figure(name: "round trip p99", unit: "µs", server: p99[.server] ?? .nan, baseline: p99[.baseline], higherIsBetter: false))
+    }
+
+    // MARK: relay and fan-out
+
+    private static let candidateMarker = Array("candidate:".utf8)
+
+    private static func candidateFrame(to peer: String) -> (bytes: [UInt8], offset: Int) {
+        let head = #"{"type":"candidate","to":""# + peer + #"","payload":{"candidate":"candidate:"#
+        let text = head + #"0000000000 1 udp 2122260223 192.0.2.1 54400 typ host","sdpMid":"0","sdpMLineIndex":0}}"#
+        return (Array(text.utf8), head.utf8.count)
+    }
+
+    private struct Paced {
+        var rate: Double
+        var latencies: [Double]
+        var delivered: Int
+    }
+
+    private func relay(_ result: inout ScenarioResult) throws {
+        let pairs = sizes.relayPairs
+        let seconds = sizes.phaseSeconds
+        result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, \(seconds) s paced at half the server's rate"
+        var saturated: [TargetProcess.Kind: Double] = [:]
+        var paced: [TargetProcess.Kind: Paced] = [:]
+        var gen: [TargetProcess.Kind: Double] = [:]
+        var halfRate = 0.0
+        try both { target in
+            let engine = try LoadEngine(port: target.port)
+            for pair in 0..<pairs {
+                let room = "relay\(pair)"
+                for side in ["a", "b"] {
+                    let peer = "\(side)\(pair)"
+                    engine.connect(name: peer, path: try target.path(room: room, peer: peer), group: pair)
+                }
+            }
+            var welcomed = 0
+            engine.onText = { connection, text, _ in if try Self.isWelcome(connection, text) { welcomed += 1 } }
+            try engine.run(seconds: 60, "\(target.kind.rawValue): joining pairs") { welcomed == 2 * pairs }
+            try settle(engine, seconds: 0.2)
+            let connections = engine.connections
+            var frames = connections.map { Self.candidateFrame(to: connections[$0.index ^ 1].name) }
+            let ringSize = 1 << 13
+            var sentAt = [[UInt64]](repeating: [UInt64](repeating: 0, count: ringSize), count: connections.count)
+            var delivered = 0
+            var latencies: [Double] = []
+            var refill: UInt64 = 0  // saturating while now < refill
+            func send(_ sender: LoadEngine.Connection, at time: UInt64) throws {
+                sender.sent += 1
+                let slot = sender.sent & (ringSize - 1)
+                guard sentAt[sender.index][slot] == 0 else { throw LoadEngine.Failure.verification("more than \(ringSize) frames in flight") }
+                sentAt[sender.index][slot] = time
+                sender.inFlight += 1
+                Bytes.patch(sender.sent, into: &frames[sender.index].bytes, at: frames[sender.index].offset)
+                engine.send(sender, frames[sender.index].bytes)
+            }
+            engine.onText = { receiver, text, time in
+                guard let counter = Bytes.counter(after: Self.candidateMarker, in: text) else { return }
+                guard counter == receiver.expected else {
+                    throw LoadEngine.Failure.verification("\(receiver.name) got candidate \(counter), expected \(receiver.expected)")
+                }
+                receiver.expected += 1
+                receiver.received += 1
+                let sender = connections[receiver.index ^ 1]
+                let slot = counter & (ringSize - 1)
+                latencies.append(Double(time &- sentAt[sender.index][slot]) / 1e3)
+                sentAt[sender.index][slot] = 0
+                sender.inFlight -= 1
+                delivered += 1
+                if time < refill { try send(sender, at: LoadEngine.now()) }
+            }
+            // Saturated: each side keeps `window` frames in flight towards its partner.
+            let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+            let start = LoadEngine.now()
+            refill = start + UInt64(seconds * 1e9)
+            for connection in connections { for _ in 0..<sizes.relayWindow { try send(connection, at: start) } }
+            Progress.detail = { "\(delivered) relayed" }
+            try engine.run(seconds: seconds + 30, "\(target.kind.rawValue): saturating") {
+                LoadEngine.now() >= refill && connections.allSatisfy { $0.inFlight == 0 }
+            }
+            let elapsed = Double(LoadEngine.now() - start) / 1e9
+            let rate = Double(delivered) / elapsed
+            saturated[target.kind] = rate
+            if target.kind == .server { halfRate = rate / 2 }
+            // Paced: half the server's saturated rate, round-robin over every side, timed from when
+            // each frame was due (a late generator must not hide its own delay).
+            latencies.removeAll(keepingCapacity: true)
+            let pacedDelivered = delivered
+            let total = max(1, Int(halfRate * seconds))
+            let interval = 1e9 / halfRate
+            let pacedStart = LoadEngine.now()
+            var next = 0
+            Progress.detail = { "\(delivered - pacedDelivered)/\(total) relayed at \(Int(halfRate))/s" }
+            while next < total || connections.contains(where: { $0.inFlight > 0 }) {
+                let now = LoadEngine.now()
+                guard now < pacedStart + UInt64((seconds + 30) * 1e9) else { throw LoadEngine.Failure.timedOut("paced relay") }
+                while next < total, pacedStart + UInt64(Double(next) * interval) <= now {
+                    try send(connections[next % connections.count], at: pacedStart + UInt64(Double(next) * interval))
+                    next += 1
+                }
+                let due = next < total ? pacedStart + UInt64(Double(next) * interval) : now + 50_000_000
+                try engine.step(timeoutNanoseconds: due > now ? due - now : 0)
+                Progress.tick("\(target.kind.rawValue): paced")
+            }
+            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+            latencies.sort()
+            paced[target.kind] = Paced(rate: halfRate, latencies: latencies, delivered: delivered - pacedDelivered)
+            let inOrder = connections.reduce(0) { $0 + $1.received }
+            guard inOrder == delivered, connections.allSatisfy({ $0.expected == connections[$0.index ^ 1].sent + 1 }) else {
+                throw LoadEngine.Failure.verification("relayed \(inOrder) of \(delivered); some frame was lost")
+            }
+            result.verified["\(target.kind.rawValue) frames relayed in order"] = delivered
+            engine.closeAll()
+        }
+        result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
+        result.figures.append(Figure(name: "saturated relay rate", unit: "frames/s", server: saturated[.server] ?? .nan,
+                                     baseline: saturated[.baseline], higherIsBetter: true))
+        for (label, p) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+            result.figures.append(Figure(name: "latency \(label) at \(Int(halfRate)) frames/s", unit: "µs",
+                                         server: paced[.server].map { Stats.percentile($0.latencies, p) } ?? .nan,
+                                         baseline: paced[.baseline].map { Stats.percentile($0.latencies, p) }, higherIsBetter: false))
+        }
+    }
+
+    private static let dataTemplate = Array(#"{"type":"data","payload":{"n":"0000000000"}}"#.utf8)
+
+    private func fanout(_ result: inout ScenarioResult) throws {
+        let receivers = sizes.fanoutReceivers
+        let seconds = sizes.phaseSeconds
+        result.parameters = "1 sender, \(receivers) receivers in one room, data frames, window \(sizes.fanoutWindow) messages, \(seconds) s"
+        var rates: [TargetProcess.Kind: Double] = [:]
+        var completion: [TargetProcess.Kind: [Double]] = [:]
+        var gen: [TargetProcess.Kind: Double] = [:]
+        try both { target in
+            let engine = try LoadEngine(port: target.port)
+            try join(engine, target, count: 1, roomSize: 1, prefix: "fan-sender")
+            // Receivers join the sender's room ("fan-senderr0").
+            let first = engine.connections.count
+            for index in 0..<receivers {
+                engine.connect(name: "f\(index)", path: try target.path(room: "fan-senderr0", peer: "f\(index)"), group: 0)
+            }
+            var welcomed = 0
+            engine.onText = { connection, text, _ in if try Self.isWelcome(connection, text) { welcomed += 1 } }
+            Progress.detail = { "\(welcomed)/\(receivers) joined" }
+            try engine.run(seconds: 120, "\(target.kind.rawValue): joining receivers") { welcomed == receivers }
+            try settle(engine, seconds: 0.5)  // the peer-joined storm
+            let sender = engine.connections[0]
+            let ringSize = 1 << 10
+            var received = [Int](repeating: 0, count: ringSize)
+            var sentAt = [UInt64](repeating: 0, count: ringSize)
+            var frame = Self.dataTemplate
+            let offset = Self.dataTemplate.count - 13
+            var deliveries = 0
+            var completed = 0
+            var latencies: [Double] = []
+            var refill: UInt64 = 0
+            func send(at time: UInt64) {
+                sender.sent += 1
+                sender.inFlight += 1
+                sentAt[sender.sent & (ringSize - 1)] = time
+                Bytes.patch(sender.sent, into: &frame, at: offset)
+                engine.send(sender, frame)
+            }
+            engine.onText = { receiver, text, time in
+                guard receiver.index >= first, let counter = Bytes.counter(after: Self.counterKey, in: text) else { return }
+                guard counter == receiver.expected else {
+                    throw LoadEngine.Failure.verification("\(receiver.name) got message \(counter), expected \(receiver.expected)")
+                }
+                receiver.expected += 1
+                deliveries += 1
+                let slot = counter & (ringSize - 1)
+                received[slot] += 1
+                if received[slot] == receivers {
+                    received[slot] = 0
+                    completed += 1
+                    sender.inFlight -= 1
+                    latencies.append(Double(time - sentAt[slot]) / 1e3)
+                    if time < refill { send(at: LoadEngine.now()) }
+                }
+            }
+            let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+            let start = LoadEngine.now()
+            refill = start + UInt64(seconds * 1e9)
+            for _ in 0..<sizes.fanoutWindow { send(at: start) }
+            Progress.detail = { "\(deliveries) deliveries" }
+            try engine.run(seconds: seconds + 30, "\(target.kind.rawValue): fanning out") { LoadEngine.now() >= refill && sender.inFlight == 0 }
+            let elapsed = Double(LoadEngine.now() - start) / 1e9
+            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+            guard deliveries == completed * receivers, completed == sender.sent else {
+                throw LoadEngine.Failure.verification("\(deliveries) deliveries for \(completed) of \(sender.sent) messages")
+            }
+            rates[target.kind] = Double(deliveries) / elapsed
+            completion[target.kind] = latencies.sorted()
+            result.verified["\(target.kind.rawValue) deliveries in order"] = deliveries
+            engine.closeAll()
+        }
+        result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
+        result.figures.append(Figure(name: "deliveries per second", unit: "frames/s", server: rates[.server] ?? .nan,
+                                     baseline: rates[.baseline], higherIsBetter: true))
+        result.figures.append(Figure(name: "send → last receiver p50", unit: "µs",
+                                     server: completion[.server].map { Stats.percentile($0, 0.5) } ?? .nan,
+                                     baseline: completion[.baseline].map { Stats.percentile($0, 0.5) }, higherIsBetter: false))
+    }
+
+    // MARK: chat
+
+    private func chat(_ result: inout ScenarioResult) throws {
+        let seconds = sizes.phaseSeconds
+        result.parameters = "\(sizes.chatBusyRooms) busy rooms × 2 senders and \(sizes.chatManyRooms) rooms × 2, window 64, \(seconds) s each; ack latency at \(Int(sizes.chatRate))/s"
+        for (label, rooms, rate) in [("busy rooms", sizes.chatBusyRooms, sizes.chatRate), ("\(sizes.chatManyRooms) rooms", sizes.chatManyRooms, 0)] {
+            var reports: [TargetProcess.Kind: ChatBenchmark.Report] = [:]
+            var gen: [TargetProcess.Kind: Double] = [:]
+            try both { target in
+                var peers: [(room: Int, path: String)] = []
+                for room in 0..<rooms {
+                    for index in 0..<2 { peers.append((room, try target.path(room: "bench-\(room)", peer: "bench-\(room)-\(index)"))) }
+                }
+                var options = ChatBenchmark.Options()
+                options.window = 64
+                options.seconds = seconds
+                options.rate = rate > 0 ? rate : 1
+                options.latencySeconds = rate > 0 ? seconds : 0
+                let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+                Progress.detail = { "" }
+                let outcome = try PipelinedLoad(peers: peers, port: target.port).run(options, progress: "\(target.kind.rawValue): \(label)")
+                gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+                if target.kind == .server, let dataDir = target.dataDir {
+                    target.stop()
+                    let store = try ChatStore.open(path: dataDir + "/calling.sqlite", options: .init(migrateOnOpen: false))
+                    defer { store.close() }
+                    try ChatBenchmark.verifyStored(outcome.ackedPerRoom, store: store)
+                    result.verified["server \(label) acked = stored rows"] = outcome.ackedPerRoom.reduce(0, +)
+                } else {
+                    result.verified["\(target.kind.rawValue) \(label) acked with gap-free seqs"] = outcome.ackedPerRoom.reduce(0, +)
+                }
+                reports[target.kind] = outcome.report
+            }
+            for (kind, value) in gen { result.generatorShare["\(kind.rawValue) \(label)"] = value }
+            result.figures.append(Figure(name: "\(label): acked chats per second", unit: "msg/s",
+                                         server: reports[.server]?.ackedPerSecond ?? .nan,
+                                         baseline: reports[.baseline]?.ackedPerSecond, higherIsBetter: true))
+            if rate > 0 {
+                result.figures.append(Figure(name: "\(label): ack p50 at \(Int(rate))/s", unit: "ms", server: reports[.server]?.p50Ms ?? .nan,
+                                             baseline: reports[.baseline]?.p50Ms, higherIsBetter: false))
+                result.figures.append(Figure(name: "\(label): ack p99 at \(Int(rate))/s", unit: "ms", server: reports[.server]?.p99Ms ?? .nan,
+                                             baseline: reports[.baseline]?.p99Ms, higherIsBetter: false))
+            }
+        }
+        result.notes.append("the baseline acks from a counter (no SQLite): the ratio is what storing and committing costs")
+    }
+
+    // MARK: history
+
+    private func history(_ result: inout ScenarioResult) throws {
+        let rows = sizes.historyRows
+        let requests = sizes.historyRequests
+        result.parameters = "pages of 100 from a room of \(rows) stored rows, \(requests) sequential requests at random positions, one keep-alive connection"
+        let dataDir = NSTemporaryDirectory() + "calling-bench-history-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        let seedStart = Date()
+        try Self.seedHistory(path: dataDir + "/calling.sqlite", rows: rows)
+        result.notes.append(String(format: "seeded %d rows in %.1f s", rows, Date().timeIntervalSince(seedStart)))
+        var p50: [TargetProcess.Kind: Double] = [:]
+        var p99: [TargetProcess.Kind: Double] = [:]
+        var gen: [TargetProcess.Kind: Double] = [:]
+        var pageBytes = 4096
+        for kind in [TargetProcess.Kind.server, .baseline] {
+            let target = try start(kind, pageBytes: pageBytes, dataDir: kind == .server ? dataDir : nil)
+            defer { target.stop() }
+            let client = try HTTPClient(port: target.port)
+            let token = try target.token(room: "history", peer: "reader")
+            var latencies: [Double] = []
+            var generator = SystemRandomNumberGenerator()
+            let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+            for index in 0..<requests {
+                let since = Int.random(in: 0...(rows - 100), using: &generator)
+                let path = kind == .server ? "/v1/rooms/history/messages?since_seq=\(since)&limit=100&token=\(token)" : "/page"
+                let started = LoadEngine.now()
+                let (status, body) = try client.get(path)
+                latencies.append(Double(LoadEngine.now() - started) / 1e3)
+                guard status == 200 else { throw LoadEngine.Failure.verification("\(kind.rawValue) answered \(status): \(String(decoding: body.prefix(200), as: UTF8.self))") }
+                if kind == .server {
+                    let expected = Array(#""next_since_seq":\#(since + 100),"#.utf8)
+                    let first = Array(#""seq":\#(since + 1),"#.utf8)
+                    guard body.withUnsafeBytes({ Bytes.find(expected, in: $0) != nil && Bytes.find(first, in: $0) != nil }) else {
+                        throw LoadEngine.Failure.verification("page after \(since) does not hold seqs \(since + 1)…\(since + 100)")
+                    }
+                    pageBytes = body.count
+                } else if body.count != pageBytes {
+                    throw LoadEngine.Failure.verification("baseline page of \(body.count) bytes, expected \(pageBytes)")
+                }
+                if index % 50 == 0 {
+                    Progress.detail = { "\(index)/\(requests) pages" }
+                    Progress.tick("\(kind.rawValue): history")
+                }
+            }
+            gen[kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+            latencies.sort()
+            p50[kind] = Stats.percentile(latencies, 0.5)
+            p99[kind] = Stats.percentile(latencies, 0.99)
+            result.verified["\(kind.rawValue) pages checked"] = latencies.count
+        }
+        result.notes.append("the baseline serves a fixed body of the page's size (\(pageBytes) bytes) from memory")
+        result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
+        result.figures.append(Figure(name: "page of 100 p50", unit: "µs", server: p50[.server] ?? .nan, baseline: p50[.baseline], higherIsBetter: false))
+        result.figures.append(Figure(name: "page of 100 p99", unit: "µs", server: p99[.server] ?? .nan, baseline: p99[.baseline], higherIsBetter: false))
+    }
+
+    /// Writes `rows` messages into room "history" with one INSERT … SELECT, through CallingStore
+    /// (which applies the migrations), far faster than sending them as chats.
+    static func seedHistory(path: String, rows: Int) throws {
+        let store = try ChatStore.open(path: path)
+        defer { store.close() }
+        try store.sync { db in
+            try db.transaction(.immediate) {
+                try db.run("INSERT INTO rooms (room_id, last_seq) VALUES ('history', ?1)", [.integer(Int64(rows))])
+                try db.run("""
+                    WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < ?1)
+                    INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
+                    SELECT 'history', n, 'peer-' || (n % 10), 'c' || n, 'history benchmark message number ' || n, NULL,
+                           1796000000000 + n FROM s
+                    """, [.integer(Int64(rows))])
+            }
+        }
+    }
+}
+
+/// A blocking HTTP/1.1 client on one keep-alive connection (bodies with content-length).
+final class HTTPClient {
+    private let fd: Int32
+    private var buffer: [UInt8] = []
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else { throw LoadEngine.Failure.system("connect: \(String(cString: strerror(errno)))") }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { close(fd) }
+
+    func get(_ path: String) throws -> (status: Int, body: [UInt8]) {
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+        var sent = 0
+        while sent < request.count {
+            let n = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            guard n > 0 else { throw LoadEngine.Failure.system("send: \(String(cString: strerror(errno)))") }
+            sent += n
+        }
+        let terminator = Array("\r\n\r\n".utf8)
+        var headEnd: Int?
+        while headEnd == nil {
+            headEnd = buffer.withUnsafeBytes { Bytes.find(terminator, in: $0) }
+            if headEnd == nil { try fill() }
+        }
+        let head = String(decoding: buffer[..<headEnd!], as: UTF8.self).lowercased()
+        let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
+        guard let lengthLine = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
+              let length = Int(lengthLine.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) else {
+            throw LoadEngine.Failure.system("response without content-length: \(head.prefix(300))")
+        }
+        let bodyStart = headEnd! + 4
+        while buffer.count < bodyStart + length { try fill() }
+        let body = Array(buffer[bodyStart..<(bodyStart + length)])
+        buffer.removeFirst(bodyStart + length)
+        return (status, body)
+    }
+
+    private func fill() throws {
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        let n = chunk.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress, $0.count, 0) }
+        guard n > 0 else { throw LoadEngine.Failure.system(n == 0 ? "the server closed the connection" : "recv: \(String(cString: strerror(errno)))") }
+        buffer += chunk[0..<n]
+    }
+}

@@ -1,0 +1,119 @@
+import CallingServer
+import Foundation
+import Glibc
+
+/// `calling-bench suite`: every scenario against the server and the lws baseline in one run, with
+/// a progress line on stderr, each scenario's block as it finishes, and a JSON and a Markdown
+/// summary at the end (bench/README.md).
+enum Suite {
+    static func run(arguments: [String]) -> Int32 {
+        var names: [String] = []
+        var flagArguments: [String] = []
+        var rest = arguments[...]
+        while let first = rest.first, !first.hasPrefix("--") {
+            names.append(first)
+            rest = rest.dropFirst()
+        }
+        var sizes = SuiteSizes.full
+        var mode = "full"
+        for argument in rest {
+            if argument == "--quick" { sizes = .quick; mode = "quick" } else if argument == "--smoke" { sizes = .smoke; mode = "smoke" } else { flagArguments.append(argument) }
+        }
+        guard case .success(let flags) = CallingCommand.parseFlags(flagArguments[...]) else {
+            CallingCommand.printError(BenchCommand.usage)
+            return 64
+        }
+        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet"])
+        let badNames = names.filter { !Scenarios.names.contains($0) }
+        guard unknown.isEmpty, badNames.isEmpty else {
+            CallingCommand.printError("unknown: \((unknown.map { "--\($0)" } + badNames).joined(separator: ", "))\n\(BenchCommand.usage)")
+            return 64
+        }
+        if names.isEmpty { names = Scenarios.names }
+        Progress.enabled = flags["quiet"] != "true" && isatty(2) == 1
+        let ownDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        let server = flags["server"] ?? ownDirectory.appendingPathComponent("calling-server").path
+        guard FileManager.default.isExecutableFile(atPath: server) else {
+            CallingCommand.printError("no server binary at \(server) (build it, or pass --server PATH)")
+            return 1
+        }
+        let outDirectory = flags["out"] ?? ownDirectory.deletingLastPathComponent().appendingPathComponent("bench").path
+        let baseline: String
+        do {
+            baseline = try buildBaseline(source: flags["baseline-source"] ?? "bench/lws-baseline.c", into: outDirectory)
+        } catch {
+            CallingCommand.printError("cannot build the lws baseline: \(error)")
+            return 1
+        }
+        raiseFileLimit()
+        var header: [String] = ["mode \(mode); scenarios \(names.joined(separator: ", "))",
+                                "server \(server); baseline \(baseline) (bench/lws-baseline.c, libwebsockets with the libev loop)",
+                                "server flood limits out of the way: " + TargetProcess.floodLimitFlags.joined(separator: " "),
+                                "\(Machine.cpuCount()) CPUs, load \(Machine.load()) at the start"]
+        var targetCPU: Int?
+        if flags["no-pin"] != "true", Machine.cpuCount() >= 2, Poller.pinCurrentThread(to: 1) {
+            targetCPU = 0
+            header.append("pinned: server and baseline on CPU 0 (taskset -c 0), the generator on CPU 1 (sched_setaffinity)")
+        } else {
+            header.append("not pinned: server, baseline and generator share every CPU")
+        }
+        let started = Date()
+        for line in header { print(line) }
+        print("")
+        fflush(nil)
+        let scenarios = Scenarios(serverBinary: server, baselineBinary: baseline, targetCPU: targetCPU, sizes: sizes)
+        var results: [ScenarioResult] = []
+        for name in names {
+            FileHandle.standardError.write(Data("\(name)…\n".utf8))
+            let result = scenarios.run(name)
+            print(result.text)
+            print("")
+            fflush(nil)  // each block as soon as it is known, also into a pipe or a log file
+            results.append(result)
+        }
+        let report = SuiteReport(started: started, header: header, results: results)
+        let stamp = ISO8601DateFormatter().string(from: started).replacingOccurrences(of: ":", with: "")
+        do {
+            try FileManager.default.createDirectory(atPath: outDirectory, withIntermediateDirectories: true)
+            let json = try JSONSerialization.data(withJSONObject: report.json, options: [.prettyPrinted, .sortedKeys])
+            let jsonPath = outDirectory + "/results-\(stamp).json"
+            let markdownPath = outDirectory + "/results-\(stamp).md"
+            try json.write(to: URL(fileURLWithPath: jsonPath))
+            try Data(report.markdown.utf8).write(to: URL(fileURLWithPath: markdownPath))
+            print(report.markdown)
+            print("summary: \(jsonPath)\n         \(markdownPath)")
+        } catch {
+            CallingCommand.printError("cannot write the summary: \(error)")
+            return 1
+        }
+        return results.contains { $0.error != nil } ? 1 : 0
+    }
+
+    /// Compiles the baseline with gcc and pkg-config when the binary is missing or older than the source.
+    static func buildBaseline(source: String, into directory: String) throws -> String {
+        guard FileManager.default.fileExists(atPath: source) else {
+            throw LoadEngine.Failure.system("\(source) not found (run from the repository root, or pass --baseline-source)")
+        }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let binary = directory + "/lws-baseline"
+        let sourceDate = (try? FileManager.default.attributesOfItem(atPath: source)[.modificationDate] as? Date) ?? Date()
+        if let built = try? FileManager.default.attributesOfItem(atPath: binary)[.modificationDate] as? Date, built > sourceDate {
+            return binary
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "gcc -O2 -Wall -o \"$1\" \"$2\" $(pkg-config --cflags --libs libwebsockets)", "sh", binary, source]
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw LoadEngine.Failure.system("gcc exited with \(process.terminationStatus)") }
+        return binary
+    }
+
+    /// Each generator connection is a descriptor: the soft limit goes up to the hard one.
+    private static func raiseFileLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+}

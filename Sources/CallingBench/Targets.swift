@@ -1,0 +1,171 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import Foundation
+import Glibc
+
+/// What a scenario measures: the real server (`calling-server serve`) or the bare lws baseline
+/// (`bench/lws-baseline.c`), each a separate process pinned with `taskset` to its own core, so its
+/// RSS is its own and its file descriptors do not share the generator's budget.
+final class TargetProcess {
+    enum Kind: String { case server, baseline }
+
+    let kind: Kind
+    let process: Process
+    let port: Int
+    let dataDir: String?
+    private let issuer: TokenIssuer?
+    private let audience: String
+
+    var pid: Int32 { process.processIdentifier }
+
+    /// Flags that take the per-connection flood limits out of the way: at the default 50 frames/s a
+    /// benchmark would measure the limiter, not the server.
+    static let floodLimitFlags = ["--max_frames_per_second", "1000000", "--frame_burst", "1000000", "--flood_close_after", "1000000"]
+
+    /// Starts `calling-server serve` on 127.0.0.1 port 0 with a fresh data folder (or `dataDir`, already seeded).
+    static func server(binary: String, cpu: Int?, dataDir existing: String? = nil) throws -> TargetProcess {
+        let dataDir = existing ?? NSTemporaryDirectory() + "calling-bench-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
+        let secret = SecureRandom.token(bytes: 32)
+        try Data(secret.utf8).write(to: URL(fileURLWithPath: dataDir + "/jwt-secret"))
+        let arguments = ["serve", "--host", "127.0.0.1", "--port", "0", "--data_dir", dataDir, "--log_level", "warning",
+                         "--jwt_secret_file", dataDir + "/jwt-secret"] + floodLimitFlags
+        let (process, port) = try launch(binary, arguments, cpu: cpu, banner: "listening on http://127.0.0.1:")
+        let issuer = try TokenIssuer(hs256Secret: Array(secret.utf8))
+        return TargetProcess(kind: .server, process: process, port: port, dataDir: dataDir, issuer: issuer)
+    }
+
+    static func baseline(binary: String, cpu: Int?, pageBytes: Int = 4096) throws -> TargetProcess {
+        let (process, port) = try launch(binary, ["--page-bytes", "\(pageBytes)"], cpu: cpu, banner: "lws-baseline listening on port ")
+        return TargetProcess(kind: .baseline, process: process, port: port, dataDir: nil, issuer: nil)
+    }
+
+    private init(kind: Kind, process: Process, port: Int, dataDir: String?, issuer: TokenIssuer?) {
+        self.kind = kind
+        self.process = process
+        self.port = port
+        self.dataDir = dataDir
+        self.issuer = issuer
+        audience = "calling-server"
+    }
+
+    private static func launch(_ binary: String, _ arguments: [String], cpu: Int?, banner: String) throws -> (Process, Int) {
+        let process = Process()
+        if let cpu {
+            // taskset execs the target, so the pid is the target's.
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
+            process.arguments = ["-c", "\(cpu)", binary] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: binary)
+            process.arguments = arguments
+        }
+        var environment = ProcessInfo.processInfo.environment
+        for key in environment.keys where key.hasPrefix("CALLING_") { environment.removeValue(forKey: key) }
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.standardError
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // Read the banner line by line; the rest of stdout is drained so the target never blocks on it.
+        var collected = Data()
+        let handle = output.fileHandleForReading
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let chunk = handle.availableData
+            if chunk.isEmpty { break }
+            collected += chunk
+            let text = String(decoding: collected, as: UTF8.self)
+            if let range = text.range(of: banner) {
+                let digits = text[range.upperBound...].prefix { $0.isNumber }
+                if let port = Int(digits) {
+                    DispatchQueue.global().async { while !handle.availableData.isEmpty {} }
+                    return (process, port)
+                }
+            }
+        }
+        process.terminate()
+        throw LoadEngine.Failure.system("\(binary) did not start: \(String(decoding: collected, as: UTF8.self))")
+    }
+
+    /// The WebSocket path for `peer` in `room`: a signed token for the server, /g/room/peer for the baseline.
+    func path(room: String, peer: String) throws -> String {
+        guard let issuer else { return "/g/\(room)/\(peer)" }
+        let claims = PeerTokenClaims(sub: PeerID(peer), roomID: RoomID(room), role: "peer", scope: ["room"],
+                                     audience: audience, expiresAt: Date().addingTimeInterval(3_600))
+        return "/v1/ws?token=\(try issuer.issue(claims))"
+    }
+
+    func token(room: String, peer: String) throws -> String {
+        guard let issuer else { return "" }
+        return try issuer.issue(PeerTokenClaims(sub: PeerID(peer), roomID: RoomID(room), role: "peer", scope: ["room"],
+                                                audience: audience, expiresAt: Date().addingTimeInterval(3_600)))
+    }
+
+    /// VmRSS of the target process, in KiB.
+    func rssKiB() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return 0 }
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
+    /// User + system CPU seconds the target has used.
+    func cpuSeconds() -> Double { Self.cpuSeconds(pid: pid) }
+
+    static func cpuSeconds(pid: Int32) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state is field 3, utime 14, stime 15 (proc(5)).
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    func stop() {
+        if process.isRunning {
+            process.terminate()
+            let deadline = Date().addingTimeInterval(10)
+            while process.isRunning, Date() < deadline { usleep(20_000) }
+            if process.isRunning { kill(pid, SIGKILL) }
+            process.waitUntilExit()
+        }
+    }
+
+    func removeData() {
+        if let dataDir { try? FileManager.default.removeItem(atPath: dataDir) }
+    }
+}
+
+/// The machine's state next to every figure: 1-minute load and the CPUs in use.
+enum Machine {
+    static func load() -> String {
+        let text = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").prefix(3).joined(separator: " ")
+    }
+
+    static func cpuCount() -> Int { Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))) }
+
+    static func ownCPUSeconds() -> Double { TargetProcess.cpuSeconds(pid: getpid()) }
+}
+
+/// One progress line on stderr, rewritten in place at most every 250 ms.
+enum Progress {
+    nonisolated(unsafe) private static var last: UInt64 = 0
+    nonisolated(unsafe) static var enabled = true
+    nonisolated(unsafe) static var detail: () -> String = { "" }
+
+    static func tick(_ what: String) {
+        guard enabled else { return }
+        let now = LoadEngine.now()
+        guard now - last > 250_000_000 else { return }
+        last = now
+        let line = "\r\u{1B}[K  … \(what) \(detail())  load \(Machine.load())"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    static func finishLine() {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+    }
+}

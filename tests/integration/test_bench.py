@@ -1,0 +1,58 @@
+"""The benchmark suite cannot rot: every scenario of `calling-bench suite --smoke` runs at tiny N
+against the real server and the bare lws baseline, and reports the counts it verified.
+
+A smoke run, not a measurement (bench/README.md): it checks that each scenario completes, counts
+what it claims to count (every welcome, pong, relayed frame, delivery, ack and page was checked by
+the generator), and writes its JSON and Markdown summaries. No figure is compared with a target.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import support
+from support import REPO
+
+BUILT_BENCH = Path(os.environ.get("CALLING_BENCH_BIN", REPO / ".build" / "debug" / "calling-bench"))
+SCENARIOS = ["idle", "rtt", "relay", "fanout", "chat", "join", "history"]
+
+
+def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
+    # Beside the session's copy of the server, whose folder also holds the schema bundle the
+    # history scenario's seeding needs (conftest.py), so a rebuild mid-session cannot swap it.
+    bench = support.BINARY.parent / "calling-bench"
+    if not bench.exists():
+        shutil.copy2(BUILT_BENCH, bench)
+    result = subprocess.run(
+        [str(bench), "suite", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path), "--quiet", "true",
+         "--baseline-source", str(REPO / "bench" / "lws-baseline.c")],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "server flood limits out of the way: --max_frames_per_second 1000000" in result.stdout
+    [summary] = list(tmp_path.glob("results-*.json"))
+    assert list(tmp_path.glob("results-*.md")), "the Markdown summary is written too"
+    report = json.loads(summary.read_text())
+    by_name = {entry["scenario"]: entry for entry in report["scenarios"]}
+    assert sorted(by_name) == sorted(SCENARIOS)
+    for name, entry in by_name.items():
+        assert "error" not in entry, f"{name}: {entry.get('error')}"
+        assert entry["load_before"] and entry["load_after"], name
+        for target in ("server", "baseline"):
+            counts = [value for key, value in entry["verified"].items() if key.startswith(target)]
+            assert counts and all(value > 0 for value in counts), f"{name}: {target} verified {entry['verified']}"
+        assert entry["figures"], name
+        for figure in entry["figures"]:
+            assert figure["server"] is not None and math.isfinite(figure["server"]), f"{name}: {figure}"
+            assert figure.get("baseline") is not None, f"{name}: {figure} has no baseline"
+    # Exact counts where the scenario fixes them: 20 welcomes, 50 pongs, 20 history pages.
+    assert by_name["idle"]["verified"] == {"server welcomes": 20, "baseline welcomes": 20}
+    assert by_name["rtt"]["verified"] == {"server pongs in order": 50, "baseline pongs in order": 50}
+    assert by_name["history"]["verified"] == {"server pages checked": 20, "baseline pages checked": 20}
+    assert by_name["join"]["verified"] == {"server welcomes": 20, "baseline welcomes": 20}
+    # Fan-out counts whole messages: every delivery is one of 10 receivers.
+    assert by_name["fanout"]["verified"]["server deliveries in order"] % 10 == 0
