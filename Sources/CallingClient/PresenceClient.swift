@@ -3,8 +3,8 @@ import CallingTransport
 import Dispatch
 import Foundation
 
-/// What a `PresenceClient` reports. Payloads are passed through as JSON, like the seed SDKs; the
-/// few fields apps always need are typed.
+/// What a `PresenceClient` reports. Payloads are passed through as JSON, like the iOS and Android
+/// SDKs (docs/sdk.md, "Client SDK compatibility"); the few fields apps always need are typed.
 public enum PresenceEvent: Sendable, Equatable {
     /// The snapshot (`connected` frame): `{peer_id, role, agents, server_time}`.
     case connected(JSONValue)

@@ -2,7 +2,8 @@ import CallingTransport
 import Foundation
 
 /// Reads claims from a JWT without verifying it (the server verifies; the SDK only needs the
-/// room id before `connect()`, like the seed SDKs' `_roomIdFromToken`).
+/// room id before `connect()`, like `_roomIdFromToken` of the iOS and Android SDKs; docs/sdk.md,
+/// "Client SDK compatibility").
 enum TokenClaims {
     /// The payload segment, base64url-decoded and parsed; nil when the token is not a JWT.
     static func payload(of token: String) -> JSONValue? {

@@ -3,7 +3,8 @@ import CallingTransport
 import Dispatch
 import Foundation
 
-/// Settings of a `SignalingClient`. Every field has the seed SDKs' default.
+/// Settings of a `SignalingClient`. Every field has the mobile SDKs' default (docs/sdk.md,
+/// "Client SDK compatibility").
 public struct SignalingOptions: Sendable {
     /// Waits before reconnect attempt 1, 2, 3…; the last entry repeats. Default 1 s, 2 s, 4 s.
     public var reconnectDelays: [TimeInterval] = [1, 2, 4]
@@ -459,7 +460,8 @@ public final class SignalingClient: @unchecked Sendable {
     }
 
     /// STUN/TURN servers for the peer connection (`GET /v1/ice` with this client's token), as
-    /// the seed SDKs fetch them before creating a peer connection. Works before `connect()`.
+    /// the iOS and Android SDKs fetch them before creating a peer connection (docs/sdk.md,
+    /// "Client SDK compatibility"). Works before `connect()`.
     public func fetchIceServers() async throws -> IceServers {
         let bearer = onQueue { self.token }
         let body = try await REST.get(loop: loop, endpoint: try endpoint.get(), tls: options.tls, path: "/v1/ice", query: [],

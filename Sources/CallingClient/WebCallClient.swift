@@ -2,7 +2,7 @@ import CallingProtocol
 import CallingTransport
 import Foundation
 
-/// A native web call over the webrtc-proxy session API (docs/protocol.md, "HTTP sessions"; seed 000):
+/// A native web call over the webrtc-proxy session API (docs/protocol.md, "HTTP sessions"):
 /// the app's WebRTC stack makes the offers, this client carries them to the server over HTTP(S)
 /// and returns the answering agent's SDP. No WebSocket is involved. `https://` verifies the server's
 /// certificate against the system trust store, or `tls.caFile`; a base URL that is not `http(s)`
@@ -26,7 +26,8 @@ public final class WebCallClient: @unchecked Sendable {
     private var currentSessionID: String?
     private var lastRetryAfter: TimeInterval?
     /// Bumped by every POST and every hangup: a POST whose answer arrives after a later POST or
-    /// hangup must not overwrite the session (seed 000: "hung up during the POST").
+    /// hangup must not overwrite the session (docs/protocol.md, "Call and session rules": hanging
+    /// up mid-connect).
     private var generation = 0
     private var latestPostGeneration = 0
 

@@ -13,7 +13,8 @@ import Foundation
 // @unchecked Sendable: all mutable state is touched only on the service thread. Store completions
 // run on the store queue and capture `self` solely to hop back through `transport.post`.
 final class CallsAPI: @unchecked Sendable {
-    /// The end reason of a call nobody joined within `call_join_window_seconds` (seed 000).
+    /// The end reason of a call nobody joined within `call_join_window_seconds` (docs/protocol.md,
+    /// "Call and session rules").
     static let notJoinedReason = "error_user_not_joined"
     /// The end reason of a call whose consultation meter ran out.
     static let consultationEndedReason = "consultation_ended"

@@ -5,7 +5,8 @@ import CallingTransport
 import Foundation
 
 /// HTTP session signaling bridged to room peers: the Retell-style webrtc-proxy session API
-/// (`/webrtc-proxy/{call_id}/v1/webrtc/sessions…`, seed 000) and WHIP (RFC 9725, `/whip/{room_id}…`).
+/// (`/webrtc-proxy/{call_id}/v1/webrtc/sessions…`; docs/protocol.md, "HTTP sessions") and WHIP
+/// (RFC 9725, `/whip/{room_id}…`).
 /// The server relays SDP and candidates; it never touches media.
 ///
 /// A session is a virtual room member: it joins the hub on a `ConnectionID` with the top bit set
@@ -388,7 +389,7 @@ final class HTTPSessions: @unchecked Sendable {
         let present = service.hubSnapshot.identities(in: identity.room)
         let seat = Seat(room: identity.room, peer: identity.peer)
         if bySeat[seat] == nil, present.contains(where: { $0.peer == identity.peer }) {
-            // Seed 000's 409: the identity is in use by a different kind of participant (a WebSocket peer).
+            // The API's 409: the identity is in use by a different kind of participant (a WebSocket peer).
             counters["refused_identity_in_use", default: 0] += 1
             return refused(.problem(409, code: "identity_in_use",
                                     detail: "peer '\(identity.peer.rawValue.prefix(128))' is connected over WebSocket in this room"))

@@ -55,8 +55,9 @@ func sampleAnswer(ufrag: String = "ansU") -> String {
         + "a=ice-pwd:answerpassword0123456789\r\na=candidate:1 1 udp 2122260223 192.0.2.7 50000 typ host\r\na=end-of-candidates\r\n"
 }
 
-/// The webrtc-proxy session API (seed 000) end to end: real HTTP from URLSession, a real WebSocket
-/// agent that answers, real calls from the real API. One server at a time (libev: one signal watcher).
+/// The webrtc-proxy session API (docs/protocol.md, "HTTP sessions") end to end: real HTTP from
+/// URLSession, a real WebSocket agent that answers, real calls from the real API. One server at a
+/// time (libev: one signal watcher).
 final class HTTPSessionsTests: ServerTestCase {
 
     func sessionsPath(_ call: String) -> String { "/webrtc-proxy/\(call)/v1/webrtc/sessions" }

@@ -6,8 +6,8 @@ Chromium (fake microphone: a beep) runs on peer host A of the lab, the repositor
 audio packets and energy), the Linux peer's summary and its --record WAV (not silent).
 
 Data both ways: the SDK's `sendData` is signaling (`data` frames through the server, which the
-Linux peer does not surface), and the SDK opens no data channel of its own (seed 002: data
-channels are not in the JS SDK; `connection(peerId)` hands out the RTCPeerConnection for that).
+Linux peer does not surface), and the SDK opens no data channel of its own (docs/sdk.md, "Client
+SDK compatibility": no data channels; `connection(peerId)` hands out the RTCPeerConnection for that).
 So the page gets a small instrumented RTCPeerConnection (installed before it connects; the SDK
 takes `globalThis.RTCPeerConnection` when the client is created) that, as the Linux peer's
 `--send-data` does, sends one text on the reliable channel "chat" when it opens: created before
