@@ -74,10 +74,10 @@ public final class ServerApp: @unchecked Sendable {
     }
 
     /// Posts a tick every `tick_ms` and exits the process if the service loop stops draining its
-    /// inbox for `watchdog_seconds` (libwebsockets #2889: a spinning loop never recovers).
+    /// inbox for `watchdog_seconds` (libwebsockets #2889: a spinning loop never recovers), or keeps
+    /// turning at a full core with next to no socket events for as long (LoopWatchdog).
     private func runHeartbeat() {
-        var lastProgress = transport.progress
-        var lastChange = Date()
+        var watchdog = LoopWatchdog(windowSeconds: config.watchdogSeconds)
         let interval = Double(config.tickMs) / 1000
         while true {
             stopping.lock()
@@ -86,16 +86,20 @@ public final class ServerApp: @unchecked Sendable {
             stopping.unlock()
             if done { return }
             transport.post { [service] in service.tick() }
-            let progress = transport.progress
-            if progress != lastProgress {
-                lastProgress = progress
-                lastChange = Date()
-            } else if Date().timeIntervalSince(lastChange) > config.watchdogSeconds {
-                let stalled = Date().timeIntervalSince(lastChange)
+            let sample = LoopWatchdog.Sample(time: ProcessInfo.processInfo.systemUptime, progress: transport.progress,
+                                             callbacks: transport.callbacks, cpuSeconds: transport.serviceCPUSeconds)
+            switch watchdog.observe(sample) {
+            case .healthy:
+                continue
+            case .stalled(let seconds):
                 logger.critical("service loop stalled; exiting so the supervisor restarts us",
-                                ["stalled_seconds": "\(Int(stalled))"])
-                onStall(stalled)
-                lastChange = Date()
+                                ["stalled_seconds": "\(Int(seconds))"])
+                onStall(seconds)
+            case .spinning(let seconds, let share, let rate):
+                logger.critical("service loop spinning without progress; exiting so the supervisor restarts us",
+                                ["seconds": "\(Int(seconds))", "cpu_share": "\(Int(share * 100))%",
+                                 "callbacks_per_second": "\(Int(rate))"])
+                onStall(seconds)
             }
         }
     }
