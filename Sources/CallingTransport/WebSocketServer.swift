@@ -780,6 +780,16 @@ public final class WebSocketServer: @unchecked Sendable {
         state.exchangesByID[exchange.id] = exchange
         // framingProblem has vouched for it: one plain decimal number, no Transfer-Encoding.
         let declaredLength = request.headers["content-length"].flatMap(HTTPFraming.contentLength) ?? 0
+        if declaredLength > 0, let socket = state.sockets[wsi], socket.served > 0,
+           cs_tcp_bytes_received(lws_get_socket_fd(wsi)) == socket.bytesAtIdle
+        {
+            // Nothing arrived since the previous answer went out: this request was pipelined
+            // behind it in the same read. lws 4.1.6 loops forever on the body of such a request
+            // (BODY_COMPLETION repeated every turn; found by the http fuzz target), so the
+            // connection closes before it, which RFC 9112 §9.3.2 lets clients recover from.
+            state.counters.requestsRejected += 1
+            return -1
+        }
         if declaredLength > settings.maxBodyBytes {
             exchange.bodyTooLarge = true
             dispatchHTTP(exchange)
@@ -828,7 +838,10 @@ public final class WebSocketServer: @unchecked Sendable {
     private func completeHTTP(_ exchange: HTTPExchange, wsi: OpaquePointer) -> Int32 {
         state.exchanges[wsi] = nil
         state.exchangesByID[exchange.id] = nil
-        if let socket = state.sockets[wsi] { markIdle(wsi, socket) }
+        if let socket = state.sockets[wsi] {
+            socket.served += 1
+            markIdle(wsi, socket)
+        }
         // Keep-alive: lws waits for the next request on this socket, or tells us to close it.
         return lws_http_transaction_completed(wsi) != 0 ? -1 : 0
     }
@@ -968,6 +981,8 @@ private final class AcceptedSocket {
     /// Between accept (or the end of a keep-alive response) and the next request.
     var idle = false
     var idleSerial: UInt64 = 0
+    /// Requests answered on it so far (keep-alive).
+    var served = 0
     /// TCP bytes received when it last became idle (see `headerTableOverflowed`).
     var bytesAtIdle: UInt64 = 0
     var evicted = false

@@ -84,3 +84,31 @@ def test_corpus_case(server, name):
         assert not closed, f"{name}: keep-alive connection was closed"
     # Whatever the case did, the server still serves.
     assert server.http("GET", "/healthz")[0] == 200
+
+
+def test_pipelined_requests_with_bodies_do_not_freeze_the_server(server):
+    """Found by the http fuzz target (fuzz/regressions/http): lws 4.1.6 looped forever on a request
+    with a body pipelined behind another in one read, and the watchdog had to kill the process.
+    The server closes such a connection after the first answer instead; sequential keep-alive
+    requests with bodies are unaffected."""
+    pipelined = (b"POST /v1/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+                 b"POST /v1/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    data, closed = exchange(server.port, pipelined)
+    assert data.startswith(b"HTTP/1.1 401 "), data[:200]
+    assert closed
+    started = time.monotonic()
+    assert server.http("GET", "/healthz", timeout=2)[0] == 200
+    assert time.monotonic() - started < 1
+    # Sequential requests with bodies on one connection still work.
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=3)
+    try:
+        for _ in range(3):
+            s.sendall(b"POST /v1/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+            data = b""
+            while b"\r\n\r\n" not in data or len(parse(data)[2]) < int(parse(data)[1]["content-length"]):
+                chunk = s.recv(65536)
+                assert chunk, f"connection closed after {data[:200]!r}"
+                data += chunk
+            assert data.startswith(b"HTTP/1.1 401 "), data[:200]
+    finally:
+        s.close()
