@@ -781,10 +781,10 @@ public final class WebSocketServer: @unchecked Sendable {
         // framingProblem has vouched for it: one plain decimal number, no Transfer-Encoding.
         let declaredLength = request.headers["content-length"].flatMap(HTTPFraming.contentLength) ?? 0
         if declaredLength > 0, let socket = state.sockets[wsi], socket.served > 0,
-           cs_tcp_bytes_received(lws_get_socket_fd(wsi)) == socket.bytesAtIdle
+           cs_tcp_bytes_received(lws_get_socket_fd(wsi)) == socket.bytesAtDispatch
         {
-            // Nothing arrived since the previous answer went out: this request was pipelined
-            // behind it in the same read. lws 4.1.6 loops forever on the body of such a request
+            // Nothing arrived since the previous request was handed to its route, before its
+            // answer went out: this one had been pipelined behind it. lws 4.1.6 loops forever on the body of such a request
             // (BODY_COMPLETION repeated every turn; found by the http fuzz target), so the
             // connection closes before it, which RFC 9112 §9.3.2 lets clients recover from.
             state.counters.requestsRejected += 1
@@ -803,6 +803,7 @@ public final class WebSocketServer: @unchecked Sendable {
     private func dispatchHTTP(_ exchange: HTTPExchange) {
         guard !exchange.dispatched else { return }
         exchange.dispatched = true
+        state.sockets[exchange.wsi]?.bytesAtDispatch = cs_tcp_bytes_received(lws_get_socket_fd(exchange.wsi))
         if exchange.bodyTooLarge {
             respond(exchangeID: exchange.id, .problem(413, code: "body_too_large",
                                                       detail: "request bodies are limited to \(settings.maxBodyBytes) bytes"))
@@ -983,6 +984,8 @@ private final class AcceptedSocket {
     var idleSerial: UInt64 = 0
     /// Requests answered on it so far (keep-alive).
     var served = 0
+    /// TCP bytes received when its last request went to its route (see beginHTTP: pipelining).
+    var bytesAtDispatch: UInt64 = 0
     /// TCP bytes received when it last became idle (see `headerTableOverflowed`).
     var bytesAtIdle: UInt64 = 0
     var evicted = false
