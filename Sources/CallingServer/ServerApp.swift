@@ -79,6 +79,7 @@ public final class ServerApp: @unchecked Sendable {
     private func runHeartbeat() {
         var watchdog = LoopWatchdog(windowSeconds: config.watchdogSeconds)
         let interval = Double(config.tickMs) / 1000
+        var lastTrim = ProcessInfo.processInfo.systemUptime
         while true {
             stopping.lock()
             if !stopRequested { _ = stopping.wait(until: Date().addingTimeInterval(interval)) }
@@ -88,6 +89,10 @@ public final class ServerApp: @unchecked Sendable {
             transport.post { [service] in service.tick() }
             let sample = LoopWatchdog.Sample(time: ProcessInfo.processInfo.systemUptime, progress: transport.progress,
                                              callbacks: transport.callbacks, cpuSeconds: transport.serviceCPUSeconds)
+            if config.mallocTrimSeconds > 0, sample.time - lastTrim >= Double(config.mallocTrimSeconds) {
+                lastTrim = sample.time
+                MallocTrim.run()
+            }
             switch watchdog.observe(sample) {
             case .healthy:
                 continue
@@ -103,6 +108,18 @@ public final class ServerApp: @unchecked Sendable {
             }
         }
     }
+}
+
+/// glibc keeps freed memory in its per-thread arenas: after 4 rounds of 3,000 joins and leaves the
+/// heap in use stayed at 2 MiB while RSS with no connection open grew 38 → 86 MiB, and
+/// `malloc_trim(0)` took it back to 47 MiB (docs/operations.md, "Memory"). Not in Swift's Glibc
+/// module, so it is looked up once at run time; absent (another libc), nothing happens.
+enum MallocTrim {
+    private typealias Function = @convention(c) (Int) -> Int32
+    private static let function: Function? = dlsym(dlopen(nil, RTLD_NOW), "malloc_trim")
+        .map { unsafeBitCast($0, to: Function.self) }
+
+    static func run() { _ = function?(0) }
 }
 
 /// The HS256 signing secret: `CALLING_JWT_SECRET`, else the secret file, else (only at the default

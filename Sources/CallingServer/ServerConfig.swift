@@ -39,6 +39,8 @@ public struct ServerConfig: Sendable, Equatable {
     public var maxHeaderBytes = 8_192
     public var healthReservedSockets = 8
     public var httpTimeoutSeconds = 10
+    /// Seconds between `malloc_trim(0)` calls that hand freed heap back to the kernel; 0 disables.
+    public var mallocTrimSeconds = 60
     public var tickMs = 250
 
     public var maxClientIDBytes = 128
@@ -168,6 +170,8 @@ public struct ServerConfig: Sendable, Equatable {
         .int("max_header_bytes", "largest HTTP request head: target, header values, unknown field names (431 beyond)", \.maxHeaderBytes,
              1_024...32_000),
         .int("http_timeout_seconds", "seconds for a new socket's request headers, and for a body", \.httpTimeoutSeconds, 1...600),
+        .int("malloc_trim_seconds", "interval of malloc_trim(0), returning freed heap to the kernel (0: never)",
+             \.mallocTrimSeconds, 0...86_400),
         .int("tick_ms", "timer resolution (typing expiry, token expiry)", \.tickMs, 10...5_000),
         .int("max_client_id_bytes", "longest chat client_id", \.maxClientIDBytes, 8...1_024),
         .int("max_peer_id_bytes", "longest peer id accepted in `to`", \.maxPeerIDBytes, 8...1_024),
