@@ -94,6 +94,14 @@ test-tsan: test-deps
 	TSAN_OPTIONS=halt_on_error=1 CALLING_SERVER_BIN=$(CURDIR)/.build-tsan/debug/calling-server \
 		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration --ignore=tests/integration/media
 
+# Soak run (bench/soak.py; not part of `make test`): SOAK_PEERS peers for SOAK_MINUTES, chat and
+# relay traffic, leaving and rejoining; fails on RSS growth, an unbounded WAL, a logged error or a
+# lost acked chat. Results in docs/benchmarks.md.
+SOAK_PEERS ?= 2000
+SOAK_MINUTES ?= 10
+soak: release test-deps
+	$(PYTHON) bench/soak.py --peers $(SOAK_PEERS) --minutes $(SOAK_MINUTES) --binary .build/release/calling-server
+
 bench: release
 	.build/release/calling-server bench chat
 
