@@ -10,7 +10,7 @@ BIN := .build/debug/calling-server
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: deps test-deps build release serve test test-swift test-js test-integration test-corpus test-fuzz fuzz fuzz-build test-asan test-tsan soak bench bench-media clean
+.PHONY: deps test-deps build release serve install test test-swift test-js test-integration test-corpus test-fuzz fuzz fuzz-build test-asan test-tsan soak bench bench-media clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -24,8 +24,19 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
+# Prints links to the demo page and the dashboard with fresh development tokens.
 serve: build
-	$(BIN) serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+	$(BIN) serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) --print-demo-links true
+
+# The release binary and the browser SDK and pages it serves (found beside it as
+# $(PREFIX)/share/calling-server/sdk).
+PREFIX ?= /usr/local
+install: release
+	install -D -m 0755 .build/release/calling-server $(DESTDIR)$(PREFIX)/bin/calling-server
+	cp -R .build/release/*.resources $(DESTDIR)$(PREFIX)/bin/
+	rm -rf $(DESTDIR)$(PREFIX)/share/calling-server/sdk
+	mkdir -p $(DESTDIR)$(PREFIX)/share/calling-server
+	cp -R sdk/js $(DESTDIR)$(PREFIX)/share/calling-server/sdk
 
 test: test-deps
 	$(SWIFT) build --build-tests

@@ -44,12 +44,12 @@ let package = Package(
 
         .testTarget(name: "CallingProtocolTests", dependencies: ["CallingProtocol"], resources: [.copy("Fixtures")]),
         .testTarget(name: "CallingCoreTests", dependencies: ["CallingCore", "CallingTesting"]),
-        .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth"]),
+        .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth", "CallingTesting"]),
         .testTarget(
             name: "CallingClientTests",
             dependencies: ["CallingClient", "CallingServer", "CallingTesting", "CallingAuth"]
         ),
-        .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport"]),
+        .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
         .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),
         .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingTesting"]),
         .testTarget(

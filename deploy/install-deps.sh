@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what calling-server needs on Debian 12, and nothing when it is all present.
 #   deploy/install-deps.sh          build + serve needs (C libraries, pkg-config)
-#   deploy/install-deps.sh --test   also what the test suite needs (coturn, iproute2, chromium, nodejs)
+#   deploy/install-deps.sh --test   also what the test suite needs (coturn, iproute2, chromium, nodejs, nginx)
 #                                   and a Python virtual environment with the test tools (pytest,
 #                                   websockets, aiortc, selenium) in $CALLING_VENV (default ./.venv)
 # Idempotent and quiet when everything is present; must run as root when something is missing.
@@ -16,6 +16,8 @@ debs=(
   libjwt-dev
   libsqlite3-dev
   libssl-dev
+  # TLS clients (SDK, `calling-server peer`) verify against the system trust store.
+  ca-certificates
   # CallingMedia (WebRTC media for Linux peers, `calling-server peer`): webrtcbin, libnice, Opus.
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice
@@ -24,9 +26,12 @@ if [ "$want_test" = 1 ]; then
   # chromium: headless browser peer of tests/integration/media/test_media_chromium.py.
   # python3-venv: Debian's python3 refuses system-wide pip installs (PEP 668), so the Python
   # test tools live in a virtual environment, and Debian ships venv's pip bootstrap separately.
-  # nodejs: the browser SDK's unit tests (Node's built-in runner, no npm packages);
+  # nodejs: the browser SDK's unit tests (Node's built-in runner, no npm packages); node-typescript:
+  # tsc, which typechecks calling-client.d.ts against a usage file (tests/js/dts-typecheck.test.mjs);
   # chromium-driver: Selenium drives headless Chromium against the real server (tests/integration/browser).
-  debs+=(coturn iproute2 procps chromium chromium-driver nodejs python3-venv)
+  # openssl: the TLS tests make their CA and server certificates with the CLI.
+  # nginx-light: deploy/nginx.conf run in front of the server (tests/integration/test_deploy_nginx.py).
+  debs+=(coturn iproute2 procps chromium chromium-driver nodejs node-typescript python3-venv openssl nginx-light)
 fi
 
 missing=()
@@ -47,6 +52,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   # coturn's package enables a system service on install; tests start their own instance.
   if printf '%s\n' "${missing[@]}" | grep -qx coturn; then
     (systemctl disable --now coturn >/dev/null 2>&1 || service coturn stop >/dev/null 2>&1 || true)
+  fi
+  # So does nginx (on port 80); the nginx test starts its own on loopback ports.
+  if printf '%s\n' "${missing[@]}" | grep -qx nginx-light; then
+    (systemctl disable --now nginx >/dev/null 2>&1 || service nginx stop >/dev/null 2>&1 || true)
   fi
 fi
 

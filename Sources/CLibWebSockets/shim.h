@@ -25,6 +25,25 @@ static inline uint64_t cs_lws_option_fallback_to_raw(void) {
     return LWS_SERVER_OPTION_FALLBACK_TO_APPLY_LISTEN_ACCEPT_CONFIG;
 }
 static inline uint64_t cs_lws_option_do_ssl_global_init(void) { return LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT; }
+static inline uint64_t cs_lws_option_disable_os_ca_certs(void) { return LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS; }
+static inline uint64_t cs_lws_option_explicit_vhosts(void) { return LWS_SERVER_OPTION_EXPLICIT_VHOSTS; }
+
+/* TLS knobs lws takes as raw OpenSSL values (ssl_options_set, lws_ssl_info.where). The constants are
+ * macros of the <openssl/ssl.h> that libwebsockets.h includes; nothing else of OpenSSL is used here. */
+
+/// Server SSL_CTX options: no SSLv3/TLS 1.0/1.1 (1.2 too when `tls13_only`), no TLS compression
+/// (CRIME), no renegotiation.
+static inline long cs_lws_tls_server_options(int tls13_only) {
+    uint64_t options = SSL_OP_NO_SSLv3 | SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1 | SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION;
+    if (tls13_only) options |= SSL_OP_NO_TLSv1_2;
+    return (long)options;
+}
+/// Client SSL_CTX options: TLS 1.2 or newer, no compression.
+static inline long cs_lws_tls_client_options(void) {
+    return (long)(SSL_OP_NO_SSLv3 | SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1 | SSL_OP_NO_COMPRESSION);
+}
+static inline int cs_lws_ssl_cb_handshake_start(void) { return SSL_CB_HANDSHAKE_START; }
+static inline int cs_lws_ssl_cb_handshake_done(void) { return SSL_CB_HANDSHAKE_DONE; }
 
 /// Copies every URI argument fragment ("a=1", "b=2") joined by '&' into dst; returns the length.
 /// lws splits the query into fragments and url-decodes each one, so '&' inside values survives.

@@ -28,6 +28,11 @@ public struct PeerTokenClaims: Sendable, Equatable {
     public var expiresAt: Date
     /// `nbf`. Written as whole seconds (rounded down).
     public var notBefore: Date?
+    /// `jti`: the token's unique id, when the issuer gave it one (the admin API's kick remembers it).
+    public var tokenID: String?
+    /// `max_peers`: the seat limit of the token's room for this joiner (0 = unlimited); absent means
+    /// the server's `max_peers_per_room`.
+    public var maxPeers: Int?
 
     public init(
         sub: PeerID,
@@ -39,7 +44,9 @@ public struct PeerTokenClaims: Sendable, Equatable {
         audience: String? = nil,
         issuedAt: Date? = nil,
         expiresAt: Date,
-        notBefore: Date? = nil
+        notBefore: Date? = nil,
+        tokenID: String? = nil,
+        maxPeers: Int? = nil
     ) {
         self.sub = sub
         self.roomID = roomID
@@ -51,6 +58,8 @@ public struct PeerTokenClaims: Sendable, Equatable {
         self.issuedAt = issuedAt
         self.expiresAt = expiresAt
         self.notBefore = notBefore
+        self.tokenID = tokenID
+        self.maxPeers = maxPeers
     }
 }
 
@@ -66,6 +75,8 @@ enum ClaimName {
     static let issuedAt = "iat"
     static let expiresAt = "exp"
     static let notBefore = "nbf"
+    static let tokenID = "jti"
+    static let maxPeers = "max_peers"
 }
 
 extension PeerTokenClaims {
@@ -85,6 +96,13 @@ extension PeerTokenClaims {
         let scopeText = try Self.string(ClaimName.scope, in: payload, allowEmpty: true)
         let issuedAt = try Self.numericDate(ClaimName.issuedAt, in: payload)
         let notBefore = try Self.numericDate(ClaimName.notBefore, in: payload)
+        let tokenID = try Self.string(ClaimName.tokenID, in: payload, allowEmpty: false)
+        var maxPeers: Int?
+        switch payload[ClaimName.maxPeers] {
+        case nil, .null?: break
+        case .number(let value)? where value >= 0 && value <= 1_000_000 && value.rounded() == value: maxPeers = Int(value)
+        default: throw .invalidClaim(ClaimName.maxPeers)
+        }
         self.init(
             sub: PeerID(subject),
             roomID: roomID.map { RoomID($0) },
@@ -95,7 +113,9 @@ extension PeerTokenClaims {
             audience: nil,
             issuedAt: issuedAt,
             expiresAt: expiry,
-            notBefore: notBefore
+            notBefore: notBefore,
+            tokenID: tokenID,
+            maxPeers: maxPeers
         )
     }
 

@@ -61,6 +61,8 @@ public struct TokenIssuer: Sendable {
             if let issuedAt { try jwt.addGrant(ClaimName.issuedAt, issuedAt) }
             try jwt.addGrant(ClaimName.expiresAt, expiresAt)
             if let notBefore { try jwt.addGrant(ClaimName.notBefore, notBefore) }
+            if let tokenID = claims.tokenID { try jwt.addGrant(ClaimName.tokenID, tokenID) }
+            if let maxPeers = claims.maxPeers { try jwt.addGrant(ClaimName.maxPeers, maxPeers) }
             try jwt.setAlgorithm(algorithm.libjwt, key: key)
             return try jwt.encode()
         } catch {
@@ -74,7 +76,7 @@ public struct TokenIssuer: Sendable {
         let strings: [(String, String?)] = [
             (ClaimName.subject, claims.sub.rawValue), (ClaimName.roomID, claims.roomID?.rawValue),
             (ClaimName.callID, claims.callID?.rawValue), (ClaimName.role, claims.role),
-            (ClaimName.name, claims.name), (ClaimName.audience, claims.audience),
+            (ClaimName.name, claims.name), (ClaimName.audience, claims.audience), (ClaimName.tokenID, claims.tokenID),
         ] + claims.scope.map { (ClaimName.scope, $0) }
         for (name, value) in strings where value?.utf8.contains(0) == true {
             throw .invalidClaim(name: name, reason: "contains a NUL character")

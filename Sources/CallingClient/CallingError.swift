@@ -15,6 +15,8 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible 
         case invalidState(String)
         /// The `MediaEngine` failed or is missing.
         case media(String)
+        /// A URL whose scheme the SDK cannot serve (only ws, wss, http, https), or without a host.
+        case unsupportedURL(String)
     }
 
     let kind: Kind
@@ -37,7 +39,7 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible 
             return !(CloseCode(rawValue: code)?.isTerminal ?? (code >= 4400 && code < 5000))
         case .server(let code, _):
             return ErrorCode(rawValue: code)?.isTemporary ?? false
-        case .invalidToken, .invalidState, .media:
+        case .invalidToken, .invalidState, .media, .unsupportedURL:
             return false
         case .http(let status, _, _):
             return status == 429 || status == 502 || status == 503
@@ -83,6 +85,7 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible 
         case .http(let status, let code, let detail): return "HTTP \(status) \(code ?? ""): \(detail)"
         case .invalidState(let why): return "invalid state: \(why)"
         case .media(let why): return "media: \(why)"
+        case .unsupportedURL(let why): return "unsupported URL: \(why)"
         }
     }
 }

@@ -22,7 +22,8 @@ public protocol MediaEngine: AnyObject, Sendable {
     /// Closes and forgets the peer connection; idempotent.
     func close(peer: PeerID)
     /// Like `close(peer:)`, saying why: an engine answering an HTTP session tells its caller
-    /// (seed 000 `status ended` or `replaced`). Defaults to `close(peer:)`.
+    /// (`status ended` or `replaced`; docs/protocol.md, "The control channel"). Defaults to
+    /// `close(peer:)`.
     func close(peer: PeerID, reason: CallEndReason)
     /// A quality sample over all peer connections (`rtt_ms`, `jitter_ms`, `packet_loss` 0–1,
     /// `bitrate_kbps`), or nil when there is nothing to measure. Polled every `statsInterval`.

@@ -3,8 +3,8 @@ import CallingTransport
 import Dispatch
 import Foundation
 
-/// What a `PresenceClient` reports. Payloads are passed through as JSON, like the seed SDKs; the
-/// few fields apps always need are typed.
+/// What a `PresenceClient` reports. Payloads are passed through as JSON, like the iOS and Android
+/// SDKs (docs/sdk.md, "Client SDK compatibility"); the few fields apps always need are typed.
 public enum PresenceEvent: Sendable, Equatable {
     /// The snapshot (`connected` frame): `{peer_id, role, agents, server_time}`.
     case connected(JSONValue)
@@ -57,6 +57,7 @@ public final class PresenceClient: @unchecked Sendable {
     private let continuation: AsyncStream<PresenceEvent>.Continuation
     private let loop: WebSocketClientLoop
     private let connectTimeout: TimeInterval
+    private let tls: TLSClientOptions
     private var token: String
     private var queues: [String]?
     private var connection: WebSocketClientConnection?
@@ -65,12 +66,14 @@ public final class PresenceClient: @unchecked Sendable {
     private var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
     private var isConnectedStorage = false
 
-    /// `url` is `ws://host:port`; `token` needs `scope` `presence` and `role` `agent`, `caller` or
-    /// `dashboard`. `queues` (agents only) replaces the agent's queues at connect.
+    /// `url` is `ws://host:port` or `wss://host[:port]` (verified as `tls` says; other schemes make
+    /// `connect()` throw `unsupportedURL`); `token` needs `scope` `presence` and `role` `agent`,
+    /// `caller` or `dashboard`. `queues` (agents only) replaces the agent's queues at connect.
     public init(url: URL, token: String, queues: [String]? = nil, loop: WebSocketClientLoop? = nil,
-                connectTimeout: TimeInterval = 10)
+                connectTimeout: TimeInterval = 10, tls: TLSClientOptions = TLSClientOptions())
     {
         self.url = url
+        self.tls = tls
         self.token = token
         self.queues = queues
         self.loop = loop ?? SignalingClient.sharedLoop
@@ -95,14 +98,21 @@ public final class PresenceClient: @unchecked Sendable {
                 guard connection == nil, connectWaiter == nil else {
                     return waiter.resume(throwing: CallingError(.invalidState("already connected")))
                 }
+                let endpoint: ClientEndpoint
+                do {
+                    endpoint = try REST.endpoint(for: url)
+                } catch {
+                    return waiter.resume(throwing: error)
+                }
                 if let newToken { token = newToken }
                 connectWaiter = waiter
                 generation += 1
                 let generation = generation
                 var path = url.path.isEmpty || url.path == "/" ? "/v1/presence" : url.path
                 if let queues { path += "?queues=" + queryEncoded(queues.joined(separator: ",")) }
-                connection = loop.connect(host: url.host ?? "127.0.0.1", port: url.port ?? 80, path: path,
-                                          headers: ["Authorization": "Bearer \(token)"]) { [weak self] event in
+                connection = loop.connect(host: endpoint.host, port: endpoint.port, path: path,
+                                          headers: ["Authorization": "Bearer \(token)"],
+                                          tls: endpoint.usesTLS ? tls : nil) { [weak self] event in
                     // lws service thread: hop to the queue.
                     guard let self else { return }
                     self.queue.async { self.handle(event, generation: generation) }

@@ -1,10 +1,9 @@
+import CallingTransport
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// Reads claims from a JWT without verifying it (the server verifies; the SDK only needs the
-/// room id before `connect()`, like the seed SDKs' `_roomIdFromToken`).
+/// room id before `connect()`, like `_roomIdFromToken` of the iOS and Android SDKs; docs/sdk.md,
+/// "Client SDK compatibility").
 enum TokenClaims {
     /// The payload segment, base64url-decoded and parsed; nil when the token is not a JWT.
     static func payload(of token: String) -> JSONValue? {
@@ -21,44 +20,50 @@ enum TokenClaims {
     }
 }
 
-/// Plain HTTP over URLSession (works on Linux for HTTP; WebSocket goes through lws).
+/// REST calls over the lws client (`WebSocketClientLoop.request`), so `https://` is verified the
+/// same way as `wss://` (system trust store, or `TLSClientOptions.caFile`) on every platform;
+/// Foundation's URLSession on Linux could not take a custom CA per client.
 enum REST {
-    /// `ws://h:p` → `http://h:p`, `wss://` → `https://`.
-    static func httpBase(for url: URL) -> URL? {
-        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return nil }
-        components.scheme = components.scheme == "wss" ? "https" : "http"
-        components.path = ""
-        components.query = nil
-        return components.url
+    /// The endpoint of a `ws://`/`wss://`/`http://`/`https://` URL; other schemes are an error,
+    /// never a plaintext fallback.
+    static func endpoint(for url: URL) throws(CallingError) -> ClientEndpoint {
+        do {
+            return try ClientEndpoint(url: url)
+        } catch {
+            throw CallingError(.unsupportedURL(error.description))
+        }
     }
 
     /// GET `path` with a bearer token; returns the parsed JSON body of a 2xx answer, or throws
     /// `CallingError` with the problem `code` of any other answer.
-    static func get(base: URL, path: String, query: [URLQueryItem], token: String, timeout: TimeInterval)
-        async throws -> JSONValue
+    static func get(loop: WebSocketClientLoop, endpoint: ClientEndpoint, tls: TLSClientOptions, path: String,
+                    query: [URLQueryItem], token: String, timeout: TimeInterval) async throws -> JSONValue
     {
-        guard var components = URLComponents(url: base, resolvingAgainstBaseURL: false) else {
-            throw CallingError(.http(status: 0, code: nil, detail: "bad base URL"))
-        }
+        var components = URLComponents()
         components.percentEncodedPath = path
         components.queryItems = query.isEmpty ? nil : query
-        guard let url = components.url else { throw CallingError(.http(status: 0, code: nil, detail: "bad URL")) }
-        var request = URLRequest(url: url, timeoutInterval: timeout)
-        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
-        let data: Data
-        let response: URLResponse
-        do {
-            (data, response) = try await URLSession.shared.data(for: request)
-        } catch {
-            throw CallingError(.connectFailed(status: nil, message: "\(error)"))
-        }
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        let body = try? JSONParser.parse([UInt8](data))
-        guard (200..<300).contains(status), let body else {
-            throw CallingError(.http(status: status, code: body?["code"]?.stringValue,
+        let target = components.percentEncodedPath + (components.percentEncodedQuery.map { "?" + $0 } ?? "")
+        let response = try await send(loop: loop, endpoint: endpoint, tls: tls, method: "GET", target: target,
+                                      headers: ["Authorization": "Bearer \(token)"], body: [], timeout: timeout)
+        let body = try? JSONParser.parse(response.body)
+        guard (200..<300).contains(response.status), let body else {
+            throw CallingError(.http(status: response.status, code: body?["code"]?.stringValue,
                                      detail: body?["detail"]?.stringValue ?? "unexpected answer"))
         }
         return body
+    }
+
+    /// One request; a request that got no answer throws `connectFailed(status: nil)`.
+    static func send(loop: WebSocketClientLoop, endpoint: ClientEndpoint, tls: TLSClientOptions, method: String,
+                     target: String, headers: [String: String], body: [UInt8], timeout: TimeInterval)
+        async throws(CallingError) -> HTTPClientResponse
+    {
+        do {
+            return try await loop.request(method, host: endpoint.host, port: endpoint.port, path: target, headers: headers,
+                                          body: body, tls: endpoint.usesTLS ? tls : nil, timeout: timeout)
+        } catch {
+            throw CallingError(.connectFailed(status: nil, message: error.message))
+        }
     }
 }
 

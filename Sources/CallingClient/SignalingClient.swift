@@ -3,7 +3,8 @@ import CallingTransport
 import Dispatch
 import Foundation
 
-/// Settings of a `SignalingClient`. Every field has the seed SDKs' default.
+/// Settings of a `SignalingClient`. Every field has the mobile SDKs' default (docs/sdk.md,
+/// "Client SDK compatibility").
 public struct SignalingOptions: Sendable {
     /// Waits before reconnect attempt 1, 2, 3…; the last entry repeats. Default 1 s, 2 s, 4 s.
     public var reconnectDelays: [TimeInterval] = [1, 2, 4]
@@ -26,6 +27,13 @@ public struct SignalingOptions: Sendable {
     public var pingInterval: TimeInterval?
     /// Timeout of REST requests (`fetchMessages`).
     public var httpTimeout: TimeInterval = 10
+    /// A PEM file of CA certificates trusted instead of the system trust store for `wss://` and
+    /// `https://` (a private PKI). The server's host name is verified either way.
+    public var tlsCAFile: String?
+    /// DEVELOPMENT ONLY: accept any server certificate for any host name on `wss://` and
+    /// `https://`. The traffic is encrypted but not authenticated, so anyone on the path can read
+    /// and change it. Every connection made with it logs a warning.
+    public var insecureSkipTLSVerification = false
     /// Consulted for a fresh token before each reconnect attempt (not before `connect()`).
     public var tokenProvider: (@Sendable () async throws -> String)?
     /// Media seam; nil for a signaling-only client.
@@ -37,6 +45,11 @@ public struct SignalingOptions: Sendable {
     public var callbackQueue: DispatchQueue?
 
     public init() {}
+
+    /// The two TLS fields as the transport takes them.
+    public var tls: TLSClientOptions {
+        TLSClientOptions(caFile: tlsCAFile, insecureSkipVerification: insecureSkipTLSVerification)
+    }
 }
 
 /// Receives the same events as `SignalingClient.events`, in the same order, on
@@ -70,8 +83,8 @@ public final class SignalingClient: @unchecked Sendable {
     private let callbackQueue: DispatchQueue
     private let continuation: AsyncStream<CallingEvent>.Continuation
     private let loop: WebSocketClientLoop
-    private let host: String
-    private let port: Int
+    /// Where `url` points, or why the SDK cannot serve it (`connect` throws that).
+    private let endpoint: Result<ClientEndpoint, CallingError>
     private let wsPath: String
 
     private weak var delegateStorage: (any SignalingClientDelegate)?
@@ -144,13 +157,15 @@ public final class SignalingClient: @unchecked Sendable {
         var timer: DispatchWorkItem?
     }
 
-    /// `url` is `ws://host:port` (a path other than `/` replaces `/v1/ws`); `token` is a peer JWT.
+    /// `url` is `ws://host:port` or `wss://host[:port]` (a path other than `/` replaces `/v1/ws`);
+    /// `token` is a peer JWT. `wss://` (and `https://`) verify the server's certificate as
+    /// `options.tlsCAFile` and `options.insecureSkipTLSVerification` say; any other scheme makes
+    /// `connect()` throw `unsupportedURL` rather than fall back to plaintext.
     public init(url: URL, token: String, options: SignalingOptions = SignalingOptions()) {
         self.url = url
         self.token = token
         self.options = options
-        host = url.host ?? "127.0.0.1"
-        port = url.port ?? (url.scheme == "wss" ? 443 : 80)
+        endpoint = Result { () throws(CallingError) in try REST.endpoint(for: url) }
         wsPath = (url.path.isEmpty || url.path == "/") ? "/v1/ws" : url.path
         loop = options.loop ?? SignalingClient.sharedLoop
         callbackQueue = options.callbackQueue ?? DispatchQueue(label: "calling-client.callbacks")
@@ -164,7 +179,8 @@ public final class SignalingClient: @unchecked Sendable {
     }
 
     /// One lws client loop for every client that is not given its own; lives for the process.
-    static let sharedLoop = WebSocketClientLoop(logger: Logger(label: "calling-client", level: .error))
+    /// Its logger shows warnings: the one it writes is `insecureSkipTLSVerification`'s.
+    static let sharedLoop = WebSocketClientLoop(logger: Logger(label: "calling-client", level: .warning))
 
     // MARK: public state
 
@@ -201,6 +217,10 @@ public final class SignalingClient: @unchecked Sendable {
                 case .idle, .ended, .failed: break
                 default:
                     waiter.resume(throwing: CallingError(.invalidState("connect() while \(stateStorage)")))
+                    return
+                }
+                if case .failure(let error) = endpoint {
+                    waiter.resume(throwing: error)
                     return
                 }
                 if let newToken { token = newToken }
@@ -427,10 +447,11 @@ public final class SignalingClient: @unchecked Sendable {
     public func fetchMessages(sinceSeq: Int64 = 0, limit: Int? = nil) async throws -> MessagesPage {
         let (bearer, room) = onQueue { (self.token, roomIdStorage ?? TokenClaims.roomId(of: self.token)) }
         guard let room else { throw CallingError(.invalidToken("no room_id claim")) }
-        guard let base = REST.httpBase(for: url) else { throw CallingError(.http(status: 0, code: nil, detail: "bad URL")) }
+        let endpoint = try endpoint.get()
         var query = [URLQueryItem(name: "since_seq", value: String(sinceSeq))]
         if let limit { query.append(URLQueryItem(name: "limit", value: String(limit))) }
-        let body = try await REST.get(base: base, path: "/v1/rooms/\(queryEncoded(room.rawValue))/messages", query: query,
+        let body = try await REST.get(loop: loop, endpoint: endpoint, tls: options.tls,
+                                      path: "/v1/rooms/\(queryEncoded(room.rawValue))/messages", query: query,
                                       token: bearer, timeout: options.httpTimeout)
         let messages = (body["messages"]?.arrayValue ?? []).compactMap { ChatMessage($0, from: $0["from"]?.stringValue) }
         return MessagesPage(roomId: RoomID(body["room_id"]?.stringValue ?? room.rawValue), messages: messages,
@@ -439,11 +460,12 @@ public final class SignalingClient: @unchecked Sendable {
     }
 
     /// STUN/TURN servers for the peer connection (`GET /v1/ice` with this client's token), as
-    /// the seed SDKs fetch them before creating a peer connection. Works before `connect()`.
+    /// the iOS and Android SDKs fetch them before creating a peer connection (docs/sdk.md,
+    /// "Client SDK compatibility"). Works before `connect()`.
     public func fetchIceServers() async throws -> IceServers {
         let bearer = onQueue { self.token }
-        guard let base = REST.httpBase(for: url) else { throw CallingError(.http(status: 0, code: nil, detail: "bad URL")) }
-        let body = try await REST.get(base: base, path: "/v1/ice", query: [], token: bearer, timeout: options.httpTimeout)
+        let body = try await REST.get(loop: loop, endpoint: try endpoint.get(), tls: options.tls, path: "/v1/ice", query: [],
+                                      token: bearer, timeout: options.httpTimeout)
         let servers = (body["ice_servers"]?.arrayValue ?? []).map { entry -> IceServer in
             let urls = entry["urls"]?.arrayValue?.compactMap(\.stringValue) ?? entry["urls"]?.stringValue.map { [$0] } ?? []
             return IceServer(urls: urls, username: entry["username"]?.stringValue, credential: entry["credential"]?.stringValue)
@@ -512,7 +534,9 @@ public final class SignalingClient: @unchecked Sendable {
         replayHigh = 0
         var path = wsPath
         if resumable { path += "?last_seq=\(min(lastSeqStorage, gapCursor ?? .max))" }
-        connection = loop.connect(host: host, port: port, path: path, headers: ["Authorization": "Bearer \(token)"]) {
+        guard case .success(let endpoint) = endpoint else { return }  // connect() refused it already
+        connection = loop.connect(host: endpoint.host, port: endpoint.port, path: path,
+                                  headers: ["Authorization": "Bearer \(token)"], tls: endpoint.usesTLS ? options.tls : nil) {
             [weak self] event in
             // lws service thread: hop to the state queue, nothing else.
             guard let self else { return }

@@ -1,7 +1,7 @@
 @_exported import CallingProtocol
 import Foundation
 
-/// The call state machine of the SDKs (seed 001):
+/// The call state machine of the SDKs (docs/sdk.md, "Client SDK compatibility"):
 /// `idle → connecting → connected ⇄ reconnecting → ended | failed`.
 ///
 /// - `ended` is reached only by the app (`disconnect()`) or a server close the app asked for.

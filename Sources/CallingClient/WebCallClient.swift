@@ -1,12 +1,12 @@
 import CallingProtocol
+import CallingTransport
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
-/// A native web call over the webrtc-proxy session API (docs/protocol.md, "HTTP sessions"; seed 000):
-/// the app's WebRTC stack makes the offers, this client carries them to the server over plain HTTP
-/// and returns the answering agent's SDP. No WebSocket is involved.
+/// A native web call over the webrtc-proxy session API (docs/protocol.md, "HTTP sessions"):
+/// the app's WebRTC stack makes the offers, this client carries them to the server over HTTP(S)
+/// and returns the answering agent's SDP. No WebSocket is involved. `https://` verifies the server's
+/// certificate against the system trust store, or `tls.caFile`; a base URL that is not `http(s)`
+/// or `ws(s)` makes every request throw `unsupportedURL`.
 ///
 /// ```swift
 /// let call = WebCallClient(baseURL: URL(string: "https://calls.example.org")!, callID: callID, accessToken: token)
@@ -21,25 +21,31 @@ import FoundationNetworking
 /// `Retry-After` of the last refusal is in `retryAfter`; the client never retries on its own.
 public final class WebCallClient: @unchecked Sendable {
     // @unchecked: the `var`s are touched only under `lock`; the `let`s are immutable and
-    // URLSession is thread-safe.
+    // the client loop is thread-safe.
     private let lock = NSLock()
     private var currentSessionID: String?
     private var lastRetryAfter: TimeInterval?
     /// Bumped by every POST and every hangup: a POST whose answer arrives after a later POST or
-    /// hangup must not overwrite the session (seed 000: "hung up during the POST").
+    /// hangup must not overwrite the session (docs/protocol.md, "Call and session rules": hanging
+    /// up mid-connect).
     private var generation = 0
     private var latestPostGeneration = 0
 
     /// `{base}/webrtc-proxy/{call_id}/v1/webrtc/sessions`; internal for tests.
     let sessionsURL: URL?
     private let accessToken: String
-    private let session: URLSession
+    private let loop: WebSocketClientLoop
+    private let tls: TLSClientOptions
     /// Longer than the server's answer timeout (10 s), so a slow agent surfaces as 502, not a local timeout.
     private let requestTimeout: TimeInterval = 30
 
-    public init(baseURL: URL, callID: String, accessToken: String, session: URLSession = .shared) {
+    /// `loop` carries the requests (nil: the SDK's process-wide loop); `tls` applies to `https://`.
+    public init(baseURL: URL, callID: String, accessToken: String, tls: TLSClientOptions = TLSClientOptions(),
+                loop: WebSocketClientLoop? = nil)
+    {
         self.accessToken = accessToken
-        self.session = session
+        self.loop = loop ?? SignalingClient.sharedLoop
+        self.tls = tls
         var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false)
         if components?.scheme == "ws" { components?.scheme = "http" }
         if components?.scheme == "wss" { components?.scheme = "https" }
@@ -159,22 +165,14 @@ public final class WebCallClient: @unchecked Sendable {
     {
         guard var url = sessionsURL else { throw CallingError(.http(status: 0, code: nil, detail: "bad base URL")) }
         if let sessionID { url.appendPathComponent(sessionID) }
-        var request = URLRequest(url: url, timeoutInterval: requestTimeout)
-        request.httpMethod = method
-        request.setValue("Bearer \(accessToken)", forHTTPHeaderField: "Authorization")
-        if let contentType { request.setValue(contentType, forHTTPHeaderField: "Content-Type") }
-        request.httpBody = body
-        let data: Data
-        let response: URLResponse
-        do {
-            (data, response) = try await session.data(for: request)
-        } catch {
-            throw CallingError(.connectFailed(status: nil, message: "\(error)"))
-        }
-        let http = response as? HTTPURLResponse
-        let status = http?.statusCode ?? 0
-        let retryAfter = http?.value(forHTTPHeaderField: "Retry-After")
-            .flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }
+        let endpoint = try REST.endpoint(for: url)
+        var headers = ["Authorization": "Bearer \(accessToken)"]
+        if let contentType { headers["Content-Type"] = contentType }
+        let response = try await REST.send(loop: loop, endpoint: endpoint, tls: tls, method: method, target: endpoint.pathAndQuery,
+                                           headers: headers, body: body.map { Array($0) } ?? [], timeout: requestTimeout)
+        let status = response.status
+        let data = Data(response.body)
+        let retryAfter = response.headers["retry-after"].flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }
         lock.withLock { lastRetryAfter = expect.contains(status) ? nil : retryAfter }
         guard expect.contains(status) else {
             let problem = try? JSONParser.parse([UInt8](data))

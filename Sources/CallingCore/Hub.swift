@@ -9,13 +9,21 @@ public struct PeerIdentity: Sendable, Equatable {
     public var call: CallID?
     public var role: String
     public var name: String?
+    /// The token's `max_peers` claim: this room's seat limit for this joiner, instead of
+    /// `HubSettings.maxPeersPerRoom`. 0 = unlimited.
+    public var maxPeers: Int?
+    /// Which token this is, so a kicked peer's token can be refused until it expires.
+    public var credential: TokenCredential?
 
-    public init(peer: PeerID, room: RoomID, call: CallID? = nil, role: String = "peer", name: String? = nil) {
+    public init(peer: PeerID, room: RoomID, call: CallID? = nil, role: String = "peer", name: String? = nil,
+                maxPeers: Int? = nil, credential: TokenCredential? = nil) {
         self.peer = peer
         self.room = room
         self.call = call
         self.role = role
         self.name = name
+        self.maxPeers = maxPeers
+        self.credential = credential
     }
 
     var rosterEntry: JSONValue {
@@ -23,6 +31,33 @@ public struct PeerIdentity: Sendable, Equatable {
         fields["name"] = name.map(JSONValue.string) ?? .null
         return .object(fields)
     }
+}
+
+/// A token's identity: its `jti` when it has one, else `sub`, `room_id`, `iat` and `exp` together
+/// (two tokens minted for the same peer in the same second are then the same credential). A kicked
+/// credential is refused until `expiresAt`, after which the token is refused as expired anyway.
+public struct TokenCredential: Sendable, Hashable {
+    public var id: String
+    /// `exp` plus the verifier's leeway, in ms.
+    public var expiresAt: Millis
+
+    public init(id: String, expiresAt: Millis) {
+        self.id = id
+        self.expiresAt = expiresAt
+    }
+}
+
+/// Why `Hub.admit` gives a joiner no seat. docs/protocol.md ("Room limits", "Admin API") lists the
+/// HTTP status and `code` of each.
+public enum JoinRefusal: Sendable, Equatable {
+    /// The room already seats `limit` distinct peer ids (seated or joining).
+    case roomFull(limit: Int)
+    /// The node is draining: no new seats, existing rooms go on.
+    case draining
+    /// This token was kicked (or its room ended) by the admin API.
+    case kicked
+    /// The token's `sub` is the id the server itself sends admin `data` frames from.
+    case reservedPeerID
 }
 
 /// What the hub knows of a room's chat when a peer joins; loaded from the store before `join`.
@@ -88,6 +123,16 @@ public enum HubInput: Sendable {
     /// Gives a room its consultation meter (Meter.swift), loaded by the service after a join.
     /// Ignored when the room is empty or already has one.
     case attachMeter(RoomID, Meter)
+    /// A joiner admitted by `admit` went away before its join completed: its seat hold is released.
+    case abandonSeat(RoomID, PeerID)
+    /// Admin: closes `peer`'s connection with 4403 and refuses its token until it expires.
+    case kick(RoomID, PeerID)
+    /// Admin: closes every connection in the room with 4404 and refuses their tokens until they expire.
+    case endRoom(RoomID)
+    /// Admin: a `data` frame from `Hub.serverPeerID` to one peer of the room, or to all of them.
+    case serverData(RoomID, to: PeerID?, payload: JSONValue)
+    /// Admin: while draining, `admit` refuses new seats; rooms already open go on.
+    case setDraining(Bool)
 }
 
 public enum ChatStoreOutcome: Sendable, Equatable {
@@ -117,13 +162,20 @@ public struct HubSettings: Sendable, Equatable {
     public var typingTTLMs: Int64
     public var chatMaxTextBytes: Int
     public var chatMaxMetaBytes: Int
+    /// Distinct peer ids a room seats when the joiner's token sets no `max_peers`; 0 = unlimited.
+    public var maxPeersPerRoom: Int
+    /// How long a seat stays held for an admitted joiner whose join has not completed (the store
+    /// read of its chat state); a join that never completes frees the seat after this.
+    public var seatHoldMs: Int64
 
     public init(pingIntervalMs: Int64 = 25_000, typingTTLMs: Int64 = 6_000, chatMaxTextBytes: Int = 4_096,
-                chatMaxMetaBytes: Int = 2_048) {
+                chatMaxMetaBytes: Int = 2_048, maxPeersPerRoom: Int = 0, seatHoldMs: Int64 = 30_000) {
         self.pingIntervalMs = pingIntervalMs
         self.typingTTLMs = typingTTLMs
         self.chatMaxTextBytes = chatMaxTextBytes
         self.chatMaxMetaBytes = chatMaxMetaBytes
+        self.maxPeersPerRoom = maxPeersPerRoom
+        self.seatHoldMs = seatHoldMs
     }
 }
 
@@ -148,6 +200,15 @@ public struct Hub: Sendable {
     var rooms: [RoomID: Room] = [:]
     var meteredRooms: Set<RoomID> = []
     private var connections: [ConnectionID: (room: RoomID, peer: PeerID)] = [:]
+    /// Seats promised by `admit` to joiners whose join has not arrived yet, until when.
+    private var holds: [RoomID: [PeerID: Millis]] = [:]
+    /// Kicked credentials, refused until the stored time (their expiry).
+    private var banned: [String: Millis] = [:]
+    /// Set by `.setDraining`: `admit` refuses new seats while rooms already open go on.
+    public private(set) var isDraining = false
+
+    /// The `from` of `data` frames the admin API sends; `admit` refuses tokens with this `sub`.
+    public static let serverPeerID = PeerID("_server")
 
     public init(settings: HubSettings = HubSettings()) {
         self.settings = settings
@@ -169,6 +230,38 @@ public struct Hub: Sendable {
         return state.order.compactMap { state.members[$0]?.identity }
     }
 
+    /// Decides, before the upgrade, whether `identity` gets a seat in its room, and holds the seat
+    /// until its `.join` arrives (or `.abandonSeat`, or `seatHoldMs` pass). A peer id already seated
+    /// or held in the room is a takeover, not a new seat. Returns nil when admitted.
+    public mutating func admit(_ identity: PeerIdentity, now: Millis) -> JoinRefusal? {
+        if identity.peer == Self.serverPeerID { return .reservedPeerID }
+        if let credential = identity.credential, let until = banned[credential.id], until > now { return .kicked }
+        let room = rooms[identity.room]
+        let seated = room?.members[identity.peer] != nil
+        let held = (holds[identity.room]?[identity.peer] ?? .min) > now
+        if !seated && !held {
+            if isDraining { return .draining }
+            let limit = identity.maxPeers ?? settings.maxPeersPerRoom
+            if limit > 0 {
+                var seats = Set(room?.order ?? [])
+                for (peer, until) in holds[identity.room] ?? [:] where until > now { seats.insert(peer) }
+                if seats.count >= limit { return .roomFull(limit: limit) }
+            }
+        }
+        holds[identity.room, default: [:]][identity.peer] = now + settings.seatHoldMs
+        return nil
+    }
+
+    /// Rooms by id, each with its members in join order (the admin API's listing).
+    public var roomList: [(room: RoomID, members: [PeerIdentity])] {
+        rooms.keys.sorted().map { ($0, identities(in: $0)) }
+    }
+
+    /// The connection seated as `peer` in `room`, if any.
+    public func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? {
+        rooms[room]?.members[peer]?.connection
+    }
+
     public mutating func handle(_ input: HubInput, now: Millis) -> [HubEffect] {
         switch input {
         case .join(let connection, let identity, let resume):
@@ -184,10 +277,64 @@ public struct Hub: Sendable {
             let others = members.order.filter { $0 != peer }.compactMap { members.members[$0]?.connection }
             return others.isEmpty ? [] : [.send(others, Frame(.read, from: peer.rawValue, payload: ["seq": .int(seq)]))]
         case .tick:
+            expireHoldsAndBans(now: now)
             return expireTyping(now: now) + advanceMeters(now: now)
         case .attachMeter(let room, let meter):
             return attachMeter(meter, to: room, now: now)
+        case .abandonSeat(let room, let peer):
+            releaseHold(room, peer)
+            return []
+        case .kick(let roomID, let peer):
+            guard let member = rooms[roomID]?.members[peer] else { return [] }
+            ban(member.identity)
+            // Left at once, so the room and the admin listing no longer show the peer; the socket's
+            // disconnect that follows the close finds nothing left to do.
+            return [.close(member.connection, .kicked)] + leave(member.connection, now: now)
+        case .endRoom(let roomID):
+            guard let room = rooms[roomID] else { return [] }
+            let seated = room.order.compactMap { room.members[$0] }
+            for member in seated {
+                ban(member.identity)
+                connections[member.connection] = nil
+            }
+            rooms[roomID] = nil
+            holds[roomID] = nil
+            var emptied = room
+            emptied.members = [:]
+            emptied.order = []
+            return seated.map { .close($0.connection, .roomClosed) } + meterAfterLeave(roomID, remaining: emptied, now: now)
+        case .serverData(let roomID, let to, let payload):
+            guard let room = rooms[roomID] else { return [] }
+            let frame = Frame(.data, from: Self.serverPeerID.rawValue, to: to?.rawValue, payload: payload)
+            if let to {
+                guard let target = room.members[to] else { return [] }
+                return [.send([target.connection], frame)]
+            }
+            return [.send(room.order.compactMap { room.members[$0]?.connection }, frame)]
+        case .setDraining(let draining):
+            isDraining = draining
+            return []
         }
+    }
+
+    private mutating func ban(_ identity: PeerIdentity) {
+        guard let credential = identity.credential else { return }
+        banned[credential.id] = max(banned[credential.id] ?? .min, credential.expiresAt)
+    }
+
+    private mutating func releaseHold(_ room: RoomID, _ peer: PeerID) {
+        holds[room]?[peer] = nil
+        if holds[room]?.isEmpty == true { holds[room] = nil }
+    }
+
+    /// Every tick: forgets holds whose join never came and bans whose token has expired.
+    private mutating func expireHoldsAndBans(now: Millis) {
+        if !holds.isEmpty {
+            for (room, peers) in holds {
+                for (peer, until) in peers where until <= now { releaseHold(room, peer) }
+            }
+        }
+        if !banned.isEmpty { banned = banned.filter { $0.value > now } }
     }
 
     // MARK: membership
@@ -196,6 +343,7 @@ public struct Hub: Sendable {
         -> [HubEffect]
     {
         var effects: [HubEffect] = []
+        releaseHold(identity.room, identity.peer)
         var room = rooms[identity.room] ?? Room()
         let takeover = room.members[identity.peer]
         if let takeover {

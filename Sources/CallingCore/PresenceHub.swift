@@ -365,6 +365,8 @@ public struct PresenceHub: Sendable {
                 effects.append(.send([agentConnection], offerFrame(request)))
             }
             effects.append(.send([connection], Frame(type: PresenceFrameType.request.rawValue, payload: .object(ack))))
+            effects += toDashboards(Frame(type: PresenceFrameType.request.rawValue, from: request.caller.rawValue,
+                                          payload: supervisorEntry(request)))
             return effects
 
         case .accept(let id):
@@ -378,7 +380,12 @@ public struct PresenceHub: Sendable {
                                     agentName: identity.name, agentConnection: connection)
             agents[identity.peer]?.status = .busy
             agents[identity.peer]?.updatedAt = now
-            return [.mintCall(call)] + statusDelta(identity.peer)
+            // Dashboards learn where the call went, never its tokens.
+            let seen = Frame(type: PresenceFrameType.accepted.rawValue, payload: [
+                "request_id": .string(id.rawValue), "call_id": .string(call.callID.rawValue), "room_id": .string(call.roomID.rawValue),
+                "agent_id": .string(call.agent.rawValue), "caller_id": .string(call.caller.rawValue),
+            ])
+            return [.mintCall(call)] + toDashboards(seen) + statusDelta(identity.peer)
 
         case .decline(let id):
             guard let request = requests[id], request.agent == identity.peer else { return refuseUnknown(id, connection, message, now: now) }
@@ -413,6 +420,7 @@ public struct PresenceHub: Sendable {
         if connections[tombstone.callerConnection] != nil { targets.append(tombstone.callerConnection) }
         if let connection = agents[tombstone.agent]?.connection { targets.append(connection) }
         if !targets.isEmpty { effects.append(.send(targets, endedFrame(id, .failed))) }
+        effects += toDashboards(supervisorEndedFrame(id, .failed, agent: tombstone.agent, caller: tombstone.caller))
         // The call never existed, so the agent is not busy with it.
         if agents[tombstone.agent]?.status == .busy {
             agents[tombstone.agent]?.status = .available
@@ -431,7 +439,8 @@ public struct PresenceHub: Sendable {
         var targets: [ConnectionID] = []
         if connections[request.callerConnection] != nil { targets.append(request.callerConnection) }
         if let agentConnection = agents[request.agent]?.connection { targets.append(agentConnection) }
-        return targets.isEmpty ? [] : [.send(targets, endedFrame(id, reason))]
+        let effects: [PresenceEffect] = targets.isEmpty ? [] : [.send(targets, endedFrame(id, reason))]
+        return effects + toDashboards(supervisorEndedFrame(id, reason, agent: request.agent, caller: request.caller))
     }
 
     private mutating func remember(_ request: Request, _ outcome: Tombstone.Outcome, now: Millis) {
@@ -476,10 +485,38 @@ public struct PresenceHub: Sendable {
 
     private func connectedFrame(_ identity: PresenceIdentity, now: Millis) -> Frame {
         let list = agents.sorted { $0.key < $1.key }.map { agentEntry($0.key, $0.value) }
-        return Frame(type: PresenceFrameType.connected.rawValue, payload: [
+        var payload: [String: JSONValue] = [
             "peer_id": .string(identity.peer.rawValue), "role": .string(identity.role.rawValue),
             "agents": .array(list), "server_time": .int(now),
+        ]
+        if identity.role == .dashboard {
+            payload["requests"] = .array(requests.values.sorted { $0.id < $1.id }.map(supervisorEntry))
+        }
+        return Frame(type: PresenceFrameType.connected.rawValue, payload: .object(payload))
+    }
+
+    /// A ringing request as a supervisor sees it: who rings whom, from which queue, until when.
+    /// Not the caller's metadata, which is for the agent.
+    private func supervisorEntry(_ request: Request) -> JSONValue {
+        [
+            "request_id": .string(request.id.rawValue), "agent_id": .string(request.agent.rawValue),
+            "caller_id": .string(request.caller.rawValue), "name": request.callerName.map(JSONValue.string) ?? .null,
+            "queue": request.queue.map { .string($0.rawValue) } ?? .null, "state": "ringing",
+            "expires_at": .int(request.expiresAt),
+        ]
+    }
+
+    private func supervisorEndedFrame(_ id: PresenceRequestID, _ reason: PresenceEndReason, agent: PeerID, caller: PeerID) -> Frame {
+        Frame(type: PresenceFrameType.ended.rawValue, payload: [
+            "request_id": .string(id.rawValue), "reason": .string(reason.rawValue),
+            "agent_id": .string(agent.rawValue), "caller_id": .string(caller.rawValue),
         ])
+    }
+
+    /// `frame` to every dashboard connection: they watch requests as well as statuses.
+    private func toDashboards(_ frame: Frame) -> [PresenceEffect] {
+        let targets = connections.filter { $0.value.role == .dashboard }.map(\.key).sorted()
+        return targets.isEmpty ? [] : [.send(targets, frame)]
     }
 
     /// The agent's current status to every connection, the agent's own included.

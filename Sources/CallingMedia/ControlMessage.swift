@@ -1,6 +1,7 @@
 import CallingClient
 
-/// The JSON messages of an HTTP session's `control` data channel (seed 000, "Handle call events").
+/// The JSON messages of an HTTP session's `control` data channel (docs/protocol.md,
+/// "The control channel").
 /// The caller sends `mute`, `dtmf`, `ping` and `hangup`; the answering side sends `status`
 /// (`connected`, `ended`, `replaced`) and `pong`.
 public enum ControlMessage: Sendable, Equatable {

@@ -18,8 +18,9 @@ import Foundation
 ///
 /// One pipeline per peer connection, so one slow or failing peer cannot stall another. Answers to
 /// HTTP sessions (offers carrying `session_id`) wait for ICE gathering and speak the session's
-/// `control` channel (seed 000): `status connected` when it opens, `pong` to `ping`, `mute`
-/// honoured, `hangup` ends the call, `status ended`/`replaced` when this side ends it.
+/// `control` channel (docs/protocol.md, "The control channel"): `status connected` when it opens,
+/// `pong` to `ping`, `mute` honoured, `hangup` ends the call, `status ended`/`replaced` when this
+/// side ends it.
 public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     // @unchecked: `connections` and `feed` are guarded by `lock`; the rest is immutable.
 

@@ -69,8 +69,8 @@ public enum MediaEvent: Sendable, Equatable {
     case dataChannelOpen(peer: PeerID, label: String)
     case dataChannelClosed(peer: PeerID, label: String)
     case dataMessage(peer: PeerID, label: String, text: String)
-    /// A message on an HTTP session's `control` channel (seed 000), already answered where the
-    /// protocol says so (`ping` → `pong`, `hangup` → the call ends).
+    /// A message on an HTTP session's `control` channel (docs/protocol.md, "The control channel"),
+    /// already answered where the protocol says so (`ping` → `pong`, `hangup` → the call ends).
     case control(peer: PeerID, message: ControlMessage)
     case connected(peer: PeerID, milliseconds: Int)
     case stateChanged(peer: PeerID, state: PeerConnectionState)

@@ -49,7 +49,8 @@ final class PeerConnection: @unchecked Sendable {
     private var tornDown = false
     /// The caller said `hangup` on the control channel: no `status ended` goes back.
     private var remoteHungUp = false
-    /// The caller said `mute`: its audio is ignored until it unmutes (seed 000).
+    /// The caller said `mute`: its audio is ignored until it unmutes (docs/protocol.md,
+    /// "The control channel").
     private var remoteMuted = false
     private var meter = AudioMeter()
     private var recorder: WAVFile.Writer?
@@ -452,7 +453,7 @@ final class PeerConnection: @unchecked Sendable {
             }
             return .some(self.recorder)
         }
-        // nil: muted by the caller (seed 000 `mute`), so its audio goes nowhere.
+        // nil: muted by the caller (its `mute` on the control channel), so its audio goes nowhere.
         guard let recorder else { return }
         recorder?.append(samples)
         if case .pcm(let callback) = settings.options.output { callback(peer, Array(samples)) }
@@ -580,7 +581,8 @@ final class PeerConnection: @unchecked Sendable {
 
     // MARK: teardown
 
-    /// Tells an HTTP session's caller why the call ends (seed 000 `status`), unless it hung up itself.
+    /// Tells an HTTP session's caller why the call ends (the `control` channel's `status`), unless it
+    /// hung up itself.
     /// Returns whether a message went out (the caller then gives it a moment to leave).
     func announceEnd(replaced: Bool) -> Bool {
         let speak = lock.withLock { isSession && !remoteHungUp && openChannels.contains("control") }

@@ -47,7 +47,7 @@ public struct ChatSubmission: Sendable, Equatable {
     }
 }
 
-/// The seed SDKs' 5-second quality sample; units as in the JS SDK.
+/// The SDKs' 5-second quality sample; keys and units in docs/sdk.md, "Client SDK compatibility".
 public struct StatsSample: Sendable, Equatable {
     public var rttMs: Double?
     public var jitterMs: Double?

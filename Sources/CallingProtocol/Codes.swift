@@ -88,7 +88,9 @@ public enum CloseCode: UInt16, Sendable, CaseIterable {
     case tokenExpired = 4401
     /// The consultation meter reached its limit and the room was closed. Terminal.
     case consultationEnded = 4410
-    /// The room was closed by the server API. Terminal.
+    /// An operator removed this peer through the admin API; its token is refused until it expires. Terminal.
+    case kicked = 4403
+    /// The room was closed by the admin API (`end`); every token seated in it is refused until it expires. Terminal.
     case roomClosed = 4404
 
     public var isTerminal: Bool { rawValue >= 4400 && rawValue < 5000 }
@@ -104,6 +106,7 @@ public enum CloseCode: UInt16, Sendable, CaseIterable {
         case .replaced: return "replaced"
         case .tokenExpired: return "token expired"
         case .consultationEnded: return "consultation ended"
+        case .kicked: return "kicked"
         case .roomClosed: return "room closed"
         }
     }

@@ -26,7 +26,7 @@ public enum CallTag: IdentifierTag {}
 public typealias RoomID = Identifier<RoomTag>
 /// A participant, as named by the `sub` claim of its token. Stable across reconnects.
 public typealias PeerID = Identifier<PeerTag>
-/// A call: the business-level session a room belongs to (seed 000's `call_id`).
+/// A call: the business-level session a room belongs to (`call_id`; docs/protocol.md, "Calls API").
 public typealias CallID = Identifier<CallTag>
 
 /// One transport connection. A peer may own a different connection after a reconnect or takeover,

@@ -4,32 +4,24 @@ import CallingStore
 import Foundation
 
 /// `calling-server apikey create|list|revoke`: manages the keys of the server-to-server routes
-/// (`/v1/calls`, `/v1/tokens`). Works on the database file directly, so it also works while the
+/// (`/v1/calls`, `/v1/tokens`: scope `calls`) and of the admin API (`/v1/admin/…`: scope `admin`).
+/// Works on the database file directly, so it also works while the
 /// server runs (SQLite WAL; the server looks keys up per request, so a revocation takes effect on
 /// the next request).
 enum APIKeyCommand {
     static let usage = """
-        usage: calling-server apikey create --name NAME   print a new key (shown only this once)
-               calling-server apikey list                 list keys (id, name, created, revoked)
+        usage: calling-server apikey create --name NAME [--scope calls|admin|"calls admin"]
+                                                          print a new key (shown only this once); scope defaults to calls
+               calling-server apikey list                 list keys (id, name, scope, created, revoked)
                calling-server apikey revoke --id ID       revoke a key
         (plus the config flags of serve, e.g. --data-dir DIR)
         """
 
     static func run(_ arguments: [String], environment: [String: String]) -> Int32 {
-        guard arguments.count >= 3 else {
-            CallingCommand.printError(usage)
-            return 64
-        }
-        let action = arguments[2]
-        var flags: [String: String]
-        switch CallingCommand.parseFlags(arguments.dropFirst(3)) {
-        case .failure(let problems):
-            CallingCommand.printError(problems.description)
-            return 64
-        case .success(let parsed): flags = parsed
-        }
+        guard case (let action, var flags)? = CallingCommand.actionAndFlags(arguments, usage: usage) else { return 64 }
         let name = flags.removeValue(forKey: "name")
         let id = flags.removeValue(forKey: "id")
+        let scopeText = flags.removeValue(forKey: "scope")
         let config: ServerConfig
         switch CallingCommand.loadConfig(flags: flags, environment: environment) {
         case .failure(let problems):
@@ -43,21 +35,27 @@ enum APIKeyCommand {
                 CallingCommand.printError("apikey create: --name is required\n\(usage)")
                 return 64
             }
+            let scopes = (scopeText ?? APIKeyRecord.callsScope).split(whereSeparator: { $0 == " " || $0 == "," }).map(String.init)
+            guard !scopes.isEmpty, scopes.allSatisfy(APIKeyRecord.knownScopes.contains) else {
+                CallingCommand.printError("apikey create: --scope must be one or more of \(APIKeyRecord.knownScopes.joined(separator: ", "))")
+                return 64
+            }
             return withRepository(config) { keys in
                 let plaintext = APIKey.generate()
                 let record = APIKeyRecord(id: "ak_" + SecureRandom.token(bytes: 9), name: name, hash: APIKey.hash(plaintext),
-                                          createdMs: Self.nowMs())
+                                          createdMs: Self.nowMs(), scopes: scopes)
                 try keys.insert(record)
                 // The key alone on stdout, so `KEY=$(calling-server apikey create --name x)` works.
                 print(plaintext)
-                CallingCommand.printError("created API key \(record.id) (\(name)); the key above is not shown again")
+                CallingCommand.printError("created API key \(record.id) (\(name), scope \(scopes.joined(separator: " "))); the key above is not shown again")
                 return 0
             }
         case "list":
             return withRepository(config) { keys in
-                print(["ID", "NAME", "CREATED", "REVOKED"].joined(separator: "\t"))
+                print(["ID", "NAME", "SCOPE", "CREATED", "REVOKED"].joined(separator: "\t"))
                 for key in try keys.all() {
-                    print([key.id, key.name, Self.timestamp(key.createdMs), key.revokedMs.map(Self.timestamp) ?? "-"]
+                    print([key.id, key.name, key.scopes.joined(separator: " "), Self.timestamp(key.createdMs),
+                           key.revokedMs.map(Self.timestamp) ?? "-"]
                         .joined(separator: "\t"))
                 }
                 return 0

@@ -13,7 +13,8 @@ import Foundation
 // @unchecked Sendable: all mutable state is touched only on the service thread. Store completions
 // run on the store queue and capture `self` solely to hop back through `transport.post`.
 final class CallsAPI: @unchecked Sendable {
-    /// The end reason of a call nobody joined within `call_join_window_seconds` (seed 000).
+    /// The end reason of a call nobody joined within `call_join_window_seconds` (docs/protocol.md,
+    /// "Call and session rules").
     static let notJoinedReason = "error_user_not_joined"
     /// The end reason of a call whose consultation meter ran out.
     static let consultationEndedReason = "consultation_ended"
@@ -66,7 +67,7 @@ final class CallsAPI: @unchecked Sendable {
             let names = route.allowed.map(\.rawValue).joined(separator: ", ")
             return respond(.problem(405, code: "method_not_allowed", detail: "use \(names)", headers: [("allow", names)]))
         }
-        authenticateAPIKey(request) { result in
+        authenticateAPIKey(request, scope: APIKeyRecord.callsScope) { result in
             switch result {
             case .failure(let response): respond(response)
             case .success(let key): route.run(key)
@@ -76,9 +77,10 @@ final class CallsAPI: @unchecked Sendable {
 
     // MARK: API keys
 
-    /// The key from `X-API-Key` or `Authorization: Bearer csk_…`, checked against the store; `then`
-    /// runs on the service thread with the key's record or the 401/503 to send.
-    func authenticateAPIKey(_ request: HTTPRequest, then: @escaping @Sendable (Result<APIKeyRecord, HTTPResponse>) -> Void) {
+    /// The key from `X-API-Key` or `Authorization: Bearer csk_…`, checked against the store and for
+    /// `scope`; `then` runs on the service thread with the key's record or the 401/403/503 to send.
+    func authenticateAPIKey(_ request: HTTPRequest, scope: String,
+                            then: @escaping @Sendable (Result<APIKeyRecord, HTTPResponse>) -> Void) {
         let presented = request.headers["x-api-key"].map { $0.trimmingCharacters(in: .whitespaces) } ?? request.bearerToken
         guard let key = presented, !key.isEmpty else {
             return then(.failure(.problem(401, code: "api_key_missing",
@@ -92,7 +94,10 @@ final class CallsAPI: @unchecked Sendable {
         store.perform({ db in try APIKeyRepository(db: db).active(hash: APIKey.hash(key)) }) { [service, logger] result in
             service.transport.post {
                 switch result {
-                case .success(let record?): then(.success(record))
+                case .success(let record?) where record.allows(scope): then(.success(record))
+                case .success(let record?):
+                    then(.failure(.problem(403, code: "api_key_wrong_scope",
+                                           detail: "this route needs a key with scope '\(scope)'; this key has '\(record.scopes.joined(separator: " "))'")))
                 case .success(nil): then(.failure(invalid))
                 case .failure(let error):
                     service.metrics.storeFailures += 1
@@ -123,6 +128,7 @@ final class CallsAPI: @unchecked Sendable {
         let name = body.string("name", maxBytes: 256)
         let metadata = body.object("metadata")
         let variables = body.stringMap("dynamic_variables")
+        let maxPeers = body.integer("max_peers", in: Self.maxPeersRange)
         var meterLimit: Int64?
         var meterWarning: Int64?
         if let meter = body.nested("meter") {
@@ -137,7 +143,8 @@ final class CallsAPI: @unchecked Sendable {
         let now = service.now()
         let claims = PeerTokenClaims(
             sub: peer, roomID: room, callID: call, role: "caller", name: name, scope: ["room"], audience: config.jwtAudience,
-            issuedAt: Self.date(now), expiresAt: Self.date(now + Millis(config.tokenTTLSeconds) * 1_000))
+            issuedAt: Self.date(now), expiresAt: Self.date(now + Millis(config.callTokenTTLSeconds) * 1_000),
+            tokenID: Self.newTokenID(), maxPeers: maxPeers.map(Int.init))
         let token: String
         do {
             token = try service.issuer.issue(claims)
@@ -149,7 +156,7 @@ final class CallsAPI: @unchecked Sendable {
         let record = CallRecord(
             call: call, room: room, agentID: agent, metadata: metadata.map(JSONWriter.string),
             dynamicVariables: variables.map(JSONWriter.string), meterLimitS: meterLimit, meterWarningS: meterWarning,
-            createdMs: now, expiresMs: expiresAt * 1_000)
+            createdMs: now, expiresMs: expiresAt * 1_000, maxPeers: maxPeers)
         let ice = ice.answer(for: peer, now: Self.date(now))["ice_servers"] ?? .array([])
         store.perform({ db in
             try db.transaction(.immediate) {
@@ -236,15 +243,18 @@ final class CallsAPI: @unchecked Sendable {
         let role = body.identifier("role", maxBytes: 64) ?? "peer"
         let name = body.string("name", maxBytes: 256)
         let ttl = body.integer("ttl_s", in: 1...31_536_000) ?? Int64(config.tokenTTLSeconds)
+        let maxPeers = body.integer("max_peers", in: Self.maxPeersRange)
         if let problems = body.problems { return respond(problems) }
         guard let peer else { return respond(.problem(500, code: "internal_error", detail: "peer_id was not read")) }
 
         // With a call_id, the call must exist, be live, and be in the named room (which defaults to it).
-        let issue: @Sendable (RoomID) -> HTTPResponse = { [service, config] room in
+        // A token for a call carries the call's max_peers unless the request sets its own.
+        let issue: @Sendable (RoomID, Int64?) -> HTTPResponse = { [service, config] room, callMaxPeers in
             let now = service.now()
             let claims = PeerTokenClaims(
                 sub: peer, roomID: room, callID: call, role: role, name: name, scope: ["room"], audience: config.jwtAudience,
-                issuedAt: Self.date(now), expiresAt: Self.date(now + ttl * 1_000))
+                issuedAt: Self.date(now), expiresAt: Self.date(now + ttl * 1_000), tokenID: Self.newTokenID(),
+                maxPeers: (maxPeers ?? callMaxPeers).map(Int.init))
             do {
                 let token = try service.issuer.issue(claims)
                 return .json(201, ["token": .string(token), "expires_at": .int(Int64(claims.expiresAt.timeIntervalSince1970)),
@@ -257,7 +267,7 @@ final class CallsAPI: @unchecked Sendable {
         }
         guard let call else {
             guard let room else { return respond(.problem(500, code: "internal_error", detail: "room_id was not read")) }
-            return respond(issue(room))
+            return respond(issue(room, nil))
         }
         store.perform({ db in try CallRepository(db: db).find(call) }) { [service] result in
             service.transport.post {
@@ -269,7 +279,7 @@ final class CallsAPI: @unchecked Sendable {
                     if record.state == .ended {
                         return respond(.problem(409, code: "call_ended", detail: "call \(call.rawValue) has ended"))
                     }
-                    respond(issue(room ?? record.room))
+                    respond(issue(room ?? record.room, record.maxPeers))
                 case .success(nil):
                     respond(RequestBody.invalid([("call_id", "no such call")]))
                 case .failure:
@@ -396,11 +406,18 @@ final class CallsAPI: @unchecked Sendable {
     }
 
     static func date(_ ms: Millis) -> Date { Date(timeIntervalSince1970: Double(ms) / 1_000) }
+
+    /// `max_peers` accepted in request bodies (0 = unlimited).
+    static let maxPeersRange: ClosedRange<Int64> = 0...10_000
+
+    /// A `jti` for a token this server issues, so the admin API can refuse exactly that token after a kick.
+    static func newTokenID() -> String { SecureRandom.token(bytes: 12) }
 }
 
 extension CallRecord {
-    /// The call as `GET /v1/calls/{id}` shows it. `*_ms` are unix milliseconds, `expires_at` is the
-    /// access token's expiry in unix seconds (as in the `POST` answer).
+    /// The call as `GET /v1/calls/{id}` shows it. `*_ms` are unix milliseconds; `expires_at` is the
+    /// access token's expiry in unix milliseconds (as in the `POST` answer), `expires_at_seconds`
+    /// the same instant in unix seconds (the JWT `exp`).
     func json(joinWindowMs: Millis) -> [String: JSONValue] {
         func object(_ text: String?) -> JSONValue { text.flatMap { try? JSONParser.parse($0) } ?? .null }
         func int(_ value: Int64?) -> JSONValue { value.map(JSONValue.int) ?? .null }
@@ -413,7 +430,8 @@ extension CallRecord {
             "metadata": object(metadata), "dynamic_variables": object(dynamicVariables), "meter": meter,
             "state": .string(state.rawValue), "end_reason": endReason.map(JSONValue.string) ?? .null,
             "created_ms": .int(createdMs), "join_deadline_ms": .int(createdMs + joinWindowMs), "joined_ms": int(joinedMs),
-            "ended_ms": int(endedMs), "expires_at": .int(expiresMs / 1_000),
+            "ended_ms": int(endedMs), "expires_at": .int(expiresMs), "expires_at_seconds": .int(expiresMs / 1_000),
+            "max_peers": int(maxPeers),
         ]
     }
 }
@@ -511,6 +529,9 @@ final class RequestBody {
         }
         return value
     }
+
+    /// The field as sent, `null` read as absent; for types the typed readers do not cover (booleans).
+    func raw(_ key: String) -> JSONValue? { value(key, required: false) }
 
     /// A string of at most `maxBytes` UTF-8 bytes without control characters.
     func string(_ key: String, maxBytes: Int, required: Bool = false) -> String? {

@@ -13,11 +13,14 @@ public enum CallingCommand {
 
           serve    [--config FILE] [--host H] [--port P] [--data-dir DIR] [--<key> VALUE]…
                    run the signaling server (every key of docs/configuration.md is a flag)
-          token    --room ROOM --peer PEER [--role R] [--name N] [--call CALL] [--scope S] [--ttl SECONDS]
+          token    --room ROOM --peer PEER [--role R] [--name N] [--call CALL] [--scope S] [--ttl SECONDS] [--max-peers N] [--jti ID]
                    print a peer token signed with the server's secret (same config flags as serve)
           migrate  [--data-dir DIR]   apply SQLite migrations and exit
           config   print the effective configuration (secrets hidden)
-          apikey   create --name N | list | revoke --id ID   keys for /v1/calls and /v1/tokens (create prints the key once)
+          apikey   create --name N [--scope calls|admin] | list | revoke --id ID
+                   API keys: scope calls for /v1/calls and /v1/tokens, admin for /v1/admin (create prints the key once)
+          admin    rooms | kick | end | send | drain | status   the admin API (key from CALLING_ADMIN_KEY or --key-file)
+          backup   --to FILE   a consistent copy of the live SQLite database (online backup; the server keeps running)
           bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
                    acked chat messages per second and ack latency against an in-process server
         """
@@ -74,6 +77,7 @@ public enum CallingCommand {
         let command = arguments[1]
         if command == "bench" { return bench(arguments: arguments) }
         if command == "apikey" { return APIKeyCommand.run(arguments, environment: environment) }
+        if command == "admin" { return AdminCommand.run(arguments, environment: environment) }
         let flags: [String: String]
         switch parseFlags(arguments.dropFirst(2)) {
         case .failure(let problems):
@@ -85,6 +89,7 @@ public enum CallingCommand {
         case "serve": return serve(flags: flags, environment: environment, executable: arguments[0])
         case "token": return token(flags: flags, environment: environment)
         case "migrate": return migrate(flags: flags, environment: environment)
+        case "backup": return backup(flags: flags, environment: environment)
         case "config":
             guard case .success(let config) = loadConfig(flags: flags, environment: environment).mapError({ error -> ConfigProblems in
                 printError(error.description)
@@ -105,6 +110,22 @@ public enum CallingCommand {
         }
     }
 
+    /// `calling-server <command> <action> [--flag value]…`: the action and its flags; nil (after
+    /// printing the problem and `usage`) when there is no action or a flag is malformed.
+    static func actionAndFlags(_ arguments: [String], usage: String) -> (action: String, flags: [String: String])? {
+        guard arguments.count >= 3 else {
+            printError(usage)
+            return nil
+        }
+        switch parseFlags(arguments.dropFirst(3)) {
+        case .failure(let problems):
+            printError(problems.description + "\n" + usage)
+            return nil
+        case .success(let flags):
+            return (arguments[2], flags)
+        }
+    }
+
     public static func printError(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }
@@ -122,6 +143,7 @@ public enum CallingCommand {
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
         signal(SIGPIPE, SIG_IGN)
+        signal(SIGHUP, SIG_IGN)
         let app: ServerApp
         do {
             app = try ServerApp(config: config, logger: logger)
@@ -132,9 +154,18 @@ public enum CallingCommand {
         }
         // Machine-readable line for scripts and tests that start the server on port 0.
         // Written unbuffered: scripts wait for this line before connecting.
-        let banner = "calling-server listening on http://\(config.host):\(app.port)\n"
+        let banner = "calling-server listening on \(config.tlsEnabled ? "https" : "http")://\(config.host):\(app.port)\n"
             + "mint a token: \(executable) token --data-dir \(config.dataDir) --room demo --peer alice\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
+        if config.printDemoLinks {
+            // Standard output only, never the log: these links carry live tokens.
+            do {
+                let links = try DemoLinks.text(config: config, port: app.port, servePages: config.servePages)
+                FileHandle.standardOutput.write(Data(links.utf8))
+            } catch {
+                printError("calling-server: cannot mint demo tokens: \(error)")
+            }
+        }
         let done = DispatchSemaphore(value: 0)
         let signalQueue = DispatchQueue(label: "signals")
         var sources: [DispatchSourceSignal] = []
@@ -147,7 +178,22 @@ public enum CallingCommand {
             source.resume()
             sources.append(source)
         }
+        // SIGHUP reloads the TLS certificate (docs/operations.md, "TLS"); without TLS it is ignored.
+        let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: signalQueue)
+        hangup.setEventHandler {
+            guard config.tlsEnabled else {
+                logger.info("SIGHUP ignored: TLS is off, nothing to reload")
+                return
+            }
+            do {
+                try app.reloadTLSCertificate()
+            } catch {
+                logger.error("tls certificate reload failed; still serving the previous certificate", ["error": "\(error)"])
+            }
+        }
+        hangup.resume()
         done.wait()
+        hangup.cancel()
         // A second signal while draining skips the grace period.
         for source in sources {
             source.setEventHandler { _exit(0) }
@@ -208,7 +254,7 @@ public enum CallingCommand {
 
     private static func token(flags: [String: String], environment: [String: String]) -> Int32 {
         var flags = flags
-        let tokenKeys = ["room", "peer", "role", "name", "call", "scope", "ttl", "audience"]
+        let tokenKeys = ["room", "peer", "role", "name", "call", "scope", "ttl", "audience", "max-peers", "jti"]
         var options: [String: String] = [:]
         for key in tokenKeys { options[key] = flags.removeValue(forKey: key) }
         let config: ServerConfig
@@ -226,6 +272,12 @@ public enum CallingCommand {
         if let raw = options["ttl"] {
             if let parsed = Int(raw), parsed > 0 { ttl = parsed } else { problems.append("--ttl must be a positive number of seconds") }
         }
+        var maxPeers: Int?
+        if let raw = options["max-peers"] {
+            if let parsed = Int(raw), (0...1_000_000).contains(parsed) { maxPeers = parsed } else {
+                problems.append("--max-peers must be an integer from 0 (unlimited) to 1000000")
+            }
+        }
         guard problems.isEmpty, let peer = options["peer"] else {
             printError(problems.joined(separator: "\n"))
             return 64
@@ -238,11 +290,53 @@ public enum CallingCommand {
                 sub: PeerID(peer), roomID: options["room"].map { RoomID($0) }, callID: options["call"].map { CallID($0) },
                 role: options["role"] ?? "peer", name: options["name"], scope: scope,
                 audience: options["audience"] ?? config.jwtAudience, issuedAt: now,
-                expiresAt: now.addingTimeInterval(TimeInterval(ttl)))
+                expiresAt: now.addingTimeInterval(TimeInterval(ttl)), tokenID: options["jti"] ?? CallsAPI.newTokenID(),
+                maxPeers: maxPeers)
             print(try issuer.issue(claims))
             return 0
         } catch {
             printError("calling-server token: \(error)")
+            return 1
+        }
+    }
+
+    /// `backup --to FILE`: SQLite's online backup of `<data_dir>/calling.sqlite` while the server runs,
+    /// then `PRAGMA integrity_check` on the copy. Never migrates: the copy has the live schema version.
+    private static func backup(flags: [String: String], environment: [String: String]) -> Int32 {
+        var flags = flags
+        guard let target = flags.removeValue(forKey: "to"), !target.isEmpty else {
+            printError("usage: calling-server backup --to FILE [--data-dir DIR | --config FILE]")
+            return 64
+        }
+        let config: ServerConfig
+        switch loadConfig(flags: flags, environment: environment) {
+        case .failure(let problems):
+            printError(problems.description)
+            return 78
+        case .success(let loaded): config = loaded
+        }
+        guard FileManager.default.fileExists(atPath: config.databasePath) else {
+            printError("calling-server backup: no database at \(config.databasePath)")
+            return 66
+        }
+        let started = Date()
+        do {
+            let source = try SQLiteConnection(path: config.databasePath, options: .init(busyTimeoutMs: Int32(config.sqliteBusyTimeoutMs)))
+            defer { source.close() }
+            let pages = try source.backup(to: target)
+            let copy = try SQLiteConnection(path: target, options: .init(readOnly: true))
+            defer { copy.close() }
+            let integrity = try copy.query("PRAGMA integrity_check") { $0.text(0) }
+            guard integrity == ["ok"] else {
+                printError("calling-server backup: the copy at \(target) fails integrity_check: \(integrity.prefix(5).joined(separator: "; "))")
+                return 1
+            }
+            let version = try copy.userVersion()
+            let milliseconds = Int(Date().timeIntervalSince(started) * 1000)
+            print("backup of \(config.databasePath) written to \(target): \(pages) pages, schema version \(version), integrity ok, \(milliseconds) ms")
+            return 0
+        } catch {
+            printError("calling-server backup: \(error)")
             return 1
         }
     }

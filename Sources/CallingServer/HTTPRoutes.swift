@@ -13,15 +13,57 @@ final class HTTPRoutes: @unchecked Sendable {
     let config: ServerConfig
     /// `GET /v1/ice`; `ServerApp` installs the configured one before the server starts.
     var ice = ICEService()
+    /// The browser SDK and pages (`/sdk/…`, `/`, `/dashboard`); `ServerApp` loads them at start-up.
+    var staticFiles = StaticFiles.empty
+    let cors: CORSPolicy
 
     init(service: SignalingService, store: ChatStore, config: ServerConfig) {
         self.service = service
         self.store = store
         self.config = config
+        self.cors = CORSPolicy(allowedOrigins: config.allowedOrigins)
     }
 
     func handle(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        if let response = staticFiles.response(for: request) { return respond(response) }
         let segments = request.pathSegments
+        var respond = respond
+        if let methods = Self.browserRouteMethods(segments) {
+            switch cors.check(request) {
+            case .notCrossOrigin:
+                break
+            case .refused:
+                return respond(CORSPolicy.refusal)
+            case .allowed(let allowOrigin):
+                if request.method == .options, request.headers["access-control-request-method"] != nil {
+                    return respond(CORSPolicy.preflight(allowOrigin: allowOrigin, methods: methods))
+                }
+                let inner = respond
+                respond = { response in
+                    var response = response
+                    response.headers += CORSPolicy.responseHeaders(allowOrigin: allowOrigin)
+                    inner(response)
+                }
+            }
+        }
+        route(request, segments: segments, respond: respond)
+    }
+
+    /// The methods of a route that browsers call with a peer token, which therefore speaks CORS;
+    /// nil for every other route (API-key routes are server-to-server and send no CORS headers).
+    static func browserRouteMethods(_ segments: [Substring]) -> [String]? {
+        switch segments.count {
+        case 2 where segments[0] == "v1" && segments[1] == "ice": return ["GET"]
+        case 4 where segments[0] == "v1" && segments[1] == "rooms" && segments[3] == "messages": return ["GET"]
+        case 5 where segments[0] == "webrtc-proxy": return ["POST"]
+        case 6 where segments[0] == "webrtc-proxy": return ["PATCH", "DELETE"]
+        case 2 where segments[0] == "whip": return ["POST"]
+        case 3 where segments[0] == "whip": return ["PATCH", "DELETE"]
+        default: return nil
+        }
+    }
+
+    private func route(_ request: HTTPRequest, segments: [Substring], respond: @escaping @Sendable (HTTPResponse) -> Void) {
         switch (request.method, segments.count) {
         case (_, 1) where segments[0] == "healthz":
             guard request.method == .get || request.method == .head else { return respond(methodNotAllowed(["GET", "HEAD"])) }
@@ -39,6 +81,8 @@ final class HTTPRoutes: @unchecked Sendable {
             iceServers(request, respond)
         case (_, 2...4) where segments[0] == "v1" && (segments[1] == "calls" || segments[1] == "tokens"):
             service.calls.handle(request, segments: segments, respond: respond)
+        case (_, 3...) where segments[0] == "v1" && segments[1] == "admin":
+            service.admin.handle(request, segments: segments, respond: respond)
         case (_, _) where segments.first == "webrtc-proxy" || segments.first == "whip":
             service.httpSessions.handle(request, segments: segments, respond: respond)
         case (_, 2) where segments[0] == "v1" && (segments[1] == "ws" || segments[1] == "presence"):

@@ -5,7 +5,8 @@ import CallingTransport
 import Foundation
 
 /// HTTP session signaling bridged to room peers: the Retell-style webrtc-proxy session API
-/// (`/webrtc-proxy/{call_id}/v1/webrtc/sessions…`, seed 000) and WHIP (RFC 9725, `/whip/{room_id}…`).
+/// (`/webrtc-proxy/{call_id}/v1/webrtc/sessions…`; docs/protocol.md, "HTTP sessions") and WHIP
+/// (RFC 9725, `/whip/{room_id}…`).
 /// The server relays SDP and candidates; it never touches media.
 ///
 /// A session is a virtual room member: it joins the hub on a `ConnectionID` with the top bit set
@@ -88,6 +89,8 @@ final class HTTPSessions: @unchecked Sendable {
     let logger: Logger
     private var nextVirtual: UInt64 = 0
     private var byID: [String: Session] = [:]
+    /// Live sessions (webrtc-proxy and WHIP), for the admin drain status.
+    var count: Int { byID.count }
     private var byConnection: [ConnectionID: Session] = [:]
     private var bySeat: [Seat: Session] = [:]
     /// Token buckets per remote address (`signaling_requests_per_minute`), with when each was last used.
@@ -133,7 +136,7 @@ final class HTTPSessions: @unchecked Sendable {
             default: break
             }
         } else if names.first == "whip", names.count == 2 || names.count == 3 {
-            let respond = Self.withCORS(respond)
+            // CORS headers (browser WHIP clients call from their own origin) come from HTTPRoutes.
             let room = RoomID(names[1])
             switch (names.count, request.method) {
             case (_, .options): return respond(Self.whipOptions(resource: names.count == 3))
@@ -173,7 +176,7 @@ final class HTTPSessions: @unchecked Sendable {
         guard identityField == "client", claims.role != config.sessionAnswerRole else {
             return respond(.problem(403, code: "identity_mismatch", detail: "the access token was issued for identity \"client\""))
         }
-        let identity = PeerIdentity(peer: claims.sub, room: room, call: call, role: claims.role ?? "client", name: claims.name)
+        let identity = PeerIdentity(claims: claims, room: room, call: call, defaultRole: "client", leewaySeconds: config.jwtLeewaySeconds)
         let expiresAt = Self.millis(claims.expiresAt.addingTimeInterval(config.jwtLeewaySeconds))
         service.store.perform({ db in try CallRepository(db: db).find(call) }) { [service] result in
             service.transport.post { [self] in
@@ -276,7 +279,7 @@ final class HTTPSessions: @unchecked Sendable {
         guard claims.role != config.sessionAnswerRole else {
             return respond(.problem(403, code: "identity_mismatch", detail: "a token of the answering role cannot publish"))
         }
-        let identity = PeerIdentity(peer: claims.sub, room: room, call: claims.callID, role: claims.role ?? "client", name: claims.name)
+        let identity = PeerIdentity(claims: claims, room: room, defaultRole: "client", leewaySeconds: config.jwtLeewaySeconds)
         let expiresAt = Self.millis(claims.expiresAt.addingTimeInterval(config.jwtLeewaySeconds))
         let links = linkHeaders(for: claims.sub)
         start(.whip, identity: identity, offer: sdp, preferred: nil, expiresAt: expiresAt) { [self] session, outcome in
@@ -347,21 +350,6 @@ final class HTTPSessions: @unchecked Sendable {
         }
     }
 
-    /// Browser WHIP clients call from another origin with a Bearer token (no cookies), so any origin
-    /// may call, and the headers a WHIP client must read are exposed to scripts.
-    static func withCORS(_ respond: @escaping Respond) -> Respond {
-        { response in
-            var response = response
-            response.headers += [
-                ("access-control-allow-origin", "*"),
-                ("access-control-allow-methods", "POST, PATCH, DELETE, OPTIONS"),
-                ("access-control-allow-headers", "Authorization, Content-Type, If-Match"),
-                ("access-control-expose-headers", "Location, ETag, Link, Accept-Post, Accept-Patch"),
-            ]
-            respond(response)
-        }
-    }
-
     static func whipOptions(resource: Bool) -> HTTPResponse {
         HTTPResponse(status: 204, headers: [
             ("accept-post", "application/sdp"), ("accept-patch", "application/trickle-ice-sdpfrag"),
@@ -399,7 +387,7 @@ final class HTTPSessions: @unchecked Sendable {
         let present = service.hubSnapshot.identities(in: identity.room)
         let seat = Seat(room: identity.room, peer: identity.peer)
         if bySeat[seat] == nil, present.contains(where: { $0.peer == identity.peer }) {
-            // Seed 000's 409: the identity is in use by a different kind of participant (a WebSocket peer).
+            // The API's 409: the identity is in use by a different kind of participant (a WebSocket peer).
             counters["refused_identity_in_use", default: 0] += 1
             return refused(.problem(409, code: "identity_in_use",
                                     detail: "peer '\(identity.peer.rawValue.prefix(128))' is connected over WebSocket in this room"))
@@ -412,6 +400,11 @@ final class HTTPSessions: @unchecked Sendable {
             return refused(.problem(503, code: "no_answering_peer",
                                     detail: "no peer with role '\(config.sessionAnswerRole)' is in the room; retry shortly",
                                     headers: [("retry-after", "2")]))
+        }
+        // The same seat rules as a WebSocket join: a session's own seat (a re-POST) is a takeover, not a new seat.
+        if let refusal = service.admit(identity) {
+            counters["refused_seat", default: 0] += 1
+            return refused(refusal)
         }
         if let old = bySeat[seat] {
             // The answering peer learns which session went, then sees the new offer from the same peer id.

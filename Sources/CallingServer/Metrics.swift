@@ -12,6 +12,8 @@ final class Metrics {
     var chatStored = 0
     var chatDuplicates = 0
     var storeFailures = 0
+    /// Joins refused before the upgrade by the hub's seat rules, by problem code (`room_full`, `draining`, `kicked`).
+    var joinRefusals: [String: Int] = [:]
 
     func render(hub: Hub, transport: TransportCounters, connections: Int, capacity: Int) -> String {
         var out = ""
@@ -41,6 +43,15 @@ final class Metrics {
                 "Requests the transport answered and closed itself (framing, size limits, methods, budget).",
                 transport.requestsRejected)
         counter("calling_bytes_out_total", "WebSocket payload bytes written.", transport.bytesOut)
+        counter("calling_tls_handshake_failures_total",
+                "TLS connections closed before their handshake completed (refused certificate, version, cipher, or plaintext).",
+                transport.tlsHandshakeFailures)
+        if let notAfter = transport.tlsCertificateNotAfter {
+            gauge("calling_tls_certificate_expiry_timestamp_seconds", "notAfter of the certificate being served (Unix time).",
+                  Int(notAfter))
+            counter("calling_tls_certificate_reloads_total", "Certificate reloads (SIGHUP) that succeeded.",
+                    transport.tlsCertificateReloads)
+        }
         labeled("calling_frames_in_total", "Frames received, by type.", "type", framesIn)
         labeled("calling_frames_out_total", "Frames queued for delivery, by type (one per recipient).", "type", framesOut)
         labeled("calling_errors_total", "Error frames sent, by code name.", "code", errors)
@@ -50,6 +61,8 @@ final class Metrics {
         counter("calling_chat_stored_total", "Chat messages committed.", chatStored)
         counter("calling_chat_duplicates_total", "Chat retries answered with the original ack.", chatDuplicates)
         counter("calling_store_failures_total", "Store operations that failed.", storeFailures)
+        labeled("calling_join_refusals_total", "Joins (WebSocket or HTTP session) refused for a seat, by code (room_full, draining, kicked, reserved_peer_id).",
+                "code", joinRefusals)
         return out
     }
 }

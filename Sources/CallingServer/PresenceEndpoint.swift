@@ -143,7 +143,8 @@ final class PresenceEndpoint: WebSocketEndpoint {
         let expiresAt = issuedAt.addingTimeInterval(TimeInterval(config.tokenTTLSeconds))
         func claims(_ peer: PeerID, role: PresenceRole, name: String?) -> PeerTokenClaims {
             PeerTokenClaims(sub: peer, roomID: call.roomID, callID: call.callID, role: role.rawValue, name: name, scope: ["room"],
-                            audience: config.jwtAudience, issuedAt: issuedAt, expiresAt: expiresAt)
+                            audience: config.jwtAudience, issuedAt: issuedAt, expiresAt: expiresAt,
+                            tokenID: CallsAPI.newTokenID())
         }
         let caller = try service.issuer.issue(claims(call.caller, role: .caller, name: call.callerName))
         let agent = try service.issuer.issue(claims(call.agent, role: .agent, name: call.agentName))

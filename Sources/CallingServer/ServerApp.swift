@@ -32,6 +32,8 @@ public final class ServerApp: @unchecked Sendable {
         let secret = try SigningSecret.load(config: config, logger: logger)
         // Before the store opens: a TURN configuration without its secret stops the start here.
         let ice = try ICEService(config: config)
+        // Also before the store: a certificate that is missing, not PEM or not the key's stops here.
+        let tlsSummary = config.tlsEnabled ? try Self.prepareTLS(config: config, logger: logger, event: "tls certificate loaded") : nil
         let publicKey = try config.jwtPublicKeyFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
         let verifier = try TokenVerifier(hs256Secret: secret, publicKeyPEM: publicKey, audience: config.jwtAudience,
                                          leeway: config.jwtLeewaySeconds)
@@ -48,7 +50,25 @@ public final class ServerApp: @unchecked Sendable {
         service.routes = HTTPRoutes(service: service, store: store, config: config)
         service.register(PresenceEndpoint(service: service), at: "/v1/presence")
         service.routes.ice = ice
+        service.routes.staticFiles = try Self.loadStaticFiles(config: config, logger: logger)
         transport.delegate = service
+        if let tlsSummary { transport.setTLSCertificateExpiry(tlsSummary.notAfter) }
+    }
+
+    /// The SDK and pages, from `web_root` or the folder found beside the binary. An explicit
+    /// `web_root` that cannot be read stops the start; a missing default only turns them off.
+    static func loadStaticFiles(config: ServerConfig, logger: Logger) throws -> StaticFiles {
+        let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        guard let root = config.webRoot
+            ?? StaticFiles.defaultRoot(executable: executable, workingDirectory: FileManager.default.currentDirectoryPath)
+        else {
+            logger.log(.notice, "no web_root found: /sdk/, / and /dashboard are not served")
+            return .empty
+        }
+        let files = try StaticFiles(root: root, pagesEnabled: config.servePages)
+        logger.info("serving web files", ["web_root": files.root ?? root, "files": "\(files.assets.count)",
+                                          "pages": "\(config.servePages)"])
+        return files
     }
 
     /// The bound port.
@@ -60,6 +80,41 @@ public final class ServerApp: @unchecked Sendable {
         thread.name = "heartbeat"
         heartbeat = thread
         thread.start()
+    }
+
+    /// SIGHUP: validates the configured certificate files again and, when they are usable, makes the
+    /// listener serve them to new connections; live connections keep theirs. A bad file leaves the
+    /// old certificate in service and throws (the caller logs it).
+    @discardableResult
+    public func reloadTLSCertificate() throws -> TLSCertificateSummary {
+        guard config.tlsEnabled else { throw TransportError.notServingTLS }
+        let summary = try Self.prepareTLS(config: config, logger: logger, event: nil)
+        try transport.reloadTLSCertificate()
+        transport.setTLSCertificateExpiry(summary.notAfter)
+        logger.log(.notice, "tls certificate reloaded", ["subject": summary.subject, "not_after": "\(summary.notAfter)"])
+        return summary
+    }
+
+    /// Validates the TLS files and, with a separate chain file, writes the joined file lws loads.
+    @discardableResult
+    private static func prepareTLS(config: ServerConfig, logger: Logger, event: String?) throws -> TLSCertificateSummary {
+        guard let cert = config.tlsCertFile, let key = config.tlsKeyFile, let served = config.tlsServedChainFile else {
+            throw TransportError.notServingTLS
+        }
+        let summary = try TLSCertificateFiles.validate(certFile: cert, keyFile: key, chainFile: config.tlsChainFile)
+        if let chain = config.tlsChainFile {
+            let joined = try TLSCertificateFiles.combinedChainPEM(certFile: cert, chainFile: chain)
+            // Atomic: a reload racing a connection must never let lws read half a file.
+            try Data(joined).write(to: URL(fileURLWithPath: served), options: .atomic)
+        }
+        let metadata = ["subject": summary.subject, "not_after": "\(summary.notAfter)",
+                        "intermediates": "\(summary.intermediates)", "cert_file": cert]
+        if summary.isExpired {
+            logger.error("tls certificate has expired; clients will refuse it", metadata)
+        } else if let event {
+            logger.info(event, metadata)
+        }
+        return summary
     }
 
     /// Graceful stop: peers get 1001, pending chat writes are flushed, then the store closes.

@@ -12,6 +12,17 @@ public struct ServerConfig: Sendable, Equatable {
     public var logLevel = Logger.Level.info
     public var eventLoop = TransportSettings.EventLoop.libev
 
+    /// PEM certificate served for `https://` and `wss://` (the leaf, optionally followed by its
+    /// intermediates). TLS is on when this and `tlsKeyFile` are set; then the port serves no plaintext.
+    public var tlsCertFile: String?
+    /// Unencrypted PEM private key of `tlsCertFile`.
+    public var tlsKeyFile: String?
+    /// PEM intermediates sent after the leaf, for certificates delivered without them in the cert file.
+    public var tlsChainFile: String?
+    public var tlsMinVersion = TLSServerSettings.MinimumVersion.tls12
+    /// OpenSSL cipher list for TLS 1.2 connections.
+    public var tlsCiphers = TLSServerSettings.defaultCipherList
+
     /// File holding the HS256 secret; generated on first start when missing. Default `<data_dir>/jwt-secret`.
     public var jwtSecretFile: String?
     /// The secret itself; only from the environment (`CALLING_JWT_SECRET`), never a flag or file key.
@@ -21,6 +32,9 @@ public struct ServerConfig: Sendable, Equatable {
     public var jwtAudience: String? = "calling-server"
     public var jwtLeewaySeconds = 30.0
     public var tokenTTLSeconds = 3600
+    /// Lifetime of the caller's `access_token` from `POST /v1/calls`: 130 minutes, as documented in
+    /// docs/protocol.md ("Calls").
+    public var callTokenTTLSeconds = 7_800
 
     public var maxFrameBytes = 65_536
     public var maxQueueBytes = 1_048_576
@@ -73,11 +87,34 @@ public struct ServerConfig: Sendable, Equatable {
     public var sessionAnswerRole = "agent"
     /// Signaling requests (`/webrtc-proxy`, `/whip`) per minute from one remote address.
     public var signalingRequestsPerMinute = 300
+    /// Distinct peers a room seats (WebSocket peers and HTTP sessions alike) unless the joiner's token
+    /// carries `max_peers`; 0 = unlimited.
+    public var maxPeersPerRoom = 0
+
+    /// Origins that may call the peer-token routes and open WebSockets from a browser (CORSPolicy.swift).
+    public var allowedOrigins = "*"
+    /// Folder served at `/sdk/`, `/` and `/dashboard`; nil finds it beside the binary (StaticFiles.swift).
+    public var webRoot: String?
+    /// Serve the demo page (`/`) and the presence dashboard (`/dashboard`). The SDK is served either way.
+    public var servePages = true
+    /// At start-up, print links to the demo and dashboard carrying freshly minted tokens (`make serve`).
+    public var printDemoLinks = false
 
     public init() {}
 
     public var resolvedSecretFile: String { jwtSecretFile ?? (dataDir as NSString).appendingPathComponent("jwt-secret") }
     public var databasePath: String { (dataDir as NSString).appendingPathComponent("calling.sqlite") }
+
+    /// True when the port serves TLS.
+    public var tlsEnabled: Bool { tlsCertFile != nil && tlsKeyFile != nil }
+
+    /// The file lws loads: `tls_cert_file` itself, or, with `tls_chain_file`, the two joined in
+    /// `<data_dir>/tls-served-chain.pem` (lws reads a whole chain from one file), which the server
+    /// rewrites at start and on every reload.
+    public var tlsServedChainFile: String? {
+        guard let tlsCertFile else { return nil }
+        return tlsChainFile == nil ? tlsCertFile : (dataDir as NSString).appendingPathComponent("tls-served-chain.pem")
+    }
 
     public var transport: TransportSettings {
         var settings = TransportSettings(host: host, port: port, eventLoop: eventLoop, maxFrameBytes: maxFrameBytes, maxQueueBytes: maxQueueBytes,
@@ -88,6 +125,10 @@ public struct ServerConfig: Sendable, Equatable {
         settings.maxHeaderBytes = maxHeaderBytes
         settings.healthReservedSockets = healthReservedSockets
         settings.httpTimeoutSeconds = httpTimeoutSeconds
+        if tlsEnabled, let chain = tlsServedChainFile, let key = tlsKeyFile {
+            settings.tls = TLSServerSettings(certificateChainFile: chain, privateKeyFile: key, minimumVersion: tlsMinVersion,
+                                             cipherList: tlsCiphers)
+        }
         return settings
     }
 
@@ -116,7 +157,7 @@ public struct ServerConfig: Sendable, Equatable {
 
     public var hub: HubSettings {
         HubSettings(pingIntervalMs: Int64(pingIntervalMs), typingTTLMs: Int64(typingTTLMs), chatMaxTextBytes: chatMaxTextBytes,
-                    chatMaxMetaBytes: chatMaxMetaBytes)
+                    chatMaxMetaBytes: chatMaxMetaBytes, maxPeersPerRoom: maxPeersPerRoom)
     }
 
     /// One entry per key: its JSON name, a one-line meaning, and how to read and write it.
@@ -145,11 +186,27 @@ public struct ServerConfig: Sendable, Equatable {
                 config.eventLoop = loop
                 return nil
             }, show: { $0.eventLoop.rawValue }),
+        .optionalString("tls_cert_file", "PEM certificate (leaf first, then intermediates) for https:// and wss://; TLS is on when set",
+                        \.tlsCertFile),
+        .optionalString("tls_key_file", "unencrypted PEM private key of tls_cert_file", \.tlsKeyFile),
+        .optionalString("tls_chain_file", "PEM intermediates sent after the leaf (when tls_cert_file holds only the leaf)",
+                        \.tlsChainFile),
+        Key(name: "tls_min_version", help: "oldest TLS version accepted: 1.2 or 1.3",
+            apply: { config, value in
+                guard let version = TLSServerSettings.MinimumVersion(rawValue: value) else {
+                    return "tls_min_version: must be 1.2 or 1.3, not '\(value)'"
+                }
+                config.tlsMinVersion = version
+                return nil
+            }, show: { $0.tlsMinVersion.rawValue }),
+        .string("tls_ciphers", "OpenSSL cipher list for TLS 1.2 (TLS 1.3 uses OpenSSL's AEAD suites)", \.tlsCiphers),
         .optionalString("jwt_secret_file", "file with the HS256 secret (default <data_dir>/jwt-secret)", \.jwtSecretFile),
         .optionalString("jwt_public_key_file", "PEM public key for RS256/ES256 tokens", \.jwtPublicKeyFile),
         .optionalString("jwt_audience", "required `aud` claim; empty disables the check", \.jwtAudience),
         .double("jwt_leeway_seconds", "clock skew allowed on exp/nbf", \.jwtLeewaySeconds, 0...600),
         .int("token_ttl_seconds", "lifetime of tokens minted by `calling-server token`", \.tokenTTLSeconds, 1...31_536_000),
+        .int("call_token_ttl_seconds", "lifetime of the access_token of POST /v1/calls (130 minutes)", \.callTokenTTLSeconds,
+             60...31_536_000),
         .int("max_frame_bytes", "largest WebSocket message accepted", \.maxFrameBytes, 1_024...16_777_216),
         .int("max_queue_bytes", "outbound bytes queued per connection before closing it (4000)", \.maxQueueBytes,
              4_096...1_073_741_824),
@@ -196,8 +253,21 @@ public struct ServerConfig: Sendable, Equatable {
         .int("session_answer_timeout_ms", "how long an HTTP session or WHIP POST waits for the answer (then 502)",
              \.sessionAnswerTimeoutMs, 50...120_000),
         .string("session_answer_role", "role of the peer that answers HTTP sessions and WHIP offers", \.sessionAnswerRole),
+        .int("max_peers_per_room", "peers a room seats unless the token sets max_peers (then 409 room_full); 0 = unlimited",
+             \.maxPeersPerRoom, 0...1_000_000),
         .int("signaling_requests_per_minute", "HTTP session/WHIP requests per minute from one address (then 429)",
              \.signalingRequestsPerMinute, 1...1_000_000),
+        Key(name: "allowed_origins", help: "`*` or comma-separated origins allowed to call from browsers (CORS, WebSocket Origin)",
+            apply: { config, value in
+                let problems = CORSPolicy.problems(value)
+                guard problems.isEmpty else { return problems.joined(separator: "; ") }
+                guard !value.trimmingCharacters(in: .whitespaces).isEmpty else { return "allowed_origins: must not be empty (use * for any)" }
+                config.allowedOrigins = value
+                return nil
+            }, show: { $0.allowedOrigins }),
+        .optionalString("web_root", "folder served at /sdk/, / and /dashboard (default: found beside the binary)", \.webRoot),
+        .bool("serve_pages", "serve the demo page at / and the dashboard at /dashboard", \.servePages),
+        .bool("print_demo_links", "print demo and dashboard links with fresh dev tokens at start-up", \.printDemoLinks),
     ]
 
     /// Builds the configuration from its layers; returns every problem at once.
@@ -259,6 +329,12 @@ public struct ServerConfig: Sendable, Equatable {
         if config.historyDefaultLimit > config.historyMaxLimit {
             problems.append("history_default_limit must not exceed history_max_limit")
         }
+        if (config.tlsCertFile == nil) != (config.tlsKeyFile == nil) {
+            problems.append("tls_cert_file and tls_key_file must be set together")
+        }
+        if config.tlsChainFile != nil, config.tlsCertFile == nil {
+            problems.append("tls_chain_file needs tls_cert_file and tls_key_file")
+        }
         problems += config.iceURLProblems
         return problems.isEmpty ? .success(config) : .failure(ConfigProblems(problems: problems))
     }
@@ -300,6 +376,17 @@ extension ServerConfig.Key {
             config[keyPath: path] = value.isEmpty ? nil : value
             return nil
         }, show: { $0[keyPath: path] ?? "" })
+    }
+
+    static func bool(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Bool> & Sendable) -> Self {
+        Self(name: name, help: help, apply: { config, value in
+            switch value.lowercased() {
+            case "true", "1", "yes", "on": config[keyPath: path] = true
+            case "false", "0", "no", "off": config[keyPath: path] = false
+            default: return "\(name): '\(value)' is not true or false"
+            }
+            return nil
+        }, show: { String($0[keyPath: path]) })
     }
 
     static func int(_ name: String, _ help: String, _ path: WritableKeyPath<ServerConfig, Int> & Sendable,

@@ -36,6 +36,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     let logger: Logger
     let metrics = Metrics()
     let now: @Sendable () -> Millis
+    /// `allowed_origins`, applied to every WebSocket upgrade.
+    let cors: CORSPolicy
     unowned(unsafe) var transport: WebSocketServer!
     var routes: HTTPRoutes!
 
@@ -49,6 +51,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     private(set) lazy var calls = CallsAPI(service: self, store: store, config: config, logger: logger.labeled("calls"))
     /// `/webrtc-proxy/…` and `/whip/…`: HTTP sessions joined to rooms as virtual connections (HTTPSessions.swift).
     private(set) lazy var httpSessions = HTTPSessions(service: self, config: config, logger: logger.labeled("sessions"))
+    /// `/v1/admin/…` (AdminAPI.swift).
+    private(set) lazy var admin = AdminAPI(service: self, logger: logger.labeled("admin"))
 
     init(config: ServerConfig, verifier: TokenVerifier, issuer: TokenIssuer, store: ChatStore, logger: Logger,
          now: @escaping @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) })
@@ -59,6 +63,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         self.store = store
         self.logger = logger
         self.now = now
+        self.cors = CORSPolicy(allowedOrigins: config.allowedOrigins)
         self.hub = Hub(settings: config.hub)
     }
 
@@ -82,6 +87,12 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     // MARK: upgrade
 
     func server(_ server: WebSocketServer, shouldUpgrade request: HTTPRequest) -> UpgradeDecision {
+        // Browsers always send Origin on a WebSocket handshake and never enforce CORS on it, so the
+        // server must (RFC 6455 §10.2). Checked before the token: a refused page learns nothing more.
+        if case .refused = cors.check(request) {
+            metrics.upgrades["refused_origin", default: 0] += 1
+            return .reject(CORSPolicy.refusal)
+        }
         if let endpoint = endpoints[request.path] {
             switch authenticate(request) {
             case .failure(let response):
@@ -122,10 +133,37 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                 }
                 resumeAfter = value
             }
-            let identity = PeerIdentity(peer: claims.sub, room: room, call: claims.callID, role: claims.role ?? "peer",
-                                        name: claims.name)
+            let identity = PeerIdentity(claims: claims, room: room, defaultRole: "peer", leewaySeconds: config.jwtLeewaySeconds)
+            if let refusal = admit(identity) {
+                metrics.upgrades["refused_\(refusal.status)", default: 0] += 1
+                return .reject(refusal)
+            }
             metrics.upgrades["accepted", default: 0] += 1
             return .accept(context: JoinTicket(identity: identity, expiresAt: claims.expiresAt, resumeAfter: resumeAfter))
+        }
+    }
+
+    /// Asks the hub for a seat for `identity` (room limit, drain, kicked tokens); nil when admitted,
+    /// else the problem to answer, counted by code. Service thread.
+    func admit(_ identity: PeerIdentity) -> HTTPResponse? {
+        guard let refusal = hub.admit(identity, now: now()) else { return nil }
+        metrics.joinRefusals[refusal.code, default: 0] += 1
+        return Self.problem(for: refusal)
+    }
+
+    /// The documented answer to a refused seat (docs/protocol.md, "Room limits" and "Admin API").
+    static func problem(for refusal: JoinRefusal) -> HTTPResponse {
+        switch refusal {
+        case .roomFull(let limit):
+            return .problem(409, code: refusal.code, detail: "the room already has \(limit) peers (its max_peers)",
+                            extra: ["max_peers": .int(Int64(limit))])
+        case .draining:
+            return .problem(503, code: refusal.code, detail: "this node is draining and takes no new joins; use another node",
+                            headers: [("retry-after", "5")])
+        case .kicked:
+            return .problem(403, code: refusal.code, detail: "this token was removed from its room by an operator; get a new token")
+        case .reservedPeerID:
+            return .problem(403, code: refusal.code, detail: "the peer id \(Hub.serverPeerID.rawValue) is reserved for the server")
         }
     }
 
@@ -216,7 +254,11 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             return endpoint.didClose(connection)
         }
         guard let session = sessions.removeValue(forKey: connection) else { return }
-        if session.joined { apply(hub.handle(.disconnect(connection), now: now())) }
+        if session.joined {
+            apply(hub.handle(.disconnect(connection), now: now()))
+        } else {
+            apply(hub.handle(.abandonSeat(session.ticket.identity.room, session.ticket.identity.peer), now: now()))
+        }
     }
 
     // MARK: frames
@@ -291,7 +333,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                 deliver(frame, to: targets)
             case .close(let connection, let code):
                 metrics.closes[code.reason, default: 0] += 1
-                if code == .replaced { sessions[connection] = nil }
+                // The hub has already let these connections go; frames still arriving must not reach it.
+                if code == .replaced || code == .kicked || code == .roomClosed { sessions[connection] = nil }
                 if HTTPSessions.isVirtual(connection) { httpSessions.closed(connection, code: code); continue }
                 transport.close(connection, code: code)
             case .storeChat(let connection, let room, let peer, let submission, let timestamp):
@@ -376,6 +419,29 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             metrics.httpRequests[String(response.status), default: 0] += 1
             responder.respond(response)
         }
+    }
+}
+
+extension JoinRefusal {
+    /// The problem `code` (and metrics label) of this refusal.
+    var code: String {
+        switch self {
+        case .roomFull: "room_full"
+        case .draining: "draining"
+        case .kicked: "kicked"
+        case .reservedPeerID: "reserved_peer_id"
+        }
+    }
+}
+
+extension PeerIdentity {
+    /// The identity a verified token proves in `room`, with its seat limit and credential.
+    init(claims: PeerTokenClaims, room: RoomID, call: CallID? = nil, defaultRole: String, leewaySeconds: Double) {
+        let exp = Millis((claims.expiresAt.timeIntervalSince1970 + leewaySeconds) * 1_000)
+        let id = claims.tokenID.map { "jti:" + $0 }
+            ?? "sub:\(claims.sub.rawValue)|room:\(room.rawValue)|iat:\(Int64(claims.issuedAt?.timeIntervalSince1970 ?? 0))|exp:\(Int64(claims.expiresAt.timeIntervalSince1970))"
+        self.init(peer: claims.sub, room: room, call: call ?? claims.callID, role: claims.role ?? defaultRole, name: claims.name,
+                  maxPeers: claims.maxPeers, credential: TokenCredential(id: id, expiresAt: exp))
     }
 }
 

@@ -9,16 +9,30 @@ public struct APIKeyRecord: Sendable, Hashable {
     public var hash: String
     public var createdMs: Int64
     public var revokedMs: Int64?
+    /// What the key may do: `calls` (the call-creation routes) and/or `admin` (`/v1/admin/…`).
+    public var scopes: [String]
 
-    public init(id: String, name: String, hash: String, createdMs: Int64, revokedMs: Int64? = nil) {
+    public init(id: String, name: String, hash: String, createdMs: Int64, revokedMs: Int64? = nil,
+                scopes: [String] = [APIKeyRecord.callsScope]) {
         self.id = id
         self.name = name
         self.hash = hash
         self.createdMs = createdMs
         self.revokedMs = revokedMs
+        self.scopes = scopes
     }
 
     public var isRevoked: Bool { revokedMs != nil }
+
+    /// `POST /v1/calls`, `POST /v1/tokens`, `GET /v1/calls/…`.
+    public static let callsScope = "calls"
+    /// `/v1/admin/…`: live rooms, kick, end, server data, drain.
+    public static let adminScope = "admin"
+    /// Every scope `apikey create --scope` accepts.
+    public static let knownScopes = [callsScope, adminScope]
+
+    /// Whether this key may call a route that needs `scope`.
+    public func allows(_ scope: String) -> Bool { scopes.contains(scope) }
 }
 
 /// What `APIKeyRepository.revoke` found.
@@ -41,19 +55,19 @@ public struct APIKeyRepository {
     /// Stores a new key. Throws a `SQLITE_CONSTRAINT_*` error for a duplicate id or hash.
     public func insert(_ key: APIKeyRecord) throws {
         try db.run(
-            "INSERT INTO api_keys (id, name, hash, created_ms, revoked_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO api_keys (id, name, hash, created_ms, revoked_ms, scope) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             [.text(key.id), .text(key.name), .text(key.hash.lowercased()), .integer(key.createdMs),
-             key.revokedMs.map(SQLiteValue.integer) ?? .null]
+             key.revokedMs.map(SQLiteValue.integer) ?? .null, .text(key.scopes.joined(separator: " "))]
         )
     }
 
     /// Every key, revoked ones included, oldest first.
     public func all() throws -> [APIKeyRecord] {
-        try db.query("SELECT id, name, hash, created_ms, revoked_ms FROM api_keys ORDER BY created_ms, id", row: Self.record)
+        try db.query("SELECT id, name, hash, created_ms, revoked_ms, scope FROM api_keys ORDER BY created_ms, id", row: Self.record)
     }
 
     public func find(id: String) throws -> APIKeyRecord? {
-        try db.queryFirst("SELECT id, name, hash, created_ms, revoked_ms FROM api_keys WHERE id = ?1", [.text(id)],
+        try db.queryFirst("SELECT id, name, hash, created_ms, revoked_ms, scope FROM api_keys WHERE id = ?1", [.text(id)],
                           row: Self.record)
     }
 
@@ -61,7 +75,7 @@ public struct APIKeyRepository {
     /// through timing how much of a hash matched says nothing about a 256-bit key.
     public func active(hash: String) throws -> APIKeyRecord? {
         try db.queryFirst(
-            "SELECT id, name, hash, created_ms, revoked_ms FROM api_keys WHERE hash = ?1 AND revoked_ms IS NULL",
+            "SELECT id, name, hash, created_ms, revoked_ms, scope FROM api_keys WHERE hash = ?1 AND revoked_ms IS NULL",
             [.text(hash.lowercased())], row: Self.record)
     }
 
@@ -78,6 +92,6 @@ public struct APIKeyRepository {
 
     private static func record(_ row: Statement) -> APIKeyRecord {
         APIKeyRecord(id: row.text(0), name: row.text(1), hash: row.text(2), createdMs: row.int64(3),
-                     revokedMs: row.optionalInt64(4))
+                     revokedMs: row.optionalInt64(4), scopes: row.text(5).split(separator: " ").map(String.init))
     }
 }

@@ -25,10 +25,13 @@ public struct CallRecord: Sendable, Hashable {
     public var expiresMs: Int64
     public var joinedMs: Int64?
     public var endedMs: Int64?
+    /// Seat limit of the call's room for the call's tokens (0 = unlimited); nil means the server default.
+    public var maxPeers: Int64?
 
     public init(call: CallID, room: RoomID, agentID: String? = nil, metadata: String? = nil, dynamicVariables: String? = nil,
                 meterLimitS: Int64? = nil, meterWarningS: Int64? = nil, state: CallState = .registered,
-                endReason: String? = nil, createdMs: Int64, expiresMs: Int64, joinedMs: Int64? = nil, endedMs: Int64? = nil)
+                endReason: String? = nil, createdMs: Int64, expiresMs: Int64, joinedMs: Int64? = nil, endedMs: Int64? = nil,
+                maxPeers: Int64? = nil)
     {
         self.call = call
         self.room = room
@@ -43,6 +46,7 @@ public struct CallRecord: Sendable, Hashable {
         self.expiresMs = expiresMs
         self.joinedMs = joinedMs
         self.endedMs = endedMs
+        self.maxPeers = maxPeers
     }
 }
 
@@ -57,17 +61,17 @@ public struct CallRepository {
 
     private static let columns = """
         call_id, room_id, agent_id, metadata, dynamic_variables, meter_limit_s, meter_warning_s, state, end_reason,
-        created_ms, expires_ms, joined_ms, ended_ms
+        created_ms, expires_ms, joined_ms, ended_ms, max_peers
         """
 
     /// Stores a new call. Throws a `SQLITE_CONSTRAINT_*` error when the id is taken.
     public func insert(_ call: CallRecord) throws {
         try db.run(
-            "INSERT INTO calls (\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            "INSERT INTO calls (\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             [.text(call.call.rawValue), .text(call.room.rawValue), SQLiteValue(call.agentID), SQLiteValue(call.metadata),
              SQLiteValue(call.dynamicVariables), Self.integer(call.meterLimitS), Self.integer(call.meterWarningS),
              .text(call.state.rawValue), SQLiteValue(call.endReason), .integer(call.createdMs), .integer(call.expiresMs),
-             Self.integer(call.joinedMs), Self.integer(call.endedMs)]
+             Self.integer(call.joinedMs), Self.integer(call.endedMs), Self.integer(call.maxPeers)]
         )
     }
 
@@ -134,6 +138,7 @@ public struct CallRepository {
             call: CallID(row.text(0)), room: RoomID(row.text(1)), agentID: row.optionalText(2), metadata: row.optionalText(3),
             dynamicVariables: row.optionalText(4), meterLimitS: row.optionalInt64(5), meterWarningS: row.optionalInt64(6),
             state: CallState(rawValue: row.text(7)) ?? .ended, endReason: row.optionalText(8), createdMs: row.int64(9),
-            expiresMs: row.int64(10), joinedMs: row.optionalInt64(11), endedMs: row.optionalInt64(12))
+            expiresMs: row.int64(10), joinedMs: row.optionalInt64(11), endedMs: row.optionalInt64(12),
+            maxPeers: row.optionalInt64(13))
     }
 }

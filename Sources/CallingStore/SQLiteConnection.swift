@@ -228,6 +228,65 @@ public final class SQLiteConnection {
         try check(sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil), db: db)
     }
 
+    // MARK: Online backup
+
+    /// Copies this database into a new file at `path` with SQLite's online backup API
+    /// (`sqlite3_backup_init/step/finish`, https://sqlite.org/backup.html) while other connections,
+    /// in this process or another, keep writing.
+    ///
+    /// All pages are copied in one `sqlite3_backup_step(-1)`, i.e. inside one read transaction: in WAL
+    /// mode that snapshot does not block writers, and it cannot be restarted by their commits (which
+    /// a step-by-step copy would be, over and over, on a busy server). The copy is therefore exactly
+    /// the database as of one commit. It is written to `path + ".partial"`, fsynced, and renamed over
+    /// `path`, so `path` is never a half-written database.
+    /// - Returns: the number of pages copied.
+    @discardableResult
+    public func backup(to path: String) throws -> Int {
+        let source = try live()
+        let partial = path + ".partial"
+        for suffix in ["", "-wal", "-shm", "-journal"] { unlink(partial + suffix) }
+        var opening: OpaquePointer?
+        let opened = sqlite3_open_v2(partial, &opening, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+        guard let target = opening else { throw SQLiteError(code: SQLITE_NOMEM, message: "out of memory opening \(partial)") }
+        var targetOpen = true
+        defer { if targetOpen { sqlite3_close_v2(target) } }
+        try check(opened, db: target)
+        guard let backup = sqlite3_backup_init(target, "main", source, "main") else {
+            try check(sqlite3_errcode(target), db: target)
+            throw SQLiteError(code: SQLITE_ERROR, message: "sqlite3_backup_init failed for \(partial)")
+        }
+        var step: Int32
+        repeat {
+            step = sqlite3_backup_step(backup, -1)
+            // Only with a busy_timeout of 0 elsewhere; the source's busy handler is not used by backup_step.
+            if step == SQLITE_BUSY || step == SQLITE_LOCKED { usleep(10_000) }
+        } while step == SQLITE_BUSY || step == SQLITE_LOCKED
+        let pages = Int(sqlite3_backup_pagecount(backup))
+        let finished = sqlite3_backup_finish(backup)
+        if step != SQLITE_DONE {
+            unlink(partial)
+            try check(step, db: target)
+        }
+        try check(finished, db: target)
+        // The copy carries the source's WAL flag; a rollback-journal file is one self-contained file
+        // that opens read-only anywhere (the server switches it back to WAL when it opens it).
+        try check(sqlite3_exec(target, "PRAGMA journal_mode = DELETE", nil, nil, nil), db: target)
+        sqlite3_close_v2(target)
+        targetOpen = false
+        let fd = open(partial, O_RDONLY)
+        if fd >= 0 {
+            fsync(fd)
+            Glibc.close(fd)
+        }
+        for suffix in ["-wal", "-shm"] { unlink(partial + suffix) }
+        guard rename(partial, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(partial)
+            throw SQLiteError(code: SQLITE_CANTOPEN, message: "cannot rename \(partial) to \(path): \(reason)")
+        }
+        return pages
+    }
+
     // MARK: Pragmas
 
     /// `PRAGMA user_version`: the number of the last schema migration applied (see `Migrator`).

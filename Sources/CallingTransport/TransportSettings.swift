@@ -37,6 +37,8 @@ public struct TransportSettings: Sendable {
     public var healthReservedSockets = 8
     /// Seconds lws gives a new socket to send complete request headers (and a request its body).
     public var httpTimeoutSeconds = 10
+    /// Serve `https://` and `wss://` instead of `http://` and `ws://` on the same port; nil is plaintext.
+    public var tls: TLSServerSettings?
 
     public init(host: String = "127.0.0.1", port: Int = 8080, eventLoop: EventLoop = .libev, maxFrameBytes: Int = 65_536,
                 maxQueueBytes: Int = 1_048_576, maxBodyBytes: Int = 262_144, reservedFileDescriptors: Int = 128,
@@ -52,5 +54,39 @@ public struct TransportSettings: Sendable {
         self.idlePingSeconds = idlePingSeconds
         self.idleHangupSeconds = idleHangupSeconds
         self.watchdogSeconds = watchdogSeconds
+    }
+}
+
+/// The server's TLS material and policy. The files must already have been validated (the server
+/// does so with `TLSCertificateFiles` in CallingAuth): lws itself loads a certificate whose key
+/// does not match without complaint.
+public struct TLSServerSettings: Sendable, Equatable {
+    public enum MinimumVersion: String, Sendable, CaseIterable {
+        case tls12 = "1.2"
+        case tls13 = "1.3"
+    }
+
+    /// PEM file with the leaf certificate followed by any intermediates (what lws loads, with
+    /// `SSL_CTX_use_certificate_chain_file`). Reloads read the same path again.
+    public var certificateChainFile: String
+    /// Unencrypted PEM private key of the leaf.
+    public var privateKeyFile: String
+    public var minimumVersion: MinimumVersion
+    /// OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's defaults, all AEAD).
+    public var cipherList: String
+
+    /// Forward-secret AEAD suites only: the "intermediate" TLS 1.2 list of Mozilla's server-side
+    /// TLS guidelines (https://wiki.mozilla.org/Security/Server_Side_TLS).
+    public static let defaultCipherList = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+        + "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:"
+        + "ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384"
+
+    public init(certificateChainFile: String, privateKeyFile: String, minimumVersion: MinimumVersion = .tls12,
+                cipherList: String = TLSServerSettings.defaultCipherList)
+    {
+        self.certificateChainFile = certificateChainFile
+        self.privateKeyFile = privateKeyFile
+        self.minimumVersion = minimumVersion
+        self.cipherList = cipherList
     }
 }

@@ -51,10 +51,17 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     private let stopped = DispatchGroup()
     private var protocols: UnsafeMutablePointer<lws_protocols>?
     private var protocolName: UnsafeMutablePointer<CChar>?
+    /// Strings lws keeps pointers to for the context's lifetime (vhost names). Service thread.
+    private var vhostStrings: [UnsafeMutablePointer<CChar>] = []
 
     /// Every client protocol buffer is this large so a 200 KB message arrives in one or two chunks;
     /// messages larger than this are still reassembled from fragments.
     static let rxBufferSize = 256 * 1024
+    /// The failure message (`failed(message:)`, `HTTPClientError.message`) of a connection whose
+    /// server certificate failed verification; lws logs OpenSSL's exact reason on stderr.
+    public static let certificateRefused = "TLS: the server's certificate failed verification "
+        + "(issuer not trusted, name does not match the host, or expired)"
+
     /// Largest message reassembled; a larger one closes the connection with 1009.
     static let maxMessageBytes = 16 * 1024 * 1024
 
@@ -74,6 +81,8 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// connection may already be gone when the command runs.
     private enum Command {
         case connect(ClientSession)
+        case request(HTTPClientExchange)
+        case cancelRequest(id: UInt64, reason: String)
         case send(id: UInt64, OutboundMessage, binary: Bool)
         case close(id: UInt64, code: UInt16, reason: String)
         case abort(id: UInt64)
@@ -132,6 +141,7 @@ public final class WebSocketClientLoop: @unchecked Sendable {
         // Only reachable once the service thread has returned (it retains the loop until then).
         protocols?.deallocate()
         free(protocolName)
+        for string in vhostStrings { free(string) }
     }
 
     /// Stops the loop: drops every connection without a close handshake (each gets its terminal
@@ -163,7 +173,11 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// With `onEvent`, events are handed to it on the loop's service thread instead of `events`
     /// (which then stays empty): no task hop per message, for load generators and SDK internals
     /// that must keep up with the wire. The handler must not block.
+    ///
+    /// With `tls` the connection is `wss://`: the server's certificate is verified as
+    /// `TLSClientOptions` says, and a refused certificate ends in `failed`.
     public func connect(host: String, port: Int, path: String, headers: [String: String] = [:],
+                        tls: TLSClientOptions? = nil,
                         onEvent: (@Sendable (WebSocketClientEvent) -> Void)? = nil)
         -> WebSocketClientConnection
     {
@@ -179,13 +193,42 @@ public final class WebSocketClientLoop: @unchecked Sendable {
         }
         let session = ClientSession(id: id, host: host, port: port, path: path.hasPrefix("/") ? path : "/" + path,
                                     headers: headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
-                                    continuation: continuation, handler: onEvent)
+                                    tls: tls, continuation: continuation, handler: onEvent)
         if !post(.connect(session)) {
             onEvent?(.failed(status: nil, message: "client loop is shut down"))
             continuation.yield(.failed(status: nil, message: "client loop is shut down"))
             continuation.finish()
         }
         return connection
+    }
+
+    /// One HTTP/1.1 request (`https://` with `tls`), answered by the server's status, the headers of
+    /// `HTTPClientResponse.capturedHeaders`, and the body. Redirects are returned, not followed.
+    /// Throws `HTTPClientError` when no complete answer arrived: refused, a certificate that failed
+    /// verification, a reset, or `timeout` passed (the connection is then dropped). Any thread.
+    public func request(_ method: String, host: String, port: Int, path: String, headers: [String: String] = [:],
+                        body: [UInt8] = [], tls: TLSClientOptions? = nil, timeout: TimeInterval = 10)
+        async throws(HTTPClientError) -> HTTPClientResponse
+    {
+        let injected = ([method] + headers.keys + headers.values).contains { $0.contains(where: \.isNewline) }
+        guard !injected, !method.isEmpty, !method.contains(" ") else {
+            throw HTTPClientError(message: "method, header names and values must not contain line breaks")
+        }
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        let outcome: Result<HTTPClientResponse, HTTPClientError> = await withCheckedContinuation { continuation in
+            let exchange = HTTPClientExchange(
+                id: id, method: method, host: host, port: port, path: path.hasPrefix("/") ? path : "/" + path,
+                headers: headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }, body: body, tls: tls,
+                completion: { continuation.resume(returning: $0) })
+            guard post(.request(exchange)) else {
+                exchange.complete(.failure(HTTPClientError(message: "client loop is shut down")))
+                return
+            }
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [weak self] in
+                self?.post(.cancelRequest(id: id, reason: "no complete answer within \(timeout) s"))
+            }
+        }
+        return try outcome.get()
     }
 
     /// Queues `command` for the service thread; false once the loop no longer accepts work.
@@ -235,7 +278,50 @@ public final class WebSocketClientLoop: @unchecked Sendable {
         info.user = Unmanaged.passUnretained(self).toOpaque()
         info.max_http_header_data = 8192
         info.timeout_secs = 10
-        return lws_create_context(&info)
+        // The default vhost's client SSL_CTX trusts the system store (lws calls
+        // SSL_CTX_set_default_verify_paths); a custom CA file gets a vhost of its own (`vhost(trusting:)`).
+        info.ssl_client_options_set = cs_lws_tls_client_options()
+        return TLSContextFactory.createContext(info)
+    }
+
+    /// Service thread: the client vhost whose SSL_CTX trusts only the CAs in `caFile`, created on
+    /// first use (the CA store belongs to an SSL_CTX, which lws keeps per vhost). Nil when the file
+    /// cannot be read or lws refuses the vhost.
+    private func vhost(trusting caFile: String) -> OpaquePointer? {
+        if let existing = state.caVhosts[caFile] { return existing }
+        guard let context = state.context, FileManager.default.isReadableFile(atPath: caFile) else { return nil }
+        let name = strdup("ca-\(state.caVhosts.count + 1)")!
+        let path = strdup(caFile)!
+        vhostStrings += [name, path]
+        var info = lws_context_creation_info()
+        info.port = CONTEXT_PORT_NO_LISTEN
+        info.protocols = UnsafePointer(protocols)
+        info.vhost_name = UnsafePointer(name)
+        info.gid = -1
+        info.uid = -1
+        info.options = cs_lws_option_do_ssl_global_init() | cs_lws_option_disable_os_ca_certs()
+        info.client_ssl_ca_filepath = UnsafePointer(path)
+        info.ssl_client_options_set = cs_lws_tls_client_options()
+        guard let vhost = lws_create_vhost(context, &info) else { return nil }
+        state.caVhosts[caFile] = vhost
+        return vhost
+    }
+
+    /// Service thread: the lws `ssl_connection` flags and vhost for `tls`, or a reason it cannot be
+    /// served. Logs the warning an insecure connection owes its operator.
+    private func tlsSetup(_ tls: TLSClientOptions?, target: String) -> Result<(Int32, OpaquePointer?), HTTPClientError> {
+        var flags = Int32(LCCSCF_HTTP_NO_FOLLOW_REDIRECT.rawValue)
+        guard let tls else { return .success((flags, nil)) }
+        flags |= Int32(LCCSCF_USE_SSL.rawValue)
+        if tls.insecureSkipVerification {
+            flags |= Int32(LCCSCF_ALLOW_SELFSIGNED.rawValue | LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK.rawValue
+                           | LCCSCF_ALLOW_EXPIRED.rawValue | LCCSCF_ALLOW_INSECURE.rawValue)
+            logger.warning("TLS certificate verification is OFF for this connection (insecureSkipTLSVerification): "
+                           + "anyone on the network path can impersonate the server", ["target": target])
+        }
+        guard let caFile = tls.caFile else { return .success((flags, nil)) }
+        guard let vhost = vhost(trusting: caFile) else { return .failure(HTTPClientError(message: "cannot load the CA file \(caFile)")) }
+        return .success((flags, vhost))
     }
 
     /// Service thread: runs until `shutdown`, then tears everything down in order.
@@ -258,6 +344,9 @@ public final class WebSocketClientLoop: @unchecked Sendable {
             return shared.inbox
         }
         for command in leftovers { execute(command) }
+        for exchange in state.requests.values {
+            completeRequest(exchange, .failure(HTTPClientError(message: "client loop shut down")))
+        }
         // Anything lws did not report (it should have) still gets exactly one terminal event.
         for session in state.sessions.values.sorted(by: { $0.id < $1.id }) {
             finish(session, session.opened ? .closed(code: nil, reason: "client loop shut down")
@@ -282,11 +371,26 @@ public final class WebSocketClientLoop: @unchecked Sendable {
                 session.emit(.failed(status: nil, message: "client loop is shut down"))
                 session.continuation.finish()
             }
+            if case .request(let exchange) = command {
+                exchange.complete(.failure(HTTPClientError(message: "client loop is shut down")))
+            }
             return
         }
         switch command {
         case .connect(let session):
             startConnection(session)
+
+        case .request(let exchange):
+            startRequest(exchange)
+
+        case .cancelRequest(let id, let reason):
+            guard let exchange = state.requests[id] else { return }
+            exchange.failureMessage = reason
+            if let wsi = exchange.wsi {
+                lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC)
+            } else {
+                completeRequest(exchange, .failure(HTTPClientError(message: reason)))
+            }
 
         case .send(let id, let message, let binary):
             guard let session = state.sessions[id], session.closeRequest == nil, !session.abortRequested else { return }
@@ -340,7 +444,14 @@ extension WebSocketClientLoop {
         info.protocol = nil
         info.local_protocol_name = UnsafePointer(protocolName)
         // A redirect answer to an upgrade is a failure for a signalling client, not a detour.
-        info.ssl_connection = Int32(LCCSCF_HTTP_NO_FOLLOW_REDIRECT.rawValue)
+        switch tlsSetup(session.tls, target: session.hostHeader) {
+        case .success(let (flags, vhost)):
+            info.ssl_connection = flags
+            info.vhost = vhost
+        case .failure(let problem):
+            finish(session, .failed(status: nil, message: problem.message))
+            return
+        }
         // The connection's id, as an integer in a pointer: never a retained object (lws keeps
         // this pointer after we lose interest, and it may outlive the session).
         info.opaque_user_data = UnsafeMutableRawPointer(bitPattern: UInt(session.id))
@@ -386,6 +497,9 @@ extension WebSocketClientLoop {
     fileprivate func handle(_ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ input: UnsafeMutableRawPointer?,
                             _ length: Int) -> Int32
     {
+        if let raw = lws_get_opaque_user_data(wsi), let exchange = state.requests[UInt64(UInt(bitPattern: raw))] {
+            return handleHTTP(exchange, wsi: wsi, reason, input, length)
+        }
         switch reason {
         case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
             if !state.dead { drain() }
@@ -397,22 +511,18 @@ extension WebSocketClientLoop {
             let cursor = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
             guard let start = cursor.pointee else { return -1 }
             let end = start + length
-            for (name, value) in session.headers {
-                let nameBytes = Array((name + ":").utf8) + [0]
-                let valueBytes = Array(value.utf8)
-                let failed = nameBytes.withUnsafeBufferPointer { namePointer in
-                    valueBytes.withUnsafeBufferPointer { valuePointer in
-                        lws_add_http_header_by_name(wsi, namePointer.baseAddress, valuePointer.baseAddress,
-                                                    Int32(valuePointer.count), cursor, end) != 0
-                    }
-                }
-                if failed {
-                    // Headers larger than lws's buffer: fail the connection rather than send a
-                    // request without them (an Authorization header silently lost would mislead).
-                    session.failureMessage = "request headers do not fit"
-                    return -1
-                }
+            guard Self.appendHeaders(session.headers, wsi: wsi, cursor: cursor, end: end) else {
+                // Headers larger than lws's buffer: fail the connection rather than send a
+                // request without them (an Authorization header silently lost would mislead).
+                session.failureMessage = "request headers do not fit"
+                return -1
             }
+            return 0
+
+        case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
+            // lws's verify callback hands us OpenSSL's verdict in `len` (preverify_ok); 0 keeps its
+            // decision. Its own failure text ("connect SSL err 1: …") names no cause.
+            if length == 0, let session = session(for: wsi) { session.failureMessage = Self.certificateRefused }
             return 0
 
         case LWS_CALLBACK_CLIENT_ESTABLISHED:
@@ -467,6 +577,165 @@ extension WebSocketClientLoop {
         default:
             return 0
         }
+    }
+
+    /// Service thread: starts one HTTP request; like `startConnection`, registered before lws sees it.
+    private func startRequest(_ exchange: HTTPClientExchange) {
+        guard let context = state.context else { return }
+        state.requests[exchange.id] = exchange
+        var info = lws_client_connect_info()
+        info.context = context
+        info.port = Int32(exchange.port)
+        info.local_protocol_name = UnsafePointer(protocolName)
+        info.opaque_user_data = UnsafeMutableRawPointer(bitPattern: UInt(exchange.id))
+        switch tlsSetup(exchange.tls, target: exchange.hostHeader) {
+        case .success(let (flags, vhost)):
+            info.ssl_connection = flags
+            info.vhost = vhost
+        case .failure(let problem):
+            completeRequest(exchange, .failure(problem))
+            return
+        }
+        let wsi = exchange.host.withCString { address in
+            exchange.path.withCString { path in
+                exchange.hostHeader.withCString { hostHeader in
+                    exchange.method.withCString { method -> OpaquePointer? in
+                        info.address = address
+                        info.path = path
+                        info.host = hostHeader
+                        info.method = method
+                        return lws_client_connect_via_info(&info)
+                    }
+                }
+            }
+        }
+        guard !exchange.finished else { return }
+        if let wsi {
+            exchange.wsi = wsi
+        } else {
+            completeRequest(exchange, .failure(HTTPClientError(message: "cannot start a request to \(exchange.hostHeader)")))
+        }
+    }
+
+    /// Service thread: delivers the one outcome of a request and forgets it.
+    private func completeRequest(_ exchange: HTTPClientExchange, _ outcome: Result<HTTPClientResponse, HTTPClientError>) {
+        guard !exchange.finished else { return }
+        exchange.finished = true
+        exchange.wsi = nil
+        state.requests[exchange.id] = nil
+        exchange.complete(outcome)
+    }
+
+    /// Service thread: the callbacks of an HTTP request's wsi.
+    private func handleHTTP(_ exchange: HTTPClientExchange, wsi: OpaquePointer, _ reason: lws_callback_reasons,
+                            _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
+    {
+        switch reason {
+        case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+            guard let input else { return -1 }
+            let cursor = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
+            guard let start = cursor.pointee else { return -1 }
+            let end = start + length
+            guard Self.appendHeaders(exchange.headers, wsi: wsi, cursor: cursor, end: end) else {
+                exchange.failureMessage = "request headers do not fit"
+                return -1
+            }
+            if !exchange.body.isEmpty {
+                guard lws_add_http_header_content_length(wsi, UInt64(exchange.body.count), cursor, end) == 0 else { return -1 }
+                // lws then asks for CLIENT_HTTP_WRITEABLE, where the body goes out.
+                lws_client_http_body_pending(wsi, 1)
+            }
+            return 0
+
+        case LWS_CALLBACK_CLIENT_HTTP_WRITEABLE:
+            guard !exchange.bodySent, !exchange.body.isEmpty else { return 0 }
+            exchange.bodySent = true
+            let message = OutboundMessage(exchange.body)
+            // lws buffers what the socket does not take at once and sends it before reading the answer.
+            guard lws_write(wsi, message.payloadPointer, message.count, LWS_WRITE_HTTP_FINAL) >= 0 else { return -1 }
+            lws_client_http_body_pending(wsi, 0)
+            lws_callback_on_writable(wsi)
+            return 0
+
+        case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
+            if length == 0 { exchange.failureMessage = Self.certificateRefused }
+            return 0
+
+        case LWS_CALLBACK_ESTABLISHED_CLIENT_HTTP:
+            exchange.status = Int(lws_http_client_http_response(wsi))
+            for (token, name) in HTTPClientResponse.capturedTokens {
+                let size = Int(lws_hdr_total_length(wsi, token))
+                guard size > 0 else { continue }
+                var buffer = [CChar](repeating: 0, count: size + 1)
+                let copied = buffer.withUnsafeMutableBufferPointer { lws_hdr_copy(wsi, $0.baseAddress, Int32($0.count), token) }
+                if copied >= 0 {
+                    exchange.responseHeaders[name] = String(decoding: buffer.prefix(Int(copied)).map { UInt8(bitPattern: $0) },
+                                                            as: UTF8.self)
+                }
+            }
+            return 0
+
+        case LWS_CALLBACK_RECEIVE_CLIENT_HTTP:
+            // lws wants the body pulled through lws_http_client_read, which delivers it as
+            // RECEIVE_CLIENT_HTTP_READ chunks.
+            let capacity = 4096
+            let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(cs_lws_pre()) + capacity)
+            defer { buffer.deallocate() }
+            var cursor: UnsafeMutablePointer<CChar>? = buffer + Int(cs_lws_pre())
+            var room = Int32(capacity)
+            return lws_http_client_read(wsi, &cursor, &room) < 0 ? -1 : 0
+
+        case LWS_CALLBACK_RECEIVE_CLIENT_HTTP_READ:
+            guard let input, length > 0 else { return 0 }
+            guard exchange.responseBody.count + length <= Self.maxMessageBytes else {
+                exchange.failureMessage = "response body larger than \(Self.maxMessageBytes) bytes"
+                return -1
+            }
+            exchange.responseBody.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
+            return 0
+
+        case LWS_CALLBACK_COMPLETED_CLIENT_HTTP:
+            completeRequest(exchange, .success(HTTPClientResponse(status: exchange.status, headers: exchange.responseHeaders,
+                                                                  body: exchange.responseBody)))
+            // Nonzero closes the connection: requests are not pooled, lws sent `connection: close`.
+            return -1
+
+        case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+            // A refused certificate arrives here as lws's text ("server's cert didn't look good, …").
+            var message = input.map { pointer -> String in
+                String(decoding: UnsafeRawBufferPointer(start: pointer, count: length).prefix { $0 != 0 }, as: UTF8.self)
+            } ?? ""
+            if let failure = exchange.failureMessage { message = failure }
+            completeRequest(exchange, .failure(HTTPClientError(message: message.isEmpty ? "connection failed" : message)))
+            return 0
+
+        case LWS_CALLBACK_CLOSED_CLIENT_HTTP, LWS_CALLBACK_WSI_DESTROY:
+            completeRequest(exchange, .failure(HTTPClientError(
+                message: exchange.failureMessage ?? "the connection closed before the response was complete")))
+            return 0
+
+        default:
+            return 0
+        }
+    }
+
+    /// Adds `headers` at the lws write cursor; false when they do not fit. Service thread.
+    fileprivate static func appendHeaders(_ headers: [(String, String)], wsi: OpaquePointer,
+                                          cursor: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>,
+                                          end: UnsafeMutablePointer<UInt8>) -> Bool
+    {
+        for (name, value) in headers {
+            let nameBytes = Array((name + ":").utf8) + [0]
+            let valueBytes = Array(value.utf8)
+            let failed = nameBytes.withUnsafeBufferPointer { namePointer in
+                valueBytes.withUnsafeBufferPointer { valuePointer in
+                    lws_add_http_header_by_name(wsi, namePointer.baseAddress, valuePointer.baseAddress,
+                                                Int32(valuePointer.count), cursor, end) != 0
+                }
+            }
+            if failed { return false }
+        }
+        return true
     }
 
     /// Service thread: one CLIENT_RECEIVE chunk. Reassembles fragments (and chunks of frames
@@ -590,6 +859,10 @@ private final class ServiceThreadBody {
 private final class ClientServiceState {
     var context: OpaquePointer?
     var sessions: [UInt64: ClientSession] = [:]
+    /// HTTP requests in flight, by id (the same id space as `sessions`).
+    var requests: [UInt64: HTTPClientExchange] = [:]
+    /// Client vhosts by the CA file their SSL_CTX trusts.
+    var caVhosts: [String: OpaquePointer] = [:]
     /// Set when the loop has stopped servicing: commands are answered, not executed.
     var dead = false
 }
@@ -604,6 +877,7 @@ private final class ClientSession: @unchecked Sendable {
     let port: Int
     let path: String
     let headers: [(String, String)]
+    let tls: TLSClientOptions?
     let continuation: AsyncStream<WebSocketClientEvent>.Continuation
     let handler: (@Sendable (WebSocketClientEvent) -> Void)?
     var hostHeader: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
@@ -622,7 +896,7 @@ private final class ClientSession: @unchecked Sendable {
     var rx: [UInt8] = []
     var rxBinary = false
 
-    init(id: UInt64, host: String, port: Int, path: String, headers: [(String, String)],
+    init(id: UInt64, host: String, port: Int, path: String, headers: [(String, String)], tls: TLSClientOptions?,
          continuation: AsyncStream<WebSocketClientEvent>.Continuation,
          handler: (@Sendable (WebSocketClientEvent) -> Void)?)
     {
@@ -631,6 +905,7 @@ private final class ClientSession: @unchecked Sendable {
         self.port = port
         self.path = path
         self.headers = headers
+        self.tls = tls
         self.continuation = continuation
         self.handler = handler
     }
@@ -691,4 +966,73 @@ public final class WebSocketClientConnection: Sendable {
     /// Drops the TCP connection without a closing handshake, discarding queued messages. The
     /// terminal event is `.closed(code: nil, reason: "aborted")` (or `.failed` if never opened).
     public func abort() { loop.abort(id) }
+}
+
+/// The answer to `WebSocketClientLoop.request`.
+public struct HTTPClientResponse: Sendable, Equatable {
+    public var status: Int
+    /// Lower-cased names; only the headers of `capturedTokens` (lws 4.1.6 reads a client response's
+    /// headers by known token only).
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [String: String], body: [UInt8]) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    static let capturedTokens: [(lws_token_indexes, String)] = [
+        (WSI_TOKEN_HTTP_CONTENT_TYPE, "content-type"), (WSI_TOKEN_HTTP_RETRY_AFTER, "retry-after"),
+        (WSI_TOKEN_HTTP_LOCATION, "location"), (WSI_TOKEN_HTTP_WWW_AUTHENTICATE, "www-authenticate"),
+        (WSI_TOKEN_HTTP_ETAG, "etag"),
+    ]
+}
+
+/// An HTTP request that got no complete answer.
+public struct HTTPClientError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// One HTTP request as the service thread sees it.
+private final class HTTPClientExchange: @unchecked Sendable {
+    // @unchecked: built on the caller's thread, handed over once through the inbox lock, then only
+    // touched on the service thread (`complete` may also run on the caller's thread when the loop
+    // refused the command, before the service thread ever saw it).
+    let id: UInt64
+    let method: String
+    let host: String
+    let port: Int
+    let path: String
+    let headers: [(String, String)]
+    let body: [UInt8]
+    let tls: TLSClientOptions?
+    private let completion: @Sendable (Result<HTTPClientResponse, HTTPClientError>) -> Void
+    var hostHeader: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    var wsi: OpaquePointer?
+    var finished = false
+    var bodySent = false
+    var failureMessage: String?
+    var status = 0
+    var responseHeaders: [String: String] = [:]
+    var responseBody: [UInt8] = []
+
+    init(id: UInt64, method: String, host: String, port: Int, path: String, headers: [(String, String)], body: [UInt8],
+         tls: TLSClientOptions?, completion: @escaping @Sendable (Result<HTTPClientResponse, HTTPClientError>) -> Void)
+    {
+        self.id = id
+        self.method = method
+        self.host = host
+        self.port = port
+        self.path = path
+        self.headers = headers
+        self.body = body
+        self.tls = tls
+        self.completion = completion
+    }
+
+    func complete(_ outcome: Result<HTTPClientResponse, HTTPClientError>) { completion(outcome) }
 }

@@ -19,11 +19,17 @@ public protocol WebSocketServerDelegate: AnyObject {
 public enum TransportError: Error, CustomStringConvertible {
     case listenFailed(host: String, port: Int)
     case alreadyStarted
+    /// lws did not come up with the configured certificate; the server never serves plaintext instead.
+    case tlsSetupFailed(String)
+    /// The server is not running, or runs without TLS.
+    case notServingTLS
 
     public var description: String {
         switch self {
         case .listenFailed(let host, let port): return "cannot listen on \(host):\(port) (in use, or not a local address)"
         case .alreadyStarted: return "server already started"
+        case .tlsSetupFailed(let detail): return "TLS setup failed: \(detail)"
+        case .notServingTLS: return "the server is not serving TLS"
         }
     }
 }
@@ -43,6 +49,13 @@ public struct TransportCounters: Sendable {
     /// Requests answered with a 4xx/5xx and closed by the transport itself (malformed framing,
     /// oversized headers or URL, unknown methods, CONNECT, over budget).
     public var requestsRejected = 0
+    /// Connections on the TLS port that closed before their TLS handshake completed: certificates
+    /// the client refused, protocol versions or ciphers we refused, plaintext sent to the TLS port.
+    public var tlsHandshakeFailures = 0
+    /// `notAfter` (Unix seconds) of the certificate being served, as told by `setTLSCertificateExpiry`.
+    public var tlsCertificateNotAfter: Int64?
+    /// Successful certificate reloads (SIGHUP).
+    public var tlsCertificateReloads = 0
 }
 
 /// Answers one HTTP request. Call `respond` exactly once, on the service thread; a response for a
@@ -138,11 +151,20 @@ public final class WebSocketServer: @unchecked Sendable {
         let outcome = Mutex<Result<Int, TransportError>?>(nil)
         let thread = Thread { [self] in
             guard let context = createContext() else {
+                // With TLS the files were validated before this, so a NULL context is still most
+                // likely the port; lws's own log line on stderr says which.
                 outcome.withLock { $0 = .failure(.listenFailed(host: settings.host, port: settings.port)) }
                 ready.signal()
                 return
             }
             let vhost = lws_get_vhost_by_name(context, "default")
+            if settings.tls != nil, vhost.flatMap(Self.servedCertificateExpiry) == nil {
+                // lws starts a vhost whose certificate did not load (it only logs); never serve so.
+                lws_context_destroy(context)
+                outcome.withLock { $0 = .failure(.tlsSetupFailed("libwebsockets did not load the certificate")) }
+                ready.signal()
+                return
+            }
             let port = vhost.map { Int(lws_get_vhost_listen_port($0)) } ?? settings.port
             withLifecycle {
                 $0.context = context
@@ -160,7 +182,8 @@ public final class WebSocketServer: @unchecked Sendable {
         ready.wait()
         if case .failure(let error)? = outcome.withLock({ $0 }) { throw error }
         logger.info("listening", ["host": settings.host, "port": "\(port)", "event_loop": settings.eventLoop.rawValue,
-                                  "peer_capacity": "\(capacity)", "socket_budget": "\(socketBudget)"])
+                                  "peer_capacity": "\(capacity)", "socket_budget": "\(socketBudget)",
+                                  "tls": settings.tls == nil ? "off" : "on"])
     }
 
     /// Runs on the service thread until the context is destroyed.
@@ -219,6 +242,42 @@ public final class WebSocketServer: @unchecked Sendable {
         withLifecycle { life in
             if let context = life.context { lws_cancel_service(context) }
         }
+    }
+
+    /// Makes lws read the certificate and key files again (same paths) for connections accepted from
+    /// now on; live connections keep the session they negotiated and are not touched. The files
+    /// must have been validated first: lws 4.1.6's `lws_tls_cert_updated` reports no failure, and
+    /// loads a new certificate whose key does not match without complaint. Throws when lws serves
+    /// no certificate afterwards. Blocks the caller (never call it on the service thread).
+    public func reloadTLSCertificate() throws(TransportError) {
+        guard let tls = settings.tls, withLifecycle({ $0.running }) else { throw .notServingTLS }
+        let done = DispatchSemaphore(value: 0)
+        let result = Mutex<Int64?>(nil)
+        post { [self] in
+            defer { done.signal() }
+            guard let context = withLifecycle({ $0.context }) else { return }
+            // lws matches vhosts by the path strings they were created with, so pass the same ones.
+            _ = lws_tls_cert_updated(context, tls.certificateChainFile, tls.privateKeyFile, nil, 0, nil, 0)
+            let expiry = lws_get_vhost_by_name(context, "default").flatMap(Self.servedCertificateExpiry)
+            if expiry != nil { state.counters.tlsCertificateReloads += 1 }
+            result.withLock { $0 = expiry }
+        }
+        guard done.wait(timeout: .now() + 10) == .success else { throw .tlsSetupFailed("the service loop did not answer") }
+        guard result.withLock({ $0 }) != nil else { throw .tlsSetupFailed("libwebsockets serves no certificate") }
+    }
+
+    /// Records the served certificate's `notAfter` for /metrics. Any thread.
+    public func setTLSCertificateExpiry(_ notAfter: Int64) {
+        post { [self] in state.counters.tlsCertificateNotAfter = notAfter }
+    }
+
+    /// The `notAfter` lws reports for the certificate `vhost` serves, or nil when it has none; only
+    /// good as "a certificate is loaded": lws 4.1.6's ASN.1 time parser is a day early and reads
+    /// the time as local (lws_tls_openssl_asn1time_to_unix). Service thread.
+    private static func servedCertificateExpiry(_ vhost: OpaquePointer) -> Int64? {
+        var info = lws_tls_cert_info_results()
+        guard lws_tls_vhost_cert_info(vhost, LWS_TLS_CERT_INFO_VALIDITY_TO, &info, 0) == 0 else { return nil }
+        return Int64(info.time)
     }
 
     /// Wakes the loop without work: the watchdog's liveness probe.
@@ -353,6 +412,19 @@ public final class WebSocketServer: @unchecked Sendable {
         if settings.eventLoop == .libev { info.options |= cs_lws_option_libev() }
         if !settings.host.contains(":") { info.options |= cs_lws_option_disable_ipv6() }
         info.options |= cs_lws_option_fallback_to_raw()
+        if let tls = settings.tls {
+            // Without ALLOW_NON_SSL_ON_SSL_PORT a plaintext client is refused, never served.
+            for text in [tls.certificateChainFile, tls.privateKeyFile, tls.cipherList] { cStrings.append(strdup(text)!) }
+            let count = cStrings.count
+            info.ssl_cert_filepath = UnsafePointer(cStrings[count - 3])
+            info.ssl_private_key_filepath = UnsafePointer(cStrings[count - 2])
+            info.ssl_cipher_list = UnsafePointer(cStrings[count - 1])
+            info.ssl_options_set = cs_lws_tls_server_options(tls.minimumVersion == .tls13 ? 1 : 0)
+            // Handshake start/done arrive as LWS_CALLBACK_SSL_INFO: how failures are counted.
+            info.ssl_info_event_mask = cs_lws_ssl_cb_handshake_start() | cs_lws_ssl_cb_handshake_done()
+            // Adds DO_SSL_GLOBAL_INIT where lws 4.1.6 needs it (see the factory's comment).
+            return TLSContextFactory.createContext(info)
+        }
         return lws_create_context(&info)
     }
 
@@ -395,6 +467,23 @@ public final class WebSocketServer: @unchecked Sendable {
 
         case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
             return confirmUpgrade(wsi, input: input)
+
+        case LWS_CALLBACK_SSL_INFO:
+            // A TLS connection is pending from its handshake's start until it is done; one
+            // destroyed while pending failed its handshake. (TLS 1.3 reports a start/done pair
+            // again for the session tickets after the handshake; a done connection stays done.)
+            guard let input else { return 0 }
+            let where_ = input.load(as: lws_ssl_info.self).where
+            if where_ & cs_lws_ssl_cb_handshake_done() != 0 {
+                state.tlsHandshakes[wsi] = true
+            } else if where_ & cs_lws_ssl_cb_handshake_start() != 0, state.tlsHandshakes[wsi] == nil {
+                state.tlsHandshakes[wsi] = false
+            }
+            return 0
+
+        case LWS_CALLBACK_WSI_DESTROY:
+            if state.tlsHandshakes.removeValue(forKey: wsi) == false { state.counters.tlsHandshakeFailures += 1 }
+            return 0
 
         case LWS_CALLBACK_ESTABLISHED:
             guard let user, let context = state.pendingUpgrades.removeValue(forKey: wsi) else { return -1 }
@@ -891,7 +980,8 @@ public final class WebSocketServer: @unchecked Sendable {
         (WSI_TOKEN_HTTP_CONTENT_LENGTH, "content-length"), (WSI_TOKEN_HTTP_IF_MATCH, "if-match"),
         (WSI_TOKEN_HTTP_ACCEPT, "accept"), (WSI_TOKEN_ORIGIN, "origin"),
         (WSI_TOKEN_HTTP_TRANSFER_ENCODING, "transfer-encoding"), (WSI_TOKEN_X_FORWARDED_FOR, "x-forwarded-for"),
-        (WSI_TOKEN_HTTP_USER_AGENT, "user-agent"),
+        (WSI_TOKEN_HTTP_USER_AGENT, "user-agent"), (WSI_TOKEN_HOST, "host"),
+        (WSI_TOKEN_HTTP_IF_NONE_MATCH, "if-none-match"),
     ]
 
     private func readRequest(_ wsi: OpaquePointer, method: HTTPMethod) -> HTTPRequest? {
@@ -900,6 +990,8 @@ public final class WebSocketServer: @unchecked Sendable {
             if let value = copyHeader(wsi, token) { headers[name] = value }
         }
         if let apiKey = copyCustomHeader(wsi, "x-api-key:") { headers["x-api-key"] = apiKey }
+        // CORS preflights name the method they ask for; lws has no token for it.
+        if let method = copyCustomHeader(wsi, "access-control-request-method:") { headers["access-control-request-method"] = method }
         var query: [String: String] = [:]
         let queryBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: 8192)
         defer { queryBuffer.deallocate() }
@@ -963,6 +1055,8 @@ private final class ServiceState {
     var nextConnection: UInt64 = 0
     var nextExchange: UInt64 = 0
     var counters = TransportCounters()
+    /// TLS connections by wsi: false while their handshake runs, true once it is done.
+    var tlsHandshakes: [OpaquePointer: Bool] = [:]
     var shuttingDown = false
     var onDrained: (() -> Void)?
     /// Every socket lws accepted and has not destroyed yet: the socket budget's count.

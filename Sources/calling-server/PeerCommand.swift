@@ -23,6 +23,8 @@ enum PeerCommand {
           --seconds N          hang up and exit after N seconds (default: on SIGINT/SIGTERM)
           --stay               keep answering after a call ends (an agent or bot serving many calls)
           --stats-seconds N    print stats every N seconds (default 5)
+          --ca-file FILE.pem   with a wss:// URL: trust these CA certificates instead of the system store
+          --insecure-skip-tls-verify  with a wss:// URL: accept ANY certificate (development only; warns)
 
         Exits when the last call ends (after at least one call; not with --stay), after --seconds,
         or on a signal.
@@ -45,6 +47,8 @@ enum PeerCommand {
         var seconds: Double?
         var statsSeconds: Double = 5
         var stay = false
+        var caFile: String?
+        var insecureSkipTLSVerify = false
     }
 
     struct Problem: Error { let message: String }
@@ -61,7 +65,7 @@ enum PeerCommand {
             switch flag {
             case "--url":
                 guard let text = value(flag), let url = URL(string: text), url.scheme == "ws" || url.scheme == "wss" else {
-                    return .failure(Problem(message: "--url needs a ws:// URL"))
+                    return .failure(Problem(message: "--url needs a ws:// or wss:// URL"))
                 }
                 options.url = url
             case "--token":
@@ -103,6 +107,13 @@ enum PeerCommand {
             case "--stats-seconds":
                 guard let text = value(flag), let seconds = Double(text), seconds > 0 else { return .failure(Problem(message: "--stats-seconds needs a positive number")) }
                 options.statsSeconds = seconds
+            case "--ca-file":
+                guard let path = value(flag) else { return .failure(Problem(message: "--ca-file needs a PEM file")) }
+                guard FileManager.default.isReadableFile(atPath: path) else {
+                    return .failure(Problem(message: "--ca-file \(path) cannot be read"))
+                }
+                options.caFile = path
+            case "--insecure-skip-tls-verify": options.insecureSkipTLSVerify = true
             default:
                 return .failure(Problem(message: "unknown option \(flag)"))
             }
@@ -164,6 +175,8 @@ actor PeerSession {
     func run() async -> Int32 {
         let url = options.url!
         var signaling = SignalingOptions()
+        signaling.tlsCAFile = options.caFile
+        signaling.insecureSkipTLSVerification = options.insecureSkipTLSVerify
         // A command-line peer has nothing to reconnect for: a dropped socket ends the run.
         signaling.maxReconnectAttempts = 0
         signaling.statsInterval = options.statsSeconds
@@ -252,7 +265,10 @@ actor PeerSession {
         for number in [SIGINT, SIGTERM] {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { Task { self.finish(reason: "signal") } }
+            // @Sendable: Dispatch runs the handler on its own queue. A closure formed in this actor
+            // would otherwise be isolated to it, and Swift 6 checks that isolation at run time: a
+            // SIGTERM aborted the process ("Incorrect actor executor assumption") instead of ending it.
+            source.setEventHandler { @Sendable [self] in Task { await self.finish(reason: "signal") } }
             source.resume()
             SignalSources.keep(source)
         }

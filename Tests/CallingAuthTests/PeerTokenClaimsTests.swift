@@ -30,4 +30,17 @@ final class PeerTokenClaimsTests: XCTestCase {
                                          key: Fixture.secret)
         XCTAssertEqual(try TokenVerifier(hs256Secret: Fixture.secret).verify(token, now: Fixture.now).scope, [])
     }
+
+    func testMaxPeersMustBeANonNegativeWholeNumber() throws {
+        func verify(_ extra: String) throws -> PeerTokenClaims {
+            let token = try HandMadeJWT.hmac(header: Fixture.hs256Header, payload: Fixture.payload(extra: extra), key: Fixture.secret)
+            return try TokenVerifier(hs256Secret: Fixture.secret).verify(token, now: Fixture.now)
+        }
+        XCTAssertEqual(try verify(#""max_peers":2,"jti":"t-1""#).maxPeers, 2)
+        XCTAssertEqual(try verify(#""max_peers":0"#).maxPeers, 0)
+        XCTAssertEqual(try verify(#""jti":"t-1""#).tokenID, "t-1")
+        for bad in [#""max_peers":-1"#, #""max_peers":1.5"#, #""max_peers":"2""#, #""jti":"""#] {
+            XCTAssertThrowsError(try verify(bad), bad)
+        }
+    }
 }

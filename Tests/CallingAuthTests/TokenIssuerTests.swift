@@ -15,7 +15,9 @@ final class TokenIssuerTests: XCTestCase {
         audience: "calling-server",
         issuedAt: Fixture.now.addingTimeInterval(-10),
         expiresAt: Fixture.now.addingTimeInterval(3600),
-        notBefore: Fixture.now.addingTimeInterval(-10)
+        notBefore: Fixture.now.addingTimeInterval(-10),
+        tokenID: "tok-1",
+        maxPeers: 2
     )
 
     func testHS256TokenCarriesEveryClaimBackUnchanged() throws {
@@ -38,6 +40,8 @@ final class TokenIssuerTests: XCTestCase {
         XCTAssertEqual(claims["room_id"] as? String, "room-42")
         XCTAssertEqual(claims["call_id"] as? String, "call-7")
         XCTAssertEqual(claims["scope"] as? String, "room presence chat:write")
+        XCTAssertEqual(claims["jti"] as? String, "tok-1")
+        XCTAssertEqual(claims["max_peers"] as? Int, 2)
         XCTAssertEqual(claims["aud"] as? String, "calling-server")
         XCTAssertEqual((claims["exp"] as? NSNumber)?.intValue, 1_700_003_600)
     }

@@ -25,9 +25,19 @@ final class RESTTests: XCTestCase {
         XCTAssertNil(TokenClaims.roomId(of: "a.%%%.c"))
     }
 
-    func test_websocket_urls_map_to_http_bases() {
-        XCTAssertEqual(REST.httpBase(for: URL(string: "ws://127.0.0.1:8080")!)?.absoluteString, "http://127.0.0.1:8080")
-        XCTAssertEqual(REST.httpBase(for: URL(string: "wss://calls.example.org/v1/ws")!)?.absoluteString,
-                       "https://calls.example.org")
+    func test_urls_map_to_endpoints_and_schemes_it_cannot_serve_are_errors() throws {
+        let plain = try REST.endpoint(for: URL(string: "ws://127.0.0.1:8080")!)
+        XCTAssertEqual(plain.httpOrigin, "http://127.0.0.1:8080")
+        XCTAssertFalse(plain.usesTLS)
+        // A wss:// URL is TLS on 443, never plaintext to 443 (what the SDK used to do).
+        let secure = try REST.endpoint(for: URL(string: "wss://calls.example.org/v1/ws")!)
+        XCTAssertEqual(secure.httpOrigin, "https://calls.example.org:443")
+        XCTAssertTrue(secure.usesTLS)
+        for unsupported in ["ftp://calls.example.org", "calls.example.org:8080", "wss:///v1/ws"] {
+            XCTAssertThrowsError(try REST.endpoint(for: URL(string: unsupported)!), unsupported) { error in
+                XCTAssertFalse((error as? CallingError)?.isRetryable ?? true)
+                XCTAssertTrue("\(error)".contains("unsupported URL"), "\(error)")
+            }
+        }
     }
 }

@@ -621,3 +621,126 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(send(alice, .stats(sample)), [.storeStats(room: room, call: nil, peer: "alice", sample, timestamp: now)])
     }
 }
+
+// MARK: - Seats, drain and the admin inputs
+
+extension HubTests {
+    private func identity(_ peer: PeerID, room: RoomID = "room-1", maxPeers: Int? = nil, token: String? = nil,
+                          expiresIn: Millis = 600_000) -> PeerIdentity {
+        PeerIdentity(peer: peer, room: room, maxPeers: maxPeers,
+                     credential: TokenCredential(id: token ?? "jti:\(peer.rawValue)", expiresAt: now + expiresIn))
+    }
+
+    /// Admission then join, as the service does for a WebSocket upgrade.
+    @discardableResult
+    private func seat(_ connection: ConnectionID, _ identity: PeerIdentity) -> JoinRefusal? {
+        if let refusal = hub.admit(identity, now: now) { return refusal }
+        _ = hub.handle(.join(connection, identity, ChatResume()), now: now)
+        return nil
+    }
+
+    private func closes(_ effects: [HubEffect]) -> [ConnectionID: CloseCode] {
+        var result: [ConnectionID: CloseCode] = [:]
+        for case .close(let connection, let code) in effects { result[connection] = code }
+        return result
+    }
+
+    func test_a_room_at_its_limit_refuses_a_new_peer_but_not_a_takeover_of_a_seated_one() {
+        hub = Hub(settings: HubSettings(maxPeersPerRoom: 2))
+        XCTAssertNil(seat(alice, identity("alice")))
+        XCTAssertNil(seat(bob, identity("bob")))
+        XCTAssertEqual(hub.admit(identity("carol"), now: now), .roomFull(limit: 2))
+        XCTAssertNil(seat(fresh, identity("bob")), "bob again takes his own seat")
+        XCTAssertEqual(hub.members(of: room), ["alice", "bob"])
+        XCTAssertNil(hub.admit(identity("carol", room: "room-2"), now: now), "the limit is per room")
+        disconnect(alice)
+        XCTAssertNil(seat(carol, identity("carol")), "a seat freed by a leave can be taken")
+    }
+
+    func test_the_joiners_max_peers_overrides_the_server_default_and_zero_is_unlimited() {
+        hub = Hub(settings: HubSettings(maxPeersPerRoom: 2))
+        XCTAssertNil(seat(alice, identity("alice", maxPeers: 0)))
+        XCTAssertNil(seat(bob, identity("bob", maxPeers: 0)))
+        XCTAssertNil(seat(carol, identity("carol", maxPeers: 0)), "0 = unlimited, whatever the default")
+        XCTAssertEqual(hub.admit(identity("dave", maxPeers: 3), now: now), .roomFull(limit: 3))
+
+        hub = Hub()
+        XCTAssertNil(seat(alice, identity("alice", maxPeers: 1)))
+        XCTAssertEqual(hub.admit(identity("bob", maxPeers: 1), now: now), .roomFull(limit: 1), "a one-seat room stays one seat")
+        XCTAssertNil(seat(bob, identity("bob")), "without a claim the default (unlimited) applies")
+    }
+
+    func test_admitted_joins_in_flight_hold_their_seat_until_they_join_abandon_or_time_out() {
+        hub = Hub(settings: HubSettings(maxPeersPerRoom: 2, seatHoldMs: 5_000))
+        XCTAssertNil(hub.admit(identity("alice"), now: now))
+        XCTAssertNil(hub.admit(identity("bob"), now: now))
+        XCTAssertEqual(hub.admit(identity("carol"), now: now), .roomFull(limit: 2), "two joins still loading hold both seats")
+        XCTAssertNil(hub.admit(identity("bob"), now: now), "a second attempt of the same peer shares its hold")
+
+        _ = hub.handle(.abandonSeat(room, "bob"), now: now)
+        XCTAssertNil(hub.admit(identity("carol"), now: now), "bob's socket closed before joining: his seat went to carol")
+        XCTAssertEqual(hub.admit(identity("dave"), now: now), .roomFull(limit: 2))
+
+        _ = hub.handle(.join(alice, identity("alice"), ChatResume()), now: now)
+        now += 5_001
+        _ = tick()
+        XCTAssertNil(hub.admit(identity("dave"), now: now), "carol's upgrade never completed: the hold expired")
+        XCTAssertEqual(hub.admit(identity("erin"), now: now), .roomFull(limit: 2), "alice's seat is a member now, not a hold")
+    }
+
+    func test_draining_refuses_new_seats_while_seated_peers_keep_talking() {
+        XCTAssertNil(seat(alice, identity("alice")))
+        XCTAssertNil(seat(bob, identity("bob")))
+        _ = hub.handle(.setDraining(true), now: now)
+        XCTAssertTrue(hub.isDraining)
+        XCTAssertEqual(hub.admit(identity("carol"), now: now), .draining)
+        XCTAssertEqual(hub.admit(identity("carol", room: "room-2"), now: now), .draining)
+        XCTAssertNil(hub.admit(identity("bob"), now: now), "a seated peer reconnecting keeps its seat")
+        let relayed = send(alice, .relay(.data, to: nil, payload: ["x": 1]))
+        XCTAssertEqual(frames(relayed, to: bob).map(\.type), ["data"], "rooms go on while draining")
+        _ = hub.handle(.setDraining(false), now: now)
+        XCTAssertNil(hub.admit(identity("carol"), now: now))
+    }
+
+    func test_a_kicked_peer_leaves_at_once_and_its_token_is_refused_until_it_expires() {
+        XCTAssertNil(seat(alice, identity("alice")))
+        XCTAssertNil(seat(bob, identity("bob", token: "jti:bob-1", expiresIn: 60_000)))
+        let effects = hub.handle(.kick(room, "bob"), now: now)
+        XCTAssertEqual(closes(effects), [bob: .kicked])
+        XCTAssertEqual(frames(effects, to: alice).map(\.type), ["peer-left"])
+        XCTAssertEqual(hub.members(of: room), ["alice"])
+        XCTAssertEqual(disconnect(bob), [], "the socket's own disconnect afterwards changes nothing")
+
+        XCTAssertEqual(hub.admit(identity("bob", token: "jti:bob-1", expiresIn: 60_000), now: now), .kicked)
+        XCTAssertNil(hub.admit(identity("bob", token: "jti:bob-2"), now: now), "a new token for the same peer is admitted")
+        now += 60_001
+        _ = tick()
+        XCTAssertNil(hub.admit(identity("bob", token: "jti:bob-1", expiresIn: 60_000), now: now),
+                     "after its expiry the ban is forgotten (the verifier refuses the expired token anyway)")
+        XCTAssertEqual(hub.handle(.kick(room, "nobody"), now: now), [])
+    }
+
+    func test_ending_a_room_closes_everyone_with_4404_and_refuses_their_tokens() {
+        XCTAssertNil(seat(alice, identity("alice")))
+        XCTAssertNil(seat(bob, identity("bob")))
+        XCTAssertNil(seat(carol, identity("carol", room: "room-2")))
+        let effects = hub.handle(.endRoom(room), now: now)
+        XCTAssertEqual(closes(effects), [alice: .roomClosed, bob: .roomClosed])
+        XCTAssertTrue(frames(effects, to: alice).isEmpty, "no peer-left storm to peers that are being closed")
+        XCTAssertEqual(hub.members(of: room), [])
+        XCTAssertEqual(hub.roomCount, 1)
+        XCTAssertEqual(hub.admit(identity("alice"), now: now), .kicked)
+        XCTAssertEqual(hub.members(of: "room-2"), ["carol"], "other rooms are untouched")
+    }
+
+    func test_server_data_reaches_the_room_or_one_peer_from_the_reserved_server_id() {
+        joinAll()
+        let all = hub.handle(.serverData(room, to: nil, payload: ["notice": "maintenance"]), now: now)
+        let frame = Frame(.data, from: "_server", payload: ["notice": "maintenance"])
+        XCTAssertEqual(all, [.send([alice, bob, carol], frame)])
+        let one = hub.handle(.serverData(room, to: "bob", payload: ["n": 1]), now: now)
+        XCTAssertEqual(one, [.send([bob], Frame(.data, from: "_server", to: "bob", payload: ["n": 1]))])
+        XCTAssertEqual(hub.handle(.serverData(room, to: "nobody", payload: [:]), now: now), [])
+        XCTAssertEqual(hub.admit(identity(Hub.serverPeerID), now: now), .reservedPeerID, "no token may speak as the server")
+    }
+}

@@ -238,7 +238,36 @@ final class PresenceHubTests: XCTestCase {
         XCTAssertEqual(ack?.payload?["agent_id"], "ann")
         XCTAssertEqual(ack?.payload?["state"], "ringing")
         XCTAssertTrue(frames(effects, to: bob).isEmpty)
-        XCTAssertTrue(frames(effects, to: dash).isEmpty)
+        // A supervisor sees who rings whom, but not the caller's metadata, which is for the agent.
+        let watched = frame(effects, "request", to: dash)
+        XCTAssertEqual(watched?.payload, ["request_id": "req_1", "agent_id": "ann", "caller_id": "carl", "name": "Carl",
+                                          "queue": .null, "state": "ringing", "expires_at": .int(now + 90_000)])
+    }
+
+    func test_a_supervisor_follows_each_request_to_its_outcome_without_seeing_tokens() throws {
+        connectAll()
+        let id = try XCTUnwrap(request(.agent("ann")))
+        // A dashboard that connects while it rings finds it in its snapshot.
+        let late = ConnectionID(9)
+        let snapshot = try XCTUnwrap(frame(connect(late, "dash-2", .dashboard), "connected", to: late))
+        XCTAssertEqual(snapshot.payload?["requests"]?.arrayValue?.first?["request_id"], .string(id.rawValue))
+        let accepted = send(ann, .accept(id))
+        let seen = try XCTUnwrap(frame(accepted, "accepted", to: dash))
+        XCTAssertEqual(seen.payload?["room_id"], "room_3")
+        XCTAssertEqual(seen.payload?["agent_id"], "ann")
+        XCTAssertEqual(seen.payload?["caller_id"], "carl")
+        XCTAssertNil(seen.payload?["token"], "room tokens go only to the two parties")
+        XCTAssertNotNil(frame(accepted, "accepted", to: late))
+
+        send(bob, .setStatus(.available, note: nil, queues: nil))
+        let second = try XCTUnwrap(request(.agent("bob")))
+        let declined = send(bob, .decline(second))
+        XCTAssertEqual(frame(declined, "ended", to: dash)?.payload,
+                       ["request_id": .string(second.rawValue), "reason": "declined", "agent_id": "bob", "caller_id": "carl"])
+        let empty = try XCTUnwrap(frame(connect(ConnectionID(10), "dash-3", .dashboard), "connected", to: ConnectionID(10)))
+        XCTAssertEqual(empty.payload?["requests"], .array([]))
+        // Callers and agents do not get the supervisor's list.
+        XCTAssertNil(frame(connect(ConnectionID(11), "carl-2", .caller), "connected", to: ConnectionID(11))?.payload?["requests"])
     }
 
     func test_accept_mints_one_call_and_makes_the_agent_busy() throws {

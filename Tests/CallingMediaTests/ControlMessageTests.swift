@@ -2,10 +2,11 @@
 import Foundation
 import XCTest
 
-/// The `control` data channel of an HTTP session (seed 000): what a caller sends is understood,
-/// what this side sends is what the caller expects, and anything malformed is not acted on.
+/// The `control` data channel of an HTTP session (docs/protocol.md, "The control channel"): what a
+/// caller sends is understood, what this side sends is what the caller expects, and anything
+/// malformed is not acted on.
 final class ControlMessageTests: XCTestCase {
-    func test_every_seed_000_message_parses() {
+    func test_every_control_channel_message_parses() {
         let cases: [(String, ControlMessage)] = [
             (#"{"type":"status","state":"connected"}"#, .status("connected")),
             (#"{"type":"status","state":"ended"}"#, .status("ended")),
@@ -67,7 +68,8 @@ final class ControlMessageTests: XCTestCase {
         }
     }
 
-    /// The answering side's messages as the caller's JSON parser sees them (seed 000).
+    /// The answering side's messages as the caller's JSON parser sees them (docs/protocol.md,
+    /// "The control channel").
     func test_text_is_the_wire_format() throws {
         let cases: [(ControlMessage, NSDictionary)] = [
             (.status("connected"), ["type": "status", "state": "connected"]),

@@ -25,12 +25,13 @@ final class APIKeyCommandTests: XCTestCase {
         let (listed, table) = try runCapturingOutput(["apikey", "list", "--data-dir", dataDir])
         XCTAssertEqual(listed, 0)
         let rows = table.split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
-        XCTAssertEqual(rows.first, ["ID", "NAME", "CREATED", "REVOKED"])
+        XCTAssertEqual(rows.first, ["ID", "NAME", "SCOPE", "CREATED", "REVOKED"])
         XCTAssertEqual(rows.count, 2)
         let row = rows[1]
         XCTAssertTrue(row[0].hasPrefix("ak_"))
         XCTAssertEqual(row[1], "billing backend")
-        XCTAssertEqual(row[3], "-")
+        XCTAssertEqual(row[2], "calls", "a key without --scope creates calls")
+        XCTAssertEqual(row[4], "-")
         XCTAssertFalse(table.contains(plaintext), "the key is never shown again")
 
         let (revoked, message) = try runCapturingOutput(["apikey", "revoke", "--id", row[0], "--data-dir", dataDir])
@@ -38,6 +39,17 @@ final class APIKeyCommandTests: XCTestCase {
         XCTAssertTrue(message.contains("revoked \(row[0])"), message)
         let (_, after) = try runCapturingOutput(["apikey", "list", "--data-dir", dataDir])
         XCTAssertNotEqual(after.split(separator: "\n")[1].split(separator: "\t").last, "-")
+    }
+
+    func test_scope_admin_is_stored_and_unknown_scopes_are_refused() throws {
+        let (created, _) = try runCapturingOutput(["apikey", "create", "--name", "ops", "--scope", "admin", "--data-dir", dataDir])
+        XCTAssertEqual(created, 0)
+        let (both, _) = try runCapturingOutput(["apikey", "create", "--name", "both", "--scope", "calls admin", "--data-dir", dataDir])
+        XCTAssertEqual(both, 0)
+        let (_, table) = try runCapturingOutput(["apikey", "list", "--data-dir", dataDir])
+        let scopes = table.split(separator: "\n").dropFirst().map { $0.split(separator: "\t").map(String.init)[2] }
+        XCTAssertEqual(Set(scopes), ["admin", "calls admin"])
+        XCTAssertEqual(try runCapturingOutput(["apikey", "create", "--name", "x", "--scope", "root", "--data-dir", dataDir]).0, 64)
     }
 
     func test_bad_invocations_fail_with_usage_codes() throws {

@@ -147,7 +147,12 @@ final class CallsAPITests: ServerTestCase {
         XCTAssertEqual(created["state"], "registered")
         XCTAssertEqual(created["ice_servers"], [["urls": ["stun:stun.example.org:3478"]]])
         let expiresAt = try XCTUnwrap(created["expires_at"]?.int64Value)
-        XCTAssertEqual(Double(expiresAt - before), Double(server.config.tokenTTLSeconds), accuracy: 5, "unix seconds")
+        XCTAssertEqual(server.config.callTokenTTLSeconds, 7_800, "130 minutes by default, separate from token_ttl_seconds")
+        XCTAssertEqual(Double(expiresAt - before * 1_000), Double(server.config.callTokenTTLSeconds) * 1_000, accuracy: 5_000,
+                       "unix milliseconds")
+        XCTAssertEqual(created["expires_at_seconds"], .int(expiresAt / 1_000), "the JWT exp, in unix seconds")
+        let claims = try server.verify(try XCTUnwrap(created["access_token"]?.stringValue))
+        XCTAssertEqual(Int64(claims.expiresAt.timeIntervalSince1970) * 1_000, expiresAt, "expires_at is the access token's exp")
 
         let token = try XCTUnwrap(created["access_token"]?.stringValue)
         let patient = try await TestPeer.connect(loop: server.loop, port: server.port, token: token)
@@ -339,5 +344,49 @@ final class CallsAPITests: ServerTestCase {
         let (unknown, unknownBody) = try await api("POST", "/v1/tokens", key: key, json: ["call_id": "call_nope", "peer_id": "a"])
         XCTAssertEqual(unknown, 400)
         XCTAssertEqual(invalidNames(unknownBody), ["call_id"])
+    }
+
+    // MARK: room limits
+
+    func test_max_peers_of_a_call_is_in_its_tokens_and_refuses_the_third_peer_before_the_upgrade() async throws {
+        let key = try makeAPIKey()
+        let created = try await createCall(key: key, ["room_id": "consult-2", "peer_id": "patient", "max_peers": 2])
+        XCTAssertEqual(created["max_peers"], 2)
+        let callID = try XCTUnwrap(created["call_id"]?.stringValue)
+        let callerToken = try XCTUnwrap(created["access_token"]?.stringValue)
+        XCTAssertEqual(try server.verify(callerToken).maxPeers, 2)
+        XCTAssertNotNil(try server.verify(callerToken).tokenID, "server-issued tokens carry a jti")
+
+        let (status, minted) = try await api("POST", "/v1/tokens", key: key, json: ["call_id": .string(callID), "peer_id": "doctor"])
+        XCTAssertEqual(status, 201)
+        let doctorToken = try XCTUnwrap(minted["token"]?.stringValue)
+        XCTAssertEqual(try server.verify(doctorToken).maxPeers, 2, "a token for the call inherits its max_peers")
+        let (_, third) = try await api("POST", "/v1/tokens", key: key, json: ["call_id": .string(callID), "peer_id": "nurse"])
+        let nurseToken = try XCTUnwrap(third["token"]?.stringValue)
+
+        let patient = try await TestPeer.connect(loop: server.loop, port: server.port, token: callerToken)
+        let doctor = try await TestPeer.connect(loop: server.loop, port: server.port, token: doctorToken)
+        _ = try await patient.next(type: "peer-joined")
+        let refused = try await server.http("GET", "/v1/ws?token=\(nurseToken)", headers: [
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        ])
+        XCTAssertEqual(refused.0, 409)
+        let problem = try JSONParser.parse([UInt8](refused.1))
+        XCTAssertEqual(problem["code"], "room_full")
+        XCTAssertEqual(problem["max_peers"], 2)
+        try await patient.expectNoFrame(within: 0.2)
+
+        let (_, wider) = try await api("POST", "/v1/tokens", key: key,
+                                       json: ["call_id": .string(callID), "peer_id": "nurse", "max_peers": 3])
+        let nurse = try await TestPeer.connect(loop: server.loop, port: server.port, token: try XCTUnwrap(wider["token"]?.stringValue))
+        XCTAssertEqual(nurse.welcome.payloadObject["peers"]?.arrayValue?.count, 2, "a token may carry its own max_peers")
+        withExtendedLifetime(doctor) {}
+
+        let (bad, body) = try await api("POST", "/v1/calls", key: key, json: ["max_peers": -1])
+        XCTAssertEqual(bad, 400)
+        XCTAssertEqual(invalidNames(body), ["max_peers"])
+        let (badToken, tokenBody) = try await api("POST", "/v1/tokens", key: key, json: ["room_id": "r", "peer_id": "p", "max_peers": "two"])
+        XCTAssertEqual(badToken, 400)
+        XCTAssertEqual(invalidNames(tokenBody), ["max_peers"])
     }
 }

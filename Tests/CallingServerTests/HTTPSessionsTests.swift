@@ -55,8 +55,9 @@ func sampleAnswer(ufrag: String = "ansU") -> String {
         + "a=ice-pwd:answerpassword0123456789\r\na=candidate:1 1 udp 2122260223 192.0.2.7 50000 typ host\r\na=end-of-candidates\r\n"
 }
 
-/// The webrtc-proxy session API (seed 000) end to end: real HTTP from URLSession, a real WebSocket
-/// agent that answers, real calls from the real API. One server at a time (libev: one signal watcher).
+/// The webrtc-proxy session API (docs/protocol.md, "HTTP sessions") end to end: real HTTP from
+/// URLSession, a real WebSocket agent that answers, real calls from the real API. One server at a
+/// time (libev: one signal watcher).
 final class HTTPSessionsTests: ServerTestCase {
 
     func sessionsPath(_ call: String) -> String { "/webrtc-proxy/\(call)/v1/webrtc/sessions" }
@@ -359,5 +360,31 @@ final class HTTPSessionsTests: ServerTestCase {
         XCTAssertEqual(limited.header("Retry-After"), "20")
         let health = try await server.exchange("GET", "/healthz")
         XCTAssertEqual(health.status, 200, "other routes are not limited")
+    }
+
+    // MARK: room limits
+
+    func test_an_http_session_counts_as_a_seat_and_a_full_room_refuses_it_with_409_room_full() async throws {
+        try restart { $0.maxPeersPerRoom = 2 }
+        let call = try await server.createCall(agentID: "agent-1")
+        let agent = try await TestPeer.connect(loop: server.loop, port: server.port,
+                                               token: server.token(peer: "agent-1", room: call.room, role: "agent"))
+        let observer = try await TestPeer.connect(loop: server.loop, port: server.port, token: server.token(peer: "observer", room: call.room))
+        let refused = try await post(call.call, token: call.token)
+        XCTAssertEqual(refused.status, 409, refused.text)
+        XCTAssertEqual(refused.code, "room_full")
+        XCTAssertEqual(refused.header("content-type"), "application/problem+json")
+
+        observer.close()
+        _ = try await agent.next(type: "peer-joined")
+        _ = try await agent.next(type: "peer-left")
+        let (created, _) = try await connect(call.call, token: call.token, agent: agent)
+        XCTAssertEqual(created.status, 201, "the seat the observer left is the session's")
+        let sessionRefusesThird = try await server.exchange("GET", "/v1/ws?token=\(try server.token(peer: "late", room: call.room))",
+                                                            headers: ["Connection": "Upgrade", "Upgrade": "websocket",
+                                                                      "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="])
+        XCTAssertEqual(sessionRefusesThird.status, 409, "the session holds its seat against WebSocket joiners")
+        let (again, _) = try await connect(call.call, token: call.token, agent: agent)
+        XCTAssertEqual(again.status, 201, "a new POST of the same caller takes over its own seat")
     }
 }

@@ -270,4 +270,33 @@ final class PresenceEndpointTests: ServerTestCase {
         XCTAssertEqual(ended.payloadObject["request_id"], .string(id))
         XCTAssertEqual(ended.payloadObject["reason"], "disconnected")
     }
+
+    // MARK: - Room limits
+
+    func test_the_room_of_an_accepted_call_obeys_max_peers_per_room() async throws {
+        try restart { $0.maxPeersPerRoom = 2 }
+        let ann = try await presence("ann", "agent")
+        let carl = try await presence("carl", "caller")
+        let id = try await ring(carl, ann)
+        ann.send(["type": "accept", "payload": ["request_id": .string(id)]])
+        let agentAccepted = try await ann.next(type: "accepted")
+        let agentToken = try XCTUnwrap(agentAccepted.payloadObject["token"]?.stringValue)
+        let accepted = try await carl.next(type: "accepted")
+        let callerToken = try XCTUnwrap(accepted.payloadObject["token"]?.stringValue)
+        let room = try XCTUnwrap(accepted.payloadObject["room_id"]?.stringValue)
+
+        let callerInRoom = try await TestPeer.connect(loop: server.loop, port: server.port, token: callerToken)
+        let agentInRoom = try await TestPeer.connect(loop: server.loop, port: server.port, token: agentToken)
+        do {
+            _ = try await TestPeer.connect(loop: server.loop, port: server.port, token: server.token(peer: "eve", room: room))
+            XCTFail("a third peer joined a full room")
+        } catch TestPeerError.connectFailed(let status, _) {
+            XCTAssertEqual(status, 409)
+        }
+        let again = try await TestPeer.connect(loop: server.loop, port: server.port, token: agentToken)
+        XCTAssertEqual(again.welcome.payloadObject["peer_id"], "ann", "the agent reconnecting takes its own seat")
+        let replaced = try await agentInRoom.closeEvent()
+        XCTAssertEqual(replaced.code, 4400)
+        withExtendedLifetime(callerInRoom) {}
+    }
 }

@@ -54,6 +54,29 @@ final class ServerConfigTests: XCTestCase {
         XCTAssertEqual(String(text[begin.upperBound..<end.lowerBound]), ServerConfig.markdownTable,
                        "docs/configuration.md is out of date: paste ServerConfig.markdownTable between the markers")
     }
+
+    /// deploy/calling-server.example.json is what operators copy: it must name every key, and the
+    /// values it gives this build's keys must load.
+    func test_the_example_config_file_names_every_key_with_a_valid_value() throws {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("deploy/calling-server.example.json")
+        let example = try XCTUnwrap(try JSONParser.parse(Array(try Data(contentsOf: file))).objectValue)
+        let keys = ServerConfig().summary.map(\.0).filter { $0 != "jwt_secret" && $0 != "turn_secret" }
+        let missing = keys.filter { example[$0] == nil }
+        XCTAssertEqual(missing, [], "deploy/calling-server.example.json lacks these keys")
+        XCTAssertNil(example["jwt_secret"], "secrets never go in the file")
+        XCTAssertNil(example["turn_secret"])
+        // A key this build does not know is a key of a newer build: only this build's keys are loaded.
+        let known = example.filter { keys.contains($0.key) }
+        switch ServerConfig.load(file: known, environment: [:], flags: [:]) {
+        case .success(let config):
+            XCTAssertEqual(config.dataDir, "/var/lib/calling-server", "the data folder of deploy/calling-server.service")
+            XCTAssertEqual(config.jwtSecretFile, "/etc/calling-server/jwt-secret")
+            XCTAssertGreaterThan(config.idleHangupSeconds, config.idlePingSeconds)
+        case .failure(let problems):
+            XCTFail("the example config does not load: \(problems)")
+        }
+    }
 }
 
 final class SigningSecretTests: XCTestCase {

@@ -38,12 +38,18 @@ final class ServerHarness {
 
     var port: Int { app.port }
 
+    /// Reads back a token the server issued (it signs with the same secret).
+    func verify(_ token: String) throws -> PeerTokenClaims {
+        try TokenVerifier(hs256Secret: Array(config.jwtSecret!.utf8), audience: config.jwtAudience).verify(token)
+    }
+
     func token(peer: String, room: String = "room-1", role: String = "peer", name: String? = nil, call: String? = nil,
-               ttl: TimeInterval = 600) throws -> String
+               ttl: TimeInterval = 600, maxPeers: Int? = nil, tokenID: String? = nil) throws -> String
     {
         try issuer.issue(PeerTokenClaims(
             sub: PeerID(peer), roomID: RoomID(room), callID: call.map { CallID($0) }, role: role, name: name,
-            scope: ["room"], audience: config.jwtAudience, issuedAt: Date(), expiresAt: Date().addingTimeInterval(ttl)))
+            scope: ["room"], audience: config.jwtAudience, issuedAt: Date(), expiresAt: Date().addingTimeInterval(ttl),
+            tokenID: tokenID, maxPeers: maxPeers))
     }
 
     func join(_ peer: String, room: String = "room-1", role: String = "peer", name: String? = nil,

@@ -184,4 +184,45 @@ final class SignalingServiceTests: ServerTestCase {
         let floodClose = try await alice.closeEvent().code
         XCTAssertEqual(floodClose, CloseCode.flood.rawValue)
     }
+
+    // MARK: room limits
+
+    /// An upgrade to `/v1/ws` made by hand, so the refusal's status and problem body can be read.
+    private func upgradeRefusal(_ token: String) async throws -> (Int, JSONValue) {
+        let (status, body) = try await server.http("GET", "/v1/ws?token=\(token)", headers: [
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        ])
+        return (status, try JSONParser.parse([UInt8](body)))
+    }
+
+    func test_max_peers_per_room_refuses_the_next_peer_with_409_room_full_but_not_a_takeover() async throws {
+        try restart { $0.maxPeersPerRoom = 2 }
+        let alice = try await server.join("alice")
+        let bob = try await server.join("bob")
+        _ = try await alice.next(type: "peer-joined")
+        let (status, problem) = try await upgradeRefusal(try server.token(peer: "carol"))
+        XCTAssertEqual(status, 409)
+        XCTAssertEqual(problem["code"], "room_full")
+        XCTAssertEqual(problem["max_peers"], 2)
+        do {
+            _ = try await server.join("carol")
+            XCTFail("carol joined a full room")
+        } catch TestPeerError.connectFailed(let refused, _) {
+            XCTAssertEqual(refused, 409, "a WebSocket client sees the status, never a hang")
+        }
+        let bobAgain = try await server.join("bob")
+        XCTAssertEqual(bobAgain.welcome.payloadObject["peers"], [["peer_id": "alice", "role": "peer", "name": .null]],
+                       "bob reconnecting takes his own seat")
+        let replaced = try await bob.closeEvent()
+        XCTAssertEqual(replaced.code, 4400)
+        _ = try await server.join("dave", room: "room-2")
+
+        alice.close()
+        _ = try await bobAgain.next(type: "peer-left")
+        _ = try await server.join("carol")
+
+        let metrics = try await server.exchange("GET", "/metrics")
+        XCTAssertTrue(metrics.text.contains(#"calling_join_refusals_total{code="room_full"} 2"#), metrics.text)
+        XCTAssertTrue(metrics.text.contains(#"calling_upgrades_total{result="refused_409"} 2"#), metrics.text)
+    }
 }

@@ -29,10 +29,11 @@ final class WHIPTests: XCTestCase {
     }
 
     /// POSTs the offer, answers it as `agent`, returns the 201.
-    func publish(agent: TestPeer, token: String) async throws -> HTTPExchangeResult {
+    func publish(agent: TestPeer, token: String, headers: [String: String] = [:]) async throws -> HTTPExchangeResult {
         let client = server.client
         let path = "/whip/\(room)"
-        async let response = client.exchange("POST", path, bearer: token, contentType: "application/sdp", body: sampleOffer)
+        async let response = client.exchange("POST", path, bearer: token, contentType: "application/sdp", body: sampleOffer,
+                                             headers: headers)
         let offer = try await agent.next(type: "offer")
         XCTAssertEqual(offer.payloadObject["transport"], "whip")
         agent.send(["type": "answer", "to": .string(offer.from!), "payload": ["sdp": .string(sampleAnswer())]])
@@ -104,7 +105,8 @@ final class WHIPTests: XCTestCase {
         XCTAssertEqual(preflight.header("Access-Control-Allow-Origin"), "*")
         XCTAssertTrue(preflight.header("Access-Control-Allow-Headers")?.contains("Authorization") ?? false)
         let agent = try await server.join("agent-1", room: room, role: "agent")
-        let created = try await publish(agent: agent, token: try publisherToken())
+        let created = try await publish(agent: agent, token: try publisherToken(), headers: ["Origin": "https://app.example"])
+        XCTAssertEqual(created.header("Access-Control-Allow-Origin"), "*")
         XCTAssertTrue(created.header("Access-Control-Expose-Headers")?.contains("Location") ?? false)
     }
 

@@ -1,3 +1,4 @@
+import CallingCore
 import CallingStore
 import Foundation
 import XCTest
@@ -128,5 +129,72 @@ final class SQLiteConnectionTests: XCTestCase {
         XCTAssertEqual(try db.userVersion(), 0)
         try db.setUserVersion(7)
         XCTAssertEqual(try db.userVersion(), 7)
+    }
+
+    // MARK: online backup
+
+    /// Chats keep being committed by the store's own connection while a second connection (as the
+    /// `backup` command does) copies the file: the copy is whole, and each room's rows are exactly
+    /// seq 1...n with rooms.last_seq = n, i.e. one commit's state, never a torn one.
+    func testBackupWhileChatsAreWrittenIsAConsistentGapFreeSnapshot() throws {
+        let directory = try makeTemporaryDirectory()
+        let path = directory.appendingPathComponent("live.sqlite").path
+        let store = try ChatStore.open(path: path)
+        defer { store.close() }
+        let stop = Collector<Bool>()
+        let committed = Collector<Int64>()
+        let writer = Thread {
+            var n = 0
+            while stop.all.isEmpty {
+                n += 1
+                let done = DispatchSemaphore(value: 0)
+                for room in ["r1", "r2", "r3"] {
+                    store.appendChat(ChatDraft(room: RoomID(room), sender: "alice", clientID: "c\(n)", text: String(repeating: "x", count: 200),
+                                               timestampMs: Int64(n))) { result in
+                        if case .success(let stored) = result { committed.append(stored.message.seq) }
+                        if room == "r3" { done.signal() }
+                    }
+                }
+                done.wait()
+            }
+        }
+        writer.start()
+        while committed.all.count < 300 { usleep(5_000) }
+
+        let copies = (1...3).map { directory.appendingPathComponent("backup-\($0).sqlite").path }
+        let source = try SQLiteConnection(path: path)
+        defer { source.close() }
+        for copy in copies {
+            XCTAssertGreaterThan(try source.backup(to: copy), 0)
+            usleep(20_000)
+        }
+        stop.append(true)
+        while !writer.isFinished { usleep(1_000) }
+
+        var sizes: [Int64] = []
+        for copy in copies {
+            XCTAssertFalse(FileManager.default.fileExists(atPath: copy + ".partial"))
+            let backup = try SQLiteConnection(path: copy, options: .init(readOnly: true))
+            defer { backup.close() }
+            XCTAssertEqual(try backup.query("PRAGMA integrity_check") { $0.text(0) }, ["ok"])
+            XCTAssertEqual(try backup.userVersion(), try source.userVersion())
+            let rooms = try backup.query("SELECT room_id, last_seq FROM rooms ORDER BY room_id") { ($0.text(0), $0.int64(1)) }
+            XCTAssertFalse(rooms.isEmpty)
+            for (room, lastSeq) in rooms {
+                let seqs = try backup.query("SELECT seq FROM chat_messages WHERE room_id = ?1 ORDER BY seq", [.text(room)]) { $0.int64(0) }
+                XCTAssertEqual(seqs, Array((0..<Int64(seqs.count)).map { $0 + 1 }), "room \(room): gap-free from 1")
+                XCTAssertEqual(Int64(seqs.count), lastSeq, "room \(room): every seq handed out is in the copy")
+            }
+            sizes.append(try backup.queryFirst("SELECT count(*) FROM chat_messages") { $0.int64(0) } ?? 0)
+        }
+        XCTAssertEqual(sizes, sizes.sorted(), "later copies hold more")
+        XCTAssertLessThan(sizes.first ?? 0, Int64(committed.all.count), "the copies were taken while writes went on")
+    }
+
+    func testBackupToAnUnwritablePlaceFailsAndLeavesNothing() throws {
+        let source = try SQLiteConnection(path: try makeDatabasePath())
+        defer { source.close() }
+        try source.execute("CREATE TABLE t (x INTEGER) STRICT; INSERT INTO t VALUES (1);")
+        XCTAssertThrowsError(try source.backup(to: "/nonexistent-dir/backup.sqlite"))
     }
 }

@@ -98,11 +98,14 @@ def start_server(tmp_path, request):
     servers: list[Server] = []
     counter = iter(range(1000))
 
-    def start(data_dir: Path | None = None, env: dict | None = None, **flags) -> Server:
+    def start(data_dir: Path | None = None, env: dict | None = None, ssl_context=None, **flags) -> Server:
         if data_dir is None:
             data_dir = tmp_path / f"data{next(counter)}"
             data_dir.mkdir()
         server = Server(data_dir, flags=flags, env=env)
+        # A TLS server (tls_cert_file in flags) is probed and spoken to through this context.
+        if ssl_context is not None:
+            server.ssl_context = ssl_context
         servers.append(server)
         return server.start()
 

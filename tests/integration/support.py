@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -31,7 +32,7 @@ from websockets.asyncio.client import connect as ws_connect
 REPO = Path(__file__).resolve().parents[2]
 BINARY = Path(os.environ.get("CALLING_SERVER_BIN", REPO / ".build" / "debug" / "calling-server"))
 HOST = "127.0.0.1"
-BANNER = re.compile(rb"calling-server listening on http://[^\s:]+:(\d+)")
+BANNER = re.compile(rb"calling-server listening on https?://[^\s:]+:(\d+)")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _RUNS = itertools.count(1)
 
@@ -78,6 +79,9 @@ class Server:
         self.env.update(env or {})
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        # Set (before start) for a server with tls_cert_file: http(), ws_url() and Peer use TLS
+        # verified with this context.
+        self.ssl_context: ssl.SSLContext | None = None
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -173,7 +177,10 @@ class Server:
 
     def http(self, method: str, path: str, headers: dict | None = None, timeout: float = 5.0):
         """Plain HTTP request; returns (status, headers(lower-cased), body bytes)."""
-        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
+        if self.ssl_context is not None:
+            conn = http.client.HTTPSConnection(HOST, self.port, timeout=timeout, context=self.ssl_context)
+        else:
+            conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
         try:
             conn.request(method, path, headers=headers or {})
             response = conn.getresponse()
@@ -207,7 +214,8 @@ class Server:
             params["token"] = token
         params.update({k: str(v) for k, v in query.items()})
         qs = urllib.parse.urlencode(params)
-        return f"ws://{HOST}:{self.port}/v1/ws" + (f"?{qs}" if qs else "")
+        scheme = "ws" if self.ssl_context is None else "wss"
+        return f"{scheme}://{HOST}:{self.port}/v1/ws" + (f"?{qs}" if qs else "")
 
 
 def parse_metrics(text: str) -> dict:
@@ -415,9 +423,10 @@ class Peer:
     @classmethod
     async def connect(cls, server: Server, token: str, label: str = "", expect_welcome: bool = True,
                       headers: dict | None = None, **query) -> "Peer":
+        tls = {} if server.ssl_context is None else {"ssl": server.ssl_context}
         ws = await ws_connect(server.ws_url(token, **query), proxy=None, compression=None, open_timeout=5,
                               close_timeout=2, ping_interval=None, max_size=16 * 1024 * 1024,
-                              additional_headers=headers)
+                              additional_headers=headers, **tls)
         peer = cls(ws, label)
         if expect_welcome:
             peer.welcome = await peer.recv(timeout=5)

@@ -164,11 +164,15 @@ def test_plain_http_on_the_websocket_endpoint(server):
     assert_problem(status, headers, body, 426, "upgrade_required")
 
 
-@pytest.mark.parametrize("path", ["/", "/v1", "/v2/ws", "/v1/ws/extra", "/healthz/x"])
+@pytest.mark.parametrize("path", ["/", "/v1", "/v2/ws", "/v1/ws/extra", "/healthz/x", "/dashboard/x"])
 def test_unknown_paths(server, path):
     token = server.token("r1", "alice")
     status, headers, body = raw_upgrade(server.port, f"{path}?token={token}")
     assert_problem(status, headers, body, 404, "not_found")
     status, headers, body = server.http("GET", path)
-    assert_problem(status, headers, body, 404, "not_found")
+    if path == "/":
+        # A plain GET / is the demo page (docs/protocol.md "Static files"); it upgrades to nothing.
+        assert status == 200 and headers["content-type"].startswith("text/html")
+    else:
+        assert_problem(status, headers, body, 404, "not_found")
     assert server.http("GET", "/healthz")[0] == 200

@@ -11,9 +11,9 @@ Opus track and a data channel "chat") or answers the first `offer` it gets. aior
 candidate before setLocalDescription returns, so the SDP it sends is complete and it trickles no
 `candidate` frames; candidates trickled by the other side are applied (empty = end of candidates).
 Offers from HTTP sessions (payload with `session_id`) are answered with that `session_id` echoed;
-with --answer-sessions it also plays the agent's side of seed 000's `control` channel: `status
-connected` when it opens, `pong` for `ping`, and on `hangup` it ends the session (`data
-{kind:"hangup"}` to the session's peer id) and the call.
+with --answer-sessions it also plays the agent's side of the `control` channel (docs/protocol.md,
+"The control channel"): `status connected` when it opens, `pong` for `ping`, and on `hangup` it
+ends the session (`data {kind:"hangup"}` to the session's peer id) and the call.
 
 It sends a sine of --tone Hz (silence without it) and measures what it receives. The call lasts
 --seconds after the connection is up, or until the other side hangs up (`data {kind:"hangup"}`,

@@ -46,7 +46,8 @@ STARTUP_AND_TEARDOWN_S = 6.0
 # Headless as root (no sandbox), no GPU, fake capture devices with the permission prompt answered,
 # autoplay allowed (the received track is played out so audio levels are computed), real host
 # candidates instead of mDNS names, and none of the background services that would try the network.
-CHROMIUM_FLAGS = [
+# tests/integration/browser/browser_lab.py starts its Chromium sessions with these too.
+CHROMIUM_BASE_FLAGS = [
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
     "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
     "--autoplay-policy=no-user-gesture-required",
@@ -54,8 +55,9 @@ CHROMIUM_FLAGS = [
     "--no-first-run", "--no-default-browser-check", "--disable-background-networking", "--disable-sync",
     "--disable-component-update", "--disable-default-apps", "--disable-extensions", "--metrics-recording-only",
     "--disable-breakpad", "--password-store=basic", "--use-mock-keychain", "--mute-audio",
-    "--remote-debugging-pipe",
 ]
+# The DevTools protocol over fds 3/4 (PipeCDP).
+CHROMIUM_FLAGS = [*CHROMIUM_BASE_FLAGS, "--remote-debugging-pipe"]
 
 
 def emit(kind: str, **fields) -> None:

@@ -3,7 +3,7 @@
 Three peers, each a separate process in a peer host's namespace, each ending with one
 `summary {json}` line:
   - aiortc_peer.py      aiortc over the room WebSocket (independent of this repository's code)
-  - session_caller.py   aiortc over the webrtc-proxy HTTP session API (seed 000's native app)
+  - session_caller.py   aiortc over the webrtc-proxy HTTP session API (as a native app)
   - calling-server peer the repository's Linux peer (GStreamer webrtcbin), when it exists
 """
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A native-app style caller over HTTP sessions (seed 000, "Web calls in native apps"), in aiortc.
+"""A native-app style caller over HTTP sessions (docs/protocol.md, "HTTP sessions"), in aiortc.
 
     python3 session_caller.py --base http://HOST:PORT --api-key csk_… --room R --agent A
         [--tone HZ] [--seconds N] [--mute] [--relay-only] [--connect-timeout S]

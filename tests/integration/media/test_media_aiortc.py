@@ -69,8 +69,8 @@ def test_aiortc_relay_only_call_through_coturn(make_lab):
 
 
 def test_session_caller_reaches_an_aiortc_agent_over_http(lab):
-    """The seed-000 flow end to end, aiortc on both sides: the backend creates the call with an API
-    key, the app POSTs its offer to /webrtc-proxy/{call_id}/v1/webrtc/sessions, the agent in the
+    """The native web call flow end to end, aiortc on both sides: the backend creates the call with an
+    API key, the app POSTs its offer to /webrtc-proxy/{call_id}/v1/webrtc/sessions, the agent in the
     room answers over /v1/ws (session_id echoed), and media flows: 440 Hz app→agent, 660 Hz
     agent→app. On the `control` channel the app gets `status connected`, a `pong` echoing its
     ping's ts, and its dtmf, mute and hangup reach the agent, which ends the session (a PATCH then

@@ -4,7 +4,7 @@ Every test here runs the repository's own WebRTC peer in a private network names
 what arrived on the other side: the tone's pitch (±5 %), enough audio frames, data-channel
 messages both ways, and that a hangup ends the other side's call promptly. Against itself (direct,
 and forced through a real coturn), against aiortc in both roles, and as the agent that answers a
-seed-000 HTTP session (aiortc's session_caller.py as the app).
+webrtc-proxy HTTP session (aiortc's session_caller.py as the app).
 
 Skipped while `calling-server peer --help` exits non-zero, i.e. until the peer CLI lands. Its
 contract: `calling-server peer --url ws://HOST:PORT/v1/ws --token T [--call PEER] [--tone HZ]
@@ -139,7 +139,7 @@ def test_aiortc_and_linux_peer_interoperate(lab, caller_kind):
 
 
 def test_session_caller_reaches_a_linux_agent_over_http(lab):
-    """seed 000 against the Linux peer as the agent (--answer-sessions, role agent): the aiortc app
+    """An HTTP session to the Linux peer as the agent (--answer-sessions, role agent): the aiortc app
     creates the call, POSTs its offer over HTTP and gets a 201 answer from the Linux peer; 440 Hz
     app→agent and 660 Hz agent→app; the control channel says `status connected`, answers the ping
     with a pong echoing its ts, and the app's dtmf and hangup reach the agent, which ends the session

@@ -58,3 +58,34 @@ def test_relay_only_without_reachable_ice_servers_exits_1():
     result = peer("--url", CLOSED_PORT_URL, "--token", "t", "--relay-only")
     assert result.returncode == 1, result
     assert "--relay-only needs TURN servers" in result.stderr, result.stderr
+
+
+def test_sigterm_ends_the_peer_with_its_summary(start_server):
+    """A supervisor stops an agent with SIGTERM: it must end cleanly and report, not abort (the
+    signal handler once ran with the peer actor's isolation on a Dispatch queue and trapped)."""
+    import signal
+    import time
+
+    server = start_server()
+    token = server.token("demo", "bob")
+    proc = subprocess.Popen([str(support.BINARY), "peer", "--url", server.ws_url(None), "--token", token],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        seen = ""
+        while "state connected" not in seen and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "state connected" in seen, seen + proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-2000:]
+    assert "ending reason=signal" in out
+    summary = [line for line in out.splitlines() if line.startswith("summary ")]
+    assert summary and '"hangup_reason":"signal"' in summary[-1], out

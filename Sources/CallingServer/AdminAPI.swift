@@ -1,0 +1,177 @@
+import CallingCore
+import CallingStore
+import CallingTransport
+import Foundation
+
+/// `/v1/admin/…`: what an operator sees of and does to live rooms, with an API key of scope
+/// `admin` (docs/protocol.md, "Admin API"). The decisions (who leaves, which token is refused, who
+/// gets a frame, whether a join gets a seat) are the hub's (`HubInput.kick`, `.endRoom`,
+/// `.serverData`, `.setDraining`); this class parses requests, feeds the hub and answers.
+///
+/// Runs on the service thread, like `CallsAPI`.
+// @unchecked Sendable: touched only on the service thread; store completions hop back via `transport.post`.
+final class AdminAPI: @unchecked Sendable {
+    /// `end_reason` of the calls of a room ended through the admin API.
+    static let endedByAdminReason = "ended_by_admin"
+
+    unowned(unsafe) let service: SignalingService
+    let logger: Logger
+
+    init(service: SignalingService, logger: Logger) {
+        self.service = service
+        self.logger = logger
+    }
+
+    typealias Respond = @Sendable (HTTPResponse) -> Void
+
+    /// `segments` starts with `v1`, `admin`. Service thread.
+    func handle(_ request: HTTPRequest, segments: [Substring], respond: @escaping Respond) {
+        let rest = segments.dropFirst(2).map(String.init)
+        let route: (allowed: HTTPMethod, run: @Sendable () -> Void)
+        switch rest.count {
+        case 1 where rest[0] == "rooms":
+            route = (.get, { [self] in respond(.json(200, roomsJSON())) })
+        case 2 where rest[0] == "rooms":
+            route = (.get, { [self] in respond(room(RoomID(rest[1]))) })
+        case 3 where rest[0] == "rooms" && rest[2] == "end":
+            route = (.post, { [self] in endRoom(RoomID(rest[1]), respond) })
+        case 3 where rest[0] == "rooms" && rest[2] == "data":
+            route = (.post, { [self] in sendData(RoomID(rest[1]), request, respond) })
+        case 5 where rest[0] == "rooms" && rest[2] == "peers" && rest[4] == "kick":
+            route = (.post, { [self] in respond(kick(RoomID(rest[1]), PeerID(rest[3]))) })
+        case 1 where rest[0] == "drain":
+            if request.method == .get {
+                route = (.get, { [self] in respond(.json(200, drainStatus)) })
+            } else {
+                route = (.post, { [self] in respond(setDraining(request)) })
+            }
+        default:
+            return respond(.problem(404, code: "not_found", detail: "no admin route \(request.method.rawValue) \(request.path.prefix(200))"))
+        }
+        guard request.method == route.allowed else {
+            let allowed = rest == ["drain"] ? "GET, POST" : route.allowed.rawValue
+            return respond(.problem(405, code: "method_not_allowed", detail: "use \(allowed)", headers: [("allow", allowed)]))
+        }
+        service.calls.authenticateAPIKey(request, scope: APIKeyRecord.adminScope) { result in
+            switch result {
+            case .failure(let response): respond(response)
+            case .success: route.run()
+            }
+        }
+    }
+
+    // MARK: listing
+
+    private func peerJSON(_ identity: PeerIdentity, in room: RoomID) -> JSONValue {
+        let connection = service.hubSnapshot.connection(of: identity.peer, in: room)
+        return ["peer_id": .string(identity.peer.rawValue), "role": .string(identity.role),
+                "name": identity.name.map(JSONValue.string) ?? .null, "call_id": identity.call.map { .string($0.rawValue) } ?? .null,
+                "transport": connection.map { HTTPSessions.isVirtual($0) ? "http" : "websocket" } ?? .null]
+    }
+
+    private func roomJSON(_ room: RoomID, _ members: [PeerIdentity]) -> JSONValue {
+        ["room_id": .string(room.rawValue), "peer_count": .int(Int64(members.count)),
+         "peers": .array(members.map { peerJSON($0, in: room) })]
+    }
+
+    private func roomsJSON() -> JSONValue {
+        let hub = service.hubSnapshot
+        return ["draining": .bool(hub.isDraining), "rooms": .array(hub.roomList.map { roomJSON($0.room, $0.members) })]
+    }
+
+    private func room(_ room: RoomID) -> HTTPResponse {
+        let members = service.hubSnapshot.identities(in: room)
+        guard !members.isEmpty else { return Self.roomNotFound(room) }
+        return .json(200, roomJSON(room, members))
+    }
+
+    // MARK: actions
+
+    private func kick(_ room: RoomID, _ peer: PeerID) -> HTTPResponse {
+        guard service.hubSnapshot.connection(of: peer, in: room) != nil else {
+            return .problem(404, code: "peer_not_found", detail: "no peer '\(peer.rawValue.prefix(128))' in room '\(room.rawValue.prefix(128))'")
+        }
+        service.handle(.kick(room, peer))
+        logger.info("peer kicked", ["room.id": room.rawValue, "peer.id": peer.rawValue])
+        return .json(200, ["room_id": .string(room.rawValue), "peer_id": .string(peer.rawValue), "close_code": .int(Int64(CloseCode.kicked.rawValue))])
+    }
+
+    /// Closes the room's connections (4404) and HTTP sessions, and ends its live calls in the store.
+    private func endRoom(_ room: RoomID, _ respond: @escaping Respond) {
+        let closed = service.hubSnapshot.identities(in: room).count
+        service.handle(.endRoom(room))
+        let now = service.now()
+        service.store.perform({ db in
+            try CallRepository(db: db).endLive(room: room, nowMs: now, reason: Self.endedByAdminReason)
+        }) { [service, logger] result in
+            service.transport.post {
+                switch result {
+                case .success(let calls):
+                    guard closed > 0 || !calls.isEmpty else { return respond(Self.roomNotFound(room)) }
+                    logger.info("room ended", ["room.id": room.rawValue, "peers": "\(closed)", "calls": "\(calls.count)"])
+                    respond(.json(200, ["room_id": .string(room.rawValue), "peers_closed": .int(Int64(closed)),
+                                        "close_code": .int(Int64(CloseCode.roomClosed.rawValue)),
+                                        "calls_ended": .array(calls.map { .string($0.rawValue) })]))
+                case .failure(let error):
+                    service.metrics.storeFailures += 1
+                    logger.error("calls of an ended room not marked ended", ["room.id": room.rawValue, "error": "\(error)"])
+                    respond(.problem(503, code: "store_unavailable", detail: "the room was closed but its calls could not be marked ended; retry",
+                                     headers: [("retry-after", "1")]))
+                }
+            }
+        }
+    }
+
+    /// `{payload: object, to?: peer_id}` → a `data` frame from `_server`.
+    private func sendData(_ room: RoomID, _ request: HTTPRequest, _ respond: @escaping Respond) {
+        let body: RequestBody
+        switch RequestBody.parse(request.body) {
+        case .failure(let response): return respond(response)
+        case .success(let parsed): body = parsed
+        }
+        let to = body.identifier("to", maxBytes: service.config.maxPeerIDBytes).map { PeerID($0) }
+        let payload = body.object("payload")
+        if payload == nil, body.problems == nil { body.problem("payload", "is required (a JSON object)") }
+        if let payload, JSONWriter.bytes(payload).count > service.config.maxFrameBytes - 256 {
+            body.problem("payload", "must serialize to less than max_frame_bytes")
+        }
+        if let problems = body.problems { return respond(problems) }
+        guard let payload else { return respond(.problem(500, code: "internal_error", detail: "payload was not read")) }
+        let members = service.hubSnapshot.identities(in: room)
+        guard !members.isEmpty else { return respond(Self.roomNotFound(room)) }
+        if let to, !members.contains(where: { $0.peer == to }) {
+            return respond(.problem(404, code: "peer_not_found", detail: "no peer '\(to.rawValue.prefix(128))' in room '\(room.rawValue.prefix(128))'"))
+        }
+        service.handle(.serverData(room, to: to, payload: payload))
+        respond(.json(200, ["room_id": .string(room.rawValue), "from": .string(Hub.serverPeerID.rawValue),
+                            "delivered": .int(to == nil ? Int64(members.count) : 1)]))
+    }
+
+    /// `POST /v1/admin/drain {draining?: bool}` (default true).
+    private func setDraining(_ request: HTTPRequest) -> HTTPResponse {
+        let draining: Bool
+        switch RequestBody.parse(request.body) {
+        case .failure(let response): return response
+        case .success(let body):
+            switch body.raw("draining") {
+            case nil: draining = true
+            case .bool(let value)?: draining = value
+            default: return RequestBody.invalid([("draining", "must be true or false")])
+            }
+        }
+        service.handle(.setDraining(draining))
+        logger.info(draining ? "draining: new joins refused" : "drain ended: joins accepted", [:])
+        return .json(200, drainStatus)
+    }
+
+    /// Whether the node is draining and whether anything is left on it.
+    private var drainStatus: JSONValue {
+        let hub = service.hubSnapshot
+        return ["draining": .bool(hub.isDraining), "rooms": .int(Int64(hub.roomCount)), "peers": .int(Int64(hub.peerCount)),
+                "http_sessions": .int(Int64(service.httpSessions.count)), "empty": .bool(hub.peerCount == 0)]
+    }
+
+    static func roomNotFound(_ room: RoomID) -> HTTPResponse {
+        .problem(404, code: "room_not_found", detail: "nobody is in room '\(room.rawValue.prefix(128))' on this node")
+    }
+}

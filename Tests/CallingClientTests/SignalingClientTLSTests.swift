@@ -1,0 +1,137 @@
+import CallingServer
+import CallingTesting
+import CallingTransport
+import Foundation
+import XCTest
+
+@testable import CallingClient
+
+/// The SDK against the real server serving TLS (tls_cert_file/tls_key_file) with certificates
+/// made by the openssl CLI: wss:// and https:// verify, and what fails verification is refused.
+final class SignalingClientTLSTests: ClientTestCase {
+    // nonisolated(unsafe): written in `configure` (setUp) and read by the test that follows, on one task at a time.
+    nonisolated(unsafe) private var pki: TestCertificates!
+
+    override func configure(_ config: inout ServerConfig) {
+        pki = try! TestCertificates()
+        let (cert, key) = try! pki.issueServer("server")
+        config.tlsCertFile = cert
+        config.tlsKeyFile = key
+    }
+
+    override func tearDown() async throws {
+        try await super.tearDown()
+        pki?.remove()
+    }
+
+    private var secureURL: URL { URL(string: "wss://127.0.0.1:\(server.port)")! }
+
+    private func client(_ peer: String, url: URL? = nil, configure: (inout SignalingOptions) -> Void = { _ in }) throws
+        -> SignalingClient
+    {
+        var options = SignalingOptions()
+        options.loop = server.loop
+        options.maxReconnectAttempts = 0
+        options.connectTimeout = 5
+        configure(&options)
+        return SignalingClient(url: url ?? secureURL, token: try server.token(peer: peer), options: options)
+    }
+
+    func test_wss_and_https_with_the_private_ca_carry_chat_history_and_ice() async throws {
+        let alice = try client("alice") { $0.tlsCAFile = self.pki.caFile }
+        let welcome = try await alice.connect()
+        XCTAssertEqual(welcome.peerId.rawValue, "alice")
+        let ack = try await alice.sendChat("over tls", clientId: "c1")
+        XCTAssertEqual(ack.seq, 1)
+        // REST goes over https:// with the same CA.
+        let page = try await alice.fetchMessages()
+        XCTAssertEqual(page.messages.map(\.text), ["over tls"])
+        _ = try await alice.fetchIceServers()
+        await alice.disconnect()
+    }
+
+    func test_a_certificate_from_a_ca_the_client_does_not_trust_is_refused() async throws {
+        // Once against the system trust store, once against an unrelated private CA.
+        for configure in [{ (_: inout SignalingOptions) in }, { $0.tlsCAFile = self.pki.otherCAFile }] {
+            let alice = try client("alice", configure: configure)
+            do {
+                try await alice.connect()
+                XCTFail("connected to a server whose certificate is not trusted")
+            } catch let error as CallingError {
+                XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
+            }
+            do {
+                _ = try await alice.fetchMessages()
+                XCTFail("https accepted a certificate that is not trusted")
+            } catch let error as CallingError {
+                XCTAssertNil(error.httpStatus)
+                XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
+            }
+        }
+    }
+
+    func test_a_certificate_for_another_host_name_is_refused() async throws {
+        // The server now serves a certificate from the trusted CA, but for calls.example.org
+        // (swapped in with a SIGHUP-style reload); the client dials 127.0.0.1.
+        let (cert, key) = try pki.issueServer("elsewhere", names: ["calls.example.org"])
+        try FileManager.default.removeItem(atPath: server.config.tlsCertFile!)
+        try FileManager.default.removeItem(atPath: server.config.tlsKeyFile!)
+        try FileManager.default.copyItem(atPath: cert, toPath: server.config.tlsCertFile!)
+        try FileManager.default.copyItem(atPath: key, toPath: server.config.tlsKeyFile!)
+        try server.app.reloadTLSCertificate()
+        let alice = try client("alice") { $0.tlsCAFile = self.pki.caFile }
+        do {
+            try await alice.connect()
+            XCTFail("connected although the certificate is for calls.example.org")
+        } catch let error as CallingError {
+            XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
+        }
+    }
+
+    func test_insecure_skip_verification_connects_to_an_untrusted_certificate() async throws {
+        let alice = try client("alice") { $0.insecureSkipTLSVerification = true }
+        try await alice.connect()
+        let ack = try await alice.sendChat("dev only")
+        XCTAssertEqual(ack.seq, 1)
+        await alice.disconnect()
+    }
+
+    func test_plaintext_urls_are_refused_by_a_tls_server_and_unknown_schemes_by_the_sdk() async throws {
+        let plain = try client("alice", url: URL(string: "ws://127.0.0.1:\(server.port)")!)
+        do {
+            try await plain.connect()
+            XCTFail("a TLS server answered plaintext")
+        } catch let error as CallingError {
+            XCTAssertNil(error.httpStatus)
+        }
+        let unknown = try client("bob", url: URL(string: "ftp://127.0.0.1:\(server.port)")!)
+        do {
+            try await unknown.connect()
+            XCTFail("connected with an ftp:// URL")
+        } catch let error as CallingError {
+            XCTAssertFalse(error.isRetryable)
+            XCTAssertTrue(error.description.contains("unsupported URL scheme 'ftp'"), error.description)
+        }
+    }
+
+    func test_web_calls_over_https_verify_the_certificate() async throws {
+        let base = URL(string: "https://127.0.0.1:\(server.port)")!
+        // A verified connection reaches the server, which refuses the token: an HTTP answer.
+        let trusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token",
+                                    tls: TLSClientOptions(caFile: pki.caFile), loop: server.loop)
+        do {
+            _ = try await trusted.start(offerSDP: "v=0\r\n")
+            XCTFail("started with a bad token")
+        } catch let error as CallingError {
+            XCTAssertEqual(error.httpStatus, 401, error.description)
+        }
+        let untrusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token", loop: server.loop)
+        do {
+            _ = try await untrusted.start(offerSDP: "v=0\r\n")
+            XCTFail("https accepted a certificate that is not trusted")
+        } catch let error as CallingError {
+            XCTAssertNil(error.httpStatus)
+            XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
+        }
+    }
+}
