@@ -448,6 +448,7 @@ public final class WebSocketServer: @unchecked Sendable {
         case LWS_CALLBACK_WSI_DESTROY:
             if let socket = state.sockets.removeValue(forKey: wsi) { socket.closed = true }
             cs_lws_reserve_spare_fd()
+            if state.tlsHandshakes.removeValue(forKey: wsi) == false { state.counters.tlsHandshakeFailures += 1 }
             return 0
 
         case LWS_CALLBACK_RAW_ADOPT:
@@ -479,10 +480,6 @@ public final class WebSocketServer: @unchecked Sendable {
             } else if where_ & cs_lws_ssl_cb_handshake_start() != 0, state.tlsHandshakes[wsi] == nil {
                 state.tlsHandshakes[wsi] = false
             }
-            return 0
-
-        case LWS_CALLBACK_WSI_DESTROY:
-            if state.tlsHandshakes.removeValue(forKey: wsi) == false { state.counters.tlsHandshakeFailures += 1 }
             return 0
 
         case LWS_CALLBACK_ESTABLISHED:
