@@ -10,7 +10,7 @@ BIN := .build/debug/calling-server
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: deps test-deps build release serve install test test-swift test-js test-integration test-tsan bench bench-quick bench-chat bench-media clean
+.PHONY: deps test-deps build release serve install test test-swift test-js test-integration test-corpus test-fuzz fuzz fuzz-build test-asan test-tsan soak bench bench-quick bench-chat bench-media clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -40,7 +40,7 @@ install: release
 
 test: test-deps
 	$(SWIFT) build --build-tests
-	$(MAKE) --no-print-directory test-swift test-js test-integration
+	$(MAKE) --no-print-directory test-swift test-js test-integration test-fuzz
 
 test-swift:
 	$(SWIFT) test --skip-build
@@ -52,10 +52,69 @@ test-js:
 test-integration:
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 
-# The Swift suite under ThreadSanitizer, in its own build folder (slower; not part of `make test`).
+# The hostile-request corpus (tests/integration/corpus) against the real server.
+test-corpus:
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration/test_corpus.py
+
+# Fuzz targets (Sources/calling-fuzz; docs/operations.md "Fuzzing"). `make fuzz` builds them with
+# ASan, coverage and clang's libFuzzer (the toolchain's fuzzer_no_main runtime) and runs each for
+# FUZZ_SECONDS; new inputs go to .fuzz-work/<target>, crashes to fuzz/crashes/. `make test-fuzz`
+# is the short run for `make test`: every seed and past crash replayed through the normal build,
+# then FUZZ_TEST_SECONDS of fuzzing per target when libFuzzer is available.
+FUZZ_TARGETS ?= frame json sdp jwt http
+FUZZ_SECONDS ?= 60
+FUZZ_TEST_SECONDS ?= 5
+FUZZER_NO_MAIN := $(shell d=$$(dirname $$(dirname $$(readlink -f $$(command -v swiftc)))); ls $$d/lib/clang/*/lib/linux/libclang_rt.fuzzer_no_main-x86_64.a 2>/dev/null | head -1)
+FUZZ_BIN := .build-fuzz/debug/calling-fuzz
+
+fuzz-build:
+	@test -n "$(FUZZER_NO_MAIN)" || { echo "this Swift toolchain has no libclang_rt.fuzzer_no_main"; exit 1; }
+	$(SWIFT) build --scratch-path .build-fuzz --product calling-fuzz -Xswiftc -sanitize=address \
+		-Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table,trace-cmp \
+		-Xlinker --undefined=LLVMFuzzerRunDriver -Xlinker $(FUZZER_NO_MAIN) -Xlinker -E -Xlinker -lstdc++
+
+define run-fuzzer
+	mkdir -p .fuzz-work/$(1) fuzz/crashes
+	ASAN_OPTIONS=detect_leaks=0 $(FUZZ_BIN) $(1) .fuzz-work/$(1) fuzz/corpus/$(1) -max_total_time=$(2) -max_len=8192 \
+		-timeout=10 -artifact_prefix=fuzz/crashes/$(1)- 2>&1 | grep -v -e "header data space" -e "exceeds limit" | tail -3
+	@! ls fuzz/crashes/$(1)-crash-* fuzz/crashes/$(1)-leak-* fuzz/crashes/$(1)-timeout-* 2>/dev/null | grep -q . || { echo "calling-fuzz $(1) found a crash: fuzz/crashes/"; exit 1; }
+
+endef
+
+fuzz: fuzz-build
+	$(foreach target,$(FUZZ_TARGETS),$(call run-fuzzer,$(target),$(FUZZ_SECONDS)))
+
+test-fuzz:
+	$(SWIFT) build --product calling-fuzz
+	for target in $(FUZZ_TARGETS); do .build/debug/calling-fuzz $$target --replay fuzz/corpus/$$target fuzz/regressions/$$target || exit 1; done
+	@if [ -n "$(FUZZER_NO_MAIN)" ]; then $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS); \
+	else echo "no libFuzzer runtime in this toolchain: seeds replayed only"; fi
+
+# The integration tests against an AddressSanitizer / ThreadSanitizer build of the server, each in
+# its own build folder (slower; not part of `make test`). LeakSanitizer is off: Foundation and
+# libcurl keep process-lifetime allocations it would report at exit. test_memory.py is left out:
+# the sanitizers' own shadow memory and quarantine dwarf the RSS it measures.
+test-asan: test-deps
+	$(SWIFT) build --scratch-path .build-asan --product calling-server -Xswiftc -sanitize=address
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 CALLING_SERVER_BIN=$(CURDIR)/.build-asan/debug/calling-server \
+		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration --ignore=tests/integration/media \
+		--ignore=tests/integration/test_memory.py
+
+# The Swift suite and the integration tests under ThreadSanitizer.
 test-tsan: test-deps
 	$(SWIFT) build --build-tests --scratch-path .build-tsan -Xswiftc -sanitize=thread
 	$(SWIFT) test --skip-build --scratch-path .build-tsan
+	TSAN_OPTIONS=halt_on_error=1 CALLING_SERVER_BIN=$(CURDIR)/.build-tsan/debug/calling-server \
+		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration --ignore=tests/integration/media \
+		--ignore=tests/integration/test_memory.py
+
+# Soak run (bench/soak.py; not part of `make test`): SOAK_PEERS peers for SOAK_MINUTES, chat and
+# relay traffic, leaving and rejoining; fails on RSS growth, an unbounded WAL, a logged error or a
+# lost acked chat. Results in docs/benchmarks.md.
+SOAK_PEERS ?= 2000
+SOAK_MINUTES ?= 10
+soak: release test-deps
+	$(PYTHON) bench/soak.py --peers $(SOAK_PEERS) --minutes $(SOAK_MINUTES) --binary .build/release/calling-server
 
 # Every scenario of the suite against the server and the bare lws baseline (bench/README.md);
 # each scenario is bounded in count and time. Results: .build/bench/results-*.{json,md}.
@@ -75,4 +134,4 @@ bench-media: release test-deps
 	$(PYTHON) bench/media.py --binary .build/release/calling-server
 
 clean:
-	rm -rf .build
+	rm -rf .build .build-fuzz .build-asan .build-tsan .fuzz-work

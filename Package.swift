@@ -36,6 +36,9 @@ let package = Package(
             dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingAuth", "CallingTransport"]
         ),
         .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia"]),
+        // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
+        .executableTarget(name: "calling-fuzz", dependencies: ["CallingServer", "CallingProtocol", "CallingCore", "CallingAuth",
+                                                                "CallingTransport"]),
         .target(name: "CallingClient", dependencies: ["CallingProtocol", "CallingCore", "CallingTransport"]),
         .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingCore", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.

@@ -82,6 +82,9 @@ public struct TokenVerifier: Sendable {
         }
         let algorithm = try Self.algorithm(in: header)
         let key = try self.key(for: algorithm)
+        // An unsecured JWS (`alg: none`) has an empty third segment; `split` lets that through
+        // only so that it is refused for its algorithm above, as docs/protocol.md says.
+        guard !parts.signature.isEmpty else { throw .malformed }
 
         // Only so that a broken payload is reported as malformed rather than as a bad signature.
         guard let payloadBytes = Base64URL.decode(parts.payload), JSONValue.object(from: payloadBytes) != nil,
@@ -158,7 +161,7 @@ public struct TokenVerifier: Sendable {
             }
         }
         segments.append(bytes[start...])
-        guard segments.count == 3, segments.allSatisfy({ !$0.isEmpty }) else { throw .malformed }
+        guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty else { throw .malformed }
         return (segments[0], segments[1], segments[2])
     }
 

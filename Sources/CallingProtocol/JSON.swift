@@ -6,6 +6,9 @@ public enum JSONValue: Sendable, Equatable, Hashable {
     case bool(Bool)
     case int(Int64)
     case double(Double)
+    /// An integer literal too large for `Int64`, kept as its exact decimal text so that relayed
+    /// payloads (ids from other systems, 128-bit counters) come back digit for digit.
+    case bigInteger(String)
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
@@ -40,6 +43,7 @@ public enum JSONValue: Sendable, Equatable, Hashable {
         switch self {
         case .int(let i): return Double(i)
         case .double(let d): return d
+        case .bigInteger(let text): return Double(text)
         default: return nil
         }
     }
@@ -311,7 +315,7 @@ public struct JSONParser {
             guard index > digitsStart else { throw .invalidNumber(offset: start) }
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-        if isInteger, let integer = Int64(text) { return .int(integer) }
+        if isInteger { return Int64(text).map(JSONValue.int) ?? .bigInteger(text) }
         guard let double = Double(text), double.isFinite else { throw .invalidNumber(offset: start) }
         return .double(double)
     }
@@ -335,6 +339,7 @@ public enum JSONWriter {
         case .null: writeRaw("null", into: &out)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
         case .int(let i): writeInteger(i, into: &out)
+        case .bigInteger(let text): out.append(contentsOf: text.utf8)
         case .double(let d) where !d.isFinite:
             writeRaw("null", into: &out)  // JSON has no NaN or infinity
         case .double(let d):

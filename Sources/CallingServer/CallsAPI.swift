@@ -558,6 +558,12 @@ final class RequestBody {
             problem(key, text.isEmpty ? "must not be empty" : "must not contain spaces")
             return nil
         }
+        // Ids are path segments (/v1/rooms/{room_id}/messages, /v1/calls/{call_id}): a '/' would
+        // make the resource unreachable, since the path is split after percent-decoding.
+        guard !text.unicodeScalars.contains(where: { $0 == "/" || $0.value < 0x20 || $0.value == 0x7F }) else {
+            problem(key, "must not contain '/' or control characters")
+            return nil
+        }
         return text
     }
 

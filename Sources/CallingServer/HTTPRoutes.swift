@@ -65,9 +65,11 @@ final class HTTPRoutes: @unchecked Sendable {
 
     private func route(_ request: HTTPRequest, segments: [Substring], respond: @escaping @Sendable (HTTPResponse) -> Void) {
         switch (request.method, segments.count) {
-        case (.get, 1) where segments[0] == "healthz", (.head, 1) where segments[0] == "healthz":
+        case (_, 1) where segments[0] == "healthz":
+            guard request.method == .get || request.method == .head else { return respond(methodNotAllowed(["GET", "HEAD"])) }
             respond(.json(200, ["status": "ok"]))
-        case (.get, 1) where segments[0] == "metrics":
+        case (_, 1) where segments[0] == "metrics":
+            guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
             let text = service.metrics.render(hub: service.hubSnapshot, transport: service.transport.counters,
                                               connections: service.transport.connectionCount, capacity: service.transport.capacity)
             let extra = service.metrics.renderLatency(store: store.metrics) + service.webhooks.metricsText

@@ -39,6 +39,13 @@ final class Metrics {
         counter("calling_queue_drops_total", "Connections closed because their outbound queue exceeded max_queue_bytes.",
                 transport.closedSlowConsumer)
         counter("calling_capacity_rejections_total", "Upgrades refused with 503 at peer capacity.", transport.rejectedAtCapacity)
+        counter("calling_sockets_refused_total", "Connections closed at accept: the socket budget was spent.",
+                transport.socketsRefused)
+        counter("calling_sockets_evicted_total", "Sockets still waiting for a request, dropped to make room.",
+                transport.socketsEvicted)
+        counter("calling_http_rejected_total",
+                "Requests the transport answered and closed itself (framing, size limits, methods, budget).",
+                transport.requestsRejected)
         counter("calling_bytes_out_total", "WebSocket payload bytes written.", transport.bytesOut)
         counter("calling_tls_handshake_failures_total",
                 "TLS connections closed before their handshake completed (refused certificate, version, cipher, or plaintext).",

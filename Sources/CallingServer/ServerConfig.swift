@@ -50,6 +50,12 @@ public struct ServerConfig: Sendable, Equatable {
     public var watchdogSeconds = 10.0
     public var shutdownGraceSeconds = 3.0
     public var reservedFileDescriptors = 128
+    public var maxURLBytes = 4_096
+    public var maxHeaderBytes = 8_192
+    public var healthReservedSockets = 8
+    public var httpTimeoutSeconds = 10
+    /// Seconds between `malloc_trim(0)` calls that hand freed heap back to the kernel; 0 disables.
+    public var mallocTrimSeconds = 60
     public var tickMs = 250
 
     public var maxClientIDBytes = 128
@@ -131,6 +137,10 @@ public struct ServerConfig: Sendable, Equatable {
                           maxBodyBytes: maxBodyBytes, reservedFileDescriptors: reservedFileDescriptors,
                           idlePingSeconds: idlePingSeconds, idleHangupSeconds: idleHangupSeconds, watchdogSeconds: watchdogSeconds)
         settings.maxCoalescedBytes = maxCoalescedBytes
+        settings.maxURLBytes = maxURLBytes
+        settings.maxHeaderBytes = maxHeaderBytes
+        settings.healthReservedSockets = healthReservedSockets
+        settings.httpTimeoutSeconds = httpTimeoutSeconds
         if tlsEnabled, let chain = tlsServedChainFile, let key = tlsKeyFile {
             settings.tls = TLSServerSettings(certificateChainFile: chain, privateKeyFile: key, minimumVersion: tlsMinVersion,
                                              cipherList: tlsCiphers)
@@ -242,6 +252,13 @@ public struct ServerConfig: Sendable, Equatable {
         .double("watchdog_seconds", "service-loop stall that makes the process exit (70)", \.watchdogSeconds, 1...600),
         .double("shutdown_grace_seconds", "time peers get to close on SIGTERM", \.shutdownGraceSeconds, 0...120),
         .int("reserved_fds", "file descriptors kept free below the open-file limit", \.reservedFileDescriptors, 16...100_000),
+        .int("health_reserved_sockets", "sockets of the budget only /healthz may use", \.healthReservedSockets, 1...1_000),
+        .int("max_url_bytes", "longest HTTP request target, at most max_header_bytes - 512 (414 beyond)", \.maxURLBytes, 256...32_000),
+        .int("max_header_bytes", "largest HTTP request head: target, header values, unknown field names (431 beyond)", \.maxHeaderBytes,
+             1_024...32_000),
+        .int("http_timeout_seconds", "seconds for a new socket's request headers, and for a body", \.httpTimeoutSeconds, 1...600),
+        .int("malloc_trim_seconds", "interval of malloc_trim(0), returning freed heap to the kernel (0: never)",
+             \.mallocTrimSeconds, 0...86_400),
         .int("tick_ms", "timer resolution (typing expiry, token expiry)", \.tickMs, 10...5_000),
         .int("max_client_id_bytes", "longest chat client_id", \.maxClientIDBytes, 8...1_024),
         .int("max_peer_id_bytes", "longest peer id accepted in `to`", \.maxPeerIDBytes, 8...1_024),

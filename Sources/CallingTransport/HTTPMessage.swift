@@ -93,13 +93,17 @@ public struct HTTPResponse: Sendable {
         case 404: return "Not Found"
         case 405: return "Method Not Allowed"
         case 409: return "Conflict"
+        case 411: return "Length Required"
         case 412: return "Precondition Failed"
         case 413: return "Content Too Large"
+        case 414: return "URI Too Long"
         case 415: return "Unsupported Media Type"
         case 426: return "Upgrade Required"
         case 428: return "Precondition Required"
         case 429: return "Too Many Requests"
+        case 431: return "Request Header Fields Too Large"
         case 500: return "Internal Server Error"
+        case 501: return "Not Implemented"
         case 502: return "Bad Gateway"
         case 503: return "Service Unavailable"
         default: return "Status \(status)"
@@ -125,3 +129,23 @@ public enum InboundMessage: Sendable, Equatable {
 
 /// Route helpers throw a ready response to stop early (a 401, a 400 naming the field).
 extension HTTPResponse: Error {}
+
+/// Request-framing rules the transport applies before a route sees a request (RFC 9112 §6).
+public enum HTTPFraming {
+    /// Most digits a Content-Length may have: 10^15 bytes is far above any body limit, and the
+    /// value can never overflow an `Int` on the way to being compared with one.
+    public static let maxContentLengthDigits = 15
+
+    /// The value of a single Content-Length field: one or more ASCII digits, optionally between
+    /// spaces or tabs, nothing else. nil for anything lws's `atoll` would have misread (`abc`,
+    /// `21abc`, `0x10`, `1e20`, `-1`, `+1`, `1, 1`, 2^63).
+    public static func contentLength(_ value: String) -> Int? {
+        var digits = Substring(value)
+        while let first = digits.first, first == " " || first == "\t" { digits = digits.dropFirst() }
+        while let last = digits.last, last == " " || last == "\t" { digits = digits.dropLast() }
+        guard !digits.isEmpty, digits.utf8.count <= maxContentLengthDigits,
+              digits.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") })
+        else { return nil }
+        return Int(digits)
+    }
+}

@@ -27,6 +27,16 @@ public struct TransportSettings: Sendable {
     public var closeTimeoutSeconds = 2
     /// Most bytes of queued frames sent together in one write (see `writeCoalesced`).
     public var maxCoalescedBytes = 65_536
+    /// Longest request target (path and query) accepted; longer ones get 414. At most
+    /// `maxHeaderBytes` - 512, since the target is part of the head.
+    public var maxURLBytes = 4_096
+    /// Largest request head (target, header values, names of fields lws does not know); beyond, 431.
+    public var maxHeaderBytes = 8_192
+    /// Sockets of the socket budget kept for `/healthz`: once the others are in use, any other
+    /// request gets 503 and the oldest socket still waiting for its request is dropped.
+    public var healthReservedSockets = 8
+    /// Seconds lws gives a new socket to send complete request headers (and a request its body).
+    public var httpTimeoutSeconds = 10
     /// Serve `https://` and `wss://` instead of `http://` and `ws://` on the same port; nil is plaintext.
     public var tls: TLSServerSettings?
 

@@ -42,6 +42,13 @@ public struct TransportCounters: Sendable {
     public var oversizeMessages = 0
     public var framesOut = 0
     public var bytesOut = 0
+    /// Connections closed at accept because the socket budget was spent.
+    public var socketsRefused = 0
+    /// Sockets still waiting for their request, dropped to make room under the budget.
+    public var socketsEvicted = 0
+    /// Requests answered with a 4xx/5xx and closed by the transport itself (malformed framing,
+    /// oversized headers or URL, unknown methods, CONNECT, over budget).
+    public var requestsRejected = 0
     /// Connections on the TLS port that closed before their TLS handshake completed: certificates
     /// the client refused, protocol versions or ciphers we refused, plaintext sent to the TLS port.
     public var tlsHandshakeFailures = 0
@@ -69,17 +76,23 @@ public struct HTTPResponder: Sendable {
 /// reach it only through `post`, which queues a closure and wakes the loop with
 /// `lws_cancel_service`, the one lws call that is safe from another thread.
 public final class WebSocketServer: @unchecked Sendable {
-    // @unchecked: mutable state is split in two. `inbox`/`lifecycle` are Mutex-protected and
+    // @unchecked: mutable state is split in two. `inbox`/`lifecycle` are lock-protected and
     // touched from any thread; `state` is only ever touched on the service thread.
     public let settings: TransportSettings
     public weak var delegate: (any WebSocketServerDelegate)?
     private let logger: Logger
 
-    private let inbox = Mutex<[@Sendable () -> Void]>([])
+    // An NSLock (pthread mutex) rather than `Mutex`: ThreadSanitizer does not see the futex
+    // `Synchronization.Mutex` uses on Linux and reported every post/drain pair as a race, which
+    // kept `make test-tsan` from being clean.
+    private let inboxLock = NSLock()
+    nonisolated(unsafe) private var inbox: [@Sendable () -> Void] = []
     private let lifecycleLock = NSLock()
     private var lifecycleState = Lifecycle()
     private let state = ServiceState()
     private let loopProgress = Atomic<Int64>(0)
+    private let loopCallbacks = Atomic<Int64>(0)
+    private let serviceClock = Atomic<Int32>(-1)
 
     private struct Lifecycle {
         var context: OpaquePointer?
@@ -90,9 +103,16 @@ public final class WebSocketServer: @unchecked Sendable {
 
     private var protocols: UnsafeMutablePointer<lws_protocols>?
     private var retryPolicy: UnsafeMutablePointer<lws_retry_bo_t>?
+    private var tokenLimits: UnsafeMutablePointer<lws_token_limits>?
     private var cStrings: [UnsafeMutablePointer<CChar>] = []
 
-    /// Peers this process can hold: the open-file limit minus `reservedFileDescriptors`.
+    /// Accepted sockets of every kind (HTTP, WebSocket, not yet known) this process allows at
+    /// once: the open-file limit minus `reservedFileDescriptors`. Beyond it new connections are
+    /// closed at accept, so lws never runs into EMFILE.
+    public private(set) var socketBudget = 0
+
+    /// Peers (and ordinary requests) this process takes: the socket budget minus
+    /// `healthReservedSockets`, which only `/healthz` may use.
     public private(set) var capacity = 0
 
     public init(settings: TransportSettings, logger: Logger) {
@@ -103,6 +123,7 @@ public final class WebSocketServer: @unchecked Sendable {
     deinit {
         protocols?.deallocate()
         retryPolicy?.deallocate()
+        tokenLimits?.deallocate()
         for string in cStrings { free(string) }
     }
 
@@ -120,9 +141,12 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Binds and starts the service thread; returns once the port is listening.
     public func start() throws {
         if withLifecycle({ $0.running }) { throw TransportError.alreadyStarted }
-        capacity = FileDescriptorLimit.raiseToHard() - settings.reservedFileDescriptors
-        // lws's own notices go to stderr unformatted; keep only its warnings and errors.
-        lws_set_log_level(LLL_ERR | LLL_WARN, nil)
+        socketBudget = max(2, FileDescriptorLimit.raiseToHard() - settings.reservedFileDescriptors)
+        capacity = max(1, socketBudget - settings.healthReservedSockets)
+        // lws's own notices go to stderr unformatted; keep only its warnings and errors, and turn
+        // the few it reports only as log lines into state (shim.h).
+        cs_lws_install_log_hook()
+        cs_lws_reserve_spare_fd()
         let ready = DispatchSemaphore(value: 0)
         let outcome = Mutex<Result<Int, TransportError>?>(nil)
         let thread = Thread { [self] in
@@ -158,11 +182,21 @@ public final class WebSocketServer: @unchecked Sendable {
         ready.wait()
         if case .failure(let error)? = outcome.withLock({ $0 }) { throw error }
         logger.info("listening", ["host": settings.host, "port": "\(port)", "event_loop": settings.eventLoop.rawValue,
-                                  "peer_capacity": "\(capacity)", "tls": settings.tls == nil ? "off" : "on"])
+                                  "peer_capacity": "\(capacity)", "socket_budget": "\(socketBudget)",
+                                  "tls": settings.tls == nil ? "off" : "on"])
     }
 
     /// Runs on the service thread until the context is destroyed.
     private func runLoop(_ context: OpaquePointer) {
+        var clock = clockid_t()
+        if pthread_getcpuclockid(pthread_self(), &clock) == 0 { serviceClock.store(clock, ordering: .relaxed) }
+        let hook = cs_lws_thread_hook()
+        hook.pointee.context = Unmanaged.passUnretained(self).toOpaque()
+        hook.pointee.on_header_overflow = { context in
+            guard let context else { return }
+            Unmanaged<WebSocketServer>.fromOpaque(context).takeUnretainedValue().headerTableOverflowed()
+        }
+        defer { hook.pointee.on_header_overflow = nil }
         while withLifecycle({ $0.running }) {
             // With the libev loop lws_service only returns once the loop is stopped by the first
             // stage of lws_context_destroy; with poll() it returns after each wakeup.
@@ -200,10 +234,10 @@ public final class WebSocketServer: @unchecked Sendable {
 
     /// Runs `work` on the service thread, after the work posted before it.
     public func post(_ work: @escaping @Sendable () -> Void) {
-        let wasEmpty = inbox.withLock { queue -> Bool in
-            queue.append(work)
-            return queue.count == 1
-        }
+        inboxLock.lock()
+        inbox.append(work)
+        let wasEmpty = inbox.count == 1
+        inboxLock.unlock()
         guard wasEmpty else { return }  // a wake-up is already pending
         withLifecycle { life in
             if let context = life.context { lws_cancel_service(context) }
@@ -256,12 +290,25 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Increments each time the service thread drains its inbox; the watchdog reads it.
     public var progress: Int64 { loopProgress.load(ordering: .relaxed) }
 
+    /// lws callbacks handled other than wake-ups: socket events that did work. A loop that burns a
+    /// core while this stands still is spinning (the watchdog reads both).
+    public var callbacks: Int64 { loopCallbacks.load(ordering: .relaxed) }
+
+    /// CPU seconds the service thread has used, or nil before it runs. Any thread.
+    public var serviceCPUSeconds: Double? {
+        let clock = serviceClock.load(ordering: .relaxed)
+        guard clock != -1 else { return nil }
+        var time = timespec()
+        guard clock_gettime(clock, &time) == 0 else { return nil }
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
     private func drainInbox() {
         loopProgress.add(1, ordering: .relaxed)
-        let work = inbox.withLock { queue -> [@Sendable () -> Void] in
-            defer { queue.removeAll(keepingCapacity: true) }
-            return queue
-        }
+        inboxLock.lock()
+        let work = inbox
+        inbox.removeAll(keepingCapacity: true)
+        inboxLock.unlock()
         for item in work { item() }
     }
 
@@ -344,9 +391,19 @@ public final class WebSocketServer: @unchecked Sendable {
         info.gid = -1
         info.uid = -1
         info.user = Unmanaged.passUnretained(self).toOpaque()
-        info.max_http_header_data = 8192
+        // The header table holds the whole request head as lws keeps it: the target, every header
+        // value, and the names of fields lws does not know. Each known field is cut at its limit
+        // + 1 instead of failing, so an oversized target still reaches LWS_CALLBACK_HTTP and gets
+        // its 414. A head larger than the table fails the parse, and lws then closes without a
+        // callback; the log hook catches that moment (headerTableOverflowed) to answer 431.
+        let limits = UnsafeMutablePointer<lws_token_limits>.allocate(capacity: 1)
+        limits.initialize(to: lws_token_limits())
+        cs_lws_fill_token_limits(limits, UInt16(clamping: settings.maxHeaderBytes + 1), UInt16(clamping: effectiveURLLimit + 1))
+        tokenLimits = limits
+        info.token_limits = UnsafePointer(limits)
+        info.max_http_header_data = UInt16(clamping: settings.maxHeaderBytes)
         info.pt_serv_buf_size = 16_384
-        info.timeout_secs = 20
+        info.timeout_secs = UInt32(settings.httpTimeoutSeconds)
         info.retry_and_idle_policy = UnsafePointer(policy)
         info.fd_limit_per_thread = UInt32(max(1024, capacity + settings.reservedFileDescriptors))
         let server = strdup("calling-server")!
@@ -354,6 +411,7 @@ public final class WebSocketServer: @unchecked Sendable {
         info.server_string = UnsafePointer(server)
         if settings.eventLoop == .libev { info.options |= cs_lws_option_libev() }
         if !settings.host.contains(":") { info.options |= cs_lws_option_disable_ipv6() }
+        info.options |= cs_lws_option_fallback_to_raw()
         if let tls = settings.tls {
             // Without ALLOW_NON_SSL_ON_SSL_PORT a plaintext client is refused, never served.
             for text in [tls.certificateChainFile, tls.privateKeyFile, tls.cipherList] { cStrings.append(strdup(text)!) }
@@ -375,13 +433,41 @@ public final class WebSocketServer: @unchecked Sendable {
     fileprivate func handle(_ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
                             _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
     {
+        if reason != LWS_CALLBACK_EVENT_WAIT_CANCELLED { loopCallbacks.add(1, ordering: .relaxed) }
         switch reason {
         case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
             drainInbox()
             return 0
 
+        case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+            return admit()
+
+        case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+            return adopted(wsi)
+
+        case LWS_CALLBACK_WSI_DESTROY:
+            if let socket = state.sockets.removeValue(forKey: wsi) { socket.closed = true }
+            cs_lws_reserve_spare_fd()
+            if state.tlsHandshakes.removeValue(forKey: wsi) == false { state.counters.tlsHandshakeFailures += 1 }
+            return 0
+
+        case LWS_CALLBACK_RAW_ADOPT:
+            // Only requests lws cannot parse as HTTP get here (see cs_lws_option_fallback_to_raw):
+            // an unknown method, or CONNECT, which lws would otherwise hold open as a raw tunnel.
+            state.sockets[wsi]?.idle = false
+            return 0
+
+        case LWS_CALLBACK_RAW_RX:
+            let head = input.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: min(length, 16)), as: UTF8.self) }
+            if head?.hasPrefix("CONNECT ") == true {
+                return rejectAndClose(wsi, .problem(405, code: "method_not_allowed", detail: "CONNECT is not supported",
+                                                    headers: [("allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")]))
+            }
+            return rejectAndClose(wsi, .problem(501, code: "method_not_implemented",
+                                                detail: "the request method is not one this server implements"))
+
         case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-            return confirmUpgrade(wsi)
+            return confirmUpgrade(wsi, input: input)
 
         case LWS_CALLBACK_SSL_INFO:
             // A TLS connection is pending from its handshake's start until it is done; one
@@ -394,10 +480,6 @@ public final class WebSocketServer: @unchecked Sendable {
             } else if where_ & cs_lws_ssl_cb_handshake_start() != 0, state.tlsHandshakes[wsi] == nil {
                 state.tlsHandshakes[wsi] = false
             }
-            return 0
-
-        case LWS_CALLBACK_WSI_DESTROY:
-            if state.tlsHandshakes.removeValue(forKey: wsi) == false { state.counters.tlsHandshakeFailures += 1 }
             return 0
 
         case LWS_CALLBACK_ESTABLISHED:
@@ -467,9 +549,25 @@ public final class WebSocketServer: @unchecked Sendable {
         }
     }
 
-    private func confirmUpgrade(_ wsi: OpaquePointer) -> Int32 {
+    private func confirmUpgrade(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?) -> Int32 {
+        state.sockets[wsi]?.idle = false
+        // `Upgrade: h2c` (what `curl --http2` offers over plain HTTP) may be ignored (RFC 9113
+        // §3.2), and lws would switch the socket to HTTP/2 if we agreed. lws passes the header
+        // value in place: blanking it makes lws carry on with an ordinary HTTP/1.1 request.
+        if let input, String(cString: input.assumingMemoryBound(to: CChar.self)).lowercased() == "h2c" {
+            input.storeBytes(of: UInt8(ascii: "-"), as: UInt8.self)
+            return 0
+        }
+        let path = copyHeader(wsi, WSI_TOKEN_GET_URI) ?? "/"
+        if let rejection = framingProblem(wsi, path: path, upgrade: true) { return rejectAndClose(wsi, rejection) }
         guard var request = readRequest(wsi, method: .get) else { return -1 }
-        request.path = copyHeader(wsi, WSI_TOKEN_GET_URI) ?? "/"
+        request.path = path
+        if copyHeader(wsi, WSI_TOKEN_VERSION) != "13" {
+            // RFC 6455 §4.4: refuse other versions and name the one we speak.
+            return writeImmediate(wsi, .problem(426, code: "unsupported_websocket_version",
+                                                detail: "only WebSocket version 13 (RFC 6455) is supported",
+                                                headers: [("sec-websocket-version", "13")]))
+        }
         if state.shuttingDown {
             return writeImmediate(wsi, .problem(503, code: "shutting_down", detail: "the server is shutting down",
                                                 headers: [("retry-after", "1")]))
@@ -495,13 +593,164 @@ public final class WebSocketServer: @unchecked Sendable {
     /// helpers would answer "HTTP/1.0", which WebSocket clients reject as an invalid response.
     /// lws buffers whatever the socket does not take at once.
     private func writeImmediate(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Int32 {
+        let message = OutboundMessage(Self.immediateBytes(response))
+        if lws_write(wsi, message.payloadPointer, message.count, LWS_WRITE_HTTP_FINAL) < 0 { return -1 }
+        return 1
+    }
+
+    static func immediateBytes(_ response: HTTPResponse) -> [UInt8] {
         var head = "HTTP/1.1 \(response.status) \(HTTPResponse.reasonPhrase(response.status))\r\n"
         head += "server: calling-server\r\n"
         for (name, value) in response.headers { head += "\(name): \(value)\r\n" }
         head += "content-length: \(response.body.count)\r\nconnection: close\r\n\r\n"
-        let message = OutboundMessage(Array(head.utf8) + response.body)
-        if lws_write(wsi, message.payloadPointer, message.count, LWS_WRITE_HTTP_FINAL) < 0 { return -1 }
+        return Array(head.utf8) + response.body
+    }
+
+    /// Answers and closes: for requests whose framing cannot be trusted (RFC 9112 §6.3), so
+    /// nothing after them on the connection may be read as another request. Returning -1 makes
+    /// lws close the socket once what we wrote has gone out.
+    private func rejectAndClose(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Int32 {
+        state.counters.requestsRejected += 1
+        if let socket = state.sockets[wsi] {
+            socket.answered = true
+            socket.idle = false
+        }
+        // What the client already sent is unread; closing over it would send RST, and the client
+        // might lose this answer. Bounded: a peer streaming forever is cut off anyway.
+        cs_drain_socket(lws_get_socket_fd(wsi), 1 << 20)
+        let message = OutboundMessage(Self.immediateBytes(response))
+        _ = lws_write(wsi, message.payloadPointer, message.count, LWS_WRITE_HTTP_FINAL)
+        return -1
+    }
+
+    // MARK: socket budget
+
+    /// LWS_CALLBACK_FILTER_NETWORK_CONNECTION: a socket was just accepted. Nonzero makes lws
+    /// close it at once: what keeps the process below its open-file limit (lws would otherwise
+    /// meet EMFILE in accept() and retry it on every loop turn).
+    private func admit() -> Int32 {
+        guard state.sockets.count >= socketBudget else { return 0 }
+        state.counters.socketsRefused += 1
+        state.pressure.refused += 1
+        _ = evictOldestIdle(except: nil)
+        logPressure()
         return 1
+    }
+
+    /// LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: counts the socket and, once it eats into the
+    /// `/healthz` headroom, drops the oldest socket that still has not sent a request.
+    private func adopted(_ wsi: OpaquePointer) -> Int32 {
+        state.nextSocket += 1
+        let socket = AcceptedSocket(serial: state.nextSocket)
+        state.sockets[wsi] = socket
+        markIdle(wsi, socket, fresh: true)
+        if state.sockets.count > capacity, evictOldestIdle(except: wsi) {
+            logPressure()
+        }
+        return 0
+    }
+
+    /// The h1 parser ran out of header-table space on some socket of this thread (lws says so
+    /// only in its log) and is about to close it without a word. The socket is the one waiting
+    /// for a request that has received the most bytes since it last became idle: more than the
+    /// table holds, which no other socket waiting for its request can have without overflowing too.
+    fileprivate func headerTableOverflowed() {
+        var culprit: (OpaquePointer, AcceptedSocket, UInt64)?
+        for (wsi, socket) in state.sockets where socket.idle && !socket.answered {
+            let received = cs_tcp_bytes_received(lws_get_socket_fd(wsi)) &- socket.bytesAtIdle
+            if received > culprit?.2 ?? UInt64(settings.maxHeaderBytes) { culprit = (wsi, socket, received) }
+        }
+        guard let (wsi, _, _) = culprit else { return }
+        _ = rejectAndClose(wsi, .problem(431, code: "headers_too_large",
+                                         detail: "the request header section is larger than this server accepts"))
+    }
+
+    private func markIdle(_ wsi: OpaquePointer, _ socket: AcceptedSocket, fresh: Bool = false) {
+        socket.idle = true
+        // A fresh socket's first request may already be in the kernel: it all counts.
+        socket.bytesAtIdle = fresh ? 0 : cs_tcp_bytes_received(lws_get_socket_fd(wsi))
+        state.nextIdle += 1
+        socket.idleSerial = state.nextIdle
+        state.idleOrder.append((wsi, socket.idleSerial, socket))
+        if state.idleOrder.count > 2 * state.sockets.count + 64 {
+            // Stale entries (sockets that closed or became busy) pile up with keep-alive traffic.
+            let live = state.sockets.filter { $0.value.idle }.sorted { $0.value.idleSerial < $1.value.idleSerial }
+            state.idleOrder.removeAll()
+            for (key, value) in live { state.idleOrder.append((key, value.idleSerial, value)) }
+        }
+    }
+
+    /// Drops the socket that has waited longest for a request (not `except`). True if one went.
+    private func evictOldestIdle(except: OpaquePointer?) -> Bool {
+        while let (wsi, serial, socket) = state.idleOrder.peekFirst() {
+            if wsi == except { return false }
+            _ = state.idleOrder.popFirst()
+            guard !socket.closed, socket.idle, socket.idleSerial == serial, !socket.evicted else { continue }
+            socket.evicted = true
+            socket.idle = false
+            state.counters.socketsEvicted += 1
+            state.pressure.evicted += 1
+            lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_KEEPALIVE_IDLE, LWS_TO_KILL_ASYNC)
+            return true
+        }
+        return false
+    }
+
+    /// One warning per `pressureLogInterval` at most, with what happened since the last one.
+    private func logPressure() {
+        let now = Date()
+        guard now.timeIntervalSince(state.pressure.lastLog) >= Self.pressureLogInterval else { return }
+        logger.warning("socket budget full", ["sockets": "\(state.sockets.count)", "budget": "\(socketBudget)",
+                                              "refused": "\(state.pressure.refused)", "evicted": "\(state.pressure.evicted)",
+                                              "interval_seconds": "\(Int(Self.pressureLogInterval))"])
+        state.pressure = Pressure(lastLog: now)
+    }
+
+    static let pressureLogInterval: TimeInterval = 10
+
+    /// What the `/healthz` headroom serves: the probes a supervisor and a scraper need most
+    /// when the server is full.
+    static let headroomPaths: Set<String> = ["/healthz", "/metrics"]
+
+    /// The target must fit in the header table with room for the rest of the head, or an
+    /// oversized one would overflow the table (431) before it could be measured (414).
+    private var effectiveURLLimit: Int { max(1, min(settings.maxURLBytes, settings.maxHeaderBytes - 512)) }
+
+    /// Why a parsed request cannot be served as it stands, or nil. Checked before any route
+    /// sees it; every answer here also closes the connection.
+    private func framingProblem(_ wsi: OpaquePointer, path: String, upgrade: Bool) -> HTTPResponse? {
+        let sizes = cs_lws_header_sizes(wsi)
+        if Int(sizes.uri) > effectiveURLLimit {
+            return .problem(414, code: "uri_too_long", detail: "request targets are limited to \(effectiveURLLimit) bytes")
+        }
+        if Int(sizes.longest) > settings.maxHeaderBytes || Int(sizes.total) > settings.maxHeaderBytes {
+            return .problem(431, code: "headers_too_large",
+                            detail: "the request head is limited to \(settings.maxHeaderBytes) bytes")
+        }
+        if state.sockets.count > capacity, !Self.headroomPaths.contains(path) {
+            state.counters.rejectedAtCapacity += 1
+            return .problem(503, code: "at_capacity", detail: "the server holds as many connections as it can",
+                            headers: [("retry-after", "5")])
+        }
+        if upgrade { return nil }
+        let lengths = cs_lws_fragment_count(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH)
+        let transferEncoding = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0
+        if lengths > 0 {
+            if transferEncoding {
+                return .problem(400, code: "conflicting_framing",
+                                detail: "Content-Length and Transfer-Encoding must not both be present (RFC 9112 §6.3)")
+            }
+            guard lengths == 1, let value = copyHeader(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH),
+                  HTTPFraming.contentLength(value) != nil
+            else {
+                return .problem(400, code: "invalid_content_length",
+                                detail: "Content-Length must be one decimal number (RFC 9110 §8.6)")
+            }
+        } else if transferEncoding {
+            return .problem(411, code: "length_required",
+                            detail: "request bodies need a Content-Length; Transfer-Encoding is not accepted")
+        }
+        return nil
     }
 
     private func receive(_ conn: WSConnection, id: ConnectionID, wsi: OpaquePointer, input: UnsafeMutableRawPointer?,
@@ -609,21 +858,32 @@ public final class WebSocketServer: @unchecked Sendable {
     // MARK: HTTP
 
     private func beginHTTP(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?, length: Int) -> Int32 {
+        state.sockets[wsi]?.idle = false
+        let path = input.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: max(0, length)), as: UTF8.self) } ?? "/"
+        if let rejection = framingProblem(wsi, path: path, upgrade: false) { return rejectAndClose(wsi, rejection) }
         guard let method = requestMethod(wsi), var request = readRequest(wsi, method: method) else { return -1 }
-        if let input, length > 0 {
-            request.path = String(decoding: UnsafeRawBufferPointer(start: input, count: length), as: UTF8.self)
-        }
+        if length > 0 { request.path = path }
         state.nextExchange += 1
         let exchange = HTTPExchange(id: state.nextExchange, wsi: wsi, request: request)
         if let previous = state.exchanges[wsi] { state.exchangesByID[previous.id] = nil }
         state.exchanges[wsi] = exchange
         state.exchangesByID[exchange.id] = exchange
-        let declaredLength = Int(request.headers["content-length"] ?? "") ?? 0
-        let chunked = request.headers["transfer-encoding"]?.lowercased().contains("chunked") ?? false
+        // framingProblem has vouched for it: one plain decimal number, no Transfer-Encoding.
+        let declaredLength = request.headers["content-length"].flatMap(HTTPFraming.contentLength) ?? 0
+        if declaredLength > 0, let socket = state.sockets[wsi], socket.served > 0,
+           cs_tcp_bytes_received(lws_get_socket_fd(wsi)) == socket.bytesAtDispatch
+        {
+            // Nothing arrived since the previous request was handed to its route, before its
+            // answer went out: this one had been pipelined behind it. lws 4.1.6 loops forever on the body of such a request
+            // (BODY_COMPLETION repeated every turn; found by the http fuzz target), so the
+            // connection closes before it, which RFC 9112 §9.3.2 lets clients recover from.
+            state.counters.requestsRejected += 1
+            return -1
+        }
         if declaredLength > settings.maxBodyBytes {
             exchange.bodyTooLarge = true
             dispatchHTTP(exchange)
-        } else if declaredLength == 0 && !chunked {
+        } else if declaredLength == 0 {
             dispatchHTTP(exchange)
         }
         // Otherwise the body arrives through HTTP_BODY and is dispatched on HTTP_BODY_COMPLETION.
@@ -633,6 +893,7 @@ public final class WebSocketServer: @unchecked Sendable {
     private func dispatchHTTP(_ exchange: HTTPExchange) {
         guard !exchange.dispatched else { return }
         exchange.dispatched = true
+        state.sockets[exchange.wsi]?.bytesAtDispatch = cs_tcp_bytes_received(lws_get_socket_fd(exchange.wsi))
         if exchange.bodyTooLarge {
             respond(exchangeID: exchange.id, .problem(413, code: "body_too_large",
                                                       detail: "request bodies are limited to \(settings.maxBodyBytes) bytes"))
@@ -668,6 +929,10 @@ public final class WebSocketServer: @unchecked Sendable {
     private func completeHTTP(_ exchange: HTTPExchange, wsi: OpaquePointer) -> Int32 {
         state.exchanges[wsi] = nil
         state.exchangesByID[exchange.id] = nil
+        if let socket = state.sockets[wsi] {
+            socket.served += 1
+            markIdle(wsi, socket)
+        }
         // Keep-alive: lws waits for the next request on this socket, or tells us to close it.
         return lws_http_transaction_completed(wsi) != 0 ? -1 : 0
     }
@@ -791,6 +1056,39 @@ private final class ServiceState {
     var tlsHandshakes: [OpaquePointer: Bool] = [:]
     var shuttingDown = false
     var onDrained: (() -> Void)?
+    /// Every socket lws accepted and has not destroyed yet: the socket budget's count.
+    var sockets: [OpaquePointer: AcceptedSocket] = [:]
+    /// Sockets waiting for a request, oldest first (entries go stale; see `evictOldestIdle`).
+    var idleOrder = FIFO<(OpaquePointer, UInt64, AcceptedSocket)>()
+    var nextSocket: UInt64 = 0
+    var nextIdle: UInt64 = 0
+    var pressure = Pressure(lastLog: .distantPast)
+}
+
+/// What the budget did since the last "socket budget full" line.
+private struct Pressure {
+    var lastLog: Date
+    var refused = 0
+    var evicted = 0
+}
+
+private final class AcceptedSocket {
+    let serial: UInt64
+    /// Between accept (or the end of a keep-alive response) and the next request.
+    var idle = false
+    var idleSerial: UInt64 = 0
+    /// Requests answered on it so far (keep-alive).
+    var served = 0
+    /// TCP bytes received when its last request went to its route (see beginHTTP: pipelining).
+    var bytesAtDispatch: UInt64 = 0
+    /// TCP bytes received when it last became idle (see `headerTableOverflowed`).
+    var bytesAtIdle: UInt64 = 0
+    var evicted = false
+    /// The transport answered it itself (rejectAndClose); nothing more may be written.
+    var answered = false
+    var closed = false
+
+    init(serial: UInt64) { self.serial = serial }
 }
 
 private final class WSConnection {

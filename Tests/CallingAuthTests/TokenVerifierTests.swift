@@ -81,9 +81,13 @@ final class TokenVerifierTests: XCTestCase {
 
     func testAlgNoneTokenIsRefused() throws {
         let token = HandMadeJWT.signingInput(header: #"{"alg":"none","typ":"JWT"}"#, payload: Fixture.payload()) + "."
-        XCTAssertThrowsTokenError(.malformed, "no signature segment") { () throws(TokenError) in
+        // An unsecured JWS has an empty signature: refused for its algorithm (docs/protocol.md).
+        XCTAssertThrowsTokenError(.unsupportedAlgorithm("none")) { () throws(TokenError) in
             try self.plain.verify(token, now: Fixture.now)
         }
+        // An empty signature on an algorithm we do accept is still malformed.
+        let unsigned = HandMadeJWT.signingInput(header: #"{"alg":"HS256","typ":"JWT"}"#, payload: Fixture.payload()) + "."
+        XCTAssertThrowsTokenError(.malformed) { () throws(TokenError) in try self.plain.verify(unsigned, now: Fixture.now) }
         // Even with something in the signature slot, `none` is not an algorithm we accept.
         XCTAssertThrowsTokenError(.unsupportedAlgorithm("none")) { () throws(TokenError) in
             try self.plain.verify(token + "AAAA", now: Fixture.now)
@@ -93,6 +97,23 @@ final class TokenVerifierTests: XCTestCase {
             XCTAssertThrowsTokenError(.unsupportedAlgorithm(spelling)) { () throws(TokenError) in
                 try self.plain.verify(variant, now: Fixture.now)
             }
+        }
+    }
+
+    func testStandardBase64SegmentsAreRefused() throws {
+        // RFC 7515 §2: base64url only. The same bytes in standard base64 ('+', '/', '=') must not
+        // verify, even with a correct MAC over the re-encoded input.
+        let token = try HandMadeJWT.hmac(header: #"{"alg":"HS256","typ":"JWT"}"#, payload: Fixture.payload(),
+                                         key: Fixture.secret)
+        XCTAssertNoThrow(try plain.verify(token, now: Fixture.now))
+        let standard = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        for variant in [standard, token + "=", token.replacingOccurrences(of: ".", with: "=.")] where variant != token {
+            XCTAssertThrowsTokenError(.malformed, variant) { () throws(TokenError) in try self.plain.verify(variant, now: Fixture.now) }
+        }
+        var parts = token.split(separator: ".").map(String.init)
+        parts[2] = "ab+/" + parts[2].dropFirst(4)
+        XCTAssertThrowsTokenError(.malformed) { () throws(TokenError) in
+            try self.plain.verify(parts.joined(separator: "."), now: Fixture.now)
         }
     }
 

@@ -84,8 +84,15 @@ final class JSONTests: XCTestCase {
         XCTAssertEqual(parse("0"), .int(0))
     }
 
-    func test_integer_beyond_int64_falls_back_to_double() {
-        XCTAssertEqual(parse("9223372036854775808"), .double(9_223_372_036_854_775_808))
+    func test_integers_beyond_int64_are_kept_and_written_digit_for_digit() {
+        for text in ["9223372036854775808", "-9223372036854775809", "123456789012345678901234567890"] {
+            XCTAssertEqual(parse(text), .bigInteger(text))
+            XCTAssertEqual(JSONWriter.string(parse(text) ?? .null), text)
+        }
+        XCTAssertEqual(parse("9223372036854775808")?.int64Value, nil)
+        XCTAssertEqual(parse("9223372036854775808")?.doubleValue, 9_223_372_036_854_775_808)
+        let payload = #"{"big":123456789012345678901234567890,"n":9007199254740993}"#
+        XCTAssertEqual(JSONWriter.string(parse(payload) ?? .null), payload)
     }
 
     func test_fraction_or_exponent_makes_a_double() {

@@ -106,6 +106,19 @@ final class CallsAPITests: ServerTestCase {
         let (token, tokenBody) = try await api("POST", "/v1/tokens", key: key, json: ["room_id": "r1", "ttl_s": 0])
         XCTAssertEqual(token, 400)
         XCTAssertEqual(Set(invalidNames(tokenBody)), ["peer_id", "ttl_s"])
+
+        // A room id is a path segment of /v1/rooms/{room_id}/messages: '/' would strand its history.
+        for room in ["a/b", "/", "tab\there", "nul\u{0}x"] {
+            let (call, callBody) = try await api("POST", "/v1/calls", key: key, json: ["room_id": .string(room)])
+            XCTAssertEqual(call, 400, room)
+            XCTAssertEqual(invalidNames(callBody), ["room_id"], room)
+            let (minted, mintedBody) = try await api("POST", "/v1/tokens", key: key, json: ["room_id": .string(room), "peer_id": "p"])
+            XCTAssertEqual(minted, 400, room)
+            XCTAssertEqual(invalidNames(mintedBody), ["room_id"], room)
+        }
+        let (slashPeer, slashPeerBody) = try await api("POST", "/v1/tokens", key: key, json: ["room_id": "r1", "peer_id": "a/b"])
+        XCTAssertEqual(slashPeer, 400)
+        XCTAssertEqual(invalidNames(slashPeerBody), ["peer_id"])
     }
 
     func test_unknown_calls_are_404_and_wrong_methods_405() async throws {

@@ -31,8 +31,12 @@ final class ServerAppTests: XCTestCase {
         var limit = rlimit()
         XCTAssertEqual(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit), 0)
         let hard = limit.rlim_max == rlim_t.max ? 1 << 20 : Int(limit.rlim_max)
-        // Capacity is the open-file limit minus the reserve: leave room for exactly two peers.
-        let server = try ServerHarness { $0.reservedFileDescriptors = hard - 2 }
+        // Capacity is the open-file limit minus the reserve and the /healthz headroom: leave room
+        // for exactly two peers (and one more socket, which /metrics may use below).
+        let server = try ServerHarness {
+            $0.reservedFileDescriptors = hard - 3
+            $0.healthReservedSockets = 1
+        }
         defer { server.shutdown() }
         XCTAssertEqual(server.app.transport.capacity, 2)
         // Held: dropping a TestPeer closes its connection.
