@@ -319,12 +319,14 @@ final class HTTPSessionsTests: ServerTestCase {
 
     func test_a_peer_id_seated_over_websocket_is_a_409() async throws {
         let call = try await server.createCall()
-        _ = try await server.join("agent-1", room: call.room, role: "agent")
+        // Held to the end: a dropped TestPeer closes its socket, and its peer-left would reach the caller.
+        let agent = try await server.join("agent-1", room: call.room, role: "agent")
         let caller = try await TestPeer.connect(loop: server.loop, port: server.port, token: call.token)
         let response = try await post(call.call, token: call.token)
         XCTAssertEqual(response.status, 409)
         XCTAssertEqual(response.code, "identity_in_use")
         try await caller.expectNoFrame(within: 0.2)  // the WebSocket peer keeps its seat
+        withExtendedLifetime(agent) {}
     }
 
     func test_a_session_leaves_the_room_when_the_meter_ends_it() async throws {
