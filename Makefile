@@ -64,6 +64,8 @@ test-corpus:
 FUZZ_TARGETS ?= frame json sdp jwt http
 FUZZ_SECONDS ?= 60
 FUZZ_TEST_SECONDS ?= 5
+# A fixed seed, so the short run inside `make test` explores the same inputs each time.
+FUZZ_SEED ?= 1
 FUZZER_NO_MAIN := $(shell d=$$(dirname $$(dirname $$(readlink -f $$(command -v swiftc)))); ls $$d/lib/clang/*/lib/linux/libclang_rt.fuzzer_no_main-x86_64.a 2>/dev/null | head -1)
 FUZZ_BIN := .build-fuzz/debug/calling-fuzz
 
@@ -75,7 +77,7 @@ fuzz-build:
 
 define run-fuzzer
 	mkdir -p .fuzz-work/$(1) fuzz/crashes
-	ASAN_OPTIONS=detect_leaks=0 $(FUZZ_BIN) $(1) .fuzz-work/$(1) fuzz/corpus/$(1) -max_total_time=$(2) -max_len=8192 \
+	ASAN_OPTIONS=detect_leaks=0 $(FUZZ_BIN) $(1) .fuzz-work/$(1) fuzz/corpus/$(1) -seed=$(FUZZ_SEED) -max_total_time=$(2) -max_len=8192 \
 		-timeout=10 -artifact_prefix=fuzz/crashes/$(1)- 2>&1 | grep -v -e "header data space" -e "exceeds limit" | tail -3
 	@! ls fuzz/crashes/$(1)-crash-* fuzz/crashes/$(1)-leak-* fuzz/crashes/$(1)-timeout-* 2>/dev/null | grep -q . || { echo "calling-fuzz $(1) found a crash: fuzz/crashes/"; exit 1; }
 
