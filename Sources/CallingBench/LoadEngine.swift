@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Glibc
 
 /// The suite's load generator: thousands of client WebSockets on one thread and one epoll set.
@@ -135,7 +136,7 @@ final class LoadEngine {
         let connection = Connection(index: connections.count, fd: fd, name: name)
         connection.group = group
         let key = (0..<16).map { _ in UInt8.random(in: 0...255) }
-        connection.out = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: \(Base64.encode(key))\r\nSec-WebSocket-Version: 13\r\n\r\n".utf8)
+        connection.out = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: \(Data(key).base64EncodedString())\r\nSec-WebSocket-Version: 13\r\n\r\n".utf8)
         connections.append(connection)
         connecting += 1
         try poller.add(fd, token: connection.index, writable: true)
@@ -420,24 +421,4 @@ enum Bytes {
     }
 
     static func string(_ text: UnsafeRawBufferPointer) -> String { String(decoding: text.prefix(300), as: UTF8.self) }
-}
-
-enum Base64 {
-    static func encode(_ bytes: [UInt8]) -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-        var out: [UInt8] = []
-        var index = 0
-        while index < bytes.count {
-            let b0 = UInt32(bytes[index])
-            let b1 = index + 1 < bytes.count ? UInt32(bytes[index + 1]) : 0
-            let b2 = index + 2 < bytes.count ? UInt32(bytes[index + 2]) : 0
-            let triple = b0 << 16 | b1 << 8 | b2
-            out.append(alphabet[Int(triple >> 18 & 63)])
-            out.append(alphabet[Int(triple >> 12 & 63)])
-            out.append(index + 1 < bytes.count ? alphabet[Int(triple >> 6 & 63)] : UInt8(ascii: "="))
-            out.append(index + 2 < bytes.count ? alphabet[Int(triple & 63)] : UInt8(ascii: "="))
-            index += 3
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 
 /// A bare client WebSocket on a nonblocking POSIX socket, for `calling-server bench chat`'s load
@@ -67,7 +68,7 @@ public final class RawClientSocket {
 
         let key: [UInt8] = (0..<16).map { _ in UInt8.random(in: 0...255) }
         let request = "GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            + "Sec-WebSocket-Key: \(Self.base64(key))\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            + "Sec-WebSocket-Key: \(Data(key).base64EncodedString())\r\nSec-WebSocket-Version: 13\r\n\r\n"
         var bytes = Array(request.utf8)
         var sent = 0
         while sent < bytes.count {
@@ -120,24 +121,6 @@ public final class RawClientSocket {
             return start
         }
         return nil
-    }
-
-    private static func base64(_ bytes: [UInt8]) -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-        var out: [UInt8] = []
-        var index = 0
-        while index < bytes.count {
-            let b0 = UInt32(bytes[index])
-            let b1 = index + 1 < bytes.count ? UInt32(bytes[index + 1]) : 0
-            let b2 = index + 2 < bytes.count ? UInt32(bytes[index + 2]) : 0
-            let triple = b0 << 16 | b1 << 8 | b2
-            out.append(alphabet[Int(triple >> 18 & 63)])
-            out.append(alphabet[Int(triple >> 12 & 63)])
-            out.append(index + 1 < bytes.count ? alphabet[Int(triple >> 6 & 63)] : UInt8(ascii: "="))
-            out.append(index + 2 < bytes.count ? alphabet[Int(triple & 63)] : UInt8(ascii: "="))
-            index += 3
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 }
 
