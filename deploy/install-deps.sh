@@ -3,7 +3,7 @@
 #   deploy/install-deps.sh          build + serve needs (C libraries, pkg-config)
 #   deploy/install-deps.sh --test   also what the test suite needs (coturn, iproute2, chromium, nodejs, nginx)
 #                                   and a Python virtual environment with the test tools (pytest,
-#                                   websockets, aiortc, selenium) in $CALLING_VENV (default ./.venv)
+#                                   websockets, pytest-timeout, aiortc, selenium) in $CALLING_VENV (default ./.venv)
 # Idempotent and quiet when everything is present; must run as root when something is missing.
 set -euo pipefail
 
@@ -98,6 +98,8 @@ if [ "$want_test" = 1 ]; then
   "$py" -c 'import sys, websockets; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' >/dev/null 2>&1 \
     || pips+=('websockets>=15,<16')
   "$py" -c 'import pytest' >/dev/null 2>&1 || pips+=('pytest>=7')
+  # A hung test fails on its own instead of holding the whole run (make test-integration).
+  "$py" -c 'import pytest_timeout' >/dev/null 2>&1 || pips+=('pytest-timeout>=2')
   # WebRTC peers for tests/integration/media (independent of the server's own media code).
   "$py" -c 'import aiortc' >/dev/null 2>&1 || pips+=('aiortc>=1.16,<2')
   # Drives Debian's chromium through chromium-driver in the browser tests.

@@ -86,36 +86,69 @@ final class HTTPTarget: @unchecked Sendable {
     }
 
     func run(_ bytes: [UInt8]) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 0, tv_usec: 300_000)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(app.port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { return }
-        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard let fd = Self.connected(to: address, receiveTimeoutMs: 300) else { return }
+        defer { close(fd) }
+        _ = bytes.withUnsafeBytes { Self.sendAll(fd, $0) }
         shutdown(fd, Int32(SHUT_WR))
         var buffer = [UInt8](repeating: 0, count: 65_536)
-        while recv(fd, &buffer, buffer.count, 0) > 0 {}
+        while Self.receive(fd, &buffer) > 0 {}
         // The server must still answer after whatever that was.
         let probe = Array("GET /healthz HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n".utf8)
-        let check = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(check) }
-        var long = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(check, SOL_SOCKET, SO_RCVTIMEO, &long, socklen_t(MemoryLayout<timeval>.size))
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(check, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        guard let check = Self.connected(to: address, receiveTimeoutMs: 5_000) else {
+            fatalError("cannot connect for /healthz after the input: errno \(errno)")
         }
-        _ = probe.withUnsafeBytes { send(check, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        let got = recv(check, &buffer, buffer.count, 0)
+        defer { close(check) }
+        _ = probe.withUnsafeBytes { Self.sendAll(check, $0) }
+        let got = Self.receive(check, &buffer)
         guard got > 12, String(decoding: buffer[0..<12], as: UTF8.self) == "HTTP/1.1 200" else {
-            fatalError("/healthz did not answer 200 after the input")
+            let answer = got > 0 ? String(decoding: buffer[0..<min(got, 200)], as: UTF8.self) : "errno \(errno)"
+            fatalError("/healthz did not answer 200 after the input: \(answer.debugDescription)")
+        }
+    }
+
+    // libFuzzer's -timeout runs on SIGALRM, installed without SA_RESTART, so any of these calls can
+    // fail with EINTR mid-input; that is the harness being interrupted, not the server failing.
+
+    static func connected(to address: sockaddr_in, receiveTimeoutMs: Int) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var timeout = timeval(tv_sec: receiveTimeoutMs / 1000, tv_usec: Int((receiveTimeoutMs % 1000) * 1000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var target = address
+        let result = withUnsafePointer(to: &target) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        // An interrupted connect goes on in the background; wait until the socket is writable.
+        if result != 0, errno == EINTR || errno == EINPROGRESS {
+            var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            var error: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            while poll(&poller, 1, Int32(receiveTimeoutMs)) < 0, errno == EINTR {}
+            if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0, error == 0, poller.revents & Int16(POLLOUT) != 0 {
+                return fd
+            }
+        }
+        guard result == 0 else { close(fd); return nil }
+        return fd
+    }
+
+    static func sendAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) {
+        var offset = 0
+        while offset < bytes.count {
+            let sent = send(fd, bytes.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+            if sent > 0 { offset += sent } else if sent < 0, errno == EINTR { continue } else { return }
+        }
+    }
+
+    static func receive(_ fd: Int32, _ buffer: inout [UInt8]) -> Int {
+        while true {
+            let got = recv(fd, &buffer, buffer.count, 0)
+            if got < 0, errno == EINTR { continue }
+            return got
         }
     }
 }
