@@ -14,11 +14,18 @@ final class AdminAPI: @unchecked Sendable {
     /// `end_reason` of the calls of a room ended through the admin API.
     static let endedByAdminReason = "ended_by_admin"
 
-    unowned(unsafe) let service: SignalingService
+    let context: ServiceContext
+    let rooms: SignalingService
+    /// API keys are checked the way the calls API checks them.
+    let calls: CallsAPI
+    let httpSessions: HTTPSessions
     let logger: Logger
 
-    init(service: SignalingService, logger: Logger) {
-        self.service = service
+    init(context: ServiceContext, rooms: SignalingService, calls: CallsAPI, httpSessions: HTTPSessions, logger: Logger) {
+        self.context = context
+        self.rooms = rooms
+        self.calls = calls
+        self.httpSessions = httpSessions
         self.logger = logger
     }
 
@@ -52,7 +59,7 @@ final class AdminAPI: @unchecked Sendable {
             let allowed = rest == ["drain"] ? "GET, POST" : route.allowed.rawValue
             return respond(.problem(405, code: "method_not_allowed", detail: "use \(allowed)", headers: [("allow", allowed)]))
         }
-        service.calls.authenticateAPIKey(request, scope: APIKeyRecord.adminScope) { result in
+        calls.authenticateAPIKey(request, scope: APIKeyRecord.adminScope) { result in
             switch result {
             case .failure(let response): respond(response)
             case .success: route.run()
@@ -63,7 +70,7 @@ final class AdminAPI: @unchecked Sendable {
     // MARK: listing
 
     private func peerJSON(_ identity: PeerIdentity, in room: RoomID) -> JSONValue {
-        let connection = service.hubSnapshot.connection(of: identity.peer, in: room)
+        let connection = rooms.hubSnapshot.connection(of: identity.peer, in: room)
         return ["peer_id": .string(identity.peer.rawValue), "role": .string(identity.role),
                 "name": identity.name.map(JSONValue.string) ?? .null, "call_id": identity.call.map { .string($0.rawValue) } ?? .null,
                 "transport": connection.map { HTTPSessions.isVirtual($0) ? "http" : "websocket" } ?? .null]
@@ -75,12 +82,12 @@ final class AdminAPI: @unchecked Sendable {
     }
 
     private func roomsJSON() -> JSONValue {
-        let hub = service.hubSnapshot
+        let hub = rooms.hubSnapshot
         return ["draining": .bool(hub.isDraining), "rooms": .array(hub.roomList.map { roomJSON($0.room, $0.members) })]
     }
 
     private func room(_ room: RoomID) -> HTTPResponse {
-        let members = service.hubSnapshot.identities(in: room)
+        let members = rooms.hubSnapshot.identities(in: room)
         guard !members.isEmpty else { return Self.roomNotFound(room) }
         return .json(200, roomJSON(room, members))
     }
@@ -88,23 +95,23 @@ final class AdminAPI: @unchecked Sendable {
     // MARK: actions
 
     private func kick(_ room: RoomID, _ peer: PeerID) -> HTTPResponse {
-        guard service.hubSnapshot.connection(of: peer, in: room) != nil else {
+        guard rooms.hubSnapshot.connection(of: peer, in: room) != nil else {
             return .problem(404, code: "peer_not_found", detail: "no peer '\(peer.rawValue.prefix(128))' in room '\(room.rawValue.prefix(128))'")
         }
-        service.handle(.kick(room, peer))
+        rooms.handle(.kick(room, peer))
         logger.info("peer kicked", ["room.id": room.rawValue, "peer.id": peer.rawValue])
         return .json(200, ["room_id": .string(room.rawValue), "peer_id": .string(peer.rawValue), "close_code": .int(Int64(CloseCode.kicked.rawValue))])
     }
 
     /// Closes the room's connections (4404) and HTTP sessions, and ends its live calls in the store.
     private func endRoom(_ room: RoomID, _ respond: @escaping Respond) {
-        let closed = service.hubSnapshot.identities(in: room).count
-        service.handle(.endRoom(room))
-        let now = service.now()
-        service.store.perform({ db in
+        let closed = rooms.hubSnapshot.identities(in: room).count
+        rooms.handle(.endRoom(room))
+        let now = context.now()
+        context.store.perform({ db in
             try CallRepository(db: db).endLive(room: room, nowMs: now, reason: Self.endedByAdminReason)
-        }) { [service, logger] result in
-            service.transport.post {
+        }) { [context, logger] result in
+            context.post {
                 switch result {
                 case .success(let calls):
                     guard closed > 0 || !calls.isEmpty else { return respond(Self.roomNotFound(room)) }
@@ -113,7 +120,7 @@ final class AdminAPI: @unchecked Sendable {
                                         "close_code": .int(Int64(CloseCode.roomClosed.rawValue)),
                                         "calls_ended": .array(calls.map { .string($0.rawValue) })]))
                 case .failure(let error):
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     logger.error("calls of an ended room not marked ended", ["room.id": room.rawValue, "error": "\(error)"])
                     respond(.problem(503, code: "store_unavailable", detail: "the room was closed but its calls could not be marked ended; retry",
                                      headers: [("retry-after", "1")]))
@@ -129,20 +136,20 @@ final class AdminAPI: @unchecked Sendable {
         case .failure(let response): return respond(response)
         case .success(let parsed): body = parsed
         }
-        let to = body.identifier("to", maxBytes: service.config.maxPeerIDBytes).map { PeerID($0) }
+        let to = body.identifier("to", maxBytes: context.config.maxPeerIDBytes).map { PeerID($0) }
         let payload = body.object("payload")
         if payload == nil, body.problems == nil { body.problem("payload", "is required (a JSON object)") }
-        if let payload, JSONWriter.bytes(payload).count > service.config.maxFrameBytes - 256 {
+        if let payload, JSONWriter.bytes(payload).count > context.config.maxFrameBytes - 256 {
             body.problem("payload", "must serialize to less than max_frame_bytes")
         }
         if let problems = body.problems { return respond(problems) }
         guard let payload else { return respond(.problem(500, code: "internal_error", detail: "payload was not read")) }
-        let members = service.hubSnapshot.identities(in: room)
+        let members = rooms.hubSnapshot.identities(in: room)
         guard !members.isEmpty else { return respond(Self.roomNotFound(room)) }
         if let to, !members.contains(where: { $0.peer == to }) {
             return respond(.problem(404, code: "peer_not_found", detail: "no peer '\(to.rawValue.prefix(128))' in room '\(room.rawValue.prefix(128))'"))
         }
-        service.handle(.serverData(room, to: to, payload: payload))
+        rooms.handle(.serverData(room, to: to, payload: payload))
         respond(.json(200, ["room_id": .string(room.rawValue), "from": .string(Hub.serverPeerID.rawValue),
                             "delivered": .int(to == nil ? Int64(members.count) : 1)]))
     }
@@ -159,16 +166,16 @@ final class AdminAPI: @unchecked Sendable {
             default: return RequestBody.invalid([("draining", "must be true or false")])
             }
         }
-        service.handle(.setDraining(draining))
+        rooms.handle(.setDraining(draining))
         logger.info(draining ? "draining: new joins refused" : "drain ended: joins accepted", [:])
         return .json(200, drainStatus)
     }
 
     /// Whether the node is draining and whether anything is left on it.
     private var drainStatus: JSONValue {
-        let hub = service.hubSnapshot
+        let hub = rooms.hubSnapshot
         return ["draining": .bool(hub.isDraining), "rooms": .int(Int64(hub.roomCount)), "peers": .int(Int64(hub.peerCount)),
-                "http_sessions": .int(Int64(service.httpSessions.count)), "empty": .bool(hub.peerCount == 0)]
+                "http_sessions": .int(Int64(httpSessions.count)), "empty": .bool(hub.peerCount == 0)]
     }
 
     static func roomNotFound(_ room: RoomID) -> HTTPResponse {

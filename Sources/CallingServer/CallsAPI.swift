@@ -21,12 +21,12 @@ final class CallsAPI: @unchecked Sendable {
     /// Longest room, call, agent id accepted by the API.
     static let maxIdentifierBytes = 128
 
-    unowned(unsafe) let service: SignalingService
+    let context: ServiceContext
     let store: ChatStore
     let config: ServerConfig
     let logger: Logger
     /// STUN/TURN for `ice_servers`: the one `GET /v1/ice` serves, installed by `ServerApp`.
-    private var ice: ICEService { service.routes.ice }
+    private var ice: ICEService { context.ice }
 
     private var lastSweep: Millis = 0
     /// Rooms whose meter is being read from the store.
@@ -37,10 +37,10 @@ final class CallsAPI: @unchecked Sendable {
     /// A burst beyond this is written at once instead of waiting for the tick.
     private static let statsBatchLimit = 512
 
-    init(service: SignalingService, store: ChatStore, config: ServerConfig, logger: Logger) {
-        self.service = service
-        self.store = store
-        self.config = config
+    init(context: ServiceContext, logger: Logger) {
+        self.context = context
+        self.store = context.store
+        self.config = context.config
         self.logger = logger
     }
 
@@ -91,8 +91,8 @@ final class CallsAPI: @unchecked Sendable {
                                            headers: [("www-authenticate", "Bearer error=\"invalid_token\"")])
         // A peer JWT or anything else that cannot be a key is refused without touching the store.
         guard key.hasPrefix(APIKey.prefix) else { return then(.failure(invalid)) }
-        store.perform({ db in try APIKeyRepository(db: db).active(hash: APIKey.hash(key)) }) { [service, logger] result in
-            service.transport.post {
+        store.perform({ db in try APIKeyRepository(db: db).active(hash: APIKey.hash(key)) }) { [context, logger] result in
+            context.post {
                 switch result {
                 case .success(let record?) where record.allows(scope): then(.success(record))
                 case .success(let record?):
@@ -100,7 +100,7 @@ final class CallsAPI: @unchecked Sendable {
                                            detail: "this route needs a key with scope '\(scope)'; this key has '\(record.scopes.joined(separator: " "))'")))
                 case .success(nil): then(.failure(invalid))
                 case .failure(let error):
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     logger.error("API key lookup failed", ["error": "\(error)"])
                     then(.failure(Self.storeUnavailable))
                 }
@@ -140,14 +140,14 @@ final class CallsAPI: @unchecked Sendable {
         }
         if let problems = body.problems { return respond(problems) }
 
-        let now = service.now()
+        let now = context.now()
         let claims = PeerTokenClaims(
             sub: peer, roomID: room, callID: call, role: "caller", name: name, scope: ["room"], audience: config.jwtAudience,
             issuedAt: Self.date(now), expiresAt: Self.date(now + Millis(config.callTokenTTLSeconds) * 1_000),
             tokenID: Self.newTokenID(), maxPeers: maxPeers.map(Int.init))
         let token: String
         do {
-            token = try service.issuer.issue(claims)
+            token = try context.issuer.issue(claims)
         } catch {
             logger.error("call token not issued", ["error": "\(error)"])
             return respond(.problem(500, code: "internal_error", detail: "the access token could not be issued"))
@@ -164,12 +164,12 @@ final class CallsAPI: @unchecked Sendable {
                 // A new call in the room starts any consultation meter afresh.
                 try MeterRepository(db: db).delete(room: room)
             }
-        }) { [service, logger] result in
-            service.transport.post {
+        }) { [context, logger] result in
+            context.post {
                 switch result {
                 case .success:
                     logger.info("call created", ["call.id": call.rawValue, "room.id": room.rawValue])
-                    var fields = record.json(joinWindowMs: Millis(service.config.callJoinWindowSeconds) * 1_000)
+                    var fields = record.json(joinWindowMs: Millis(context.config.callJoinWindowSeconds) * 1_000)
                     fields["peer_id"] = .string(peer.rawValue)
                     fields["access_token"] = .string(token)
                     fields["ice_servers"] = ice
@@ -177,7 +177,7 @@ final class CallsAPI: @unchecked Sendable {
                     respond(.json(201, .object(fields), headers: [("cache-control", "no-store"),
                                                                   ("location", "/v1/calls/\(call.rawValue)")]))
                 case .failure(let error):
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     logger.error("call not stored", ["error": "\(error)"])
                     respond(Self.storeUnavailable)
                 }
@@ -189,13 +189,13 @@ final class CallsAPI: @unchecked Sendable {
 
     private func getCall(_ call: CallID, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
         let joinWindowMs = joinWindowMs
-        store.perform({ db in try CallRepository(db: db).find(call) }) { [service] result in
-            service.transport.post {
+        store.perform({ db in try CallRepository(db: db).find(call) }) { [context] result in
+            context.post {
                 switch result {
                 case .success(let record?): respond(.json(200, .object(record.json(joinWindowMs: joinWindowMs))))
                 case .success(nil): respond(Self.callNotFound(call))
                 case .failure:
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     respond(Self.storeUnavailable)
                 }
             }
@@ -214,15 +214,15 @@ final class CallsAPI: @unchecked Sendable {
         flushStats()
         store.perform({ db -> (CallRecord?, CallStatsReport) in
             (try CallRepository(db: db).find(call), try CallStatsRepository(db: db).report(call: call))
-        }) { [service] result in
-            service.transport.post {
+        }) { [context] result in
+            context.post {
                 switch result {
                 case .success((nil, let report)) where report.overall.samples == 0:
                     respond(Self.callNotFound(call))
                 case .success((_, let report)):
                     respond(.json(200, report.json))
                 case .failure:
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     respond(Self.storeUnavailable)
                 }
             }
@@ -249,14 +249,14 @@ final class CallsAPI: @unchecked Sendable {
 
         // With a call_id, the call must exist, be live, and be in the named room (which defaults to it).
         // A token for a call carries the call's max_peers unless the request sets its own.
-        let issue: @Sendable (RoomID, Int64?) -> HTTPResponse = { [service, config] room, callMaxPeers in
-            let now = service.now()
+        let issue: @Sendable (RoomID, Int64?) -> HTTPResponse = { [context, config] room, callMaxPeers in
+            let now = context.now()
             let claims = PeerTokenClaims(
                 sub: peer, roomID: room, callID: call, role: role, name: name, scope: ["room"], audience: config.jwtAudience,
                 issuedAt: Self.date(now), expiresAt: Self.date(now + ttl * 1_000), tokenID: Self.newTokenID(),
                 maxPeers: (maxPeers ?? callMaxPeers).map(Int.init))
             do {
-                let token = try service.issuer.issue(claims)
+                let token = try context.issuer.issue(claims)
                 return .json(201, ["token": .string(token), "expires_at": .int(Int64(claims.expiresAt.timeIntervalSince1970)),
                                    "room_id": .string(room.rawValue), "peer_id": .string(peer.rawValue),
                                    "call_id": call.map { .string($0.rawValue) } ?? .null, "role": .string(role)],
@@ -269,8 +269,8 @@ final class CallsAPI: @unchecked Sendable {
             guard let room else { return respond(.problem(500, code: "internal_error", detail: "room_id was not read")) }
             return respond(issue(room, nil))
         }
-        store.perform({ db in try CallRepository(db: db).find(call) }) { [service] result in
-            service.transport.post {
+        store.perform({ db in try CallRepository(db: db).find(call) }) { [context] result in
+            context.post {
                 switch result {
                 case .success(let record?):
                     if let room, room != record.room {
@@ -283,7 +283,7 @@ final class CallsAPI: @unchecked Sendable {
                 case .success(nil):
                     respond(RequestBody.invalid([("call_id", "no such call")]))
                 case .failure:
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     respond(Self.storeUnavailable)
                 }
             }
@@ -292,8 +292,11 @@ final class CallsAPI: @unchecked Sendable {
 
     // MARK: lifecycle hooks
 
-    /// A peer finished joining `identity.room`: the room's registered calls become ongoing. Service thread.
-    func peerJoined(_ identity: PeerIdentity, now: Millis) {
+    /// A peer finished joining `identity.room`: the room's registered calls become ongoing. When the
+    /// room has no consultation meter yet (`needsMeter`), its saved or configured one is read and
+    /// handed to `attachMeter` on the service thread. Service thread.
+    func peerJoined(_ identity: PeerIdentity, now: Millis, needsMeter: Bool,
+                    attachMeter: @escaping @Sendable (RoomID, Meter) -> Void) {
         let room = identity.room
         let windowStart = now - joinWindowMs
         store.perform({ db in try CallRepository(db: db).markJoined(room: room, nowMs: now, createdAfterMs: windowStart) }) {
@@ -305,15 +308,15 @@ final class CallsAPI: @unchecked Sendable {
                 logger.error("call join not recorded", ["room.id": room.rawValue, "error": "\(error)"])
             }
         }
-        loadMeter(room: room)
+        if needsMeter { loadMeter(room: room, attach: attachMeter) }
     }
 
     // MARK: meters
 
     /// After a join: gives the room its consultation meter if it has none yet, from the `meters` row
     /// (a meter that ran before a restart) or else from the live call's `meter`. Service thread.
-    private func loadMeter(room: RoomID) {
-        guard service.hubSnapshot.meter(of: room) == nil, meterLoads.insert(room).inserted else { return }
+    private func loadMeter(room: RoomID, attach: @escaping @Sendable (RoomID, Meter) -> Void) {
+        guard meterLoads.insert(room).inserted else { return }
         let intervalMs = Millis(config.meterIntervalSeconds) * 1_000
         let defaultWarningMs = Millis(config.meterWarningSeconds) * 1_000
         store.perform({ db -> Meter? in
@@ -325,13 +328,13 @@ final class CallsAPI: @unchecked Sendable {
             return Meter(limitMs: limit * 1_000, warningMs: call.meterWarningS.map { $0 * 1_000 } ?? defaultWarningMs,
                          intervalMs: intervalMs)
         }) { [self] result in
-            service.transport.post { [self] in
+            context.post { [self] in
                 meterLoads.remove(room)
                 switch result {
-                case .success(let meter?): service.handle(.attachMeter(room, meter))
+                case .success(let meter?): attach(room, meter)
                 case .success(nil): break
                 case .failure(let error):
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     logger.error("meter not loaded", ["room.id": room.rawValue, "error": "\(error)"])
                 }
             }
@@ -344,7 +347,7 @@ final class CallsAPI: @unchecked Sendable {
         let record = MeterRecord(room: room, startedMs: snapshot.startedAt, elapsedMs: snapshot.elapsedMs,
                                  limitS: snapshot.limitSeconds, warningS: snapshot.warningMs / 1_000,
                                  state: MeterRecord.State(snapshot.state))
-        let now = service.now()
+        let now = context.now()
         store.perform({ db in
             try db.transaction(.immediate) {
                 try MeterRepository(db: db).save(record)
@@ -352,10 +355,10 @@ final class CallsAPI: @unchecked Sendable {
                     try CallRepository(db: db).endLive(room: room, nowMs: now, reason: Self.consultationEndedReason)
                 }
             }
-        }) { [service, logger] result in
+        }) { [context, logger] result in
             guard case .failure(let error) = result else { return }
             logger.error("meter not stored", ["room.id": room.rawValue, "error": "\(error)"])
-            service.transport.post { service.metrics.storeFailures += 1 }
+            context.post { context.metrics.storeFailures += 1 }
         }
     }
 
@@ -371,10 +374,10 @@ final class CallsAPI: @unchecked Sendable {
         guard !pendingStats.isEmpty else { return }
         let batch = pendingStats
         pendingStats = []
-        store.perform({ db in try CallStatsRepository(db: db).insert(batch) }) { [service, logger] result in
+        store.perform({ db in try CallStatsRepository(db: db).insert(batch) }) { [context, logger] result in
             guard case .failure(let error) = result else { return }
             logger.error("stats not stored", ["samples": "\(batch.count)", "error": "\(error)"])
-            service.transport.post { service.metrics.storeFailures += 1 }
+            context.post { context.metrics.storeFailures += 1 }
         }
     }
 
@@ -389,7 +392,7 @@ final class CallsAPI: @unchecked Sendable {
         store.perform({ db in
             try CallRepository(db: db).expireUnjoined(createdAtOrBeforeMs: cutoff, nowMs: now, reason: Self.notJoinedReason)
         }) { [self] result in
-            service.transport.post { [self] in
+            context.post { [self] in
                 sweepInFlight = false
                 switch result {
                 case .success(let ended):
@@ -398,7 +401,7 @@ final class CallsAPI: @unchecked Sendable {
                                                    "reason": Self.notJoinedReason])
                     }
                 case .failure(let error):
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     logger.error("call expiry sweep failed", ["error": "\(error)"])
                 }
             }

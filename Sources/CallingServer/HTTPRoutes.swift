@@ -5,22 +5,36 @@ import CallingTransport
 import Foundation
 
 /// The REST surface. Runs on the service thread; anything that touches disk completes later
-/// through `transport.post`, so the loop never waits.
+/// through `context.post`, so the loop never waits.
 final class HTTPRoutes: @unchecked Sendable {
     // @unchecked: used only on the service thread; store completions hop back via `post`.
-    unowned(unsafe) let service: SignalingService
+    let context: ServiceContext
+    let rooms: SignalingService
+    let calls: CallsAPI
+    let admin: AdminAPI
+    let httpSessions: HTTPSessions
+    /// What `/metrics` reports of the transport.
+    let transport: WebSocketServer
     let store: ChatStore
     let config: ServerConfig
-    /// `GET /v1/ice`; `ServerApp` installs the configured one before the server starts.
-    var ice = ICEService()
-    /// The browser SDK and pages (`/sdk/…`, `/`, `/dashboard`); `ServerApp` loads them at start-up.
-    var staticFiles = StaticFiles.empty
+    /// `GET /v1/ice`.
+    var ice: ICEService { context.ice }
+    /// The browser SDK and pages (`/sdk/…`, `/`, `/dashboard`), loaded by `ServerApp` at start-up.
+    let staticFiles: StaticFiles
     let cors: CORSPolicy
 
-    init(service: SignalingService, store: ChatStore, config: ServerConfig) {
-        self.service = service
-        self.store = store
-        self.config = config
+    init(context: ServiceContext, rooms: SignalingService, calls: CallsAPI, admin: AdminAPI, httpSessions: HTTPSessions,
+         transport: WebSocketServer, staticFiles: StaticFiles)
+    {
+        self.context = context
+        self.rooms = rooms
+        self.calls = calls
+        self.admin = admin
+        self.httpSessions = httpSessions
+        self.transport = transport
+        self.store = context.store
+        self.config = context.config
+        self.staticFiles = staticFiles
         self.cors = CORSPolicy(allowedOrigins: config.allowedOrigins)
     }
 
@@ -70,10 +84,10 @@ final class HTTPRoutes: @unchecked Sendable {
             respond(.json(200, ["status": "ok"]))
         case (_, 1) where segments[0] == "metrics":
             guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
-            let text = service.metrics.render(hub: service.hubSnapshot, transport: service.transport.counters,
-                                              connections: service.transport.connectionCount, capacity: service.transport.capacity)
-            let extra = service.metrics.renderLatency(store: store.metrics) + service.webhooks.metricsText
-            respond(.text(200, text + extra + service.httpSessions.metricsText, contentType: "text/plain; version=0.0.4"))
+            let text = context.metrics.render(hub: rooms.hubSnapshot, transport: transport.counters,
+                                              connections: transport.connectionCount, capacity: transport.capacity)
+            let extra = context.metrics.renderLatency(store: store.metrics) + context.webhooks.metricsText
+            respond(.text(200, text + extra + httpSessions.metricsText, contentType: "text/plain; version=0.0.4"))
         case (_, 4) where segments[0] == "v1" && segments[1] == "rooms" && segments[3] == "messages":
             guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
             messages(room: RoomID(String(segments[2])), request, respond)
@@ -81,11 +95,11 @@ final class HTTPRoutes: @unchecked Sendable {
             guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
             iceServers(request, respond)
         case (_, 2...4) where segments[0] == "v1" && (segments[1] == "calls" || segments[1] == "tokens"):
-            service.calls.handle(request, segments: segments, respond: respond)
+            calls.handle(request, segments: segments, respond: respond)
         case (_, 3...) where segments[0] == "v1" && segments[1] == "admin":
-            service.admin.handle(request, segments: segments, respond: respond)
+            admin.handle(request, segments: segments, respond: respond)
         case (_, _) where segments.first == "webrtc-proxy" || segments.first == "whip":
-            service.httpSessions.handle(request, segments: segments, respond: respond)
+            httpSessions.handle(request, segments: segments, respond: respond)
         case (_, 2) where segments[0] == "v1" && (segments[1] == "ws" || segments[1] == "presence"):
             respond(.problem(426, code: "upgrade_required", detail: "/v1/\(segments[1]) is a WebSocket endpoint",
                              headers: [("upgrade", "websocket")]))
@@ -101,11 +115,11 @@ final class HTTPRoutes: @unchecked Sendable {
 
     /// `GET /v1/ice`: STUN/TURN servers for RTCPeerConnection, TURN credentials minted for the token's peer.
     private func iceServers(_ request: HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
-        switch service.authenticate(request) {
+        switch context.authenticate(request) {
         case .failure(let response):
             respond(response)
         case .success(let claims):
-            let now = Date(timeIntervalSince1970: Double(service.now()) / 1000)
+            let now = Date(timeIntervalSince1970: Double(context.now()) / 1000)
             // no-store: the body holds a credential that no cache should keep or share.
             respond(.json(200, ice.answer(for: claims.sub, now: now), headers: [("cache-control", "no-store")]))
         }
@@ -114,7 +128,7 @@ final class HTTPRoutes: @unchecked Sendable {
     /// `GET /v1/rooms/{id}/messages?since_seq=&limit=`: history paging with a peer token of that room.
     private func messages(room: RoomID, _ request: HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
         let claims: PeerTokenClaims
-        switch service.authenticate(request) {
+        switch context.authenticate(request) {
         case .failure(let response): return respond(response)
         case .success(let verified): claims = verified
         }
@@ -137,7 +151,7 @@ final class HTTPRoutes: @unchecked Sendable {
         guard problems.isEmpty else {
             return respond(.problem(400, code: "bad_parameter", detail: problems.joined(separator: "; ")))
         }
-        store.history(room: room, sinceSeq: sinceSeq, limit: limit) { [service, limit] result in
+        store.history(room: room, sinceSeq: sinceSeq, limit: limit) { [context, limit] result in
             let response: HTTPResponse
             switch result {
             case .success(let page):
@@ -153,7 +167,7 @@ final class HTTPRoutes: @unchecked Sendable {
                 response = .problem(503, code: "store_unavailable", detail: "history is temporarily unavailable",
                                     headers: [("retry-after", "1")])
             }
-            service.transport.post { respond(response) }
+            context.post { respond(response) }
         }
     }
 }

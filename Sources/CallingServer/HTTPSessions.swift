@@ -10,7 +10,7 @@ import Foundation
 /// The server relays SDP and candidates; it never touches media.
 ///
 /// A session is a virtual room member: it joins the hub on a `ConnectionID` with the top bit set
-/// (the transport counts up from 1, so the spaces never meet), and `SignalingService.deliver`
+/// (the transport counts up from 1, so the spaces never meet), attached to the `Router`, which
 /// hands frames addressed to such ids to `receive(_:on:)` instead of a socket. The answering peer
 /// (the longest-present peer with role `session_answer_role`, the call's `agent_id` first) sees an
 /// ordinary `peer-joined`, an `offer` from the token's peer, answers with `answer`, and sees
@@ -20,7 +20,7 @@ import Foundation
 /// Runs on the service thread: routes, hub frames and ticks all arrive there.
 // @unchecked Sendable: every stored property is touched only on the service thread; store
 // completions capture `self` solely to hop back through `transport.post`.
-final class HTTPSessions: @unchecked Sendable {
+final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     static let virtualBit: UInt64 = 1 << 63
 
     /// Whether `connection` is an HTTP session's seat in the hub rather than a socket.
@@ -86,7 +86,11 @@ final class HTTPSessions: @unchecked Sendable {
 
     typealias Respond = @Sendable (HTTPResponse) -> Void
 
-    unowned(unsafe) let service: SignalingService
+    let context: ServiceContext
+    /// The rooms the sessions join (seats, joins, leaves, relayed frames).
+    let rooms: SignalingService
+    /// Frames and closes for the sessions' virtual connections arrive through it (`attach`).
+    let router: any Router
     let config: ServerConfig
     let logger: Logger
     private var nextVirtual: UInt64 = 0
@@ -101,9 +105,11 @@ final class HTTPSessions: @unchecked Sendable {
     /// Outcomes by name (created_http, created_whip, replaced, answer_timeout, rate_limited…), for tests and logs.
     private(set) var counters: [String: Int] = [:]
 
-    init(service: SignalingService, config: ServerConfig, logger: Logger) {
-        self.service = service
-        self.config = config
+    init(context: ServiceContext, rooms: SignalingService, router: any Router, logger: Logger) {
+        self.context = context
+        self.rooms = rooms
+        self.router = router
+        self.config = context.config
         self.logger = logger
     }
 
@@ -180,8 +186,8 @@ final class HTTPSessions: @unchecked Sendable {
         }
         let identity = PeerIdentity(claims: claims, room: room, call: call, defaultRole: "client", leewaySeconds: config.jwtLeewaySeconds)
         let expiresAt = Self.millis(claims.expiresAt.addingTimeInterval(config.jwtLeewaySeconds))
-        service.store.perform({ db in try CallRepository(db: db).find(call) }) { [service] result in
-            service.transport.post { [self] in
+        context.store.perform({ db in try CallRepository(db: db).find(call) }) { [context] result in
+            context.post { [self] in
                 switch result {
                 case .success(let record?) where record.state != .ended && record.room == room:
                     start(.proxy, identity: identity, offer: sdp, preferred: record.agentID.map { PeerID($0) }, expiresAt: expiresAt) {
@@ -197,7 +203,7 @@ final class HTTPSessions: @unchecked Sendable {
                 case .success:
                     respond(.problem(404, code: "call_not_found", detail: "no live call '\(call.rawValue.prefix(200))'"))
                 case .failure:
-                    service.metrics.storeFailures += 1
+                    context.metrics.storeFailures += 1
                     respond(.problem(503, code: "store_unavailable", detail: "the store is temporarily unavailable",
                                      headers: [("retry-after", "1")]))
                 }
@@ -361,8 +367,8 @@ final class HTTPSessions: @unchecked Sendable {
 
     /// RFC 9725 §4.6 `Link` headers: TURN with the same REST credentials `GET /v1/ice` issues, then STUN.
     private func linkHeaders(for peer: PeerID) -> [(String, String)] {
-        let now = Date(timeIntervalSince1970: Double(service.now()) / 1000)
-        guard let servers = service.routes.ice.answer(for: peer, now: now).objectValue?["ice_servers"]?.arrayValue else { return [] }
+        let now = Date(timeIntervalSince1970: Double(context.now()) / 1000)
+        guard let servers = context.ice.answer(for: peer, now: now).objectValue?["ice_servers"]?.arrayValue else { return [] }
         var links: [(String, String)] = []
         for server in servers {
             guard let fields = server.objectValue else { continue }
@@ -386,7 +392,7 @@ final class HTTPSessions: @unchecked Sendable {
     private func start(_ kind: Kind, identity: PeerIdentity, offer: String, preferred: PeerID?, expiresAt: Millis,
                        completion: @escaping (Session, AnswerOutcome) -> Void, refused: (HTTPResponse) -> Void)
     {
-        let present = service.hubSnapshot.identities(in: identity.room)
+        let present = rooms.hubSnapshot.identities(in: identity.room)
         let seat = Seat(room: identity.room, peer: identity.peer)
         if bySeat[seat] == nil, present.contains(where: { $0.peer == identity.peer }) {
             // The API's 409: the identity is in use by a different kind of participant (a WebSocket peer).
@@ -404,7 +410,7 @@ final class HTTPSessions: @unchecked Sendable {
                                     headers: [("retry-after", "2")]))
         }
         // The same seat rules as a WebSocket join: a session's own seat (a re-POST) is a takeover, not a new seat.
-        if let refusal = service.admit(identity) {
+        if let refusal = rooms.admit(identity) {
             counters["refused_seat", default: 0] += 1
             return refused(refusal)
         }
@@ -422,19 +428,20 @@ final class HTTPSessions: @unchecked Sendable {
         byID[session.id] = session
         byConnection[session.connection] = session
         bySeat[seat] = session
-        session.startedAt = service.now()
-        if service.webhooks.wants(.sessionStarted) {
-            service.webhooks.emit(.sessionStarted, key: identity.room.rawValue, webhookData(session))
+        session.startedAt = context.now()
+        if context.webhooks.wants(.sessionStarted) {
+            context.webhooks.emit(.sessionStarted, key: identity.room.rawValue, webhookData(session))
         }
         counters["created_\(kind.rawValue)", default: 0] += 1
         logger.info("session started", ["session.id": session.id, "room.id": identity.room.rawValue,
                                         "peer.id": identity.peer.rawValue, "answerer": answerer.peer.rawValue])
-        service.handle(.join(session.connection, identity, ChatResume()))
+        router.attach(session.connection, to: self)
+        rooms.handle(.join(session.connection, identity, ChatResume()))
         // The join itself can close the seat at once (a room whose meter has run out): no offer then,
         // or the POST would wait on a session nothing tracks any more.
         guard byID[session.id] === session else { return completion(session, .consultationEnded) }
         // A session counts as joining the call (ends the join window, starts the meter).
-        service.calls.peerJoined(identity, now: service.now())
+        rooms.callJoined(identity)
         sendOffer(session, offer) { outcome in completion(session, outcome) }
     }
 
@@ -487,7 +494,7 @@ final class HTTPSessions: @unchecked Sendable {
     }
 
     private func sendOffer(_ session: Session, _ sdp: String, completion: @escaping (AnswerOutcome) -> Void) {
-        session.pending = Pending(deadline: service.now() + Millis(config.sessionAnswerTimeoutMs), complete: completion)
+        session.pending = Pending(deadline: context.now() + Millis(config.sessionAnswerTimeoutMs), complete: completion)
         // `session_id` and `transport` tell the answering peer to gather ICE before answering:
         // an HTTP client gets no trickled candidates from its side.
         relay(.offer, from: session, payload: ["sdp": .string(sdp), "type": "offer", "session_id": .string(session.id),
@@ -505,7 +512,7 @@ final class HTTPSessions: @unchecked Sendable {
     }
 
     private func relay(_ kind: RelayKind, from session: Session, payload: JSONValue) {
-        service.handle(.message(session.connection, .relay(kind, to: session.answerer, payload: payload)))
+        rooms.handle(.message(session.connection, .relay(kind, to: session.answerer, payload: payload)))
     }
 
     private func finishPending(_ session: Session, _ outcome: AnswerOutcome) {
@@ -516,16 +523,17 @@ final class HTTPSessions: @unchecked Sendable {
 
     private func unregister(_ session: Session, reason: String) {
         guard byID[session.id] === session else { return }
-        if service.webhooks.wants(.sessionEnded) {
+        if context.webhooks.wants(.sessionEnded) {
             var data = webhookData(session)
-            let now = service.now()
+            let now = context.now()
             data["reason"] = .string(reason)
             data["ended_at"] = .int(now)
             data["duration_ms"] = .int(now - session.startedAt)
-            service.webhooks.emit(.sessionEnded, key: session.identity.room.rawValue, data)
+            context.webhooks.emit(.sessionEnded, key: session.identity.room.rawValue, data)
         }
         byID[session.id] = nil
         byConnection[session.connection] = nil
+        router.detach(session.connection)
         let seat = Seat(room: session.identity.room, peer: session.identity.peer)
         if bySeat[seat] === session { bySeat[seat] = nil }
     }
@@ -537,12 +545,12 @@ final class HTTPSessions: @unchecked Sendable {
         unregister(session, reason: reason)
         if live {
             if hangup { relayData(["kind": "hangup", "session_id": .string(session.id)], from: session) }
-            service.handle(.disconnect(session.connection))
+            rooms.handle(.disconnect(session.connection))
         }
         finishPending(session, .sessionGone)
     }
 
-    // MARK: hooks from SignalingService
+    // MARK: VirtualConnection (from the router)
 
     /// A frame the hub addressed to a virtual connection. Service thread.
     func receive(_ frame: Frame, on connection: ConnectionID) {
@@ -578,7 +586,7 @@ final class HTTPSessions: @unchecked Sendable {
     func closed(_ connection: ConnectionID, code: CloseCode) {
         guard let session = byConnection[connection] else { return }
         unregister(session, reason: Self.endReason(code))
-        service.handle(.disconnect(connection))
+        rooms.handle(.disconnect(connection))
         finishPending(session, code == .consultationEnded ? .consultationEnded : .sessionGone)
     }
 
@@ -619,7 +627,7 @@ final class HTTPSessions: @unchecked Sendable {
     }
 
     private func authenticate(_ request: HTTPRequest) -> Result<PeerTokenClaims, HTTPResponse> {
-        switch service.authenticate(request) {
+        switch context.authenticate(request) {
         case .failure(let response): return .failure(response)
         case .success(let claims):
             if !claims.scope.isEmpty, !claims.scope.contains("room") {
@@ -631,7 +639,7 @@ final class HTTPSessions: @unchecked Sendable {
 
     /// A token bucket per remote address: `signaling_requests_per_minute` at once, refilled over a minute.
     private func rateLimit(_ request: HTTPRequest) -> HTTPResponse? {
-        let now = service.now()
+        let now = context.now()
         let key = request.remoteAddress.isEmpty ? "unknown" : request.remoteAddress
         let perMinute = Double(config.signalingRequestsPerMinute)
         var entry = buckets[key] ?? (RateLimiter(perSecond: perMinute / 60, burst: perMinute), now)

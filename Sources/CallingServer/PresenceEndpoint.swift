@@ -21,16 +21,19 @@ final class PresenceEndpoint: WebSocketEndpoint {
         var limiter: RateLimiter
     }
 
-    /// The service owns this endpoint (`register`), so it outlives it.
-    private unowned let service: SignalingService
+    private let context: ServiceContext
+    private let router: any Router
+    private let gate: FrameGate
     private var hub: PresenceHub
     private var sessions: [ConnectionID: Session] = [:]
     private let limits = PresenceLimits()
     private var lastExpiryCheck: Millis = 0
 
-    init(service: SignalingService) {
-        self.service = service
-        let config = service.config
+    init(context: ServiceContext, router: any Router, gate: FrameGate) {
+        self.context = context
+        self.router = router
+        self.gate = gate
+        let config = context.config
         hub = PresenceHub(settings: PresenceSettings(graceMs: Int64(config.presenceGraceSeconds) * 1_000,
                                                      requestTTLMs: Int64(config.presenceRequestTTLSeconds) * 1_000,
                                                      forgetMs: Int64(config.presenceForgetSeconds) * 1_000),
@@ -40,6 +43,16 @@ final class PresenceEndpoint: WebSocketEndpoint {
     // MARK: WebSocketEndpoint
 
     func shouldUpgrade(_ request: HTTPRequest, claims: PeerTokenClaims) -> UpgradeDecision {
+        let decision = decide(request, claims: claims)
+        if case .accept = decision {
+            context.metrics.upgrades["accepted", default: 0] += 1
+        } else {
+            context.metrics.upgrades["refused", default: 0] += 1
+        }
+        return decision
+    }
+
+    private func decide(_ request: HTTPRequest, claims: PeerTokenClaims) -> UpgradeDecision {
         guard claims.scope.contains("presence") else {
             return .reject(.problem(403, code: "token_wrong_scope", detail: "the token's scope does not include 'presence'"))
         }
@@ -59,51 +72,54 @@ final class PresenceEndpoint: WebSocketEndpoint {
         return .accept(context: PresenceTicket(identity: identity, expiresAt: claims.expiresAt))
     }
 
-    func didOpen(_ connection: ConnectionID, context: any Sendable) {
-        guard let ticket = context as? PresenceTicket else {
-            service.transport.close(connection, code: .internalError)
+    func didOpen(_ connection: ConnectionID, context ticketContext: any Sendable) {
+        guard let ticket = ticketContext as? PresenceTicket else {
+            router.close(connection, code: .internalError)
             return
         }
-        let config = service.config
+        let config = context.config
         sessions[connection] = Session(expiresAt: ticket.expiresAt,
                                        limiter: RateLimiter(perSecond: config.maxFramesPerSecond, burst: config.frameBurst))
-        apply(hub.handle(.connect(connection, ticket.identity), now: service.now()))
+        apply(hub.handle(.connect(connection, ticket.identity), now: context.now()))
     }
 
     func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
         guard var session = sessions[connection] else { return }
-        let text = service.admit(message, on: connection, limiter: &session.limiter)
+        let text = gate.admit(message, on: connection, limiter: &session.limiter)
         sessions[connection] = session
         guard let text else { return }
         let decoded: PresenceMessage
         do {
             decoded = try PresenceFrameDecoder.decode(text, limits: limits)
         } catch {
-            return service.sendError(error, to: connection)
+            return gate.sendError(error, to: connection)
         }
-        service.metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
-        apply(hub.handle(.message(connection, decoded), now: service.now()))
+        context.metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
+        apply(hub.handle(.message(connection, decoded), now: context.now()))
     }
 
     func didClose(_ connection: ConnectionID) {
         guard sessions.removeValue(forKey: connection) != nil else { return }
-        apply(hub.handle(.disconnect(connection), now: service.now()))
+        apply(hub.handle(.disconnect(connection), now: context.now()))
     }
 
     func tick(now: Millis) {
         apply(hub.handle(.tick, now: now))
         guard now - lastExpiryCheck >= 1_000 else { return }
         lastExpiryCheck = now
-        let limit = Date(timeIntervalSince1970: Double(now) / 1000).addingTimeInterval(-service.config.jwtLeewaySeconds)
+        let limit = Date(timeIntervalSince1970: Double(now) / 1000).addingTimeInterval(-context.config.jwtLeewaySeconds)
         for (connection, session) in sessions where !session.expired && session.expiresAt < limit {
             sessions[connection]?.expired = true
-            service.metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
-            service.transport.close(connection, code: .tokenExpired)
+            context.metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
+            router.close(connection, code: .tokenExpired)
         }
     }
 
     // MARK: effects
 
+    private func send(_ frame: Frame, to targets: [ConnectionID]) {
+        router.deliver(frame, to: targets)
+    }
 
     /// Carries out effects in order. A failed mint feeds `.callFailed` back; its effects run after
     /// the ones already queued, so the agent's `busy` broadcast precedes its return to `available`.
@@ -115,38 +131,38 @@ final class PresenceEndpoint: WebSocketEndpoint {
                 if frame.type == PresenceFrameType.error.rawValue, let code = frame.error?.code,
                     let name = ErrorCode(rawValue: code)?.name
                 {
-                    service.metrics.errors[name, default: 0] += targets.count
+                    context.metrics.errors[name, default: 0] += targets.count
                 }
-                service.send(frame, to: targets)
+                send(frame, to: targets)
                 // One `ended` effect per request (sent to whichever sides are still connected).
-                if frame.type == PresenceFrameType.ended.rawValue, service.webhooks.wants(.presenceRequestEnded),
+                if frame.type == PresenceFrameType.ended.rawValue, context.webhooks.wants(.presenceRequestEnded),
                     let payload = frame.payload?.objectValue, let request = payload["request_id"]?.stringValue
                 {
-                    service.webhooks.emit(.presenceRequestEnded, key: "presence", [
+                    context.webhooks.emit(.presenceRequestEnded, key: "presence", [
                         "request_id": .string(request), "outcome": payload["reason"] ?? .null,
                         "call_id": .null, "room_id": .null, "agent_id": .null, "caller_id": .null,
                     ])
                 }
             case .close(let connection, let code):
-                service.metrics.closes[code.reason, default: 0] += 1
+                context.metrics.closes[code.reason, default: 0] += 1
                 // The hub has already forgotten the old connection; its close must not reach it.
                 sessions[connection] = nil
-                service.transport.close(connection, code: code)
+                router.close(connection, code: code)
             case .mintCall(let call):
                 do {
                     let (callerToken, agentToken) = try mint(call)
-                    service.send(call.acceptedFrame(token: callerToken), to: [call.callerConnection])
-                    service.send(call.acceptedFrame(token: agentToken), to: [call.agentConnection])
-                    if service.webhooks.wants(.presenceRequestEnded) {
-                        service.webhooks.emit(.presenceRequestEnded, key: "presence", [
+                    send(call.acceptedFrame(token: callerToken), to: [call.callerConnection])
+                    send(call.acceptedFrame(token: agentToken), to: [call.agentConnection])
+                    if context.webhooks.wants(.presenceRequestEnded) {
+                        context.webhooks.emit(.presenceRequestEnded, key: "presence", [
                             "request_id": .string(call.requestID.rawValue), "outcome": "accepted",
                             "call_id": .string(call.callID.rawValue), "room_id": .string(call.roomID.rawValue),
                             "agent_id": .string(call.agent.rawValue), "caller_id": .string(call.caller.rawValue),
                         ])
                     }
                 } catch {
-                    service.logger.error("call tokens not issued", ["request.id": call.requestID.rawValue, "error": "\(error)"])
-                    pending.append(contentsOf: hub.handle(.callFailed(call.requestID), now: service.now()))
+                    context.logger.error("call tokens not issued", ["request.id": call.requestID.rawValue, "error": "\(error)"])
+                    pending.append(contentsOf: hub.handle(.callFailed(call.requestID), now: context.now()))
                 }
             }
         }
@@ -154,16 +170,16 @@ final class PresenceEndpoint: WebSocketEndpoint {
 
     /// One room token per side: same room and call, `sub` and `role` of that side, scope `room`.
     private func mint(_ call: PresenceCall) throws(TokenIssueError) -> (caller: String, agent: String) {
-        let config = service.config
-        let issuedAt = Date(timeIntervalSince1970: Double(service.now()) / 1000)
+        let config = context.config
+        let issuedAt = Date(timeIntervalSince1970: Double(context.now()) / 1000)
         let expiresAt = issuedAt.addingTimeInterval(TimeInterval(config.tokenTTLSeconds))
         func claims(_ peer: PeerID, role: PresenceRole, name: String?) -> PeerTokenClaims {
             PeerTokenClaims(sub: peer, roomID: call.roomID, callID: call.callID, role: role.rawValue, name: name, scope: ["room"],
                             audience: config.jwtAudience, issuedAt: issuedAt, expiresAt: expiresAt,
                             tokenID: CallsAPI.newTokenID())
         }
-        let caller = try service.issuer.issue(claims(call.caller, role: .caller, name: call.callerName))
-        let agent = try service.issuer.issue(claims(call.agent, role: .agent, name: call.agentName))
+        let caller = try context.issuer.issue(claims(call.caller, role: .caller, name: call.callerName))
+        let agent = try context.issuer.issue(claims(call.agent, role: .agent, name: call.agentName))
         return (caller, agent)
     }
 }

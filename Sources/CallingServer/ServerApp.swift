@@ -4,16 +4,28 @@ import CallingStore
 import CallingTransport
 import Foundation
 
-/// Wires config, secret, store, transport and service together, and runs the heartbeat thread
-/// that drives timers and watches the service loop.
+/// Builds the server in one direction, leaves first: config and secrets, the store, the transport,
+/// the shared `ServiceContext`, the `Router`, then each component from the ones before it (calls,
+/// rooms, HTTP sessions, admin, the WebSocket endpoints, the HTTP routes), and last the transport's
+/// delegate that dispatches to them. Nothing points back at what built it. Runs the heartbeat
+/// thread that drives timers and watches the service loop.
 public final class ServerApp: @unchecked Sendable {
     // @unchecked: `start`/`stop` are called from the main thread only; the heartbeat thread reads
-    // immutable references and the transport's atomic progress counter.
+    // immutable references and the transport's atomic progress counter; `tick` runs on the service thread.
     public let config: ServerConfig
     public let logger: Logger
     let store: ChatStore
     let transport: WebSocketServer
-    let service: SignalingService
+    let webhooks: Webhooks
+    let context: ServiceContext
+    let router: LocalRouter
+    let calls: CallsAPI
+    let rooms: SignalingService
+    let httpSessions: HTTPSessions
+    let roomEndpoint: RoomEndpoint
+    let presence: PresenceEndpoint
+    /// The transport's delegate; the transport holds it weakly, so the app keeps it.
+    let endpoints: WebSocketEndpoints
     private var heartbeat: Thread?
     private let stopping = NSCondition()
     private var stopRequested = false
@@ -43,19 +55,40 @@ public final class ServerApp: @unchecked Sendable {
         if !store.migrationsAppliedAtOpen.isEmpty {
             logger.info("migrations applied", ["names": store.migrationsAppliedAtOpen.joined(separator: ",")])
         }
-        transport = WebSocketServer(settings: config.transport, logger: logger.labeled("transport"))
+        let transport = WebSocketServer(settings: config.transport, logger: logger.labeled("transport"))
+        self.transport = transport
         let issuer = try TokenIssuer(hs256Secret: secret)
-        service = SignalingService(config: config, verifier: verifier, issuer: issuer, store: store,
-                                   logger: logger.labeled("signaling"))
-        service.webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"),
-                                    now: service.now)
-        service.transport = transport
-        service.routes = HTTPRoutes(service: service, store: store, config: config)
-        service.register(PresenceEndpoint(service: service), at: "/v1/presence")
-        service.routes.ice = ice
-        service.routes.staticFiles = try Self.loadStaticFiles(config: config, logger: logger)
-        transport.delegate = service
+        let staticFiles = try Self.loadStaticFiles(config: config, logger: logger)
+        let now = ServiceContext.systemNow
+        webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"), now: now)
+        context = ServiceContext(config: config, logger: logger.labeled("signaling"), now: now,
+                                 post: { [transport] work in transport.post(work) }, store: store, webhooks: webhooks,
+                                 issuer: issuer, verifier: verifier, ice: ice)
+        router = LocalRouter(sink: transport, metrics: context.metrics)
+        let gate = FrameGate(config: config, metrics: context.metrics, router: router, now: now)
+        calls = CallsAPI(context: context, logger: logger.labeled("calls"))
+        rooms = SignalingService(context: context, router: router, chats: store, calls: calls)
+        httpSessions = HTTPSessions(context: context, rooms: rooms, router: router, logger: logger.labeled("sessions"))
+        let admin = AdminAPI(context: context, rooms: rooms, calls: calls, httpSessions: httpSessions, logger: logger.labeled("admin"))
+        roomEndpoint = RoomEndpoint(context: context, rooms: rooms, gate: gate, router: router)
+        presence = PresenceEndpoint(context: context, router: router, gate: gate)
+        let routes = HTTPRoutes(context: context, rooms: rooms, calls: calls, admin: admin, httpSessions: httpSessions,
+                                transport: transport, staticFiles: staticFiles)
+        endpoints = WebSocketEndpoints(context: context, endpoints: ["/v1/ws": roomEndpoint, "/v1/presence": presence],
+                                       routes: routes)
+        transport.delegate = endpoints
         if let tlsSummary { transport.setTLSCertificateExpiry(tlsSummary.notAfter) }
+    }
+
+    /// Every `tick_ms` on the service thread, in this order: presence timers, the hub's timers, the
+    /// calls' sweep and stats batch, HTTP session deadlines, room token expiry.
+    private func tick() {
+        let now = context.now()
+        presence.tick(now: now)
+        rooms.tick(now: now)
+        calls.tick(now: now)
+        httpSessions.tick(now: now)
+        roomEndpoint.tick(now: now)
     }
 
     /// The SDK and pages, from `web_root` or the folder found beside the binary. An explicit
@@ -79,7 +112,7 @@ public final class ServerApp: @unchecked Sendable {
 
     public func start() throws {
         // Before the transport: what a previous run left queued goes out ahead of anything new.
-        try service.webhooks.start()
+        try webhooks.start()
         try transport.start()
         let thread = Thread { [self] in runHeartbeat() }
         thread.name = "heartbeat"
@@ -129,10 +162,10 @@ public final class ServerApp: @unchecked Sendable {
         stopping.broadcast()
         stopping.unlock()
         // Rooms emptied by the stop end their calls with reason server_shutdown.
-        service.webhooks.beginStopping()
+        webhooks.beginStopping()
         transport.stop(grace: config.shutdownGraceSeconds)
         // After the service thread is done emitting, before the store closes: the last events are queued.
-        service.webhooks.stop()
+        webhooks.stop()
         store.close()
         logger.info("stopped")
     }
@@ -150,7 +183,7 @@ public final class ServerApp: @unchecked Sendable {
             let done = stopRequested
             stopping.unlock()
             if done { return }
-            transport.post { [service] in service.tick() }
+            transport.post { [self] in tick() }
             let sample = LoopWatchdog.Sample(time: ProcessInfo.processInfo.systemUptime, progress: transport.progress,
                                              callbacks: transport.callbacks, cpuSeconds: transport.serviceCPUSeconds)
             if config.mallocTrimSeconds > 0, sample.time - lastTrim >= Double(config.mallocTrimSeconds) {

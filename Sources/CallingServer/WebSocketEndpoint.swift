@@ -2,17 +2,19 @@ import CallingAuth
 import CallingCore
 import CallingTransport
 
-/// A WebSocket protocol served at its own path next to the room protocol (`/v1/ws`), such as the
-/// presence channel. The token is verified before `shouldUpgrade`; every method runs on the
-/// service thread, in order, so implementations keep their state without locks.
+/// A WebSocket protocol served at its own path: the room protocol (`/v1/ws`, `RoomEndpoint`) and
+/// the presence channel (`/v1/presence`, `PresenceEndpoint`). The token is verified before
+/// `shouldUpgrade`; every method runs on the service thread, in order, so implementations keep
+/// their state without locks.
 protocol WebSocketEndpoint: AnyObject {
     /// Decide on an upgrade whose token already verified. Return `.accept(context:)` with what
     /// `didOpen` needs, or `.reject` with an HTTP problem (403 for a token without the scope).
+    /// The endpoint counts its own outcome in `calling_upgrades_total`.
     func shouldUpgrade(_ request: HTTPRequest, claims: PeerTokenClaims) -> UpgradeDecision
     func didOpen(_ connection: ConnectionID, context: any Sendable)
     func didReceive(_ message: InboundMessage, on connection: ConnectionID)
     func didClose(_ connection: ConnectionID)
-    /// Every `tick_ms`, for timers (grace periods, request TTLs).
+    /// Every `tick_ms`, for timers (grace periods, request TTLs, token expiry).
     func tick(now: Millis)
 }
 
@@ -20,4 +22,116 @@ protocol WebSocketEndpoint: AnyObject {
 struct EndpointTicket: Sendable {
     var path: String
     var context: any Sendable
+}
+
+/// The front door shared by every WebSocket endpoint: the per-connection rate limit, the
+/// transport-level refusals (binary, too large) and `error` frames. Service thread.
+struct FrameGate {
+    let config: ServerConfig
+    let metrics: Metrics
+    let router: any Router
+    let now: @Sendable () -> Millis
+
+    /// Returns the text to decode, or nil when the message was answered (or dropped) here.
+    func admit(_ message: InboundMessage, on connection: ConnectionID, limiter: inout RateLimiter) -> [UInt8]? {
+        guard limiter.admit(now: now()) else {
+            let drops = limiter.consecutiveDrops
+            if drops == config.floodCloseAfter {
+                // Counted once: frames still arriving before the close completes are dropped silently.
+                metrics.closes[CloseCode.flood.reason, default: 0] += 1
+                router.close(connection, code: .flood)
+            } else if drops < config.floodCloseAfter && (drops == 1 || drops % 50 == 0) {
+                // One error per burst, not one per dropped frame: answering every frame would let a
+                // flooding client double its own traffic.
+                sendError(FrameError(.rateLimited, "more than \(Int(config.maxFramesPerSecond)) frames per second; frames are being dropped"),
+                          to: connection)
+            }
+            return nil
+        }
+        switch message {
+        case .text(let bytes):
+            return bytes
+        case .binary:
+            sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
+        case .tooLarge(let count):
+            sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
+                      to: connection)
+        }
+        return nil
+    }
+
+    /// Answers a refused frame with an `error` frame and counts it.
+    func sendError(_ error: FrameError, to connection: ConnectionID) {
+        metrics.errors[error.code.name, default: 0] += 1
+        router.deliver(error.frame, to: [connection])
+    }
+}
+
+/// The transport's delegate: checks Origin and the token of every upgrade, hands it to the
+/// endpoint registered at its path, routes each connection's frames and close to that endpoint,
+/// and plain HTTP to `HTTPRoutes`. Built last by `ServerApp`, from parts that never point back.
+final class WebSocketEndpoints: WebSocketServerDelegate {
+    private let context: ServiceContext
+    private let endpoints: [String: any WebSocketEndpoint]
+    private let routes: HTTPRoutes
+    /// `allowed_origins`, applied to every WebSocket upgrade.
+    private let cors: CORSPolicy
+    private var byConnection: [ConnectionID: any WebSocketEndpoint] = [:]
+
+    init(context: ServiceContext, endpoints: [String: any WebSocketEndpoint], routes: HTTPRoutes) {
+        self.context = context
+        self.endpoints = endpoints
+        self.routes = routes
+        self.cors = CORSPolicy(allowedOrigins: context.config.allowedOrigins)
+    }
+
+    private var metrics: Metrics { context.metrics }
+
+    func server(_ server: WebSocketServer, shouldUpgrade request: HTTPRequest) -> UpgradeDecision {
+        // Browsers always send Origin on a WebSocket handshake and never enforce CORS on it, so the
+        // server must (RFC 6455 §10.2). Checked before the token: a refused page learns nothing more.
+        if case .refused = cors.check(request) {
+            metrics.upgrades["refused_origin", default: 0] += 1
+            return .reject(CORSPolicy.refusal)
+        }
+        guard let endpoint = endpoints[request.path] else {
+            metrics.upgrades["not_found", default: 0] += 1
+            return .reject(.problem(404, code: "not_found", detail: "no WebSocket endpoint at \(request.path.prefix(200))"))
+        }
+        switch context.authenticate(request) {
+        case .failure(let response):
+            metrics.upgrades["refused_\(response.status)", default: 0] += 1
+            return .reject(response)
+        case .success(let claims):
+            let decision = endpoint.shouldUpgrade(request, claims: claims)
+            if case .accept(let ticket) = decision {
+                return .accept(context: EndpointTicket(path: request.path, context: ticket))
+            }
+            return decision
+        }
+    }
+
+    func server(_ server: WebSocketServer, didOpen connection: ConnectionID, context ticket: any Sendable) {
+        guard let ticket = ticket as? EndpointTicket, let endpoint = endpoints[ticket.path] else {
+            server.close(connection, code: .internalError)
+            return
+        }
+        byConnection[connection] = endpoint
+        endpoint.didOpen(connection, context: ticket.context)
+    }
+
+    func server(_ server: WebSocketServer, didReceive message: InboundMessage, on connection: ConnectionID) {
+        byConnection[connection]?.didReceive(message, on: connection)
+    }
+
+    func server(_ server: WebSocketServer, didClose connection: ConnectionID) {
+        byConnection.removeValue(forKey: connection)?.didClose(connection)
+    }
+
+    func server(_ server: WebSocketServer, handle request: HTTPRequest, responder: HTTPResponder) {
+        routes.handle(request) { [context] response in
+            context.metrics.httpRequests[String(response.status), default: 0] += 1
+            responder.respond(response)
+        }
+    }
 }

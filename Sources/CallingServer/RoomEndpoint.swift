@@ -1,0 +1,192 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import CallingTransport
+import Foundation
+
+/// What a connection proved at upgrade time, handed from `shouldUpgrade` to `didOpen`.
+struct JoinTicket: Sendable {
+    var identity: PeerIdentity
+    var expiresAt: Date
+    /// `last_seq` from the query: the client wants the messages after it replayed.
+    var resumeAfter: Int64?
+}
+
+/// The room protocol at `/v1/ws`: checks the token's room and scope and asks the hub for a seat
+/// before the upgrade, loads the peer's chat position, decodes frames and hands them to the rooms'
+/// `SignalingService`. Every method runs on the service thread (the `WebSocketEndpoint` contract).
+// @unchecked Sendable: every stored property is touched only on the service thread; store
+// completions capture `self` solely to hop back through `context.post`.
+final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
+    struct Session {
+        var ticket: JoinTicket
+        var limiter: RateLimiter
+        var joined = false
+        /// Set once the expiry close is under way, so it is counted and sent once.
+        var expired = false
+        /// Frames that arrived before the join finished loading chat state, in order.
+        var early: [ClientMessage] = []
+    }
+
+    private let context: ServiceContext
+    private let rooms: SignalingService
+    private let gate: FrameGate
+    private let router: any Router
+    private var sessions: [ConnectionID: Session] = [:]
+    private var lastExpiryCheck: Millis = 0
+
+    private var config: ServerConfig { context.config }
+    private var metrics: Metrics { context.metrics }
+
+    init(context: ServiceContext, rooms: SignalingService, gate: FrameGate, router: any Router) {
+        self.context = context
+        self.rooms = rooms
+        self.gate = gate
+        self.router = router
+    }
+
+    /// The session of `connection` while it may still talk to the hub. A joined connection whose
+    /// seat the hub let go (taken over, kicked, room closed) is forgotten here: frames still
+    /// arriving before its close completes must not reach the hub.
+    private func liveSession(_ connection: ConnectionID) -> Session? {
+        guard let session = sessions[connection] else { return nil }
+        if session.joined, !rooms.isSeated(connection) {
+            sessions[connection] = nil
+            return nil
+        }
+        return session
+    }
+
+    // MARK: WebSocketEndpoint
+
+    func shouldUpgrade(_ request: HTTPRequest, claims: PeerTokenClaims) -> UpgradeDecision {
+        guard let room = claims.roomID else {
+            metrics.upgrades["refused_403", default: 0] += 1
+            return .reject(.problem(403, code: "token_no_room", detail: "the token names no room_id"))
+        }
+        if !claims.scope.isEmpty, !claims.scope.contains("room") {
+            metrics.upgrades["refused_403", default: 0] += 1
+            return .reject(.problem(403, code: "token_wrong_scope", detail: "the token's scope does not include 'room'"))
+        }
+        var resumeAfter: Int64?
+        if let raw = request.query["last_seq"] {
+            guard let value = Int64(raw), value >= 0 else {
+                metrics.upgrades["refused_400", default: 0] += 1
+                return .reject(.problem(400, code: "bad_last_seq", detail: "last_seq must be a non-negative integer"))
+            }
+            resumeAfter = value
+        }
+        let identity = PeerIdentity(claims: claims, room: room, defaultRole: "peer", leewaySeconds: config.jwtLeewaySeconds)
+        if let refusal = rooms.admit(identity) {
+            metrics.upgrades["refused_\(refusal.status)", default: 0] += 1
+            return .reject(refusal)
+        }
+        metrics.upgrades["accepted", default: 0] += 1
+        return .accept(context: JoinTicket(identity: identity, expiresAt: claims.expiresAt, resumeAfter: resumeAfter))
+    }
+
+    func didOpen(_ connection: ConnectionID, context ticketContext: any Sendable) {
+        guard let ticket = ticketContext as? JoinTicket else {
+            router.close(connection, code: .internalError)
+            return
+        }
+        sessions[connection] = Session(ticket: ticket, limiter: RateLimiter(perSecond: config.maxFramesPerSecond,
+                                                                             burst: config.frameBurst))
+        loadResume(for: ticket) { [context] resume in
+            context.post { [self] in finishJoin(connection, ticket: ticket, resume: resume) }
+        }
+    }
+
+    /// Reads the room's chat position (and the missed messages when resuming) on the store queue.
+    private func loadResume(for ticket: JoinTicket, completion: @escaping @Sendable (Result<ChatResume, StoreError>) -> Void) {
+        let room = ticket.identity.room
+        let peer = ticket.identity.peer
+        let replayCap = config.replayCap
+        let store = context.store
+        store.roomSummary(room: room, peer: peer) { [store] summaryResult in
+            switch summaryResult {
+            case .failure(let error):
+                completion(.failure(error))
+            case .success(let summary):
+                let base = ChatResume(lastSeq: summary.lastSeq, readSeq: summary.readSeq, unread: Int64(summary.unreadCount))
+                guard let after = ticket.resumeAfter else { return completion(.success(base)) }
+                store.history(room: room, sinceSeq: after, limit: replayCap) { historyResult in
+                    switch historyResult {
+                    case .failure(let error):
+                        completion(.failure(error))
+                    case .success(let page):
+                        var resume = base
+                        resume.requested = true
+                        resume.replay = page.messages.map(ChatMessage.init(record:))
+                        resume.complete = !page.hasMore
+                        resume.lastSeq = max(resume.lastSeq, page.lastSeq)
+                        completion(.success(resume))
+                    }
+                }
+            }
+        }
+    }
+
+    private func finishJoin(_ connection: ConnectionID, ticket: JoinTicket, resume: Result<ChatResume, StoreError>) {
+        guard sessions[connection] != nil else { return }  // left while loading
+        let state: ChatResume
+        switch resume {
+        case .success(let loaded):
+            state = loaded
+        case .failure(let error):
+            // Signaling still works without chat state; the client sees recovered=false if it asked.
+            metrics.storeFailures += 1
+            context.logger.error("chat state unavailable at join", ["room.id": ticket.identity.room.rawValue, "error": "\(error)"])
+            state = ChatResume(complete: false, requested: ticket.resumeAfter != nil)
+        }
+        sessions[connection]?.joined = true
+        rooms.join(connection, ticket.identity, resume: state)
+        let early = sessions[connection]?.early ?? []
+        sessions[connection]?.early = []
+        for message in early { rooms.handle(.message(connection, message)) }
+    }
+
+    func didClose(_ connection: ConnectionID) {
+        guard let session = sessions.removeValue(forKey: connection) else { return }
+        if session.joined {
+            rooms.handle(.disconnect(connection))
+        } else {
+            rooms.abandonSeat(connection, session.ticket.identity)
+        }
+    }
+
+    func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
+        guard var session = liveSession(connection) else { return }
+        let text = gate.admit(message, on: connection, limiter: &session.limiter)
+        sessions[connection] = session
+        guard let text else { return }
+        let decoded: ClientMessage
+        do {
+            decoded = try ClientFrameDecoder.decode(text, limits: config.frameLimits)
+        } catch {
+            return gate.sendError(error, to: connection)
+        }
+        metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
+        guard session.joined else {
+            sessions[connection]?.early.append(decoded)
+            return
+        }
+        rooms.handle(.message(connection, decoded))
+    }
+
+    /// Once a second: closes connections whose token has expired (beyond the leeway) with 4001.
+    func tick(now current: Millis) {
+        guard current - lastExpiryCheck >= 1_000 else { return }
+        lastExpiryCheck = current
+        let nowDate = Date(timeIntervalSince1970: Double(current) / 1000)
+        for connection in Array(sessions.keys) {
+            guard let session = liveSession(connection), !session.expired,
+                session.ticket.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate
+            else { continue }
+            sessions[connection]?.expired = true
+            metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
+            rooms.noteCloseReason("token_expired", for: connection)
+            router.close(connection, code: .tokenExpired)
+        }
+    }
+}

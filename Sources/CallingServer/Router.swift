@@ -1,0 +1,101 @@
+import CallingCore
+import CallingTransport
+
+/// What the room service's decisions do outside the process's state machines: frames handed to
+/// connections, connections closed, and room membership as the rest of the deployment sees it.
+/// Every method runs on the service thread.
+///
+/// `LocalRouter` is the single-node implementation: sockets and HTTP sessions of this process,
+/// and a membership table that mirrors the hub's.
+protocol Router: AnyObject {
+    /// Encodes `frame` once and hands it to each target (a socket's queue, or the virtual
+    /// connection attached under that id).
+    func deliver(_ frame: Frame, to targets: [ConnectionID])
+    /// Closes a connection with `code`: a socket gets a Close frame after its queued frames, a
+    /// virtual connection its `closed(_:code:)`.
+    func close(_ connection: ConnectionID, code: CloseCode)
+    /// Makes `handler` the receiver of frames and closes for `connection` (an id with
+    /// `HTTPSessions.virtualBit` set), until `detach`.
+    func attach(_ connection: ConnectionID, to handler: any VirtualConnection)
+    func detach(_ connection: ConnectionID)
+    /// The hub seated `identity` on `connection`; `takeover` when it replaced the peer's previous
+    /// connection (the room saw no leave or join).
+    func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool)
+    /// The hub let `identity`'s seat on `connection` go (leave, kick, room closed).
+    func left(_ identity: PeerIdentity, from connection: ConnectionID)
+    /// The connection seated as `peer` in `room`, if any.
+    func connection(of peer: PeerID, in room: RoomID) -> ConnectionID?
+}
+
+/// A room member that is not a socket of the transport: an HTTP session's seat (HTTPSessions.swift).
+protocol VirtualConnection: AnyObject {
+    func receive(_ frame: Frame, on connection: ConnectionID)
+    func closed(_ connection: ConnectionID, code: CloseCode)
+}
+
+/// The socket side a router delivers to; `WebSocketServer` is the one in production.
+protocol ConnectionSink: AnyObject {
+    func send(_ message: OutboundMessage, to connection: ConnectionID)
+    func close(_ connection: ConnectionID, code: CloseCode)
+}
+
+extension WebSocketServer: ConnectionSink {}
+
+/// One node: frames go to this process's sockets and HTTP sessions.
+final class LocalRouter: Router {
+    private let sink: any ConnectionSink
+    private let metrics: Metrics
+    /// Weak: a session detaches when it ends, and a stopped server must not be kept alive by its router.
+    private struct WeakHandler { weak var handler: (any VirtualConnection)? }
+    private var virtuals: [ConnectionID: WeakHandler] = [:]
+    private var seats: [RoomID: [PeerID: ConnectionID]] = [:]
+
+    init(sink: any ConnectionSink, metrics: Metrics) {
+        self.sink = sink
+        self.metrics = metrics
+    }
+
+    func deliver(_ frame: Frame, to targets: [ConnectionID]) {
+        guard !targets.isEmpty else { return }
+        let message = OutboundMessage(frame.encoded())
+        metrics.framesOut[frame.type, default: 0] += targets.count
+        for target in targets {
+            // A virtual connection is an HTTP session: its frames go to the session, never to a socket.
+            if HTTPSessions.isVirtual(target) {
+                virtuals[target]?.handler?.receive(frame, on: target)
+                continue
+            }
+            sink.send(message, to: target)
+        }
+    }
+
+    func close(_ connection: ConnectionID, code: CloseCode) {
+        if HTTPSessions.isVirtual(connection) {
+            virtuals[connection]?.handler?.closed(connection, code: code)
+            return
+        }
+        sink.close(connection, code: code)
+    }
+
+    func attach(_ connection: ConnectionID, to handler: any VirtualConnection) {
+        virtuals[connection] = WeakHandler(handler: handler)
+    }
+
+    func detach(_ connection: ConnectionID) {
+        virtuals[connection] = nil
+    }
+
+    func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool) {
+        seats[identity.room, default: [:]][identity.peer] = connection
+    }
+
+    func left(_ identity: PeerIdentity, from connection: ConnectionID) {
+        guard seats[identity.room]?[identity.peer] == connection else { return }
+        seats[identity.room]?[identity.peer] = nil
+        if seats[identity.room]?.isEmpty == true { seats[identity.room] = nil }
+    }
+
+    func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? {
+        seats[room]?[peer]
+    }
+}

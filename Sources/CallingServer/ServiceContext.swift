@@ -1,0 +1,73 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import CallingTransport
+import Foundation
+
+/// Runs `work` on the service thread, after the work posted before it (the transport's inbox).
+/// Store completions, which run on the store queue, hop back through it.
+typealias ServicePost = @Sendable (_ work: @escaping @Sendable () -> Void) -> Void
+
+/// The leaves that every service-thread component shares: configuration, clock, counters, the
+/// store, the webhook sender, the token keys, ICE. `ServerApp` builds it first, before any of the
+/// components, and it holds nothing that points back at them, so wiring has one direction.
+// @unchecked Sendable: every property is a constant; `metrics` is mutated only on the service
+// thread (store completions capture the context solely to hop back through `post`).
+final class ServiceContext: @unchecked Sendable {
+    let config: ServerConfig
+    let logger: Logger
+    let metrics: Metrics
+    let now: @Sendable () -> Millis
+    let post: ServicePost
+    let store: ChatStore
+    /// The webhook sender (Webhooks.swift); `emit` is all the service thread calls.
+    let webhooks: Webhooks
+    /// Signs tokens the server hands out itself (calls, presence `accepted`).
+    let issuer: TokenIssuer
+    let verifier: TokenVerifier
+    /// `GET /v1/ice`, WHIP `Link` headers and the calls API's `ice_servers`.
+    let ice: ICEService
+
+    init(config: ServerConfig, logger: Logger, metrics: Metrics = Metrics(), now: @escaping @Sendable () -> Millis,
+         post: @escaping ServicePost, store: ChatStore, webhooks: Webhooks, issuer: TokenIssuer, verifier: TokenVerifier,
+         ice: ICEService)
+    {
+        self.config = config
+        self.logger = logger
+        self.metrics = metrics
+        self.now = now
+        self.post = post
+        self.store = store
+        self.webhooks = webhooks
+        self.issuer = issuer
+        self.verifier = verifier
+        self.ice = ice
+    }
+
+    /// Wall-clock milliseconds, the default clock.
+    static let systemNow: @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) }
+
+    /// The token from `?token=` or `Authorization: Bearer`, verified; or the HTTP refusal.
+    func authenticate(_ request: HTTPRequest) -> Result<PeerTokenClaims, HTTPResponse> {
+        guard let token = request.query["token"] ?? request.bearerToken, !token.isEmpty else {
+            return .failure(.problem(401, code: "token_missing", detail: "pass a token as ?token= or Authorization: Bearer",
+                                     headers: [("www-authenticate", "Bearer")]))
+        }
+        do throws(TokenError) {
+            return .success(try verifier.verify(token))
+        } catch {
+            return .failure(.problem(error.httpStatus, code: error.code, detail: error.message,
+                                     headers: error.httpStatus == 401 ? [("www-authenticate", "Bearer error=\"invalid_token\"")] : []))
+        }
+    }
+}
+
+/// Where a chat message gets its per-room `seq` and becomes durable before it is acknowledged.
+/// The one call site the room service needs; the SQLite `ChatStore` is the implementation today.
+protocol ChatSequencer: Sendable {
+    /// Stores `draft` (or finds the original for a retried `client_id`) and completes, on any
+    /// thread, once the row is durable.
+    func appendChat(_ draft: ChatDraft, completion: @escaping @Sendable (Result<ChatAppendResult, StoreError>) -> Void)
+}
+
+extension ChatStore: ChatSequencer {}

@@ -1,0 +1,71 @@
+import CallingCore
+import CallingTransport
+import XCTest
+
+@testable import CallingServer
+
+/// `LocalRouter` against a recording socket sink and a recording virtual connection: no server.
+final class RouterTests: XCTestCase {
+    final class Sockets: ConnectionSink {
+        var sent: [(ConnectionID, OutboundMessage)] = []
+        var closed: [(ConnectionID, CloseCode)] = []
+        func send(_ message: OutboundMessage, to connection: ConnectionID) { sent.append((connection, message)) }
+        func close(_ connection: ConnectionID, code: CloseCode) { closed.append((connection, code)) }
+    }
+
+    final class Session: VirtualConnection {
+        var frames: [(ConnectionID, Frame)] = []
+        var closes: [(ConnectionID, CloseCode)] = []
+        func receive(_ frame: Frame, on connection: ConnectionID) { frames.append((connection, frame)) }
+        func closed(_ connection: ConnectionID, code: CloseCode) { closes.append((connection, code)) }
+    }
+
+    let virtual = ConnectionID(HTTPSessions.virtualBit | 1)
+
+    func test_a_broadcast_is_encoded_once_and_virtual_targets_get_the_frame_not_a_socket_write() {
+        let sockets = Sockets()
+        let metrics = Metrics()
+        let router = LocalRouter(sink: sockets, metrics: metrics)
+        let session = Session()
+        router.attach(virtual, to: session)
+        let frame = Frame(.peerJoined, from: "a", payload: ["peer_id": "a"])
+        router.deliver(frame, to: [ConnectionID(1), virtual, ConnectionID(2)])
+        XCTAssertEqual(sockets.sent.map(\.0), [ConnectionID(1), ConnectionID(2)])
+        XCTAssertTrue(sockets.sent[0].1 === sockets.sent[1].1, "one encoded buffer shared by every socket")
+        XCTAssertEqual(sockets.sent[0].1.count, frame.encoded().count)
+        XCTAssertEqual(session.frames.map(\.0), [virtual])
+        XCTAssertEqual(session.frames.first?.1, frame)
+        XCTAssertEqual(metrics.framesOut["peer-joined"], 3)
+    }
+
+    func test_closes_go_to_the_socket_or_the_attached_session_and_a_detached_session_gets_nothing() {
+        let sockets = Sockets()
+        let router = LocalRouter(sink: sockets, metrics: Metrics())
+        let session = Session()
+        router.attach(virtual, to: session)
+        router.close(ConnectionID(7), code: .replaced)
+        router.close(virtual, code: .consultationEnded)
+        XCTAssertEqual(sockets.closed.map(\.0), [ConnectionID(7)])
+        XCTAssertEqual(session.closes.map(\.1), [.consultationEnded])
+        router.detach(virtual)
+        router.deliver(Frame(.pong), to: [virtual])
+        router.close(virtual, code: .kicked)
+        XCTAssertTrue(session.frames.isEmpty)
+        XCTAssertEqual(session.closes.count, 1)
+        XCTAssertTrue(sockets.sent.isEmpty, "a virtual id never reaches the socket sink")
+    }
+
+    func test_membership_follows_joins_takeovers_and_leaves() {
+        let router = LocalRouter(sink: Sockets(), metrics: Metrics())
+        let alice = PeerIdentity(peer: "alice", room: "r")
+        router.joined(alice, on: ConnectionID(1), takeover: false)
+        XCTAssertEqual(router.connection(of: "alice", in: "r"), ConnectionID(1))
+        router.joined(alice, on: ConnectionID(2), takeover: true)
+        // The replaced connection's late leave must not unseat the new one.
+        router.left(alice, from: ConnectionID(1))
+        XCTAssertEqual(router.connection(of: "alice", in: "r"), ConnectionID(2))
+        router.left(alice, from: ConnectionID(2))
+        XCTAssertNil(router.connection(of: "alice", in: "r"))
+        XCTAssertNil(router.connection(of: "alice", in: "other"))
+    }
+}
