@@ -9,7 +9,7 @@ import Foundation
 /// `.serverData`, `.setDraining`); this class parses requests, feeds the hub and answers.
 ///
 /// Runs on the service thread, like `CallsAPI`.
-// @unchecked Sendable: touched only on the service thread; store completions hop back via `transport.post`.
+// @unchecked Sendable: touched only on the service thread; store completions hop back via `context.post`.
 final class AdminAPI: @unchecked Sendable {
     /// `end_reason` of the calls of a room ended through the admin API.
     static let endedByAdminReason = "ended_by_admin"

@@ -9,9 +9,9 @@ import Foundation
 /// nobody joined in time.
 ///
 /// Runs on the service thread, like `HTTPRoutes`; every store access goes through
-/// `ChatStore.perform` and comes back through `transport.post`, so the loop never waits on disk.
+/// `ChatStore.perform` and comes back through `context.post`, so the loop never waits on disk.
 // @unchecked Sendable: all mutable state is touched only on the service thread. Store completions
-// run on the store queue and capture `self` solely to hop back through `transport.post`.
+// run on the store queue and capture `self` solely to hop back through `context.post`.
 final class CallsAPI: @unchecked Sendable {
     /// The end reason of a call nobody joined within `call_join_window_seconds` (docs/protocol.md,
     /// "Call and session rules").

@@ -19,7 +19,7 @@ import Foundation
 ///
 /// Runs on the service thread: routes, hub frames and ticks all arrive there.
 // @unchecked Sendable: every stored property is touched only on the service thread; store
-// completions capture `self` solely to hop back through `transport.post`.
+// completions capture `self` solely to hop back through `context.post`.
 final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     static let virtualBit: UInt64 = 1 << 63
 
