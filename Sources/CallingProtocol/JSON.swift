@@ -101,6 +101,23 @@ public struct JSONParser {
         }
     }
 
+    /// Parses `bytes` as one JSON document and, when its top level is an object, hands each member
+    /// to `member` in document order (a repeated key is handed over again) instead of collecting the
+    /// members in a dictionary. Returns false without calling `member` when the top-level value is not
+    /// an object; the caller can parse such a document with `parse` for its error or its value.
+    /// Errors are those `parse` throws for the same bytes.
+    public static func parseMembers(_ bytes: [UInt8], _ member: (String, JSONValue) -> Void) throws(JSONParseError) -> Bool {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> Bool in
+            var parser = JSONParser(bytes: buffer)
+            parser.skipWhitespace()
+            guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "{") else { return false }
+            try parser.parseMembers(depth: 1, member)
+            parser.skipWhitespace()
+            if parser.index != buffer.count { throw .trailingData(offset: parser.index) }
+            return true
+        }
+    }
+
     public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
         try parse(Array(text.utf8))
     }
@@ -145,15 +162,27 @@ public struct JSONParser {
 
     private mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
         guard depth <= Self.maxDepth else { throw .tooDeep }
-        index += 1
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-            index += 1
-            return .object([:])
+        if index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "}") {
+            index += 2
+            return .object([:])  // no table allocated for `{}`
         }
         // Room for the few keys of a typical frame object up front: growing from empty to two or
         // three keys reallocated and rehashed the table twice.
         var fields = [String: JSONValue](minimumCapacity: 4)
+        // Duplicate keys: the last one wins, as in JavaScript's JSON.parse.
+        try parseMembers(depth: depth) { fields[$0] = $1 }
+        return .object(fields)
+    }
+
+    /// The members of the object starting at `index` (its `{`), each handed to `member` in order.
+    private mutating func parseMembers(depth: Int, _ member: (String, JSONValue) -> Void) throws(JSONParseError) {
+        guard depth <= Self.maxDepth else { throw .tooDeep }
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return
+        }
         while true {
             skipWhitespace()
             guard index < bytes.count else { throw .unexpectedEnd }
@@ -164,13 +193,12 @@ public struct JSONParser {
             guard bytes[index] == UInt8(ascii: ":") else { throw .unexpectedByte(offset: index) }
             index += 1
             skipWhitespace()
-            // Duplicate keys: the last one wins, as in JavaScript's JSON.parse.
-            fields[key] = try parseValue(depth: depth)
+            member(key, try parseValue(depth: depth))
             skipWhitespace()
             guard index < bytes.count else { throw .unexpectedEnd }
             switch bytes[index] {
             case UInt8(ascii: ","): index += 1
-            case UInt8(ascii: "}"): index += 1; return .object(fields)
+            case UInt8(ascii: "}"): index += 1; return
             default: throw .unexpectedByte(offset: index)
             }
         }
