@@ -386,16 +386,50 @@ public enum JSONWriter {
             out.append(UInt8(ascii: "]"))
         case .object(let fields):
             out.append(UInt8(ascii: "{"))
-            // Sorting the pairs rather than the keys saves hashing every key a second time to look
-            // its value up: every outbound frame's payload passes through here.
-            for (offset, field) in fields.sorted(by: { $0.key < $1.key }).enumerated() {
-                if offset > 0 { out.append(UInt8(ascii: ",")) }
-                writeString(field.key, into: &out)
-                out.append(UInt8(ascii: ":"))
-                write(field.value, into: &out)
+            if fields.count <= smallObject {
+                writeSmall(fields, into: &out)
+            } else {
+                // Sorting the pairs rather than the keys saves hashing every key a second time to
+                // look its value up.
+                for (offset, field) in fields.sorted(by: { $0.key < $1.key }).enumerated() {
+                    if offset > 0 { out.append(UInt8(ascii: ",")) }
+                    writeMember(field.key, field.value, into: &out)
+                }
             }
             out.append(UInt8(ascii: "}"))
         }
+    }
+
+    /// Objects up to this many members are sorted on the stack (`writeSmall`).
+    static let smallObject = 8
+
+    /// The members of a small object in key order: their dictionary indices insertion-sorted in a
+    /// stack buffer, so neither an array of pairs is allocated nor a key hashed again. Every frame's
+    /// payload is such an object.
+    private static func writeSmall(_ fields: [String: JSONValue], into out: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(of: Dictionary<String, JSONValue>.Index.self, capacity: smallObject) { order in
+            var count = 0
+            for index in fields.indices {
+                let key = fields[index].key
+                var slot = count
+                while slot > 0, key < fields[order[slot - 1]].key { slot -= 1 }
+                if slot < count { (order.baseAddress! + slot + 1).moveInitialize(from: order.baseAddress! + slot, count: count - slot) }
+                (order.baseAddress! + slot).initialize(to: index)
+                count += 1
+            }
+            for offset in 0..<count {
+                if offset > 0 { out.append(UInt8(ascii: ",")) }
+                let field = fields[order[offset]]
+                writeMember(field.key, field.value, into: &out)
+            }
+            order.baseAddress!.deinitialize(count: count)
+        }
+    }
+
+    private static func writeMember(_ key: String, _ value: JSONValue, into out: inout [UInt8]) {
+        writeString(key, into: &out)
+        out.append(UInt8(ascii: ":"))
+        write(value, into: &out)
     }
 
     /// Appends literal bytes with one copy (appending a `String.UTF8View` goes element by element).
