@@ -18,14 +18,21 @@ struct JoinTicket: Sendable {
 // @unchecked Sendable: every stored property is touched only on the service thread. Store completions
 // run elsewhere and capture `self` solely to hop back through `transport.post`.
 final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
-    struct Session {
-        var ticket: JoinTicket
+    /// A class, not a struct: every inbound frame updates its rate limiter, and a struct in the
+    /// dictionary was copied out and back (its ticket's strings, the early queue) each time.
+    final class Session {
+        let ticket: JoinTicket
         var limiter: RateLimiter
         var joined = false
         /// Set once the expiry close is under way, so it is counted and sent once.
         var expired = false
         /// Frames that arrived before the join finished loading chat state, in order.
         var early: [ClientMessage] = []
+
+        init(ticket: JoinTicket, limiter: RateLimiter) {
+            self.ticket = ticket
+            self.limiter = limiter
+        }
     }
 
     let config: ServerConfig
@@ -349,10 +356,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         if let endpoint = endpointConnections[connection] {
             return endpoint.didReceive(message, on: connection)
         }
-        guard var session = sessions[connection] else { return }
-        let text = admit(message, on: connection, limiter: &session.limiter)
-        sessions[connection] = session
-        guard let text else { return }
+        guard let session = sessions[connection] else { return }
+        guard let text = admit(message, on: connection, limiter: &session.limiter) else { return }
         let decoded: ClientMessage
         do {
             decoded = try ClientFrameDecoder.decode(text, limits: config.frameLimits)
@@ -361,7 +366,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         }
         metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
         guard session.joined else {
-            sessions[connection]?.early.append(decoded)
+            session.early.append(decoded)
             return
         }
         apply(hub.handle(.message(connection, decoded), now: now()))
@@ -499,7 +504,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         let nowDate = Date(timeIntervalSince1970: Double(current) / 1000)
         for (connection, session) in sessions
         where !session.expired && session.ticket.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate {
-            sessions[connection]?.expired = true
+            session.expired = true
             metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
             if webhooks.isEnabled { closeReasons[connection] = "token_expired" }
             transport.close(connection, code: .tokenExpired)
