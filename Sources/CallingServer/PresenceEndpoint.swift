@@ -81,7 +81,7 @@ final class PresenceEndpoint: WebSocketEndpoint {
         } catch {
             return service.sendError(error, to: connection)
         }
-        service.metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
+        service.metrics.framesIn.count(named: decoded.frameType.rawValue)
         apply(hub.handle(.message(connection, decoded), now: service.now()))
     }
 

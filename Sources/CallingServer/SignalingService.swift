@@ -364,7 +364,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         } catch {
             return sendError(error, to: connection)
         }
-        metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
+        metrics.framesIn.count(decoded.frameType)
         guard session.joined else {
             session.early.append(decoded)
             return
