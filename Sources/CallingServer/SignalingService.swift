@@ -56,6 +56,8 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     private var endpointConnections: [ConnectionID: any WebSocketEndpoint] = [:]
     private var sessions: [ConnectionID: Session] = [:]
     private var lastExpiryCheck: Millis = 0
+    /// Scratch space `deliver` encodes each frame into.
+    private var encodeBuffer: [UInt8] = []
     /// Rooms' live calls for `call_started`/`call_ended` (only fed while webhooks are on).
     private var lifecycle = CallLifecycle()
     /// Why the server closed a connection, for the `call_ended` reason when it was the room's last peer.
@@ -481,7 +483,11 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
 
     private func deliver(_ frame: Frame, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        let message = OutboundMessage(frame.encoded())
+        // Encoded into a buffer kept for the purpose, then copied once into the message every
+        // target shares: no array allocated per frame.
+        encodeBuffer.removeAll(keepingCapacity: true)
+        frame.encode(into: &encodeBuffer)
+        let message = OutboundMessage(encodeBuffer[...])
         metrics.framesOut[frame.type, default: 0] += targets.count
         for target in targets {
             // A virtual connection is an HTTP session: its frames go to the session, not to a socket.
