@@ -433,12 +433,14 @@ public enum JSONWriter {
     }
 
     /// Appends literal bytes with one copy (appending a `String.UTF8View` goes element by element).
-    static func writeRaw(_ literal: StaticString, into out: inout [UInt8]) {
+    /// For writers that emit a fixed shape directly, keys in sorted order, instead of building a
+    /// `JSONValue` to encode.
+    public static func writeRaw(_ literal: StaticString, into out: inout [UInt8]) {
         literal.withUTF8Buffer { out.append(contentsOf: $0) }
     }
 
     /// Decimal digits without going through `String(i)` (an allocation per number).
-    static func writeInteger(_ value: Int64, into out: inout [UInt8]) {
+    public static func writeInteger(_ value: Int64, into out: inout [UInt8]) {
         if value < 0 { out.append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
