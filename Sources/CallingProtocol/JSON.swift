@@ -230,6 +230,8 @@ public struct JSONParser {
         index += 1  // opening quote
         let start = index
         var ascii = true
+        // Plain ASCII eight bytes at a time; the loop below takes over at the first byte that is not.
+        index = PlainRun.end(in: bytes.baseAddress!, from: index, to: bytes.count, stoppingAtNonASCII: true)
         // Fast path: no escapes, so the bytes can be validated and copied in one step.
         while index < bytes.count {
             let byte = bytes[index]
@@ -459,12 +461,16 @@ public enum JSONWriter {
         var string = string
         // Runs of bytes that need no escape (nearly all of them) are appended in one copy.
         string.withUTF8 { utf8 in
+            guard let base = utf8.baseAddress else { return }
             var runStart = 0
-            for index in 0..<utf8.count {
+            var index = 0
+            while true {
+                index = PlainRun.end(in: base, from: index, to: utf8.count, stoppingAtNonASCII: false)
+                guard index < utf8.count else { break }
                 let byte = utf8[index]
-                if byte >= 0x20 && byte != 0x22 && byte != 0x5C { continue }
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<index]))
-                runStart = index + 1
+                index += 1
+                runStart = index
                 switch byte {
                 case 0x22: out.append(contentsOf: [0x5C, 0x22])
                 case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
@@ -479,5 +485,35 @@ public enum JSONWriter {
             out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...]))
         }
         out.append(UInt8(ascii: "\""))
+    }
+}
+
+/// Finds where a run of bytes that JSON strings carry as they are ends: the first `"`, `\\` or
+/// control character (below 0x20), optionally also the first non-ASCII byte. Eight bytes are tested
+/// at a time with the usual bit tricks (a byte is zero exactly when `(x - 0x01) & ~x & 0x80` is set
+/// in it, summed over the word; below 0x20 likewise with 0x20): string contents are most of the
+/// bytes of every frame parsed and written. The tail is checked byte by byte.
+enum PlainRun {
+    @inline(__always)
+    static func end(in base: UnsafePointer<UInt8>, from start: Int, to end: Int, stoppingAtNonASCII: Bool) -> Int {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        var index = start
+        while index + 8 <= end {
+            let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+            if stoppingAtNonASCII && word & highs != 0 { break }
+            let control = (word &- 0x20 &* ones) & ~word & highs
+            let quote = word ^ (0x22 &* ones)
+            let backslash = word ^ (0x5C &* ones)
+            let special = control | ((quote &- ones) & ~quote & highs) | ((backslash &- ones) & ~backslash & highs)
+            if special != 0 { break }
+            index += 8
+        }
+        while index < end {
+            let byte = base[index]
+            if byte < 0x20 || byte == 0x22 || byte == 0x5C || (stoppingAtNonASCII && byte >= 0x80) { break }
+            index += 1
+        }
+        return index
     }
 }
