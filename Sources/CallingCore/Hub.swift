@@ -189,16 +189,54 @@ public struct Hub: Sendable {
     }
 
     struct Room: Sendable {
-        var members: [PeerID: Member] = [:]
+        private(set) var members: [PeerID: Member] = [:]
         /// Join order, so rosters and broadcasts are deterministic.
-        var order: [PeerID] = []
+        private(set) var order: [PeerID] = []
+        /// Each member's connection, in join order (`connections[i]` is `order[i]`'s): a broadcast
+        /// copies it instead of looking every member up by peer id, a String hash per recipient.
+        private(set) var connections: [ConnectionID] = []
         var meter: Meter?
+
+        /// Seats `member`; a peer id already seated keeps its place in the order (a takeover).
+        mutating func seat(_ member: Member) {
+            let peer = member.identity.peer
+            if members.updateValue(member, forKey: peer) == nil {
+                order.append(peer)
+                connections.append(member.connection)
+            } else if let index = order.firstIndex(of: peer) {
+                connections[index] = member.connection
+            }
+        }
+
+        mutating func unseat(_ peer: PeerID) {
+            guard members.removeValue(forKey: peer) != nil, let index = order.firstIndex(of: peer) else { return }
+            order.remove(at: index)
+            connections.remove(at: index)
+        }
+
+        mutating func unseatAll() {
+            members = [:]
+            order = []
+            connections = []
+        }
+
+        mutating func setTyping(_ peer: PeerID, until: Millis?) {
+            members[peer]?.typingUntil = until
+        }
+
+        /// Every member's connection but `peer`'s, in join order.
+        func connections(excluding peer: PeerID) -> [ConnectionID] {
+            guard let excluded = members[peer]?.connection else { return connections }
+            return connections.filter { $0 != excluded }
+        }
     }
 
     public let settings: HubSettings
     // Internal (not private) for the meter hooks in Meter.swift.
     var rooms: [RoomID: Room] = [:]
     var meteredRooms: Set<RoomID> = []
+    /// Rooms where a member's typing indicator may be on; `expireTyping` drops a room once none is.
+    private var typingRooms: Set<RoomID> = []
     private var connections: [ConnectionID: (room: RoomID, peer: PeerID)] = [:]
     /// Seats promised by `admit` to joiners whose join has not arrived yet, until when.
     private var holds: [RoomID: [PeerID: Millis]] = [:]
@@ -274,7 +312,7 @@ public struct Hub: Sendable {
             return chatStored(outcome, now: now)
         case .readStored(let room, let peer, let seq, let moved):
             guard moved, let members = rooms[room] else { return [] }
-            let others = members.order.filter { $0 != peer }.compactMap { members.members[$0]?.connection }
+            let others = members.connections(excluding: peer)
             return others.isEmpty ? [] : [.send(others, Frame(.read, from: peer.rawValue, payload: ["seq": .int(seq)]))]
         case .tick:
             expireHoldsAndBans(now: now)
@@ -300,8 +338,7 @@ public struct Hub: Sendable {
             rooms[roomID] = nil
             holds[roomID] = nil
             var emptied = room
-            emptied.members = [:]
-            emptied.order = []
+            emptied.unseatAll()
             return seated.map { .close($0.connection, .roomClosed) } + meterAfterLeave(roomID, remaining: emptied, now: now)
         case .serverData(let roomID, let to, let payload):
             guard let room = rooms[roomID] else { return [] }
@@ -310,7 +347,7 @@ public struct Hub: Sendable {
                 guard let target = room.members[to] else { return [] }
                 return [.send([target.connection], frame)]
             }
-            return [.send(room.order.compactMap { room.members[$0]?.connection }, frame)]
+            return [.send(room.connections, frame)]
         case .setDraining(let draining):
             isDraining = draining
             return []
@@ -350,10 +387,8 @@ public struct Hub: Sendable {
             // Same peer id again: the new connection takes the seat. The room sees no leave/join.
             connections[takeover.connection] = nil
             effects.append(.close(takeover.connection, .replaced))
-        } else {
-            room.order.append(identity.peer)
         }
-        room.members[identity.peer] = Member(identity: identity, connection: connection, typingUntil: takeover?.typingUntil)
+        room.seat(Member(identity: identity, connection: connection, typingUntil: takeover?.typingUntil))
         connections[connection] = (identity.room, identity.peer)
 
         let roster = room.order.filter { $0 != identity.peer }.compactMap { room.members[$0]?.identity.rosterEntry }
@@ -379,7 +414,7 @@ public struct Hub: Sendable {
             effects.append(.send([connection], message.frame))
         }
         if takeover == nil {
-            let others = room.order.filter { $0 != identity.peer }.compactMap { room.members[$0]?.connection }
+            let others = room.connections(excluding: identity.peer)
             if !others.isEmpty {
                 effects.append(.send(others, Frame(.peerJoined, from: identity.peer.rawValue, payload: identity.rosterEntry)))
             }
@@ -398,14 +433,13 @@ public struct Hub: Sendable {
     private mutating func leave(_ connection: ConnectionID, now: Millis) -> [HubEffect] {
         guard let (roomID, peer) = connections.removeValue(forKey: connection), var room = rooms[roomID] else { return [] }
         guard let member = room.members[peer], member.connection == connection else { return [] }
-        room.members[peer] = nil
-        room.order.removeAll { $0 == peer }
+        room.unseat(peer)
         if room.order.isEmpty {
             rooms[roomID] = nil
             return meterAfterLeave(roomID, remaining: room, now: now)
         }
         rooms[roomID] = room
-        let others = room.order.compactMap { room.members[$0]?.connection }
+        let others = room.connections
         var effects: [HubEffect] = []
         if member.typingUntil != nil {
             effects.append(.send(others, Frame(.typing, from: peer.rawValue, payload: ["typing": false])))
@@ -431,7 +465,7 @@ public struct Hub: Sendable {
                 }
                 return [.send([target.connection], frame)]
             }
-            let others = room.order.filter { $0 != peer }.compactMap { room.members[$0]?.connection }
+            let others = room.connections(excluding: peer)
             return others.isEmpty ? [] : [.send(others, frame)]
         case .ping(let payload):
             return [.send([connection], Frame(.pong, payload: payload))]
@@ -481,7 +515,7 @@ public struct Hub: Sendable {
             let ackTarget = connections[connection] != nil ? connection : senderConnection
             if let ackTarget { effects.append(.send([ackTarget], ack)) }
             guard !duplicate, let room = rooms[message.room] else { return effects }
-            let others = room.order.filter { $0 != message.from }.compactMap { room.members[$0]?.connection }
+            let others = room.connections(excluding: message.from)
             if !others.isEmpty { effects.append(.send(others, message.frame)) }
             return effects
         }
@@ -495,21 +529,35 @@ public struct Hub: Sendable {
         // Nothing to record: the common case on every chat, kept free of dictionary writes.
         if !typing && !wasTyping { return [] }
         // Mutated in place through the dictionaries so the room is not copied (copy-on-write).
-        rooms[roomID]?.members[peer]?.typingUntil = typing ? now + settings.typingTTLMs : nil
+        rooms[roomID]?.setTyping(peer, until: typing ? now + settings.typingTTLMs : nil)
+        if typing { typingRooms.insert(roomID) }
         // Repeated "typing: true" only extends the TTL; others hear about changes, not heartbeats.
         guard typing != wasTyping, let room = rooms[roomID] else { return [] }
-        let others = room.order.filter { $0 != peer }.compactMap { room.members[$0]?.connection }
+        let others = room.connections(excluding: peer)
         return others.isEmpty ? [] : [.send(others, Frame(.typing, from: peer.rawValue, payload: ["typing": .bool(typing)]))]
     }
 
+    /// Every tick: ends the typing indicators whose TTL passed. Only rooms where someone typed
+    /// are visited (`typingRooms`), in room order as before; sorting every room on every tick
+    /// grew with the number of rooms (1,000s of idle ones on a busy node).
     private mutating func expireTyping(now: Millis) -> [HubEffect] {
+        guard !typingRooms.isEmpty else { return [] }
         var effects: [HubEffect] = []
-        for (roomID, room) in rooms.sorted(by: { $0.key < $1.key }) {
+        for roomID in typingRooms.sorted() {
+            guard let room = rooms[roomID] else {
+                typingRooms.remove(roomID)
+                continue
+            }
+            var stillTyping = false
             for peer in room.order {
-                if let until = room.members[peer]?.typingUntil, until <= now {
+                guard let until = room.members[peer]?.typingUntil else { continue }
+                if until <= now {
                     effects += setTyping(false, room: roomID, peer: peer, now: now)
+                } else {
+                    stillTyping = true
                 }
             }
+            if !stillTyping { typingRooms.remove(roomID) }
         }
         return effects
     }

@@ -197,8 +197,7 @@ extension Hub {
     }
 
     private func connections(in roomID: RoomID) -> [ConnectionID] {
-        guard let room = rooms[roomID] else { return [] }
-        return room.order.compactMap { room.members[$0]?.connection }
+        rooms[roomID]?.connections ?? []
     }
 
     private func announce(_ snapshot: MeterSnapshot, in roomID: RoomID) -> [HubEffect] {

@@ -108,12 +108,61 @@ public enum FrameEnvelope {
         do {
             return try JSONParser.parse(bytes)
         } catch {
-            // A parse failure may be caused by bad UTF-8 outside any string; tell the two apart
-            // only on this cold path (a successful parse implies valid UTF-8).
-            if error == .invalidUTF8 || String(validating: bytes, as: UTF8.self) == nil {
-                throw FrameError(.invalidUTF8, JSONParseError.invalidUTF8.message)
+            throw frameError(error, bytes)
+        }
+    }
+
+    /// The envelope members of a text frame that is an object, without building a dictionary of
+    /// them (every inbound frame goes through here); nil when the frame is valid JSON but not an
+    /// object. Errors are those of `parse`.
+    static func parseMembers(_ bytes: [UInt8]) throws(FrameError) -> Members? {
+        var members = Members()
+        do {
+            guard try JSONParser.parseMembers(bytes, { members.take($0, $1) }) else { return nil }
+        } catch {
+            throw frameError(error, bytes)
+        }
+        return members
+    }
+
+    private static func frameError(_ error: JSONParseError, _ bytes: [UInt8]) -> FrameError {
+        // A parse failure may be caused by bad UTF-8 outside any string; tell the two apart
+        // only on this cold path (a successful parse implies valid UTF-8).
+        if error == .invalidUTF8 || String(validating: bytes, as: UTF8.self) == nil {
+            return FrameError(.invalidUTF8, JSONParseError.invalidUTF8.message)
+        }
+        return FrameError(.badJSON, error.message)
+    }
+
+    /// The members of a frame object the decoders read; the others are ignored.
+    struct Members {
+        var type: JSONValue?
+        var to: JSONValue?
+        var payload: JSONValue?
+
+        init() {}
+
+        init(_ fields: [String: JSONValue]) {
+            type = fields["type"]
+            to = fields["to"]
+            payload = fields["payload"]
+        }
+
+        /// Duplicate keys: the last one wins, as in the dictionary `JSONParser.parse` builds.
+        mutating func take(_ key: String, _ value: JSONValue) {
+            switch key {
+            case "type": type = value
+            case "to": to = value
+            case "payload": payload = value
+            default: break
             }
-            throw FrameError(.badJSON, error.message)
+        }
+
+        /// The frame's `type`, or 401 when it has none that is a string.
+        func typeName() throws(FrameError) -> String {
+            guard let type else { throw FrameError(.badFrame, "missing field 'type'") }
+            guard let name = type.stringValue else { throw FrameError(.badFrame, "field 'type' must be a string") }
+            return name
         }
     }
 
@@ -131,16 +180,24 @@ public enum ClientFrameDecoder {
     public static func decode(_ bytes: [UInt8], limits: FrameLimits = FrameLimits()) throws(FrameError)
         -> ClientMessage
     {
-        try decode(FrameEnvelope.parse(bytes), limits: limits)
+        guard let members = try FrameEnvelope.parseMembers(bytes) else {
+            return try decode(FrameEnvelope.parse(bytes), limits: limits)  // not an object: refused there
+        }
+        return try decode(members, limits: limits)
     }
 
     public static func decode(_ value: JSONValue, limits: FrameLimits = FrameLimits()) throws(FrameError) -> ClientMessage {
-        let (fields, typeName) = try FrameEnvelope.fields(value)
+        let (fields, _) = try FrameEnvelope.fields(value)
+        return try decode(FrameEnvelope.Members(fields), limits: limits)
+    }
+
+    private static func decode(_ members: FrameEnvelope.Members, limits: FrameLimits) throws(FrameError) -> ClientMessage {
+        let typeName = try members.typeName()
         guard let type = FrameType(rawValue: typeName), type.isClientSendable else {
             throw FrameError(.unknownType, "unknown frame type '\(typeName.prefix(64))'", type: typeName)
         }
         let to: PeerID?
-        switch fields["to"] {
+        switch members.to {
         case nil, .null?: to = nil
         case .string(let s)?:
             guard !s.isEmpty, s.utf8.count <= limits.maxPeerIDBytes else {
@@ -149,12 +206,15 @@ public enum ClientFrameDecoder {
             to = PeerID(s)
         default: throw FrameError(.badFrame, "field 'to' must be a string", type: typeName)
         }
-        let payload = fields["payload"].flatMap(JSONValue.nonNull)
+        let payload = members.payload.flatMap(JSONValue.nonNull)
         func invalid(_ message: String) -> FrameError { FrameError(.invalidPayload, message, type: typeName) }
         // Only relayed frames are addressed; a `to` elsewhere would silently broadcast what the
         // client meant for one peer, so it is refused instead.
-        if to != nil, ![.offer, .answer, .candidate, .data].contains(type) {
-            throw invalid("\(typeName) cannot be addressed; remove 'to'")
+        if to != nil {
+            switch type {
+            case .offer, .answer, .candidate, .data: break
+            default: throw invalid("\(typeName) cannot be addressed; remove 'to'")
+            }
         }
 
         switch type {

@@ -87,6 +87,12 @@ public struct Frame: Sendable, Equatable {
     public func encoded() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(160)
+        encode(into: &out)
+        return out
+    }
+
+    /// Appends `encoded()`'s bytes to `out`, so a caller can encode straight into the buffer it sends.
+    public func encode(into out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
         if let error {
             JSONWriter.writeRaw(#""error":"#, into: &out)
@@ -134,7 +140,6 @@ public struct Frame: Sendable, Equatable {
         JSONWriter.writeRaw(#""type":"#, into: &out)
         JSONWriter.writeString(type, into: &out)
         out.append(UInt8(ascii: "}"))
-        return out
     }
 }
 

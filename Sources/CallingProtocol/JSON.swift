@@ -101,6 +101,23 @@ public struct JSONParser {
         }
     }
 
+    /// Parses `bytes` as one JSON document and, when its top level is an object, hands each member
+    /// to `member` in document order (a repeated key is handed over again) instead of collecting the
+    /// members in a dictionary. Returns false without calling `member` when the top-level value is not
+    /// an object; the caller can parse such a document with `parse` for its error or its value.
+    /// Errors are those `parse` throws for the same bytes.
+    public static func parseMembers(_ bytes: [UInt8], _ member: (String, JSONValue) -> Void) throws(JSONParseError) -> Bool {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> Bool in
+            var parser = JSONParser(bytes: buffer)
+            parser.skipWhitespace()
+            guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "{") else { return false }
+            try parser.parseMembers(depth: 1, member)
+            parser.skipWhitespace()
+            if parser.index != buffer.count { throw .trailingData(offset: parser.index) }
+            return true
+        }
+    }
+
     public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
         try parse(Array(text.utf8))
     }
@@ -145,15 +162,27 @@ public struct JSONParser {
 
     private mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
         guard depth <= Self.maxDepth else { throw .tooDeep }
-        index += 1
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-            index += 1
-            return .object([:])
+        if index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "}") {
+            index += 2
+            return .object([:])  // no table allocated for `{}`
         }
         // Room for the few keys of a typical frame object up front: growing from empty to two or
         // three keys reallocated and rehashed the table twice.
         var fields = [String: JSONValue](minimumCapacity: 4)
+        // Duplicate keys: the last one wins, as in JavaScript's JSON.parse.
+        try parseMembers(depth: depth) { fields[$0] = $1 }
+        return .object(fields)
+    }
+
+    /// The members of the object starting at `index` (its `{`), each handed to `member` in order.
+    private mutating func parseMembers(depth: Int, _ member: (String, JSONValue) -> Void) throws(JSONParseError) {
+        guard depth <= Self.maxDepth else { throw .tooDeep }
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return
+        }
         while true {
             skipWhitespace()
             guard index < bytes.count else { throw .unexpectedEnd }
@@ -164,13 +193,12 @@ public struct JSONParser {
             guard bytes[index] == UInt8(ascii: ":") else { throw .unexpectedByte(offset: index) }
             index += 1
             skipWhitespace()
-            // Duplicate keys: the last one wins, as in JavaScript's JSON.parse.
-            fields[key] = try parseValue(depth: depth)
+            member(key, try parseValue(depth: depth))
             skipWhitespace()
             guard index < bytes.count else { throw .unexpectedEnd }
             switch bytes[index] {
             case UInt8(ascii: ","): index += 1
-            case UInt8(ascii: "}"): index += 1; return .object(fields)
+            case UInt8(ascii: "}"): index += 1; return
             default: throw .unexpectedByte(offset: index)
             }
         }
@@ -202,6 +230,8 @@ public struct JSONParser {
         index += 1  // opening quote
         let start = index
         var ascii = true
+        // Plain ASCII eight bytes at a time; the loop below takes over at the first byte that is not.
+        index = PlainRun.end(in: bytes.baseAddress!, from: index, to: bytes.count, stoppingAtNonASCII: true)
         // Fast path: no escapes, so the bytes can be validated and copied in one step.
         while index < bytes.count {
             let byte = bytes[index]
@@ -358,25 +388,61 @@ public enum JSONWriter {
             out.append(UInt8(ascii: "]"))
         case .object(let fields):
             out.append(UInt8(ascii: "{"))
-            // Sorting the pairs rather than the keys saves hashing every key a second time to look
-            // its value up: every outbound frame's payload passes through here.
-            for (offset, field) in fields.sorted(by: { $0.key < $1.key }).enumerated() {
-                if offset > 0 { out.append(UInt8(ascii: ",")) }
-                writeString(field.key, into: &out)
-                out.append(UInt8(ascii: ":"))
-                write(field.value, into: &out)
+            if fields.count <= smallObject {
+                writeSmall(fields, into: &out)
+            } else {
+                // Sorting the pairs rather than the keys saves hashing every key a second time to
+                // look its value up.
+                for (offset, field) in fields.sorted(by: { $0.key < $1.key }).enumerated() {
+                    if offset > 0 { out.append(UInt8(ascii: ",")) }
+                    writeMember(field.key, field.value, into: &out)
+                }
             }
             out.append(UInt8(ascii: "}"))
         }
     }
 
+    /// Objects up to this many members are sorted on the stack (`writeSmall`).
+    static let smallObject = 8
+
+    /// The members of a small object in key order: their dictionary indices insertion-sorted in a
+    /// stack buffer, so neither an array of pairs is allocated nor a key hashed again. Every frame's
+    /// payload is such an object.
+    private static func writeSmall(_ fields: [String: JSONValue], into out: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(of: Dictionary<String, JSONValue>.Index.self, capacity: smallObject) { order in
+            var count = 0
+            for index in fields.indices {
+                let key = fields[index].key
+                var slot = count
+                while slot > 0, key < fields[order[slot - 1]].key { slot -= 1 }
+                if slot < count { (order.baseAddress! + slot + 1).moveInitialize(from: order.baseAddress! + slot, count: count - slot) }
+                (order.baseAddress! + slot).initialize(to: index)
+                count += 1
+            }
+            for offset in 0..<count {
+                if offset > 0 { out.append(UInt8(ascii: ",")) }
+                let field = fields[order[offset]]
+                writeMember(field.key, field.value, into: &out)
+            }
+            order.baseAddress!.deinitialize(count: count)
+        }
+    }
+
+    private static func writeMember(_ key: String, _ value: JSONValue, into out: inout [UInt8]) {
+        writeString(key, into: &out)
+        out.append(UInt8(ascii: ":"))
+        write(value, into: &out)
+    }
+
     /// Appends literal bytes with one copy (appending a `String.UTF8View` goes element by element).
-    static func writeRaw(_ literal: StaticString, into out: inout [UInt8]) {
+    /// For writers that emit a fixed shape directly, keys in sorted order, instead of building a
+    /// `JSONValue` to encode.
+    public static func writeRaw(_ literal: StaticString, into out: inout [UInt8]) {
         literal.withUTF8Buffer { out.append(contentsOf: $0) }
     }
 
     /// Decimal digits without going through `String(i)` (an allocation per number).
-    static func writeInteger(_ value: Int64, into out: inout [UInt8]) {
+    public static func writeInteger(_ value: Int64, into out: inout [UInt8]) {
         if value < 0 { out.append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
@@ -395,12 +461,16 @@ public enum JSONWriter {
         var string = string
         // Runs of bytes that need no escape (nearly all of them) are appended in one copy.
         string.withUTF8 { utf8 in
+            guard let base = utf8.baseAddress else { return }
             var runStart = 0
-            for index in 0..<utf8.count {
+            var index = 0
+            while true {
+                index = PlainRun.end(in: base, from: index, to: utf8.count, stoppingAtNonASCII: false)
+                guard index < utf8.count else { break }
                 let byte = utf8[index]
-                if byte >= 0x20 && byte != 0x22 && byte != 0x5C { continue }
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<index]))
-                runStart = index + 1
+                index += 1
+                runStart = index
                 switch byte {
                 case 0x22: out.append(contentsOf: [0x5C, 0x22])
                 case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
@@ -415,5 +485,35 @@ public enum JSONWriter {
             out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...]))
         }
         out.append(UInt8(ascii: "\""))
+    }
+}
+
+/// Finds where a run of bytes that JSON strings carry as they are ends: the first `"`, `\\` or
+/// control character (below 0x20), optionally also the first non-ASCII byte. Eight bytes are tested
+/// at a time with the usual bit tricks (a byte is zero exactly when `(x - 0x01) & ~x & 0x80` is set
+/// in it, summed over the word; below 0x20 likewise with 0x20): string contents are most of the
+/// bytes of every frame parsed and written. The tail is checked byte by byte.
+enum PlainRun {
+    @inline(__always)
+    static func end(in base: UnsafePointer<UInt8>, from start: Int, to end: Int, stoppingAtNonASCII: Bool) -> Int {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        var index = start
+        while index + 8 <= end {
+            let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+            if stoppingAtNonASCII && word & highs != 0 { break }
+            let control = (word &- 0x20 &* ones) & ~word & highs
+            let quote = word ^ (0x22 &* ones)
+            let backslash = word ^ (0x5C &* ones)
+            let special = control | ((quote &- ones) & ~quote & highs) | ((backslash &- ones) & ~backslash & highs)
+            if special != 0 { break }
+            index += 8
+        }
+        while index < end {
+            let byte = base[index]
+            if byte < 0x20 || byte == 0x22 || byte == 0x5C || (stoppingAtNonASCII && byte >= 0x80) { break }
+            index += 1
+        }
+        return index
     }
 }

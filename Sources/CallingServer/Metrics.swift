@@ -2,9 +2,32 @@ import CallingCore
 import CallingStore
 import CallingTransport
 
+/// Frames counted by type name. The room protocol's own types are counted by `FrameType` in an
+/// array, without hashing the name: every inbound frame is counted here. Other names (presence
+/// frames) go to a dictionary; `/metrics` sees one map either way.
+struct FrameCounts {
+    private var known = [Int](repeating: 0, count: FrameType.allCases.count)
+    private var other: [String: Int] = [:]
+
+    mutating func count(_ type: FrameType) {
+        known[FrameType.allCases.firstIndex(of: type)!] += 1
+    }
+
+    mutating func count(named name: String) {
+        other[name, default: 0] += 1
+    }
+
+    /// Every type counted at least once, by name.
+    var byName: [String: Int] {
+        var result = other
+        for (type, count) in zip(FrameType.allCases, known) where count > 0 { result[type.rawValue, default: 0] += count }
+        return result
+    }
+}
+
 /// Counters exposed at /metrics in Prometheus text format. Owned by the service thread.
 final class Metrics {
-    var framesIn: [String: Int] = [:]
+    var framesIn = FrameCounts()
     var framesOut: [String: Int] = [:]
     var errors: [String: Int] = [:]
     var upgrades: [String: Int] = [:]
@@ -56,7 +79,7 @@ final class Metrics {
             counter("calling_tls_certificate_reloads_total", "Certificate reloads (SIGHUP) that succeeded.",
                     transport.tlsCertificateReloads)
         }
-        labeled("calling_frames_in_total", "Frames received, by type.", "type", framesIn)
+        labeled("calling_frames_in_total", "Frames received, by type.", "type", framesIn.byName)
         labeled("calling_frames_out_total", "Frames queued for delivery, by type (one per recipient).", "type", framesOut)
         labeled("calling_errors_total", "Error frames sent, by code name.", "code", errors)
         labeled("calling_upgrades_total", "WebSocket upgrade outcomes.", "result", upgrades)

@@ -94,7 +94,7 @@ final class PresenceEndpoint: WebSocketEndpoint {
         } catch {
             return gate.sendError(error, to: connection)
         }
-        context.metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
+        context.metrics.framesIn.count(named: decoded.frameType.rawValue)
         apply(hub.handle(.message(connection, decoded), now: context.now()))
     }
 

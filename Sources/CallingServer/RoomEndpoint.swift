@@ -18,14 +18,21 @@ struct JoinTicket: Sendable {
 // @unchecked Sendable: every stored property is touched only on the service thread; store
 // completions capture `self` solely to hop back through `context.post`.
 final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
-    struct Session {
-        var ticket: JoinTicket
+    /// A class, not a struct: every inbound frame updates its rate limiter, and a struct in the
+    /// dictionary was copied out and back (its ticket's strings, the early queue) each time.
+    final class Session {
+        let ticket: JoinTicket
         var limiter: RateLimiter
         var joined = false
         /// Set once the expiry close is under way, so it is counted and sent once.
         var expired = false
         /// Frames that arrived before the join finished loading chat state, in order.
         var early: [ClientMessage] = []
+
+        init(ticket: JoinTicket, limiter: RateLimiter) {
+            self.ticket = ticket
+            self.limiter = limiter
+        }
     }
 
     private let context: ServiceContext
@@ -156,19 +163,17 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     }
 
     func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
-        guard var session = liveSession(connection) else { return }
-        let text = gate.admit(message, on: connection, limiter: &session.limiter)
-        sessions[connection] = session
-        guard let text else { return }
+        guard let session = liveSession(connection) else { return }
+        guard let text = gate.admit(message, on: connection, limiter: &session.limiter) else { return }
         let decoded: ClientMessage
         do {
             decoded = try ClientFrameDecoder.decode(text, limits: config.frameLimits)
         } catch {
             return gate.sendError(error, to: connection)
         }
-        metrics.framesIn[decoded.frameType.rawValue, default: 0] += 1
+        metrics.framesIn.count(decoded.frameType)
         guard session.joined else {
-            sessions[connection]?.early.append(decoded)
+            session.early.append(decoded)
             return
         }
         rooms.handle(.message(connection, decoded))
@@ -183,7 +188,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             guard let session = liveSession(connection), !session.expired,
                 session.ticket.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate
             else { continue }
-            sessions[connection]?.expired = true
+            session.expired = true
             metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1
             rooms.noteCloseReason("token_expired", for: connection)
             router.close(connection, code: .tokenExpired)

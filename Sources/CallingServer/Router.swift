@@ -49,6 +49,8 @@ final class LocalRouter: Router {
     private struct WeakHandler { weak var handler: (any VirtualConnection)? }
     private var virtuals: [ConnectionID: WeakHandler] = [:]
     private var seats: [RoomID: [PeerID: ConnectionID]] = [:]
+    /// Scratch space `deliver` encodes each frame into.
+    private var encodeBuffer: [UInt8] = []
 
     init(sink: any ConnectionSink, metrics: Metrics) {
         self.sink = sink
@@ -57,7 +59,11 @@ final class LocalRouter: Router {
 
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        let message = OutboundMessage(frame.encoded())
+        // Encoded into a buffer kept for the purpose, then copied once into the message every
+        // target shares: no array allocated per frame.
+        encodeBuffer.removeAll(keepingCapacity: true)
+        frame.encode(into: &encodeBuffer)
+        let message = OutboundMessage(encodeBuffer[...])
         metrics.framesOut[frame.type, default: 0] += targets.count
         for target in targets {
             // A virtual connection is an HTTP session: its frames go to the session, never to a socket.

@@ -834,26 +834,28 @@ public final class WebSocketServer: @unchecked Sendable {
     /// peer often has many small frames queued (acks, broadcasts); one syscall for all of them is
     /// what keeps the service thread ahead. Server frames are unmasked, so framing is trivial.
     private func writeCoalesced(_ first: OutboundMessage, _ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
-        var batch: [OutboundMessage] = [first]
-        var total = first.count + 10
-        while let next = conn.queue.peekFirst(), total + next.count + 10 <= settings.maxCoalescedBytes {
-            _ = conn.queue.popFirst()
-            conn.queuedBytes -= next.count
-            batch.append(next)
-            total += next.count + 10
-        }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: OutboundMessage.headroom + total, alignment: 16)
-        defer { buffer.deallocate() }
+        // Framed straight into the service thread's write buffer as the messages are taken off the
+        // queue: no batch array and no buffer allocated per write (a fan-out writes once per
+        // recipient per wake-up).
+        let buffer = state.writeBuffer(capacity: OutboundMessage.headroom + max(settings.maxCoalescedBytes, first.count + 10))
         var offset = OutboundMessage.headroom
-        for message in batch {
-            offset += WebSocketFraming.writeTextHeader(length: message.count, into: buffer.baseAddress! + offset)
-            (buffer.baseAddress! + offset).copyMemory(from: message.payloadPointer, byteCount: message.count)
+        var frames = 0
+        var next: OutboundMessage? = first
+        while let message = next {
+            offset += WebSocketFraming.writeTextHeader(length: message.count, into: buffer + offset)
+            (buffer + offset).copyMemory(from: message.payloadPointer, byteCount: message.count)
             offset += message.count
+            frames += 1
+            guard let candidate = conn.queue.peekFirst(), offset - OutboundMessage.headroom + candidate.count + 10 <= settings.maxCoalescedBytes
+            else { break }
+            _ = conn.queue.popFirst()
+            conn.queuedBytes -= candidate.count
+            next = candidate
         }
         let length = offset - OutboundMessage.headroom
-        let start = (buffer.baseAddress! + OutboundMessage.headroom).assumingMemoryBound(to: UInt8.self)
+        let start = (buffer + OutboundMessage.headroom).assumingMemoryBound(to: UInt8.self)
         guard lws_write(wsi, start, length, LWS_WRITE_HTTP) >= length else { return -1 }
-        state.counters.framesOut += batch.count
+        state.counters.framesOut += frames
         state.counters.bytesOut += length
         return 0
     }
@@ -1066,6 +1068,21 @@ private final class ServiceState {
     var nextSocket: UInt64 = 0
     var nextIdle: UInt64 = 0
     var pressure = Pressure(lastLog: .distantPast)
+    private var writeStorage: UnsafeMutableRawPointer?
+    private var writeStorageCapacity = 0
+
+    /// Scratch space for one coalesced write, at least `capacity` bytes; reused from write to write
+    /// (lws copies whatever the socket does not take before `lws_write` returns).
+    func writeBuffer(capacity: Int) -> UnsafeMutableRawPointer {
+        if let writeStorage, writeStorageCapacity >= capacity { return writeStorage }
+        writeStorage?.deallocate()
+        let storage = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
+        writeStorage = storage
+        writeStorageCapacity = capacity
+        return storage
+    }
+
+    deinit { writeStorage?.deallocate() }
 }
 
 /// What the budget did since the last "socket budget full" line.

@@ -367,4 +367,38 @@ final class JSONTests: XCTestCase {
         XCTAssertEqual(once, #"{"a":null,"b":[1,2.5,"é/"]}"#)
         XCTAssertEqual(JSONWriter.string(parse(once) ?? .null), once)
     }
+
+    /// Strings are scanned eight bytes at a time: every special byte at every offset of runs
+    /// around the word size must still be escaped (writer) and decoded (parser) byte for byte.
+    func test_special_bytes_at_every_offset_are_escaped_and_parsed() {
+        func reference(_ string: String) -> String {
+            var out = "\""
+            for scalar in string.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case _ where scalar.value < 0x20: out += "\\u00" + String(scalar.value >> 4, radix: 16) + String(scalar.value & 0xF, radix: 16)
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            return out + "\""
+        }
+        for length in 0...20 {
+            for special in ["\"", "\\", "\n", "\u{1}", "\u{1f}", "é", "😀", " ", "~", "\u{7f}"] {
+                for offset in 0...length {
+                    let plain = String(repeating: "a", count: length)
+                    let text = String(plain.prefix(offset)) + special + String(plain.dropFirst(offset))
+                    let written = JSONWriter.string(.string(text))
+                    XCTAssertEqual(written, reference(text), "length \(length), offset \(offset)")
+                    XCTAssertEqual(parse(written), .string(text), "length \(length), offset \(offset)")
+                }
+            }
+        }
+        // A raw control character or invalid UTF-8 inside a long string is still refused.
+        XCTAssertThrowsError(try JSONParser.parse(Array("\"aaaaaaaaaaaa\u{1}aaaa\"".utf8)))
+        XCTAssertThrowsError(try JSONParser.parse([0x22] + Array(repeating: 0x61, count: 11) + [0xFF, 0x22]))
+    }
 }
