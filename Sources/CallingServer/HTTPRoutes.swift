@@ -9,7 +9,8 @@ import Foundation
 final class HTTPRoutes: @unchecked Sendable {
     // @unchecked: used only on the service thread; store completions hop back via `post`.
     unowned(unsafe) let service: SignalingService
-    let store: ChatStore
+    /// Chat history (`SignalingService.chat`).
+    let store: any ChatPersistence
     let config: ServerConfig
     /// `GET /v1/ice`; `ServerApp` installs the configured one before the server starts.
     var ice = ICEService()
@@ -17,7 +18,7 @@ final class HTTPRoutes: @unchecked Sendable {
     var staticFiles = StaticFiles.empty
     let cors: CORSPolicy
 
-    init(service: SignalingService, store: ChatStore, config: ServerConfig) {
+    init(service: SignalingService, store: any ChatPersistence, config: ServerConfig) {
         self.service = service
         self.store = store
         self.config = config

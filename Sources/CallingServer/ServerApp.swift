@@ -50,7 +50,7 @@ public final class ServerApp: @unchecked Sendable {
         service.webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"),
                                     now: service.now)
         service.transport = transport
-        service.routes = HTTPRoutes(service: service, store: store, config: config)
+        service.routes = HTTPRoutes(service: service, store: service.chat, config: config)
         service.register(PresenceEndpoint(service: service), at: "/v1/presence")
         service.routes.ice = ice
         service.routes.staticFiles = try Self.loadStaticFiles(config: config, logger: logger)

@@ -32,7 +32,10 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     let verifier: TokenVerifier
     /// Signs tokens the server hands out itself (calls, presence `accepted`).
     let issuer: TokenIssuer
+    /// The SQLite store: calls, API keys, meters, stats and webhooks (through `perform`).
     let store: ChatStore
+    /// Chat history: `store` itself, or PostgreSQL when `database_url` is set.
+    let chat: any ChatPersistence
     let logger: Logger
     let metrics = Metrics()
     let now: @Sendable () -> Millis
@@ -60,13 +63,15 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
     /// `/v1/admin/…` (AdminAPI.swift).
     private(set) lazy var admin = AdminAPI(service: self, logger: logger.labeled("admin"))
 
-    init(config: ServerConfig, verifier: TokenVerifier, issuer: TokenIssuer, store: ChatStore, logger: Logger,
+    init(config: ServerConfig, verifier: TokenVerifier, issuer: TokenIssuer, store: ChatStore, chat: (any ChatPersistence)? = nil,
+         logger: Logger,
          now: @escaping @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) })
     {
         self.config = config
         self.verifier = verifier
         self.issuer = issuer
         self.store = store
+        self.chat = chat ?? store
         self.logger = logger
         self.now = now
         self.cors = CORSPolicy(allowedOrigins: config.allowedOrigins)
@@ -286,14 +291,14 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
         let room = ticket.identity.room
         let peer = ticket.identity.peer
         let replayCap = config.replayCap
-        store.roomSummary(room: room, peer: peer) { [store] summaryResult in
+        chat.roomSummary(room: room, peer: peer) { [chat] summaryResult in
             switch summaryResult {
             case .failure(let error):
                 completion(.failure(error))
             case .success(let summary):
                 let base = ChatResume(lastSeq: summary.lastSeq, readSeq: summary.readSeq, unread: Int64(summary.unreadCount))
                 guard let after = ticket.resumeAfter else { return completion(.success(base)) }
-                store.history(room: room, sinceSeq: after, limit: replayCap) { historyResult in
+                chat.history(room: room, sinceSeq: after, limit: replayCap) { historyResult in
                     switch historyResult {
                     case .failure(let error):
                         completion(.failure(error))
@@ -423,7 +428,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
             case .storeChat(let connection, let room, let peer, let submission, let timestamp):
                 storeChat(connection: connection, room: room, peer: peer, submission, timestamp: timestamp)
             case .storeRead(let room, let peer, let seq):
-                store.markRead(room: room, peer: peer, seq: seq, nowMs: now()) { [transport] result in
+                chat.markRead(room: room, peer: peer, seq: seq, nowMs: now()) { [transport] result in
                     transport!.post { [self] in
                         switch result {
                         case .success(let outcome):
@@ -447,7 +452,7 @@ final class SignalingService: WebSocketServerDelegate, @unchecked Sendable {
                               meta: submission.meta.map(JSONWriter.string), timestampMs: timestamp)
         // Monotonic, for the ack latency histogram: two clock reads per chat, no allocation.
         let received = DispatchTime.now().uptimeNanoseconds
-        store.appendChat(draft) { [transport] result in
+        chat.appendChat(draft) { [transport] result in
             let outcome: ChatStoreOutcome
             switch result {
             case .success(let stored):

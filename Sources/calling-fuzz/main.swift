@@ -92,7 +92,7 @@ final class HTTPTarget: @unchecked Sendable {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         guard let fd = Self.connected(to: address, receiveTimeoutMs: 300) else { return }
         defer { close(fd) }
-        _ = bytes.withUnsafeBytes { Self.sendAll(fd, $0) }
+        bytes.withUnsafeBytes { Self.sendAll(fd, $0) }
         shutdown(fd, Int32(SHUT_WR))
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while Self.receive(fd, &buffer) > 0 {}
@@ -102,7 +102,7 @@ final class HTTPTarget: @unchecked Sendable {
             fatalError("cannot connect for /healthz after the input: errno \(errno)")
         }
         defer { close(check) }
-        _ = probe.withUnsafeBytes { Self.sendAll(check, $0) }
+        probe.withUnsafeBytes { Self.sendAll(check, $0) }
         let got = Self.receive(check, &buffer)
         guard got > 12, String(decoding: buffer[0..<12], as: UTF8.self) == "HTTP/1.1 200" else {
             let answer = got > 0 ? String(decoding: buffer[0..<min(got, 200)], as: UTF8.self) : "errno \(errno)"
