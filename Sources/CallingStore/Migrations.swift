@@ -108,16 +108,20 @@ public struct Migrator: Sendable {
         try self.init(migrations: migrations)
     }
 
-    /// The migrations shipped with this build.
+    /// The migrations shipped with this build for `dialect`: `schema/*.sql` for SQLite,
+    /// `schema/postgres/*.sql` for PostgreSQL.
     ///
     /// Note for packaging: `Bundle.module` stops the process (SwiftPM's generated accessor calls
     /// `fatalError`) when the `CallingServer_CallingStore.resources` folder is neither next to the
     /// executable nor in the build folder, so an install must copy that folder alongside the binary.
-    public static func bundled() throws(MigrationError) -> Migrator {
+    public static func bundled(_ dialect: SQLDialect = .sqlite) throws(MigrationError) -> Migrator {
         guard let schema = Bundle.module.url(forResource: "schema", withExtension: nil) else {
             throw .resourcesMissing("no schema folder in \(Bundle.module.bundlePath)")
         }
-        return try Migrator(directory: schema)
+        switch dialect {
+        case .sqlite: return try Migrator(directory: schema)
+        case .postgres: return try Migrator(directory: schema.appendingPathComponent("postgres", isDirectory: true))
+        }
     }
 
     /// The version the schema has once every migration is applied.
@@ -155,7 +159,14 @@ public struct Migrator: Sendable {
     }
 }
 
-/// A database `Migrator` can bring up to date. SQLite records the version in `PRAGMA user_version`.
+/// Which SQL dialect a set of migrations is written in.
+public enum SQLDialect: String, Sendable, CaseIterable {
+    case sqlite
+    case postgres
+}
+
+/// A database `Migrator` can bring up to date. SQLite records the version in `PRAGMA user_version`;
+/// PostgreSQL (CallingPostgres) in a one-row table, under an advisory lock.
 public protocol MigrationTarget {
     /// The version of the last migration applied; 0 for a fresh database.
     func schemaVersion() throws -> Int
