@@ -1,5 +1,6 @@
 import CallingAuth
 import CallingCore
+import CallingPostgres
 import CallingStore
 import CallingTransport
 import Foundation
@@ -12,6 +13,8 @@ public final class ServerApp: @unchecked Sendable {
     public let config: ServerConfig
     public let logger: Logger
     let store: ChatStore
+    /// Chat history: `store`, or PostgreSQL when `database_url` is set.
+    let chat: any ChatPersistence
     let transport: WebSocketServer
     let service: SignalingService
     private var heartbeat: Thread?
@@ -43,9 +46,10 @@ public final class ServerApp: @unchecked Sendable {
         if !store.migrationsAppliedAtOpen.isEmpty {
             logger.info("migrations applied", ["names": store.migrationsAppliedAtOpen.joined(separator: ",")])
         }
+        chat = try Self.openChat(config: config, store: store, logger: logger)
         transport = WebSocketServer(settings: config.transport, logger: logger.labeled("transport"))
         let issuer = try TokenIssuer(hs256Secret: secret)
-        service = SignalingService(config: config, verifier: verifier, issuer: issuer, store: store,
+        service = SignalingService(config: config, verifier: verifier, issuer: issuer, store: store, chat: chat,
                                    logger: logger.labeled("signaling"))
         service.webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"),
                                     now: service.now)
@@ -56,6 +60,16 @@ public final class ServerApp: @unchecked Sendable {
         service.routes.staticFiles = try Self.loadStaticFiles(config: config, logger: logger)
         transport.delegate = service
         if let tlsSummary { transport.setTLSCertificateExpiry(tlsSummary.notAfter) }
+    }
+
+    /// The SQLite store itself, or a PostgreSQL store for `database_url` (its chat migrations applied).
+    /// An unreachable PostgreSQL stops the start: a node meant to share history must not keep its own.
+    static func openChat(config: ServerConfig, store: ChatStore, logger: Logger) throws -> any ChatPersistence {
+        guard !config.databaseURL.isEmpty else { return store }
+        let postgres = try PostgresChatStore.open(url: config.databaseURL)
+        logger.info("chat history in PostgreSQL", ["database_url": ServerConfig.redactingPassword(config.databaseURL),
+                                                    "migrations_applied": postgres.migrationsAppliedAtOpen.joined(separator: ",")])
+        return postgres
     }
 
     /// The SDK and pages, from `web_root` or the folder found beside the binary. An explicit
@@ -133,6 +147,7 @@ public final class ServerApp: @unchecked Sendable {
         transport.stop(grace: config.shutdownGraceSeconds)
         // After the service thread is done emitting, before the store closes: the last events are queued.
         service.webhooks.stop()
+        if chat !== store { chat.close() }
         store.close()
         logger.info("stopped")
     }
