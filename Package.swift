@@ -65,6 +65,7 @@ let package = Package(
         .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
         .testTarget(name: "CallingBenchTests", dependencies: ["CallingBench"]),
         .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),
+        .testTarget(name: "CallingPostgresTests", dependencies: ["CallingPostgres", "CallingStore", "CallingTesting"]),
         .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingPostgres", "CallingTesting"]),
         .testTarget(
             name: "CallingServerTests",
