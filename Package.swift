@@ -51,7 +51,8 @@ let package = Package(
         // the SDK links it; `calling-server bench` hands over to the calling-bench executable.
         .target(
             name: "CallingBench",
-            dependencies: ["CEpoll", "CallingServer", "CallingAuth", "CallingCore", "CallingStore", "CallingTransport"]
+            dependencies: ["CEpoll", "CallingServer", "CallingAuth", "CallingCore", "CallingStore", "CallingPostgres",
+                           "CallingTransport", "CallingTesting"]
         ),
         .executableTarget(name: "calling-bench", dependencies: ["CallingBench"]),
 

@@ -203,9 +203,13 @@ enum PostgresArray {
                 continue
             }
             out += "\""
-            for character in value.unicodeScalars {
-                if character == "\"" || character == "\\" { out += "\\" }
-                out.unicodeScalars.append(character)
+            if value.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+                for character in value.unicodeScalars {
+                    if character == "\"" || character == "\\" { out += "\\" }
+                    out.unicodeScalars.append(character)
+                }
+            } else {
+                out += value
             }
             out += "\""
         }

@@ -145,7 +145,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     private func write(_ batch: [PendingAppend]) {
         guard !batch.isEmpty else { return }
         let started = DispatchTime.now().uptimeNanoseconds
-        let outcome: Result<[ChatAppendResult], StoreError> = run {
+        let outcome: Result<[ChatAppendResult], StoreError> = run(mayRepeat: \.beforeTransaction) {
             var attempt = 0
             while true {
                 do {
@@ -206,8 +206,12 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     }
 
     /// On `queue`: `work` on a live connection, reconnecting first when the last call found it gone.
-    /// A failure that lost the connection is reported as it is; the next operation reconnects.
-    private func run<Value>(_ work: (PostgresConnection) throws -> Value) -> Result<Value, StoreError> {
+    ///
+    /// A connection that turns out dead only when used (the server restarted while this one was
+    /// idle) is reconnected at once and `work` runs again, once, when `mayRepeat` says that cannot
+    /// apply it twice: reads and read markers always may; an append only when it failed on BEGIN.
+    private func run<Value>(mayRepeat: (PostgresError) -> Bool = { _ in true },
+                            _ work: (PostgresConnection) throws -> Value) -> Result<Value, StoreError> {
         if appends.withLock({ $0.closed }) && !connection.isConnected { return .failure(.closed) }
         if !connection.isConnected {
             let now = DispatchTime.now().uptimeNanoseconds
@@ -222,14 +226,24 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
                 return .failure(error.storeError)
             }
         }
-        do {
-            return .success(try work(connection))
-        } catch let error as PostgresError {
-            return .failure(error.storeError)
-        } catch let error as StoreError {
-            return .failure(error)
-        } catch {
-            return .failure(.server(DatabaseServerError(code: "", message: "\(error)", isRetryable: false)))
+        var repeated = false
+        while true {
+            do {
+                return .success(try work(connection))
+            } catch let error as PostgresError {
+                guard error.connectionLost, !repeated, mayRepeat(error) else { return .failure(error.storeError) }
+                repeated = true
+                lastReconnectNs = DispatchTime.now().uptimeNanoseconds
+                do {
+                    try connection.reconnect()
+                } catch {
+                    return .failure(error.storeError)
+                }
+            } catch let error as StoreError {
+                return .failure(error)
+            } catch {
+                return .failure(.server(DatabaseServerError(code: "", message: "\(error)", isRetryable: false)))
+            }
         }
     }
 

@@ -10,11 +10,15 @@ public struct PostgresError: Error, Equatable, Sendable, CustomStringConvertible
     public var message: String
     /// The connection is gone (refused, reset, server shut down); `PostgresConnection.reconnect` may help.
     public var connectionLost: Bool
+    /// It failed on `BEGIN`: nothing of the transaction reached the server, so running it again on a
+    /// new connection cannot apply it twice.
+    public var beforeTransaction: Bool
 
-    public init(sqlState: String, message: String, connectionLost: Bool) {
+    public init(sqlState: String, message: String, connectionLost: Bool, beforeTransaction: Bool = false) {
         self.sqlState = sqlState
         self.message = message
         self.connectionLost = connectionLost
+        self.beforeTransaction = beforeTransaction
     }
 
     /// Retrying may succeed: no connection, a deadlock or serialization failure (class 40), a server
@@ -136,7 +140,13 @@ public final class PostgresConnection {
 
     /// Runs `body` in a transaction: commits when it returns, rolls back when it throws.
     public func transaction<Result>(_ begin: String = "BEGIN", _ body: () throws -> Result) throws -> Result {
-        try execute(begin)
+        do {
+            try execute(begin)
+        } catch {
+            var failure = error
+            failure.beforeTransaction = true
+            throw failure
+        }
         do {
             let result = try body()
             try execute("COMMIT")

@@ -119,4 +119,19 @@ final class PostgresChatStoreTests: XCTestCase {
         XCTAssertEqual(stored?.message.seq, 2, "the retry is stored once the server is back, right after what was acked")
         XCTAssertEqual(try store.historyAndWait(room: "r", sinceSeq: 0, limit: 10).messages.map(\.clientID), ["before", "during"])
     }
+
+    func testAServerRestartedWhileTheStoreWasIdleCostsNoFailedChat() throws {
+        let server = try TestPostgres()
+        defer { server.stop() }
+        let store = try PostgresChatStore.open(url: try server.createDatabase())
+        defer { store.close() }
+        XCTAssertEqual(try store.appendAndWait(draft("r", "alice", "before")).message.seq, 1)
+        // The store's connection is dead now, and it does not know until it uses it.
+        server.kill9()
+        try server.restart()
+        XCTAssertEqual(try store.appendAndWait(draft("r", "alice", "after")).message.seq, 2,
+                       "BEGIN failed on the dead connection, so the batch ran again on a new one")
+        XCTAssertEqual(try store.historyAndWait(room: "r", sinceSeq: 0, limit: 10).messages.map(\.clientID), ["before", "after"])
+        XCTAssertEqual(store.metrics.batchesFailed, 0)
+    }
 }
