@@ -66,7 +66,8 @@ public final class ServerApp: @unchecked Sendable {
     /// An unreachable PostgreSQL stops the start: a node meant to share history must not keep its own.
     static func openChat(config: ServerConfig, store: ChatStore, logger: Logger) throws -> any ChatPersistence {
         guard !config.databaseURL.isEmpty else { return store }
-        let postgres = try PostgresChatStore.open(url: config.databaseURL)
+        let postgres = try PostgresChatStore.open(url: config.databaseURL,
+                                                  options: .init(reconnectIntervalMs: config.databaseReconnectMs))
         logger.info("chat history in PostgreSQL", ["database_url": ServerConfig.redactingPassword(config.databaseURL),
                                                     "migrations_applied": postgres.migrationsAppliedAtOpen.joined(separator: ",")])
         return postgres

@@ -70,6 +70,8 @@ public struct ServerConfig: Sendable, Equatable {
     /// `postgres://…` URL (libpq's form, query parameters included) of a PostgreSQL database that holds chat history, shared
     /// by every node pointed at it; empty keeps chat in the embedded SQLite file.
     public var databaseURL = ""
+    /// Least time between two reconnect attempts while `database_url` is unreachable.
+    public var databaseReconnectMs = 500
 
     /// Comma-separated `turn:`/`turns:` URLs handed out by `GET /v1/ice` with REST credentials.
     public var turnURLs = ""
@@ -289,6 +291,8 @@ public struct ServerConfig: Sendable, Equatable {
                 config.databaseURL = trimmed
                 return nil
             }, show: { ServerConfig.redactingPassword($0.databaseURL) }),
+        .int("database_reconnect_ms", "least time between reconnect attempts while database_url is unreachable (chats fail at once meanwhile)",
+             \.databaseReconnectMs, 10...60_000),
         .optionalString("turn_urls", "comma-separated turn:/turns: URLs for GET /v1/ice", \.turnURLsOptional),
         .optionalString("stun_urls", "comma-separated stun: URLs for GET /v1/ice", \.stunURLsOptional),
         .optionalString("turn_secret_file", "file with coturn's static-auth-secret (or CALLING_TURN_SECRET)", \.turnSecretFile),

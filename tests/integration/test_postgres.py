@@ -12,11 +12,11 @@ from support import BINARY, Peer, PostgresServer, run
 SKIP = ("chat", "peer-joined", "peer-left", "typing", "read")
 
 
-def shared_servers(start_server, database_url: str, count: int = 2):
+def shared_servers(start_server, database_url: str, count: int = 2, **flags):
     """`count` servers, each with its own data dir (SQLite for calls and keys) but one JWT secret
     and one PostgreSQL database for chat."""
     env = {"CALLING_JWT_SECRET": "integration-test-secret-0123456789abcdef"}
-    return [start_server(env=env, database_url=database_url, max_frames_per_second=100_000, frame_burst=100_000)
+    return [start_server(env=env, database_url=database_url, max_frames_per_second=100_000, frame_burst=100_000, **flags)
             for _ in range(count)]
 
 
@@ -117,7 +117,7 @@ def test_postgres_down_chat_gets_unavailable_and_nothing_acked_is_lost(start_ser
     pg = PostgresServer().start()
     try:
         url = pg.create_database()
-        server = shared_servers(start_server, url, count=1)[0]
+        server = shared_servers(start_server, url, count=1, database_reconnect_ms=100)[0]
 
         async def body():
             alice = await Peer.connect(server, server.token("r", "alice"), "alice")
@@ -133,8 +133,8 @@ def test_postgres_down_chat_gets_unavailable_and_nothing_acked_is_lost(start_ser
             assert status == 503 and problem["code"] == "store_unavailable", (status, problem)
 
             pg.restart()
-            # The client retries with the same client_id until the store is back (the reconnect
-            # waits at least reconnect_interval between attempts).
+            # The client retries with the same client_id until the store is back (reconnect
+            # attempts at most every database_reconnect_ms).
             for _ in range(50):
                 ack = await send_and_ack(alice, "during", "while postgres is down")
                 if "error" not in ack:
