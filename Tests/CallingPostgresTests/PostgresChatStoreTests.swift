@@ -43,6 +43,31 @@ final class PostgresChatStoreTests: XCTestCase {
         }
     }
 
+    func testTheAckComesOnlyAfterTheRowIsCommitted() throws {
+        let url = try SharedPostgres.database()
+        let store = try PostgresChatStore.open(url: url)
+        defer { store.close() }
+        let seenByAnotherSession = Collector<String?>()
+        let done = DispatchSemaphore(value: 0)
+        store.appendChat(draft("r", "alice", "c1")) { result in
+            // A second, independent session sees only committed rows.
+            do {
+                let reader = try PostgresConnection(url: url)
+                let rows = try reader.query(
+                    "SELECT seq FROM chat_messages WHERE room_id = 'r' AND sender = 'alice' AND client_id = 'c1'")
+                seenByAnotherSession.append(rows.rows.first?[0] ?? nil)
+                XCTAssertEqual(rows.rows.first?[0], "\(try result.get().message.seq)")
+            } catch {
+                XCTFail("\(error)")
+            }
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(seenByAnotherSession.all, ["1"])
+        XCTAssertEqual(try store.sync { try $0.query("SHOW synchronous_commit").rows }, [["on"]],
+                       "the session commits to disk before COMMIT returns, whatever the server's default")
+    }
+
     func testARetryThroughAnotherServerGetsTheOriginalAck() throws {
         let url = try SharedPostgres.database()
         let first = try PostgresChatStore.open(url: url)
