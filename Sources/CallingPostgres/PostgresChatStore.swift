@@ -140,17 +140,20 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         [draft.room.rawValue, draft.sender.rawValue, draft.clientID, draft.text, draft.meta ?? ""].contains { $0.utf8.contains(0) }
     }
 
-    /// On `queue`: commits `batch` in one transaction (run again after a deadlock or serialization
-    /// failure, which roll it back entirely), then completes every draft in it.
+    /// On `queue`: commits `batch` in one transaction, then completes every draft in it. Run again,
+    /// up to five times, after a deadlock, a serialization failure or a unique violation (a copy of a
+    /// client_id committed by another server while this batch waited: see
+    /// `PostgresChatRepository.append`); each rolls the whole batch back.
     private func write(_ batch: [PendingAppend]) {
         guard !batch.isEmpty else { return }
         let started = DispatchTime.now().uptimeNanoseconds
-        let outcome: Result<[ChatAppendResult], StoreError> = run(mayRepeat: \.beforeTransaction) {
+        // A lost connection is never repeated here: the COMMIT may have happened (docs/operations.md).
+        let outcome: Result<[ChatAppendResult], StoreError> = run(mayRepeat: { _ in false }) {
             var attempt = 0
             while true {
                 do {
                     return try PostgresChatRepository(db: $0).append(batch.map(\.draft))
-                } catch let error as PostgresError where error.isTransactionConflict && attempt < 3 {
+                } catch let error as PostgresError where (error.isTransactionConflict || error.sqlState == "23505") && attempt < 5 {
                     attempt += 1
                 }
             }
@@ -207,13 +210,14 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
 
     /// On `queue`: `work` on a live connection, reconnecting first when the last call found it gone.
     ///
-    /// A connection that turns out dead only when used (the server restarted while this one was
-    /// idle) is reconnected at once and `work` runs again, once, when `mayRepeat` says that cannot
-    /// apply it twice: reads and read markers always may; an append only when it failed on BEGIN.
+    /// A connection the server closed while it was idle (a restart) is noticed before use, from the
+    /// socket (`PostgresConnection.checkConnection`, no round trip), and replaced. One that fails in
+    /// use is reconnected at once and `work` runs again, once, when `mayRepeat` says that cannot
+    /// apply it twice: reads and read markers may; an append may not.
     private func run<Value>(mayRepeat: (PostgresError) -> Bool = { _ in true },
                             _ work: (PostgresConnection) throws -> Value) -> Result<Value, StoreError> {
         if appends.withLock({ $0.closed }) && !connection.isConnected { return .failure(.closed) }
-        if !connection.isConnected {
+        if !connection.checkConnection() {
             let now = DispatchTime.now().uptimeNanoseconds
             guard now &- lastReconnectNs >= UInt64(options.reconnectIntervalMs) * 1_000_000 else {
                 return .failure(PostgresError(sqlState: "", message: "PostgreSQL unreachable; reconnecting",

@@ -10,15 +10,11 @@ public struct PostgresError: Error, Equatable, Sendable, CustomStringConvertible
     public var message: String
     /// The connection is gone (refused, reset, server shut down); `PostgresConnection.reconnect` may help.
     public var connectionLost: Bool
-    /// It failed on `BEGIN`: nothing of the transaction reached the server, so running it again on a
-    /// new connection cannot apply it twice.
-    public var beforeTransaction: Bool
 
-    public init(sqlState: String, message: String, connectionLost: Bool, beforeTransaction: Bool = false) {
+    public init(sqlState: String, message: String, connectionLost: Bool) {
         self.sqlState = sqlState
         self.message = message
         self.connectionLost = connectionLost
-        self.beforeTransaction = beforeTransaction
     }
 
     /// Retrying may succeed: no connection, a deadlock or serialization failure (class 40), a server
@@ -100,6 +96,18 @@ public final class PostgresConnection {
     /// Whether the session is up (as far as libpq knows: a dead server is noticed on the next call).
     public var isConnected: Bool { conn.map { PQstatus($0) == CONNECTION_OK } ?? false }
 
+    /// Whether the session is still up, including what the server said while it was idle: reads
+    /// whatever arrived on the socket without waiting (libpq's socket is nonblocking), so a server
+    /// that closed the connection (restart, `pg_terminate_backend`) is noticed before the next query.
+    public func checkConnection() -> Bool {
+        guard let conn, PQstatus(conn) == CONNECTION_OK else { return false }
+        // More than one read: a backend that exits says so first (a FATAL message, which one read
+        // takes in) and only then closes, which the next read sees. Reads that find nothing return
+        // at once.
+        for _ in 0..<3 where PQconsumeInput(conn) == 0 { return false }
+        return PQstatus(conn) == CONNECTION_OK
+    }
+
     /// Drops the session and opens a new one (server restarted, network back).
     public func reconnect() throws(PostgresError) { try connect() }
 
@@ -140,13 +148,7 @@ public final class PostgresConnection {
 
     /// Runs `body` in a transaction: commits when it returns, rolls back when it throws.
     public func transaction<Result>(_ begin: String = "BEGIN", _ body: () throws -> Result) throws -> Result {
-        do {
-            try execute(begin)
-        } catch {
-            var failure = error
-            failure.beforeTransaction = true
-            throw failure
-        }
+        try execute(begin)
         do {
             let result = try body()
             try execute("COMMIT")

@@ -68,6 +68,36 @@ final class PostgresChatStoreTests: XCTestCase {
                        "the session commits to disk before COMMIT returns, whatever the server's default")
     }
 
+    func testTheSameClientIDsSentThroughSeveralServersAtOnceAreStoredOnce() throws {
+        // Retries racing their originals through other nodes: a batch that missed a copy committed
+        // while it waited for the room lock fails on the unique key and runs again.
+        let url = try SharedPostgres.database()
+        let stores = try (0..<3).map { _ in try PostgresChatStore.open(url: url) }
+        defer { for store in stores { store.close() } }
+        let results = Collector<Result<ChatAppendResult, StoreError>>()
+        let group = DispatchGroup()
+        DispatchQueue.concurrentPerform(iterations: 3) { node in
+            for index in 0..<150 {
+                group.enter()
+                stores[node].appendChat(draft("r", "alice", "c\(index)", text: "via node \(node)")) {
+                    results.append($0)
+                    group.leave()
+                }
+            }
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
+        let acks = try results.all.map { try $0.get() }
+        XCTAssertEqual(acks.count, 450)
+        let byClientID = Dictionary(grouping: acks, by: \.message.clientID)
+        XCTAssertEqual(byClientID.count, 150)
+        for (clientID, copies) in byClientID {
+            XCTAssertEqual(Set(copies.map(\.message)).count, 1, "\(clientID): every copy acked with the one stored record")
+            XCTAssertEqual(copies.filter { !$0.duplicate }.count, 1, "\(clientID): exactly one copy wrote it")
+        }
+        XCTAssertEqual(Set(acks.map(\.message.seq)).sorted(), Array(1...150), "gap-free: duplicates took no seq")
+        XCTAssertEqual(try stores[0].historyAndWait(room: "r", sinceSeq: 0, limit: 1_000).messages.count, 150)
+    }
+
     func testARetryThroughAnotherServerGetsTheOriginalAck() throws {
         let url = try SharedPostgres.database()
         let first = try PostgresChatStore.open(url: url)
