@@ -15,13 +15,14 @@ struct PostgresChatRepository {
     /// either every new row is committed or none is and this throws.
     ///
     /// The statement, in the order PostgreSQL runs its parts:
-    /// 1. `firsts`: the first copy of each (room, sender, client_id) in the batch; `fresh`: those not
-    ///    stored yet, and `counts`: how many of them each room gets;
+    /// 1. `probe`: the first copy of each (room, sender, client_id) in the batch with its stored
+    ///    original, if any (one index probe per draft); `fresh`: those not stored yet, and `counts`:
+    ///    how many of them each room gets;
     /// 2. `bumped`: the rooms' counters, created or raised by that count with `INSERT … ON CONFLICT DO
     ///    UPDATE`, in room-id order. That takes each room row's lock (two servers locking overlapping
     ///    rooms do so in the same order, so they cannot deadlock) and works on the latest committed
     ///    `last_seq`, even one committed while this statement waited for the lock;
-    /// 3. `numbered`/`inserted`: the fresh drafts take the seqs below the new `last_seq`, in batch order;
+    /// 3. `inserted`: the fresh drafts take the seqs below the new `last_seq`, in batch order;
     /// 4. the result: the inserted rows, and the originals of drafts already stored.
     ///
     /// The duplicate check reads the statement's snapshot, taken before the lock wait: a copy of the
@@ -35,30 +36,28 @@ struct PostgresChatRepository {
             WITH d AS (
                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
                     WITH ORDINALITY AS d (room_id, sender, client_id, text, meta, ts, ord)
-            ), firsts AS (
-                SELECT DISTINCT ON (room_id, sender, client_id) * FROM d ORDER BY room_id, sender, client_id, ord
+            ), probe AS (
+                SELECT f.*, m.seq AS stored_seq, m.text AS stored_text, m.meta AS stored_meta, m.ts AS stored_ts
+                FROM (SELECT DISTINCT ON (room_id, sender, client_id) * FROM d ORDER BY room_id, sender, client_id, ord) AS f
+                LEFT JOIN chat_messages AS m USING (room_id, sender, client_id)
             ), fresh AS (
-                SELECT f.* FROM firsts AS f WHERE NOT EXISTS (
-                    SELECT 1 FROM chat_messages AS m
-                    WHERE m.room_id = f.room_id AND m.sender = f.sender AND m.client_id = f.client_id)
+                SELECT * FROM probe WHERE stored_seq IS NULL
             ), counts AS (
                 SELECT room_id, count(*) AS n FROM fresh GROUP BY room_id
             ), bumped AS (
                 INSERT INTO rooms AS r (room_id, last_seq) SELECT room_id, n FROM counts ORDER BY room_id
                 ON CONFLICT (room_id) DO UPDATE SET last_seq = r.last_seq + excluded.last_seq
                 RETURNING room_id, last_seq
-            ), numbered AS (
-                SELECT fresh.*, b.last_seq - c.n + row_number() OVER (PARTITION BY fresh.room_id ORDER BY fresh.ord) AS seq
-                FROM fresh JOIN counts AS c USING (room_id) JOIN bumped AS b USING (room_id)
             ), inserted AS (
                 INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
-                SELECT room_id, seq, sender, client_id, text, meta, ts FROM numbered
+                SELECT fresh.room_id, b.last_seq - c.n + row_number() OVER (PARTITION BY fresh.room_id ORDER BY fresh.ord),
+                       fresh.sender, fresh.client_id, fresh.text, fresh.meta, fresh.ts
+                FROM fresh JOIN counts AS c USING (room_id) JOIN bumped AS b USING (room_id)
                 RETURNING room_id, sender, client_id, seq
             )
             SELECT room_id, sender, client_id, seq, NULL, NULL, NULL FROM inserted
             UNION ALL
-            SELECT m.room_id, m.sender, m.client_id, m.seq, m.text, m.meta, m.ts
-            FROM firsts AS f JOIN chat_messages AS m USING (room_id, sender, client_id)
+            SELECT room_id, sender, client_id, stored_seq, stored_text, stored_meta, stored_ts FROM probe WHERE stored_seq IS NOT NULL
             """,
             [PostgresArray.text(drafts.map(\.room.rawValue)), PostgresArray.text(drafts.map(\.sender.rawValue)),
              PostgresArray.text(drafts.map(\.clientID)), PostgresArray.text(drafts.map(\.text)),

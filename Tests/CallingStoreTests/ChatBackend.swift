@@ -21,10 +21,8 @@ enum ChatBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     func open(maxBatchSize: Int = 1_000) throws -> StoreUnderTest {
         switch self {
         case .sqlite:
-            let directory = FileManager.default.temporaryDirectory
-                .appendingPathComponent("calling-contract-\(UUID().uuidString)", isDirectory: true)
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            return try StoreUnderTest(sqlitePath: directory.appendingPathComponent("chat.sqlite").path, maxBatchSize: maxBatchSize)
+            let folder = try TemporaryFolder()
+            return try StoreUnderTest(sqlitePath: folder.path + "/chat.sqlite", folder: folder, maxBatchSize: maxBatchSize)
         case .postgres:
             let server = try Self.postgresServer.get()
             return try StoreUnderTest(postgresURL: try server.createDatabase(), maxBatchSize: maxBatchSize)
@@ -32,18 +30,32 @@ enum ChatBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     }
 }
 
+/// A folder for one test's SQLite files, removed when the last store using it is gone.
+final class TemporaryFolder: Sendable {
+    let path: String
+
+    init() throws {
+        path = FileManager.default.temporaryDirectory.appendingPathComponent("calling-contract-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
 /// A store under test, with what the contract reads behind its back (row counts, the seq column).
 final class StoreUnderTest: Sendable {
     enum Location: Sendable {
-        case sqlite(path: String, ChatStore)
+        /// `folder` is kept alive by every store on the same file (a reopened one too).
+        case sqlite(path: String, ChatStore, folder: TemporaryFolder)
         case postgres(url: String, PostgresChatStore)
     }
 
     let location: Location
     let maxBatchSize: Int
 
-    init(sqlitePath: String, maxBatchSize: Int) throws {
-        location = .sqlite(path: sqlitePath, try ChatStore.open(path: sqlitePath, options: .init(maxBatchSize: maxBatchSize)))
+    init(sqlitePath: String, folder: TemporaryFolder, maxBatchSize: Int) throws {
+        location = .sqlite(path: sqlitePath, try ChatStore.open(path: sqlitePath, options: .init(maxBatchSize: maxBatchSize)),
+                           folder: folder)
         self.maxBatchSize = maxBatchSize
     }
 
@@ -54,7 +66,7 @@ final class StoreUnderTest: Sendable {
 
     var store: any ChatPersistence {
         switch location {
-        case .sqlite(_, let store): store
+        case .sqlite(_, let store, _): store
         case .postgres(_, let store): store
         }
     }
@@ -62,7 +74,7 @@ final class StoreUnderTest: Sendable {
     /// The same database opened again by a new store (the old one should be closed).
     func reopen() throws -> StoreUnderTest {
         switch location {
-        case .sqlite(let path, _): try StoreUnderTest(sqlitePath: path, maxBatchSize: maxBatchSize)
+        case .sqlite(let path, _, let folder): try StoreUnderTest(sqlitePath: path, folder: folder, maxBatchSize: maxBatchSize)
         case .postgres(let url, _): try StoreUnderTest(postgresURL: url, maxBatchSize: maxBatchSize)
         }
     }
@@ -72,7 +84,7 @@ final class StoreUnderTest: Sendable {
     /// Rows in `table`.
     func count(_ table: String) throws -> Int64 {
         switch location {
-        case .sqlite(_, let store):
+        case .sqlite(_, let store, _):
             return try store.sync { try $0.count("SELECT count(*) FROM \(table)") }
         case .postgres(_, let store):
             return try store.sync { Int64(try $0.query("SELECT count(*) FROM \(table)")[0][0] ?? "") ?? -1 }
@@ -82,7 +94,7 @@ final class StoreUnderTest: Sendable {
     /// The seq column of `room`'s messages, ascending.
     func storedSeqs(_ room: RoomID) throws -> [Int64] {
         switch location {
-        case .sqlite(_, let store):
+        case .sqlite(_, let store, _):
             return try store.sync { db in
                 try db.query("SELECT seq FROM chat_messages WHERE room_id = ?1 ORDER BY seq", [.text(room.rawValue)]) { $0.int64(0) }
             }
@@ -97,7 +109,7 @@ final class StoreUnderTest: Sendable {
     /// `rooms.last_seq` of `room`; -1 when it has no row.
     func lastSeq(_ room: RoomID) throws -> Int64 {
         switch location {
-        case .sqlite(_, let store):
+        case .sqlite(_, let store, _):
             return try store.sync { try $0.count("SELECT last_seq FROM rooms WHERE room_id = ?1", [.text(room.rawValue)]) }
         case .postgres(_, let store):
             return try store.sync { db in
@@ -112,7 +124,7 @@ final class StoreUnderTest: Sendable {
         let held = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
             switch self.location {
-            case .sqlite(_, let store): store.sync { _ in held.signal(); release.wait() }
+            case .sqlite(_, let store, _): store.sync { _ in held.signal(); release.wait() }
             case .postgres(_, let store): store.sync { _ in held.signal(); release.wait() }
             }
         }
