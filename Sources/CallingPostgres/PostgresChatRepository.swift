@@ -5,92 +5,94 @@ import CallingStore
 /// queue; nothing else should. The statements mirror CallingStore's `ChatRepository` (SQLite) and give
 /// the same results; what differs is how concurrent writers are kept apart: SQLite has one writer per
 /// file, PostgreSQL many, so the room rows are locked explicitly (see `append`).
+///
+/// (A version that did a batch in ONE statement, data-modifying CTEs in its own transaction, one
+/// round trip instead of seven, measured no faster and often slower on this two-core machine,
+/// 8–16k against 11–29k acked/s side by side: its extra sorts and materialized CTEs cost more
+/// PostgreSQL CPU than the round trips on loopback. docs/benchmarks.md, "Chat with PostgreSQL".)
 struct PostgresChatRepository {
     let db: PostgresConnection
 
     // MARK: Append
 
-    /// Writes a batch of drafts in ONE statement, which is its own transaction (autocommit): one round
-    /// trip per batch, COMMIT included, whatever its size. Returns one result per draft, in order;
-    /// either every new row is committed or none is and this throws.
+    /// Writes a batch of drafts in ONE transaction and returns one result per draft, in order. Either
+    /// all of them are committed or the transaction is rolled back and this throws.
     ///
-    /// The statement, in the order PostgreSQL runs its parts:
-    /// 1. `probe`: the first copy of each (room, sender, client_id) in the batch with its stored
-    ///    original, if any (one index probe per draft); `fresh`: those not stored yet, and `counts`:
-    ///    how many of them each room gets;
-    /// 2. `bumped`: the rooms' counters, created or raised by that count with `INSERT … ON CONFLICT DO
-    ///    UPDATE`, in room-id order. That takes each room row's lock (two servers locking overlapping
-    ///    rooms do so in the same order, so they cannot deadlock) and works on the latest committed
-    ///    `last_seq`, even one committed while this statement waited for the lock;
-    /// 3. `inserted`: the fresh drafts take the seqs below the new `last_seq`, in batch order;
-    /// 4. the result: the inserted rows, and the originals of drafts already stored.
-    ///
-    /// The duplicate check reads the statement's snapshot, taken before the lock wait: a copy of the
-    /// same client_id committed by another server during that wait is not seen, and the insert then
-    /// fails on the unique key (23505), rolling everything back. `PostgresChatStore` runs the batch
-    /// again, which then finds it stored. Seqs stay gap-free because the counter moves by exactly the
-    /// number of rows inserted in the same transaction.
+    /// A constant number of statements per batch, whatever its size (arrays, not one INSERT per row):
+    /// 1. create the batch's rooms that are new (`ON CONFLICT DO NOTHING`: a concurrent creator wins);
+    /// 2. lock their `rooms` rows with `SELECT … FOR UPDATE`, in room-id order so that two servers
+    ///    locking overlapping sets cannot deadlock; from here no other transaction can append to these
+    ///    rooms until we commit, and `last_seq` is the latest committed value;
+    /// 3. find drafts already stored (retried client_ids): under the locks nobody can store them now;
+    /// 4. number the others last_seq + 1, + 2, … (a second copy within the batch is a duplicate of the
+    ///    first), insert them and store the new last_seq.
     func append(_ drafts: [ChatDraft]) throws -> [ChatAppendResult] {
-        let rows = try db.query(
-            """
-            WITH d AS (
-                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-                    WITH ORDINALITY AS d (room_id, sender, client_id, text, meta, ts, ord)
-            ), probe AS (
-                SELECT f.*, m.seq AS stored_seq, m.text AS stored_text, m.meta AS stored_meta, m.ts AS stored_ts
-                FROM (SELECT DISTINCT ON (room_id, sender, client_id) * FROM d ORDER BY room_id, sender, client_id, ord) AS f
-                LEFT JOIN chat_messages AS m USING (room_id, sender, client_id)
-            ), fresh AS (
-                SELECT * FROM probe WHERE stored_seq IS NULL
-            ), counts AS (
-                SELECT room_id, count(*) AS n FROM fresh GROUP BY room_id
-            ), bumped AS (
-                INSERT INTO rooms AS r (room_id, last_seq) SELECT room_id, n FROM counts ORDER BY room_id
-                ON CONFLICT (room_id) DO UPDATE SET last_seq = r.last_seq + excluded.last_seq
-                RETURNING room_id, last_seq
-            ), inserted AS (
-                INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
-                SELECT fresh.room_id, b.last_seq - c.n + row_number() OVER (PARTITION BY fresh.room_id ORDER BY fresh.ord),
-                       fresh.sender, fresh.client_id, fresh.text, fresh.meta, fresh.ts
-                FROM fresh JOIN counts AS c USING (room_id) JOIN bumped AS b USING (room_id)
-                RETURNING room_id, sender, client_id, seq
-            )
-            SELECT room_id, sender, client_id, seq, NULL, NULL, NULL FROM inserted
-            UNION ALL
-            SELECT room_id, sender, client_id, stored_seq, stored_text, stored_meta, stored_ts FROM probe WHERE stored_seq IS NOT NULL
-            """,
-            [PostgresArray.text(drafts.map(\.room.rawValue)), PostgresArray.text(drafts.map(\.sender.rawValue)),
-             PostgresArray.text(drafts.map(\.clientID)), PostgresArray.text(drafts.map(\.text)),
-             PostgresArray.text(drafts.map(\.meta)), PostgresArray.int64(drafts.map(\.timestampMs))])
-        // New rows come back with NULL text (the draft has it); originals with their stored columns.
-        var inserted: [DedupKey: Int64] = [:]
-        var stored: [DedupKey: ChatRecord] = [:]
-        for row in rows.rows {
-            let key = DedupKey(room: RoomID(try row.text(0)), sender: PeerID(try row.text(1)), clientID: try row.text(2))
-            if row[6] == nil {
-                inserted[key] = try row.int64(3)
-            } else {
-                stored[key] = ChatRecord(room: key.room, seq: try row.int64(3), sender: key.sender, clientID: key.clientID,
-                                         text: try row.text(4), meta: row[5], timestampMs: try row.int64(6))
+        try db.transaction {
+            let rooms = Array(Set(drafts.map(\.room.rawValue))).sorted()
+            let roomArray = PostgresArray.text(rooms)
+            try db.query(
+                "INSERT INTO rooms (room_id, last_seq) SELECT r, 0 FROM unnest($1::text[]) AS r ON CONFLICT (room_id) DO NOTHING",
+                [roomArray])
+            let locked = try db.query(
+                "SELECT room_id, last_seq FROM rooms WHERE room_id = ANY($1::text[]) ORDER BY room_id FOR UPDATE", [roomArray])
+            var lastSeq: [RoomID: Int64] = [:]
+            for row in locked.rows { lastSeq[RoomID(try row.text(0))] = try row.int64(1) }
+
+            let stored = try db.query(
+                """
+                SELECT m.room_id, m.sender, m.client_id, m.seq, m.text, m.meta, m.ts
+                FROM unnest($1::text[], $2::text[], $3::text[]) AS k (room_id, sender, client_id)
+                JOIN chat_messages AS m USING (room_id, sender, client_id)
+                """,
+                [PostgresArray.text(drafts.map(\.room.rawValue)), PostgresArray.text(drafts.map(\.sender.rawValue)),
+                 PostgresArray.text(drafts.map(\.clientID))])
+            var known: [DedupKey: ChatRecord] = [:]
+            for row in stored.rows {
+                let record = ChatRecord(
+                    room: RoomID(try row.text(0)), seq: try row.int64(3), sender: PeerID(try row.text(1)),
+                    clientID: try row.text(2), text: try row.text(4), meta: row[5], timestampMs: try row.int64(6))
+                known[DedupKey(record)] = record
             }
-        }
-        var results: [ChatAppendResult] = []
-        results.reserveCapacity(drafts.count)
-        for draft in drafts {
-            let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
-            if let original = stored[key] {
-                results.append(ChatAppendResult(message: original, duplicate: true))
-            } else if let seq = inserted.removeValue(forKey: key) {
-                // The first copy in the batch; later copies find it in `stored`.
-                let record = ChatRecord(room: draft.room, seq: seq, sender: draft.sender, clientID: draft.clientID,
+
+            var results: [ChatAppendResult] = []
+            results.reserveCapacity(drafts.count)
+            var inserted: [ChatRecord] = []
+            for draft in drafts {
+                let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
+                if let original = known[key] {
+                    results.append(ChatAppendResult(message: original, duplicate: true))
+                    continue
+                }
+                guard let previous = lastSeq[draft.room] else {
+                    throw PostgresError(sqlState: "", message: "room \(draft.room) not locked", connectionLost: false)
+                }
+                let record = ChatRecord(room: draft.room, seq: previous + 1, sender: draft.sender, clientID: draft.clientID,
                                         text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs)
-                stored[key] = record
+                lastSeq[draft.room] = record.seq
+                known[key] = record
+                inserted.append(record)
                 results.append(ChatAppendResult(message: record, duplicate: false))
-            } else {
-                throw PostgresError(sqlState: "", message: "chat batch returned no row for \(draft.clientID)", connectionLost: false)
             }
+            guard !inserted.isEmpty else { return results }
+            try db.query(
+                """
+                INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
+                SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+                """,
+                [PostgresArray.text(inserted.map(\.room.rawValue)), PostgresArray.int64(inserted.map(\.seq)),
+                 PostgresArray.text(inserted.map(\.sender.rawValue)), PostgresArray.text(inserted.map(\.clientID)),
+                 PostgresArray.text(inserted.map(\.text)), PostgresArray.text(inserted.map(\.meta)),
+                 PostgresArray.int64(inserted.map(\.timestampMs))])
+            let bumped = rooms.compactMap { room in lastSeq[RoomID(room)].map { (room, $0) } }
+            try db.query(
+                """
+                UPDATE rooms AS r SET last_seq = u.last_seq
+                FROM unnest($1::text[], $2::bigint[]) AS u (room_id, last_seq)
+                WHERE r.room_id = u.room_id AND r.last_seq <> u.last_seq
+                """,
+                [PostgresArray.text(bumped.map(\.0)), PostgresArray.int64(bumped.map(\.1))])
+            return results
         }
-        return results
     }
 
     private struct DedupKey: Hashable {
@@ -98,6 +100,15 @@ struct PostgresChatRepository {
         var sender: PeerID
         var clientID: String
 
+        init(room: RoomID, sender: PeerID, clientID: String) {
+            self.room = room
+            self.sender = sender
+            self.clientID = clientID
+        }
+
+        init(_ record: ChatRecord) {
+            self.init(room: record.room, sender: record.sender, clientID: record.clientID)
+        }
     }
 
     // MARK: Read markers

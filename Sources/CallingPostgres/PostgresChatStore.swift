@@ -140,10 +140,8 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         [draft.room.rawValue, draft.sender.rawValue, draft.clientID, draft.text, draft.meta ?? ""].contains { $0.utf8.contains(0) }
     }
 
-    /// On `queue`: commits `batch` in one transaction, then completes every draft in it. Run again,
-    /// up to five times, after a deadlock, a serialization failure or a unique violation (a copy of a
-    /// client_id committed by another server while this batch waited: see
-    /// `PostgresChatRepository.append`); each rolls the whole batch back.
+    /// On `queue`: commits `batch` in one transaction (run again, up to five times, after a deadlock
+    /// or serialization failure, which roll it back entirely), then completes every draft in it.
     private func write(_ batch: [PendingAppend]) {
         guard !batch.isEmpty else { return }
         let started = DispatchTime.now().uptimeNanoseconds
@@ -153,7 +151,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
             while true {
                 do {
                     return try PostgresChatRepository(db: $0).append(batch.map(\.draft))
-                } catch let error as PostgresError where (error.isTransactionConflict || error.sqlState == "23505") && attempt < 5 {
+                } catch let error as PostgresError where error.isTransactionConflict && attempt < 5 {
                     attempt += 1
                 }
             }

@@ -69,8 +69,8 @@ final class PostgresChatStoreTests: XCTestCase {
     }
 
     func testTheSameClientIDsSentThroughSeveralServersAtOnceAreStoredOnce() throws {
-        // Retries racing their originals through other nodes: a batch that missed a copy committed
-        // while it waited for the room lock fails on the unique key and runs again.
+        // Retries racing their originals through other nodes: each batch looks for stored copies only
+        // once it holds the room's lock, so it sees whatever another node committed before that.
         let url = try SharedPostgres.database()
         let stores = try (0..<3).map { _ in try PostgresChatStore.open(url: url) }
         defer { for store in stores { store.close() } }

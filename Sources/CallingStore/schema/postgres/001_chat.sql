@@ -8,9 +8,8 @@
 -- Same columns, keys and checks as the SQLite tables. Times are unix milliseconds (bigint).
 
 -- One row per room that has ever had a message. last_seq is the highest seq handed out so far. A
--- writer raises it (INSERT … ON CONFLICT DO UPDATE, which locks the row) by the number of messages it
--- inserts in the same transaction, numbered below the new value, so seq stays gap-free with any
--- number of server processes appending.
+-- writer locks the row (SELECT … FOR UPDATE) before it numbers the room's next messages and bumps it
+-- in the same transaction, so seq stays gap-free with any number of server processes appending.
 CREATE TABLE rooms (
     room_id  text   NOT NULL PRIMARY KEY,
     last_seq bigint NOT NULL CHECK (last_seq >= 0)
