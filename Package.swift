@@ -18,6 +18,7 @@ let package = Package(
         .systemLibrary(name: "CLibWebSockets", pkgConfig: "libwebsockets", providers: [.apt(["libwebsockets-dev"])]),
         .systemLibrary(name: "CJWT", pkgConfig: "libjwt", providers: [.apt(["libjwt-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         // epoll and sched_setaffinity (libc, but not in Glibc's Swift module); only CallingBench imports it.
         .systemLibrary(name: "CEpoll"),
@@ -29,11 +30,13 @@ let package = Package(
         .target(name: "CallingProtocol"),
         .target(name: "CallingCore", dependencies: ["CallingProtocol"]),
         .target(name: "CallingStore", dependencies: ["CSQLite", "CallingCore"], resources: [.copy("schema")]),
+        // Shared chat history in PostgreSQL (`database_url`), behind CallingStore's ChatPersistence.
+        .target(name: "CallingPostgres", dependencies: ["CPostgres", "CallingStore", "CallingCore"]),
         .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingCore"]),
         .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingCore"]),
         .target(
             name: "CallingServer",
-            dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingAuth", "CallingTransport"]
+            dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingPostgres", "CallingAuth", "CallingTransport"]
         ),
         .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia"]),
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
@@ -48,7 +51,8 @@ let package = Package(
         // the SDK links it; `calling-server bench` hands over to the calling-bench executable.
         .target(
             name: "CallingBench",
-            dependencies: ["CEpoll", "CallingServer", "CallingAuth", "CallingCore", "CallingStore", "CallingTransport"]
+            dependencies: ["CEpoll", "CallingServer", "CallingAuth", "CallingCore", "CallingStore", "CallingPostgres",
+                           "CallingTransport", "CallingTesting"]
         ),
         .executableTarget(name: "calling-bench", dependencies: ["CallingBench"]),
 
@@ -62,7 +66,8 @@ let package = Package(
         .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
         .testTarget(name: "CallingBenchTests", dependencies: ["CallingBench"]),
         .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),
-        .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingTesting"]),
+        .testTarget(name: "CallingPostgresTests", dependencies: ["CallingPostgres", "CallingStore", "CallingTesting"]),
+        .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingPostgres", "CallingTesting"]),
         .testTarget(
             name: "CallingServerTests",
             dependencies: ["CallingServer", "CallingTesting", "CallingAuth", "CallingProtocol"]

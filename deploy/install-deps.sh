@@ -15,6 +15,8 @@ debs=(
   libwebsockets-dev libwebsockets-evlib-ev libev4
   libjwt-dev
   libsqlite3-dev
+  # CallingPostgres (database_url: chat history in PostgreSQL): libpq to build against and to run.
+  libpq-dev libpq5
   libssl-dev
   # TLS clients (SDK, `calling-server peer`) verify against the system trust store.
   ca-certificates
@@ -36,7 +38,10 @@ if [ "$want_test" = 1 ]; then
   # chromium-driver: Selenium drives headless Chromium against the real server (tests/integration/browser).
   # openssl: the TLS tests make their CA and server certificates with the CLI.
   # nginx-light: deploy/nginx.conf run in front of the server (tests/integration/test_deploy_nginx.py).
-  debs+=(coturn iproute2 procps chromium chromium-driver nodejs node-typescript python3-venv openssl nginx-light)
+  # postgresql-15: initdb/postgres for the tests' own throwaway servers (CallingTesting TestPostgres,
+  # tests/integration/support.py PostgresServer); psql/createdb come with postgresql-client-15.
+  debs+=(coturn iproute2 procps chromium chromium-driver nodejs node-typescript python3-venv openssl nginx-light
+         postgresql-15 postgresql-client-15)
 fi
 
 missing=()
@@ -57,6 +62,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   # coturn's package enables a system service on install; tests start their own instance.
   if printf '%s\n' "${missing[@]}" | grep -qx coturn; then
     (systemctl disable --now coturn >/dev/null 2>&1 || service coturn stop >/dev/null 2>&1 || true)
+  fi
+  # Debian's postgresql-15 creates a default cluster (15/main, port 5432) and starts it. The tests
+  # never use it (they initdb their own on free ports); stop it and keep it from starting at boot.
+  if printf '%s\n' "${missing[@]}" | grep -qx postgresql-15; then
+    (systemctl disable --now postgresql >/dev/null 2>&1 || true)
+    (pg_ctlcluster 15 main stop >/dev/null 2>&1 || true)
+    if [ -f /etc/postgresql/15/main/start.conf ]; then echo manual > /etc/postgresql/15/main/start.conf; fi
   fi
   # So does nginx (on port 80); the nginx test starts its own on loopback ports.
   if printf '%s\n' "${missing[@]}" | grep -qx nginx-light; then

@@ -10,7 +10,7 @@ public enum BenchCommand {
         usage: calling-bench suite [SCENARIO…] [--quick | --smoke] [--server PATH] [--out DIR] [--no-pin true]
                calling-bench SCENARIO [same flags]        one scenario of the suite
                calling-bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
-                                                          the in-process chat benchmark
+                              [--database-url postgres://…]   the in-process chat benchmark (chat in PostgreSQL with the URL)
         scenarios: \(Scenarios.names.joined(separator: ", ")) (all by default)
         """
 
@@ -41,6 +41,8 @@ public enum BenchCommand {
                 if let loop = TransportSettings.EventLoop(rawValue: value) { options.eventLoop = loop } else { problems.append("--event-loop") }
             case "client":
                 if let client = ChatBenchmark.Client(rawValue: value) { options.client = client } else { problems.append("--client") }
+            case "database-url":
+                if value.hasPrefix("postgres://") || value.hasPrefix("postgresql://") { options.databaseURL = value } else { problems.append("--database-url") }
             default: problems.append("unknown flag --\(key)")
             }
         }

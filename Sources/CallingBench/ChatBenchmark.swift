@@ -1,5 +1,6 @@
 import CallingAuth
 import CallingCore
+import CallingPostgres
 import CallingServer
 import CallingStore
 import CallingTransport
@@ -31,6 +32,8 @@ public enum ChatBenchmark {
         public var latencySeconds = 5.0
         public var eventLoop = TransportSettings.EventLoop.libev
         public var client = Client.raw
+        /// `postgres://…`: chat history in that (empty) PostgreSQL database instead of SQLite.
+        public var databaseURL = ""
 
         public init() {}
     }
@@ -77,6 +80,7 @@ public enum ChatBenchmark {
         config.maxFramesPerSecond = 1_000_000
         config.frameBurst = 1_000_000
         config.logLevel = .warning
+        config.databaseURL = options.databaseURL
         let app = try ServerApp(config: config, logger: logger)
         try app.start()
         defer { app.stop() }
@@ -95,10 +99,14 @@ public enum ChatBenchmark {
             let port = app.port
             let peers = tokens
             let report = try await runOnThread { try PipelinedLoad(tokens: peers, port: port).run(options) }
-            // A second connection to the server's file: the store lives inside the server library.
-            let store = try ChatStore.open(path: config.databasePath, options: .init(migrateOnOpen: false))
-            defer { store.close() }
-            try verifyStored(report.ackedPerRoom, store: store)
+            if options.databaseURL.isEmpty {
+                // A second connection to the server's file: the store lives inside the server library.
+                let store = try ChatStore.open(path: config.databasePath, options: .init(migrateOnOpen: false))
+                defer { store.close() }
+                try verifyStored(report.ackedPerRoom, store: store)
+            } else {
+                try verifyStored(report.ackedPerRoom, postgresURL: options.databaseURL)
+            }
             return report.report
         case .lws:
             return try await runLWS(options, tokens: tokens, port: app.port, logger: logger)
@@ -122,6 +130,21 @@ public enum ChatBenchmark {
                 try db.queryFirst("SELECT count(*), coalesce(max(seq), 0) FROM chat_messages WHERE room_id = ?1",
                                   [.text("bench-\(room)")]) { (Int($0.int64(0)), Int($0.int64(1))) } ?? (0, 0)
             }
+            guard rows == acked, lastSeq == acked else {
+                throw BenchError.verification("room bench-\(room): \(acked) acked, \(rows) rows stored, last seq \(lastSeq)")
+            }
+        }
+    }
+
+    /// `verifyStored` against the PostgreSQL chat tables.
+    static func verifyStored(_ ackedPerRoom: [Int], postgresURL: String) throws {
+        let db = try PostgresConnection(url: postgresURL)
+        defer { db.close() }
+        for (room, acked) in ackedPerRoom.enumerated() {
+            let row = try db.query("SELECT count(*), coalesce(max(seq), 0) FROM chat_messages WHERE room_id = $1::text",
+                                   ["bench-\(room)"]).rows.first
+            let rows = Int(row?[0] ?? "") ?? -1
+            let lastSeq = Int(row?[1] ?? "") ?? -1
             guard rows == acked, lastSeq == acked else {
                 throw BenchError.verification("room bench-\(room): \(acked) acked, \(rows) rows stored, last seq \(lastSeq)")
             }

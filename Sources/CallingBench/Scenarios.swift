@@ -1,4 +1,5 @@
 import CallingStore
+import CallingTesting
 import Foundation
 import Glibc
 
@@ -44,7 +45,7 @@ final class Scenarios {
         self.sizes = sizes
     }
 
-    static let names = ["idle", "rtt", "relay", "fanout", "chat", "join", "history"]
+    static let names = ["idle", "rtt", "relay", "fanout", "chat", "chat-postgres", "join", "history"]
 
     func run(_ name: String) -> ScenarioResult {
         var result = ScenarioResult(name: name, parameters: "")
@@ -56,6 +57,7 @@ final class Scenarios {
             case "relay": try relay(&result)
             case "fanout": try fanout(&result)
             case "chat": try chat(&result)
+            case "chat-postgres": try chatPostgres(&result)
             case "join": try join(&result)
             case "history": try history(&result)
             default: result.error = "unknown scenario"
@@ -70,17 +72,18 @@ final class Scenarios {
 
     // MARK: helpers
 
-    private func start(_ kind: TargetProcess.Kind, pageBytes: Int = 4096, dataDir: String? = nil) throws -> TargetProcess {
+    private func start(_ kind: TargetProcess.Kind, pageBytes: Int = 4096, dataDir: String? = nil,
+                       serverFlags: [String] = []) throws -> TargetProcess {
         switch kind {
-        case .server: return try TargetProcess.server(binary: serverBinary, cpu: targetCPU, dataDir: dataDir)
+        case .server: return try TargetProcess.server(binary: serverBinary, cpu: targetCPU, dataDir: dataDir, flags: serverFlags)
         case .baseline: return try TargetProcess.baseline(binary: baselineBinary, cpu: targetCPU, pageBytes: pageBytes)
         }
     }
 
     /// Runs `body` against a fresh target of each kind; stops and cleans up whatever happens.
-    private func both(_ body: (TargetProcess) throws -> Void) throws {
+    private func both(serverFlags: () throws -> [String] = { [] }, _ body: (TargetProcess) throws -> Void) throws {
         for kind in [TargetProcess.Kind.server, .baseline] {
-            let target = try start(kind)
+            let target = try start(kind, serverFlags: kind == .server ? try serverFlags() : [])
             defer {
                 target.stop()
                 target.removeData()
@@ -453,13 +456,30 @@ final class Scenarios {
 
     // MARK: chat
 
-    private func chat(_ result: inout ScenarioResult) throws {
+    /// `chat` with the server's chat history in PostgreSQL (`database_url`): a throwaway PostgreSQL 15
+    /// (CallingTesting `TestPostgres`: initdb in a temporary folder, a free loopback port, default
+    /// settings, so `fsync` and `synchronous_commit` on) and a fresh database for each run.
+    private func chatPostgres(_ result: inout ScenarioResult) throws {
+        let postgres = try TestPostgres()
+        defer { postgres.stop() }
+        try chat(&result, postgres: postgres)
+        result.notes.append("chat history in PostgreSQL 15 on the same machine (unpinned, sharing the cores), over loopback TCP")
+    }
+
+    private func chat(_ result: inout ScenarioResult, postgres: TestPostgres? = nil) throws {
         let seconds = sizes.phaseSeconds
         result.parameters = "\(sizes.chatBusyRooms) busy rooms × 2 senders and \(sizes.chatManyRooms) rooms × 2, window 64, \(seconds) s each; ack latency at \(Int(sizes.chatRate))/s"
         for (label, rooms, rate) in [("busy rooms", sizes.chatBusyRooms, sizes.chatRate), ("\(sizes.chatManyRooms) rooms", sizes.chatManyRooms, 0)] {
             var reports: [TargetProcess.Kind: ChatBenchmark.Report] = [:]
             var gen: [TargetProcess.Kind: Double] = [:]
-            try both { target in
+            var databaseURL: String?
+            let serverFlags = { () throws -> [String] in
+                guard let postgres else { return [] }
+                let url = try postgres.createDatabase()
+                databaseURL = url
+                return ["--database_url", url]
+            }
+            try both(serverFlags: serverFlags) { target in
                 var peers: [(room: Int, path: String)] = []
                 for room in 0..<rooms {
                     for index in 0..<2 { peers.append((room, try target.path(room: "bench-\(room)", peer: "bench-\(room)-\(index)"))) }
@@ -473,7 +493,11 @@ final class Scenarios {
                 Progress.detail = { "" }
                 let outcome = try PipelinedLoad(peers: peers, port: target.port).run(options, progress: "\(target.kind.rawValue): \(label)")
                 gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
-                if target.kind == .server, let dataDir = target.dataDir {
+                if target.kind == .server, let databaseURL {
+                    target.stop()
+                    try ChatBenchmark.verifyStored(outcome.ackedPerRoom, postgresURL: databaseURL)
+                    result.verified["server \(label) acked = stored rows"] = outcome.ackedPerRoom.reduce(0, +)
+                } else if target.kind == .server, let dataDir = target.dataDir {
                     target.stop()
                     let store = try ChatStore.open(path: dataDir + "/calling.sqlite", options: .init(migrateOnOpen: false))
                     defer { store.close() }
@@ -495,7 +519,7 @@ final class Scenarios {
                                              baseline: reports[.baseline]?.p99Ms, higherIsBetter: false))
             }
         }
-        result.notes.append("the baseline acks from a counter (no SQLite): the ratio is what storing and committing costs")
+        result.notes.append("the baseline acks from a counter (no \(postgres == nil ? "SQLite" : "PostgreSQL")): the ratio is what storing and committing costs")
     }
 
     // MARK: history

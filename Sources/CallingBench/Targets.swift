@@ -24,13 +24,13 @@ final class TargetProcess {
     static let floodLimitFlags = ["--max_frames_per_second", "1000000", "--frame_burst", "1000000", "--flood_close_after", "1000000"]
 
     /// Starts `calling-server serve` on 127.0.0.1 port 0 with a fresh data folder (or `dataDir`, already seeded).
-    static func server(binary: String, cpu: Int?, dataDir existing: String? = nil) throws -> TargetProcess {
+    static func server(binary: String, cpu: Int?, dataDir existing: String? = nil, flags: [String] = []) throws -> TargetProcess {
         let dataDir = existing ?? NSTemporaryDirectory() + "calling-bench-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
         let secret = SecureRandom.token(bytes: 32)
         try Data(secret.utf8).write(to: URL(fileURLWithPath: dataDir + "/jwt-secret"))
         let arguments = ["serve", "--host", "127.0.0.1", "--port", "0", "--data_dir", dataDir, "--log_level", "warning",
-                         "--jwt_secret_file", dataDir + "/jwt-secret"] + floodLimitFlags
+                         "--jwt_secret_file", dataDir + "/jwt-secret"] + floodLimitFlags + flags
         let (process, port) = try launch(binary, arguments, cpu: cpu, banner: "listening on http://127.0.0.1:")
         let issuer = try TokenIssuer(hs256Secret: Array(secret.utf8))
         return TargetProcess(kind: .server, process: process, port: port, dataDir: dataDir, issuer: issuer)

@@ -1,5 +1,6 @@
 import CallingAuth
 import CallingCore
+import CallingPostgres
 import CallingStore
 import Foundation
 import Synchronization
@@ -15,7 +16,8 @@ public enum CallingCommand {
                    run the signaling server (every key of docs/configuration.md is a flag)
           token    --room ROOM --peer PEER [--role R] [--name N] [--call CALL] [--scope S] [--ttl SECONDS] [--max-peers N] [--jti ID]
                    print a peer token signed with the server's secret (same config flags as serve)
-          migrate  [--data-dir DIR]   apply SQLite migrations and exit
+          migrate  [--data-dir DIR] [--database-url postgres://…]
+                   apply the SQLite migrations (and, with database_url, PostgreSQL's chat migrations) and exit
           config   print the effective configuration (secrets hidden)
           apikey   create --name N [--scope calls|admin] | list | revoke --id ID
                    API keys: scope calls for /v1/calls and /v1/tokens, admin for /v1/admin (create prints the key once)
@@ -321,6 +323,14 @@ public enum CallingCommand {
             defer { store.close() }
             let applied = try store.migrate()
             print(applied.isEmpty ? "schema is up to date" : "applied: \(applied.joined(separator: ", "))")
+            if !config.databaseURL.isEmpty {
+                let chat = try PostgresChatStore.open(url: config.databaseURL, options: .init(migrateOnOpen: false))
+                defer { chat.close() }
+                let appliedThere = try chat.migrate()
+                let target = ServerConfig.redactingPassword(config.databaseURL)
+                print(appliedThere.isEmpty ? "postgres schema is up to date (\(target))"
+                                           : "postgres applied: \(appliedThere.joined(separator: ", ")) (\(target))")
+            }
             return 0
         } catch {
             printError("calling-server migrate: \(error)")

@@ -15,7 +15,8 @@ final class HTTPRoutes: @unchecked Sendable {
     let httpSessions: HTTPSessions
     /// What `/metrics` reports of the transport.
     let transport: WebSocketServer
-    let store: ChatStore
+    /// Chat history (`context.chat`).
+    let store: any ChatPersistence
     let config: ServerConfig
     /// `GET /v1/ice`.
     var ice: ICEService { context.ice }
@@ -32,7 +33,7 @@ final class HTTPRoutes: @unchecked Sendable {
         self.admin = admin
         self.httpSessions = httpSessions
         self.transport = transport
-        self.store = context.store
+        self.store = context.chat
         self.config = context.config
         self.staticFiles = staticFiles
         self.cors = CORSPolicy(allowedOrigins: config.allowedOrigins)

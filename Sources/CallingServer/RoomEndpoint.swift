@@ -109,15 +109,15 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         let room = ticket.identity.room
         let peer = ticket.identity.peer
         let replayCap = config.replayCap
-        let store = context.store
-        store.roomSummary(room: room, peer: peer) { [store] summaryResult in
+        let chat = context.chat
+        chat.roomSummary(room: room, peer: peer) { [chat] summaryResult in
             switch summaryResult {
             case .failure(let error):
                 completion(.failure(error))
             case .success(let summary):
                 let base = ChatResume(lastSeq: summary.lastSeq, readSeq: summary.readSeq, unread: Int64(summary.unreadCount))
                 guard let after = ticket.resumeAfter else { return completion(.success(base)) }
-                store.history(room: room, sinceSeq: after, limit: replayCap) { historyResult in
+                chat.history(room: room, sinceSeq: after, limit: replayCap) { historyResult in
                     switch historyResult {
                     case .failure(let error):
                         completion(.failure(error))

@@ -1,5 +1,6 @@
 import CallingAuth
 import CallingCore
+import CallingPostgres
 import CallingStore
 import CallingTransport
 import Foundation
@@ -15,6 +16,8 @@ public final class ServerApp: @unchecked Sendable {
     public let config: ServerConfig
     public let logger: Logger
     let store: ChatStore
+    /// Chat history: `store`, or PostgreSQL when `database_url` is set.
+    let chat: any ChatPersistence
     let transport: WebSocketServer
     let webhooks: Webhooks
     let context: ServiceContext
@@ -55,6 +58,7 @@ public final class ServerApp: @unchecked Sendable {
         if !store.migrationsAppliedAtOpen.isEmpty {
             logger.info("migrations applied", ["names": store.migrationsAppliedAtOpen.joined(separator: ",")])
         }
+        chat = try Self.openChat(config: config, store: store, logger: logger)
         let transport = WebSocketServer(settings: config.transport, logger: logger.labeled("transport"))
         self.transport = transport
         let issuer = try TokenIssuer(hs256Secret: secret)
@@ -62,12 +66,12 @@ public final class ServerApp: @unchecked Sendable {
         let now = ServiceContext.systemNow
         webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"), now: now)
         context = ServiceContext(config: config, logger: logger.labeled("signaling"), now: now,
-                                 post: { [transport] work in transport.post(work) }, store: store, webhooks: webhooks,
-                                 issuer: issuer, verifier: verifier, ice: ice)
+                                 post: { [transport] work in transport.post(work) }, store: store, chat: chat,
+                                 webhooks: webhooks, issuer: issuer, verifier: verifier, ice: ice)
         router = LocalRouter(sink: transport, metrics: context.metrics)
         let gate = FrameGate(config: config, metrics: context.metrics, router: router, now: now)
         calls = CallsAPI(context: context, logger: logger.labeled("calls"))
-        rooms = SignalingService(context: context, router: router, chats: store, calls: calls)
+        rooms = SignalingService(context: context, router: router, chats: chat, calls: calls)
         httpSessions = HTTPSessions(context: context, rooms: rooms, router: router, logger: logger.labeled("sessions"))
         let admin = AdminAPI(context: context, rooms: rooms, calls: calls, httpSessions: httpSessions, logger: logger.labeled("admin"))
         roomEndpoint = RoomEndpoint(context: context, rooms: rooms, gate: gate, router: router)
@@ -89,6 +93,17 @@ public final class ServerApp: @unchecked Sendable {
         calls.tick(now: now)
         httpSessions.tick(now: now)
         roomEndpoint.tick(now: now)
+    }
+
+    /// The SQLite store itself, or a PostgreSQL store for `database_url` (its chat migrations applied).
+    /// An unreachable PostgreSQL stops the start: a node meant to share history must not keep its own.
+    static func openChat(config: ServerConfig, store: ChatStore, logger: Logger) throws -> any ChatPersistence {
+        guard !config.databaseURL.isEmpty else { return store }
+        let postgres = try PostgresChatStore.open(url: config.databaseURL,
+                                                  options: .init(reconnectIntervalMs: config.databaseReconnectMs))
+        logger.info("chat history in PostgreSQL", ["database_url": ServerConfig.redactingPassword(config.databaseURL),
+                                                    "migrations_applied": postgres.migrationsAppliedAtOpen.joined(separator: ",")])
+        return postgres
     }
 
     /// The SDK and pages, from `web_root` or the folder found beside the binary. An explicit
@@ -166,6 +181,7 @@ public final class ServerApp: @unchecked Sendable {
         transport.stop(grace: config.shutdownGraceSeconds)
         // After the service thread is done emitting, before the store closes: the last events are queued.
         webhooks.stop()
+        if chat !== store { chat.close() }
         store.close()
         logger.info("stopped")
     }

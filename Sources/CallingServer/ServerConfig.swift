@@ -67,6 +67,11 @@ public struct ServerConfig: Sendable, Equatable {
     public var historyDefaultLimit = 50
     public var historyMaxLimit = 200
     public var sqliteBusyTimeoutMs = 5_000
+    /// `postgres://…` URL (libpq's form, query parameters included) of a PostgreSQL database that holds chat history, shared
+    /// by every node pointed at it; empty keeps chat in the embedded SQLite file.
+    public var databaseURL = ""
+    /// Least time between two reconnect attempts while `database_url` is unreachable.
+    public var databaseReconnectMs = 500
 
     /// Comma-separated `turn:`/`turns:` URLs handed out by `GET /v1/ice` with REST credentials.
     public var turnURLs = ""
@@ -119,6 +124,14 @@ public struct ServerConfig: Sendable, Equatable {
     public init() {}
 
     public var resolvedSecretFile: String { jwtSecretFile ?? (dataDir as NSString).appendingPathComponent("jwt-secret") }
+    /// `url` with the password of its user-info part replaced by `***`, for logs and `config show`.
+    public static func redactingPassword(_ url: String) -> String {
+        guard let scheme = url.range(of: "://"), let at = url.range(of: "@", range: scheme.upperBound..<url.endIndex),
+              let colon = url.range(of: ":", range: scheme.upperBound..<at.lowerBound)
+        else { return url }
+        return String(url[..<colon.upperBound]) + "***" + String(url[at.lowerBound...])
+    }
+
     public var databasePath: String { (dataDir as NSString).appendingPathComponent("calling.sqlite") }
 
     /// True when the port serves TLS.
@@ -269,6 +282,17 @@ public struct ServerConfig: Sendable, Equatable {
         .int("history_default_limit", "GET …/messages default limit", \.historyDefaultLimit, 1...10_000),
         .int("history_max_limit", "GET …/messages largest limit", \.historyMaxLimit, 1...10_000),
         .int("sqlite_busy_timeout_ms", "SQLite busy_timeout", \.sqliteBusyTimeoutMs, 0...600_000),
+        Key(name: "database_url", help: "postgres:// URL of a PostgreSQL 15 database for chat history, shared by all nodes; empty = SQLite",
+            apply: { config, value in
+                let trimmed = value.trimmingCharacters(in: .whitespaces)
+                if !trimmed.isEmpty, !trimmed.hasPrefix("postgres://"), !trimmed.hasPrefix("postgresql://") {
+                    return "database_url: must start with postgres:// or postgresql://, or be empty"
+                }
+                config.databaseURL = trimmed
+                return nil
+            }, show: { ServerConfig.redactingPassword($0.databaseURL) }),
+        .int("database_reconnect_ms", "least time between reconnect attempts while database_url is unreachable (chats fail at once meanwhile)",
+             \.databaseReconnectMs, 10...60_000),
         .optionalString("turn_urls", "comma-separated turn:/turns: URLs for GET /v1/ice", \.turnURLsOptional),
         .optionalString("stun_urls", "comma-separated stun: URLs for GET /v1/ice", \.stunURLsOptional),
         .optionalString("turn_secret_file", "file with coturn's static-auth-secret (or CALLING_TURN_SECRET)", \.turnSecretFile),

@@ -19,7 +19,10 @@ final class ServiceContext: @unchecked Sendable {
     let metrics: Metrics
     let now: @Sendable () -> Millis
     let post: ServicePost
+    /// The SQLite store: calls, API keys, meters, stats and webhooks (through `perform`).
     let store: ChatStore
+    /// Chat history and every chat's `seq`: `store` itself, or PostgreSQL when `database_url` is set.
+    let chat: any ChatPersistence
     /// The webhook sender (Webhooks.swift); `emit` is all the service thread calls.
     let webhooks: Webhooks
     /// Signs tokens the server hands out itself (calls, presence `accepted`).
@@ -29,7 +32,7 @@ final class ServiceContext: @unchecked Sendable {
     let ice: ICEService
 
     init(config: ServerConfig, logger: Logger, metrics: Metrics = Metrics(), now: @escaping @Sendable () -> Millis,
-         post: @escaping ServicePost, store: ChatStore, webhooks: Webhooks, issuer: TokenIssuer, verifier: TokenVerifier,
+         post: @escaping ServicePost, store: ChatStore, chat: (any ChatPersistence)? = nil, webhooks: Webhooks, issuer: TokenIssuer, verifier: TokenVerifier,
          ice: ICEService)
     {
         self.config = config
@@ -38,6 +41,7 @@ final class ServiceContext: @unchecked Sendable {
         self.now = now
         self.post = post
         self.store = store
+        self.chat = chat ?? store
         self.webhooks = webhooks
         self.issuer = issuer
         self.verifier = verifier
@@ -62,12 +66,3 @@ final class ServiceContext: @unchecked Sendable {
     }
 }
 
-/// Where a chat message gets its per-room `seq` and becomes durable before it is acknowledged.
-/// The one call site the room service needs; the SQLite `ChatStore` is the implementation today.
-protocol ChatSequencer: Sendable {
-    /// Stores `draft` (or finds the original for a retried `client_id`) and completes, on any
-    /// thread, once the row is durable.
-    func appendChat(_ draft: ChatDraft, completion: @escaping @Sendable (Result<ChatAppendResult, StoreError>) -> Void)
-}
-
-extension ChatStore: ChatSequencer {}

@@ -6,7 +6,7 @@ import Foundation
 
 /// The rooms of this node: owns the `Hub`, feeds it the inputs that the room endpoint, HTTP
 /// sessions and the admin API bring, and carries out its effects. Frames, closes and membership
-/// changes leave through the `Router`; chats get their `seq` from the `ChatSequencer`; call
+/// changes leave through the `Router`; chats get their `seq` from `ChatPersistence` (`context.chat`); call
 /// bookkeeping (ongoing calls, meters, stats) goes to `CallsAPI`. Lives on the service thread, so
 /// its state needs no locks; store completions come back through `context.post`.
 // @unchecked Sendable: every stored property is touched only on the service thread. Store completions
@@ -14,7 +14,7 @@ import Foundation
 final class SignalingService: @unchecked Sendable {
     let context: ServiceContext
     let router: any Router
-    let chats: any ChatSequencer
+    let chats: any ChatPersistence
     let calls: CallsAPI
 
     private var hub: Hub
@@ -30,7 +30,7 @@ final class SignalingService: @unchecked Sendable {
     private var store: ChatStore { context.store }
     private func now() -> Millis { context.now() }
 
-    init(context: ServiceContext, router: any Router, chats: any ChatSequencer, calls: CallsAPI) {
+    init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallsAPI) {
         self.context = context
         self.router = router
         self.chats = chats
@@ -205,7 +205,7 @@ final class SignalingService: @unchecked Sendable {
             case .storeChat(let connection, let room, let peer, let submission, let timestamp):
                 storeChat(connection: connection, room: room, peer: peer, submission, timestamp: timestamp)
             case .storeRead(let room, let peer, let seq):
-                store.markRead(room: room, peer: peer, seq: seq, nowMs: now()) { [context] result in
+                chats.markRead(room: room, peer: peer, seq: seq, nowMs: now()) { [context] result in
                     context.post { [self] in
                         switch result {
                         case .success(let outcome):

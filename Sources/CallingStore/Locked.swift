@@ -4,17 +4,17 @@ import Foundation
 ///
 /// NSLock rather than `Synchronization.Mutex`: Package.swift still declares macOS 14, where `Mutex` is
 /// unavailable. The critical sections here are a few loads and stores, never I/O.
-final class Locked<Value: Sendable>: @unchecked Sendable {
+public final class Locked<Value: Sendable>: @unchecked Sendable {
     // @unchecked Sendable: `value` is only read or written inside `withLock`, i.e. while `lock` is held,
     // so no two threads ever access it at once; `Value: Sendable` makes whatever is copied out of the
     // critical section safe to use on any thread.
     private let lock = NSLock()
     private var value: Value
 
-    init(_ value: Value) { self.value = value }
+    public init(_ value: Value) { self.value = value }
 
     /// Runs `body` with exclusive access. `body` must not block or call back into the same lock.
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+    public func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)

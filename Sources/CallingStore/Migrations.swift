@@ -41,8 +41,9 @@ public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible 
     case missingVersion(Int)
     /// The database was migrated by a newer build than this one; running on it could corrupt it.
     case databaseNewer(databaseVersion: Int, latestKnown: Int)
-    /// A migration failed and was rolled back; earlier ones stay applied.
-    case failed(migration: String, SQLiteError)
+    /// A migration failed and was rolled back; earlier ones stay applied. The second value is the
+    /// database's error, as text (SQLite's or PostgreSQL's).
+    case failed(migration: String, String)
     /// A file could not be read.
     case unreadable(String)
 
@@ -60,8 +61,8 @@ public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible 
     }
 }
 
-/// Applies numbered migrations in order, each in its own transaction, tracking progress in
-/// `PRAGMA user_version`.
+/// Applies numbered migrations in order, each in its own transaction, tracking progress in the
+/// target's schema version (`PRAGMA user_version` for SQLite; see `MigrationTarget`).
 ///
 /// The SQL files live in `Sources/CallingStore/schema/` and are shipped as a resource (`Bundle.module`).
 /// The top-level `schema/` folder is a symlink to that folder, not the other way round: SwiftPM on Linux
@@ -107,47 +108,85 @@ public struct Migrator: Sendable {
         try self.init(migrations: migrations)
     }
 
-    /// The migrations shipped with this build.
+    /// The migrations shipped with this build for `dialect`: `schema/*.sql` for SQLite,
+    /// `schema/postgres/*.sql` for PostgreSQL.
     ///
     /// Note for packaging: `Bundle.module` stops the process (SwiftPM's generated accessor calls
     /// `fatalError`) when the `CallingServer_CallingStore.resources` folder is neither next to the
     /// executable nor in the build folder, so an install must copy that folder alongside the binary.
-    public static func bundled() throws(MigrationError) -> Migrator {
-        guard let directory = Bundle.module.url(forResource: "schema", withExtension: nil) else {
+    public static func bundled(_ dialect: SQLDialect = .sqlite) throws(MigrationError) -> Migrator {
+        guard let schema = Bundle.module.url(forResource: "schema", withExtension: nil) else {
             throw .resourcesMissing("no schema folder in \(Bundle.module.bundlePath)")
         }
-        return try Migrator(directory: directory)
+        switch dialect {
+        case .sqlite: return try Migrator(directory: schema)
+        case .postgres: return try Migrator(directory: schema.appendingPathComponent("postgres", isDirectory: true))
+        }
     }
 
     /// The version the schema has once every migration is applied.
     public var latestVersion: Int { migrations.last?.version ?? 0 }
 
-    /// Applies every migration newer than the database's `user_version`, in order, each in its own
-    /// `BEGIN IMMEDIATE` transaction that also sets `user_version`. Returns the names applied (empty when
-    /// already up to date).
+    /// Applies every migration newer than the database's recorded version, in order, each in its own
+    /// transaction that also records its version (for SQLite `BEGIN IMMEDIATE` and `user_version`).
+    /// Returns the names applied (empty when already up to date).
     ///
-    /// Safe against a second process migrating the same file at the same time: the version is re-read
-    /// after taking the write lock, so each migration runs exactly once.
+    /// Safe against a second process migrating the same database at the same time: the version is
+    /// re-read after taking the target's migration lock, so each migration runs exactly once.
     @discardableResult
-    public func migrate(_ connection: SQLiteConnection) throws -> [String] {
-        let current = try connection.userVersion()
+    public func migrate(_ target: some MigrationTarget) throws -> [String] {
+        let current = try target.schemaVersion()
         if current > latestVersion {
             throw MigrationError.databaseNewer(databaseVersion: current, latestKnown: latestVersion)
         }
         var applied: [String] = []
         for migration in migrations where migration.version > current {
             do {
-                let ran = try connection.transaction(.immediate) { () throws -> Bool in
-                    guard try connection.userVersion() < migration.version else { return false }
-                    try connection.execute(migration.sql)
-                    try connection.setUserVersion(migration.version)
+                let ran = try target.inMigrationTransaction { () throws -> Bool in
+                    guard try target.schemaVersion() < migration.version else { return false }
+                    try target.executeScript(migration.sql)
+                    try target.setSchemaVersion(migration.version)
                     return true
                 }
                 if ran { applied.append(migration.name) }
-            } catch let error as SQLiteError {
-                throw MigrationError.failed(migration: migration.name, error)
+            } catch let error as MigrationError {
+                throw error
+            } catch {
+                throw MigrationError.failed(migration: migration.name, String(describing: error))
             }
         }
         return applied
     }
+}
+
+/// Which SQL dialect a set of migrations is written in.
+public enum SQLDialect: String, Sendable, CaseIterable {
+    case sqlite
+    case postgres
+}
+
+/// A database `Migrator` can bring up to date. SQLite records the version in `PRAGMA user_version`;
+/// PostgreSQL (CallingPostgres) in a one-row table, under an advisory lock.
+public protocol MigrationTarget {
+    /// The version of the last migration applied; 0 for a fresh database.
+    func schemaVersion() throws -> Int
+    /// Runs `body` in one write transaction that no other migrator of the same database runs
+    /// concurrently with; commits when it returns, rolls back when it throws.
+    func inMigrationTransaction<Result>(_ body: () throws -> Result) throws -> Result
+    /// Runs a migration script (several statements, no BEGIN/COMMIT).
+    func executeScript(_ sql: String) throws
+    /// Records `version` inside the current transaction.
+    func setSchemaVersion(_ version: Int) throws
+}
+
+extension SQLiteConnection: MigrationTarget {
+    public func schemaVersion() throws -> Int { try userVersion() }
+
+    public func inMigrationTransaction<Result>(_ body: () throws -> Result) throws -> Result {
+        try transaction(.immediate, body)
+    }
+
+    public func executeScript(_ sql: String) throws { try execute(sql) }
+
+    public func setSchemaVersion(_ version: Int) throws { try setUserVersion(version) }
 }

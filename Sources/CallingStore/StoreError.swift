@@ -6,6 +6,8 @@ public enum StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case sqlite(SQLiteError)
     /// The store was closed before the operation ran.
     case closed
+    /// A database server (PostgreSQL, `database_url`) refused the operation or could not be reached.
+    case server(DatabaseServerError)
 
     /// Whether the same request may succeed later (lock contention, a full disk that gets cleaned up),
     /// as opposed to never (store closed, broken database). Maps to a temporary wire error.
@@ -15,6 +17,8 @@ public enum StoreError: Error, Equatable, Sendable, CustomStringConvertible {
             error.isBusy || error.code == SQLITE_FULL || error.code == SQLITE_IOERR || error.code == SQLITE_NOMEM
         case .closed:
             false
+        case .server(let error):
+            error.isRetryable
         }
     }
 
@@ -22,6 +26,7 @@ public enum StoreError: Error, Equatable, Sendable, CustomStringConvertible {
         switch self {
         case .sqlite(let error): "store: \(error)"
         case .closed: "store: closed"
+        case .server(let error): "store: \(error)"
         }
     }
 
@@ -33,5 +38,27 @@ public enum StoreError: Error, Equatable, Sendable, CustomStringConvertible {
         case let error as SQLiteError: self = .sqlite(error)
         default: self = .sqlite(SQLiteError(code: SQLITE_ERROR, message: String(describing: error)))
         }
+    }
+}
+
+/// What a database server said when it refused an operation, or why it could not be reached. Built by
+/// the adapter of that server (CallingPostgres), so this module stays free of its C library.
+public struct DatabaseServerError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The server's error code (PostgreSQL's five-character SQLSTATE); empty when there was no answer
+    /// (connection refused or lost).
+    public var code: String
+    public var message: String
+    /// The same request may succeed later: the server is down or restarting, a deadlock or
+    /// serialization failure, resources exhausted. False for a constraint or syntax error.
+    public var isRetryable: Bool
+
+    public init(code: String, message: String, isRetryable: Bool) {
+        self.code = code
+        self.message = message
+        self.isRetryable = isRetryable
+    }
+
+    public var description: String {
+        code.isEmpty ? "database server: \(message)" : "database server: \(message) (SQLSTATE \(code))"
     }
 }

@@ -22,6 +22,20 @@ final class ServerConfigTests: XCTestCase {
         XCTAssertEqual(config.maxFrameBytes, 4096)
     }
 
+    func test_database_url_takes_a_postgres_url_and_shows_it_without_its_password() throws {
+        let config = try ServerConfig.load(file: nil, environment: [:],
+                                           flags: ["database-url": "postgres://chat:s3cret@db.internal:5432/calling?sslmode=require"]).get()
+        XCTAssertEqual(config.databaseURL, "postgres://chat:s3cret@db.internal:5432/calling?sslmode=require")
+        let shown = try XCTUnwrap(config.summary.first { $0.0 == "database_url" }?.1)
+        XCTAssertEqual(shown, "postgres://chat:***@db.internal:5432/calling?sslmode=require")
+        XCTAssertEqual(ServerConfig.redactingPassword("postgres://chat@db/calling"), "postgres://chat@db/calling")
+        XCTAssertEqual(try ServerConfig.load(file: nil, environment: [:], flags: [:]).get().databaseURL, "", "SQLite by default")
+        guard case .failure(let problems) = ServerConfig.load(file: ["database_url": "mysql://x"], environment: [:], flags: [:]) else {
+            return XCTFail("a non-postgres URL must be refused")
+        }
+        XCTAssertTrue(problems.description.contains("database_url: must start with postgres://"), problems.description)
+    }
+
     func test_every_problem_is_reported_at_once() {
         let result = ServerConfig.load(
             file: ["port": "eighty", "nonsense": 1],

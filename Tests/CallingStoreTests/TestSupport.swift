@@ -81,7 +81,7 @@ func awaitResult<Value: Sendable>(
     return try outcome.get()
 }
 
-extension ChatStore {
+extension ChatPersistence {
     /// `appendChat`, waiting for the ack.
     func appendAndWait(_ draft: ChatDraft) throws -> ChatAppendResult {
         try awaitResult { appendChat(draft, completion: $0) }
@@ -110,6 +110,9 @@ extension ChatStore {
         try awaitResult { roomSummary(room: room, peer: peer, completion: $0) }
     }
 
+}
+
+extension ChatStore {
     /// Holds the store queue until `release` is signalled, and returns once the queue is held. Lets a
     /// test pile up work deterministically behind a busy writer.
     func holdQueue(until release: DispatchSemaphore) throws {

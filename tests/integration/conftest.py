@@ -122,3 +122,14 @@ def start_server(tmp_path, request):
 @pytest.fixture
 def server(start_server) -> Server:
     return start_server()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One PostgreSQL server for the session (support.PostgresServer), stopped at its end. Tests
+    take a fresh database each with `postgres.create_database()`."""
+    pg = support.PostgresServer().start()
+    try:
+        yield pg
+    finally:
+        pg.stop()

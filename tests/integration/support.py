@@ -16,6 +16,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -504,3 +505,120 @@ class Peer:
 
 def fresh_dir(prefix: str = "calling-it-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+# --------------------------------------------------------------------------------------------
+# PostgreSQL (shared chat history, `database_url`)
+
+PG_BIN = Path(os.environ.get("CALLING_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL: `initdb` in a fresh temporary folder, `postgres` on a free loopback
+    port (TCP only; the socket folder is the temporary folder), trust auth for superuser `calling`.
+
+    PostgreSQL refuses to run as root: started by root, it runs as the `postgres` user Debian's
+    package creates (or CALLING_TEST_PG_USER) through `setpriv`. `stop()` is a fast shutdown and
+    removes the folder. The Swift tests have the same helper (Sources/CallingTesting/TestPostgres.swift).
+    """
+
+    user = "calling"
+
+    def __init__(self):
+        self.directory = Path(tempfile.mkdtemp(prefix="calling-pg-"))
+        self.data = self.directory / "data"
+        self.run_as = os.environ.get("CALLING_TEST_PG_USER", "postgres") if os.geteuid() == 0 else None
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+
+    def _argv(self, args: list[str]) -> list[str]:
+        if self.run_as is None:
+            return args
+        return ["setpriv", f"--reuid={self.run_as}", f"--regid={self.run_as}", "--init-groups", "--"] + args
+
+    def start(self) -> "PostgresServer":
+        if self.run_as is not None:
+            subprocess.run(["chown", "-R", f"{self.run_as}:{self.run_as}", str(self.directory)], check=True)
+        env = dict(os.environ, LC_ALL="C")
+        result = subprocess.run(self._argv([str(PG_BIN / "initdb"), "-D", str(self.data), "-U", self.user,
+                                            "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync",
+                                            "--no-instructions"]),
+                                capture_output=True, text=True, env=env, cwd="/", timeout=120)
+        assert result.returncode == 0, f"initdb failed: {result.stdout}{result.stderr}"
+        for _ in range(5):
+            self.port = free_loopback_port()
+            self._launch()
+            if self._wait_ready():
+                return self
+            kill_and_reap(self.proc)
+        raise RuntimeError(f"postgres did not start:\n{self.log_text()}")
+
+    def _launch(self) -> None:
+        log = open(self.directory / "postgres.log", "ab")
+        env = dict(os.environ, LC_ALL="C")
+        self.proc = subprocess.Popen(
+            self._argv([str(PG_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port),
+                        "-c", f"listen_addresses={HOST}", "-c", f"unix_socket_directories={self.directory}",
+                        "-c", "max_connections=200", "-c", "logging_collector=off"]),
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
+        log.close()
+
+    def _wait_ready(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if subprocess.run([str(PG_BIN / "pg_isready"), "-q", "-h", HOST, "-p", str(self.port)]).returncode == 0:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def log_text(self) -> str:
+        try:
+            return (self.directory / "postgres.log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://{self.user}@{HOST}:{self.port}/{database}"
+
+    def create_database(self, name: str | None = None) -> str:
+        """An empty database (a fresh name unless given); returns its URL."""
+        name = name or f"t_{os.urandom(8).hex()}"
+        subprocess.run([str(PG_BIN / "createdb"), "-h", HOST, "-p", str(self.port), "-U", self.user, name],
+                       check=True, capture_output=True, timeout=30)
+        return self.url(name)
+
+    def psql(self, database_url: str, sql: str) -> str:
+        """Runs `sql`; returns psql's unaligned, tuples-only output."""
+        result = subprocess.run([str(PG_BIN / "psql"), database_url, "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                                capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, f"psql failed: {result.stderr}"
+        return result.stdout.strip()
+
+    def kill9(self) -> None:
+        """SIGKILL, as a crash would; `restart()` brings it back on the same port and data."""
+        kill_and_reap(self.proc)
+
+    def restart(self) -> None:
+        for _ in range(50):
+            self._launch()
+            if self._wait_ready():
+                return
+            kill_and_reap(self.proc)
+            time.sleep(0.1)
+        raise RuntimeError(f"postgres did not restart:\n{self.log_text()}")
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT), SIGKILL after 10 s; removes the folder. Idempotent."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                kill_and_reap(self.proc)
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -19,7 +19,7 @@ import support
 from support import REPO
 
 BUILT_BENCH = Path(os.environ.get("CALLING_BENCH_BIN", REPO / ".build" / "debug" / "calling-bench"))
-SCENARIOS = ["idle", "rtt", "relay", "fanout", "chat", "join", "history"]
+SCENARIOS = ["idle", "rtt", "relay", "fanout", "chat", "chat-postgres", "join", "history"]
 
 
 def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
