@@ -5,6 +5,7 @@ either, and what a chat sender sees while PostgreSQL is down (docs/operations.md
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 
 from support import BINARY, Peer, PostgresServer, run
@@ -25,6 +26,11 @@ async def send_and_ack(peer: Peer, client_id: str, text: str) -> dict:
     return await peer.recv_type("chat-ack", timeout=10, skip=SKIP)
 
 
+def cli_env() -> dict:
+    """The environment without CALLING_* (CALLING_SERVER_BIN of make test-tsan is no config key)."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("CALLING_")}
+
+
 def history(server, token: str, room: str) -> list[dict]:
     messages, since = [], 0
     while True:
@@ -39,10 +45,10 @@ def history(server, token: str, room: str) -> list[dict]:
 def test_migrate_applies_the_postgres_chat_schema_once(postgres, tmp_path):
     url = postgres.create_database()
     argv = [str(BINARY), "migrate", "--data-dir", str(tmp_path / "data"), "--database-url", url]
-    first = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=cli_env())
     assert first.returncode == 0, first.stderr
     assert "postgres applied: 001_chat" in first.stdout, first.stdout
-    again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=cli_env())
     assert again.returncode == 0, again.stderr
     assert "schema is up to date" in again.stdout and "postgres schema is up to date" in again.stdout, again.stdout
     assert postgres.psql(url, "SELECT version FROM calling_schema_version") == "1"
@@ -51,7 +57,7 @@ def test_migrate_applies_the_postgres_chat_schema_once(postgres, tmp_path):
 
     # A URL that is not PostgreSQL's is a configuration error (exit 78), not a crash.
     bad = subprocess.run([str(BINARY), "migrate", "--data-dir", str(tmp_path / "data"), "--database-url", "mysql://x"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=cli_env())
     assert bad.returncode == 78 and "database_url" in bad.stderr, (bad.returncode, bad.stderr)
 
 
