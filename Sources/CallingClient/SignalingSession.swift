@@ -401,8 +401,10 @@ struct SignalingSession {
         if isRetryableEnd(error) { scheduleReconnect(after: error) } else { fail(error) }
     }
 
-    /// Whether a socket end is followed by a reconnect.
+    /// A 4401 `token expired` close is worth a reconnect when a token provider can supply a new
+    /// token (seed behaviour of the browser SDK's `refreshToken`); every other end as `isRetryable` says.
     private func isRetryableEnd(_ error: CallingError) -> Bool {
+        if settings.hasTokenProvider, error.closeCode == CloseCode.tokenExpired.rawValue { return true }
         return error.isRetryable
     }
 

@@ -232,14 +232,31 @@ final class CappedReplayTests: ClientTestCase {
     }
 }
 
-/// A token that expires while connected ends the session for good (4401).
+/// A token that expires while connected (4401): terminal, unless a token provider has a fresh one.
 final class TokenExpiryTests: ClientTestCase {
     override func configure(_ config: inout ServerConfig) {
         config.jwtLeewaySeconds = 0
         config.tickMs = 100
     }
 
-    func test_token_expired_is_terminal_and_the_token_provider_is_not_asked() async throws {
+    func test_token_expired_without_a_token_provider_is_terminal() async throws {
+        let fresh = try server.token(peer: "alice")
+        let alice = try server.client("alice", token: server.token(peer: "alice", ttl: 2))
+        let events = EventLog(alice.events)
+        try await alice.connect()
+        let failure = try await events.first(timeout: 6) { if case .failed(let error) = $0.state { error } else { nil } }
+        XCTAssertEqual(failure, .tokenExpired)
+        XCTAssertFalse(failure.isRetryable)
+        XCTAssertThrowsError(try alice.markRead(1)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
+
+        // The app reconnects with a fresh token; the session resumes.
+        let welcome = try await alice.connect(token: fresh)
+        XCTAssertTrue(welcome.resumed)
+        XCTAssertEqual(alice.state, .connected)
+        await alice.disconnect()
+    }
+
+    func test_token_expired_asks_the_token_provider_and_resumes_with_the_fresh_token() async throws {
         let calls = Counter()
         let fresh = try server.token(peer: "alice")
         let alice = try server.client("alice", token: server.token(peer: "alice", ttl: 2)) {
@@ -250,17 +267,13 @@ final class TokenExpiryTests: ClientTestCase {
         }
         let events = EventLog(alice.events)
         try await alice.connect()
-        let failure = try await events.first(timeout: 6) { if case .failed(let error) = $0.state { error } else { nil } }
-        XCTAssertEqual(failure, .tokenExpired)
-        XCTAssertFalse(failure.isRetryable)
-        try await Task.sleep(nanoseconds: 500_000_000)
-        XCTAssertEqual(calls.value, 0)
-        XCTAssertThrowsError(try alice.markRead(1)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
-
-        // The app reconnects with a fresh token; the session resumes.
-        let welcome = try await alice.connect(token: fresh)
-        XCTAssertTrue(welcome.resumed)
-        XCTAssertEqual(alice.state, .connected)
+        let dropped = try await events.first(timeout: 6) { if case .disconnected(let error?) = $0 { error } else { nil } }
+        XCTAssertEqual(dropped, .tokenExpired)
+        let welcome = try await events.first { if case .connected(let w) = $0, w.resumed { w } else { nil } }
+        XCTAssertTrue(welcome.recovered)
+        XCTAssertEqual(calls.value, 1)
+        XCTAssertEqual(events.all.compactMap(\.state), [.connecting, .connected, .reconnecting(attempt: 1), .connected])
+        _ = try await alice.sendChat("still here")
         await alice.disconnect()
     }
 }
