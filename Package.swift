@@ -26,7 +26,9 @@ let package = Package(
             providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev"])]
         ),
 
-        .target(name: "CallingProtocol"),
+        // The value types apps see through the SDK (JSONValue, PeerID/RoomID/CallID, StatsSample).
+        .target(name: "CallingValues"),
+        .target(name: "CallingProtocol", dependencies: ["CallingValues"]),
         .target(name: "CallingCore", dependencies: ["CallingProtocol"]),
         .target(name: "CallingStore", dependencies: ["CSQLite", "CallingCore"], resources: [.copy("schema")]),
         .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingCore"]),
@@ -35,12 +37,12 @@ let package = Package(
             name: "CallingServer",
             dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingAuth", "CallingTransport"]
         ),
-        .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia"]),
+        .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia", "CallingProtocol"]),
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
         .executableTarget(name: "calling-fuzz", dependencies: ["CallingServer", "CallingProtocol", "CallingCore", "CallingAuth",
                                                                 "CallingTransport"]),
-        .target(name: "CallingClient", dependencies: ["CallingProtocol", "CallingCore", "CallingTransport"]),
-        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingCore", "CallingAuth"]),
+        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingCore", "CallingTransport"]),
+        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingCore", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
         .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
@@ -57,7 +59,7 @@ let package = Package(
         .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth", "CallingTesting"]),
         .testTarget(
             name: "CallingClientTests",
-            dependencies: ["CallingClient", "CallingServer", "CallingTesting", "CallingAuth"]
+            dependencies: ["CallingClient", "CallingProtocol", "CallingServer", "CallingTesting", "CallingAuth"]
         ),
         .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
         .testTarget(name: "CallingBenchTests", dependencies: ["CallingBench"]),

@@ -29,14 +29,14 @@ func reply(to message: ChatMessage) -> String {
     switch message.text.trimmingCharacters(in: .whitespacesAndNewlines).lowercased() {
     case "/help": return "Commands: /help, /time, /who. Anything else I repeat."
     case "/time": return "It is \(ISO8601DateFormatter().string(from: Date()))."
-    case "/who": return "In this room: " + (client.peers.map { $0.name ?? $0.peerId.rawValue }.joined(separator: ", "))
+    case "/who": return "In this room: " + (client.peers.map { $0.name ?? $0.peerID.rawValue }.joined(separator: ", "))
     default: return "You said: \(message.text)"
     }
 }
 
 do {
     let welcome = try await client.connect()
-    say("joined \(welcome.roomId) as \(welcome.peerId) with \(welcome.peers.count) other peer(s)")
+    say("joined \(welcome.roomID) as \(welcome.peerID) with \(welcome.peers.count) other peer(s)")
 } catch let error as CallingError {
     FileHandle.standardError.write(Data("cannot join: \(error) (retryable: \(error.isRetryable))\n".utf8))
     exit(error.isRetryable ? 75 : 77)
@@ -56,7 +56,7 @@ for await event in client.events {
         }
         client.setTyping(false)
     case .peerJoined(let peer):
-        _ = try? await client.sendChat("Hello \(peer.name ?? peer.peerId.rawValue)! Type /help.")
+        _ = try? await client.sendChat("Hello \(peer.name ?? peer.peerID.rawValue)! Type /help.")
     case .stateChanged(let state):
         say("state: \(state)")
         if state.isTerminal { exit(state == .ended ? 0 : 1) }

@@ -68,6 +68,10 @@ public final class PresenceClient: @unchecked Sendable {
         var path = url.path.isEmpty || url.path == "/" ? "/v1/presence" : url.path
         if let queues = options.queues { path += "?queues=" + queryEncoded(queues.joined(separator: ",")) }
         settings.path = path
+        if case .success(let endpoint) = endpoint {
+            settings.host = endpoint.host
+            settings.port = endpoint.port
+        }
         settings.connectTimeout = options.connectTimeout
         settings.reconnectDelays = options.reconnectDelays
         settings.maxReconnectAttempts = options.maxReconnectAttempts
@@ -186,7 +190,7 @@ public final class PresenceClient: @unchecked Sendable {
                     result = .success(try await provider())
                 } catch {
                     result = .failure(error as? CallingError
-                        ?? CallingError(.connectFailed(status: nil, message: "token provider: \(error)")))
+                        ?? CallingError(.tokenProviderFailed("\(error)")))
                 }
                 self?.submit(.tokenRefreshed(attempt: attempt, result))
             }

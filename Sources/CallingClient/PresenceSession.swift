@@ -44,6 +44,8 @@ enum PresenceInput: Sendable {
 struct PresenceSession {
     struct Settings: Sendable {
         var path = "/v1/presence"
+        var host = ""
+        var port = 0
         var connectTimeout: TimeInterval = 10
         var reconnectDelays: [TimeInterval] = [1, 2, 4]
         var maxReconnectAttempts = 5
@@ -113,7 +115,7 @@ struct PresenceSession {
         case .socketFailed(let id, let status, let message):
             guard id == socket else { break }
             socketActive = false
-            ended(CallingError(.connectFailed(status: status, message: message)))
+            ended(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port))
         case .timerFired(let timer):
             switch timer {
             case .connect:

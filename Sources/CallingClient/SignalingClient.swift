@@ -38,8 +38,8 @@ public struct SignalingOptions: Sendable {
     public var tokenProvider: (@Sendable () async throws -> String)?
     /// Media seam; nil for a signaling-only client.
     public var mediaEngine: (any MediaEngine)?
-    /// The lws client loop to connect through; nil uses one process-wide loop.
-    public var loop: WebSocketClientLoop?
+    /// The lws client loop to connect through; nil uses one process-wide loop (tests pass their own).
+    var loop: WebSocketClientLoop?
     /// Where delegate methods are called. Default: a private serial queue (not main: servers and
     /// command-line tools have no main run loop).
     public var callbackQueue: DispatchQueue?
@@ -50,7 +50,7 @@ public struct SignalingOptions: Sendable {
     public init() {}
 
     /// The two TLS fields as the transport takes them.
-    public var tls: TLSClientOptions {
+    var tls: TLSClientOptions {
         TLSClientOptions(caFile: tlsCAFile, insecureSkipVerification: insecureSkipTLSVerification)
     }
 }
@@ -104,6 +104,10 @@ public final class SignalingClient: @unchecked Sendable {
         sink = EventSink(limit: options.eventBufferLimit)
         var settings = SignalingSession.Settings()
         settings.path = (url.path.isEmpty || url.path == "/") ? "/v1/ws" : url.path
+        if case .success(let endpoint) = endpoint {
+            settings.host = endpoint.host
+            settings.port = endpoint.port
+        }
         settings.reconnectDelays = options.reconnectDelays
         settings.maxReconnectAttempts = options.maxReconnectAttempts
         settings.connectTimeout = options.connectTimeout
@@ -142,10 +146,10 @@ public final class SignalingClient: @unchecked Sendable {
 
     public var state: CallState { driver.read(\.state) }
     /// Our peer id (`welcome.peer_id`); nil before the first `welcome`.
-    public var peerId: PeerID? { driver.read(\.peerID) }
+    public var peerID: PeerID? { driver.read(\.peerID) }
     /// The room (`welcome.room_id`), or before `connect()` the token's `room_id` claim.
-    public var roomId: RoomID? { driver.read { $0.roomID ?? TokenClaims.roomId(of: $0.token) } }
-    public var callId: CallID? { driver.read(\.callID) }
+    public var roomID: RoomID? { driver.read { $0.roomID ?? TokenClaims.roomID(of: $0.token) } }
+    public var callID: CallID? { driver.read(\.callID) }
     /// The other peers in the room, in join order.
     public var peers: [PeerInfo] { driver.read(\.peers) }
     /// The highest chat seq seen: the room's seq at the first `welcome`, live and replayed chat,
@@ -181,15 +185,15 @@ public final class SignalingClient: @unchecked Sendable {
         try command(.sendData(payload, to: to))
     }
 
-    /// Ends the call with `peerId`: closes its peer connection and, when `notify`, sends
+    /// Ends the call with `peerID`: closes its peer connection and, when `notify`, sends
     /// `data {kind:"hangup"}` to it.
-    public func hangup(_ peerId: PeerID, notify: Bool = true) {
-        try? command(.hangup(peerId, notify: notify))
+    public func hangup(_ peerID: PeerID, notify: Bool = true) {
+        try? command(.hangup(peerID, notify: notify))
     }
 
-    /// Declines an incoming offer from `peerId` with `data {kind:"reject"}`.
-    public func reject(_ peerId: PeerID) throws {
-        try command(.reject(peerId))
+    /// Declines an incoming offer from `peerID` with `data {kind:"reject"}`.
+    public func reject(_ peerID: PeerID) throws {
+        try command(.reject(peerID))
     }
 
     /// App-level keep-alive; the server answers `pong`.
@@ -233,8 +237,8 @@ public final class SignalingClient: @unchecked Sendable {
     /// every pending message is sent again. A `chat-ack` with an error, or an `error` frame
     /// refusing the `chat` frame, throws `CallingError` at once (`serverCode` 440/441/442…); 503
     /// is retried. While reconnecting the message waits.
-    public func sendChat(_ text: String, meta: JSONValue? = nil, clientId: String? = nil) async throws -> ChatAck {
-        let id = clientId ?? UUID().uuidString.lowercased()
+    public func sendChat(_ text: String, meta: JSONValue? = nil, clientID: String? = nil) async throws -> ChatAck {
+        let id = clientID ?? UUID().uuidString.lowercased()
         guard case .chatAck(let ack) = try await driver.wait({
             $0.handle(.sendChat(clientID: id, text: text, meta: meta, waiter: $1))
         }) else {
@@ -258,7 +262,7 @@ public final class SignalingClient: @unchecked Sendable {
     /// The room is `welcome.room_id`, or before `connect()` the token's `room_id` claim.
     /// Does not change `lastSeq` and emits no events.
     public func fetchMessages(sinceSeq: Int64 = 0, limit: Int? = nil) async throws -> MessagesPage {
-        let (bearer, room) = driver.read { ($0.token, $0.roomID ?? TokenClaims.roomId(of: $0.token)) }
+        let (bearer, room) = driver.read { ($0.token, $0.roomID ?? TokenClaims.roomID(of: $0.token)) }
         guard let room else { throw CallingError(.invalidToken("no room_id claim")) }
         let endpoint = try endpoint.get()
         var query = [URLQueryItem(name: "since_seq", value: String(sinceSeq))]
@@ -267,7 +271,7 @@ public final class SignalingClient: @unchecked Sendable {
                                       path: "/v1/rooms/\(queryEncoded(room.rawValue))/messages", query: query,
                                       token: bearer, timeout: options.httpTimeout)
         let messages = (body["messages"]?.arrayValue ?? []).compactMap { ChatMessage($0, from: $0["from"]?.stringValue) }
-        return MessagesPage(roomId: RoomID(body["room_id"]?.stringValue ?? room.rawValue), messages: messages,
+        return MessagesPage(roomID: RoomID(body["room_id"]?.stringValue ?? room.rawValue), messages: messages,
                             nextSinceSeq: body["next_since_seq"]?.int64Value ?? sinceSeq,
                             hasMore: body["has_more"]?.boolValue ?? false, lastSeq: body["last_seq"]?.int64Value ?? 0)
     }
@@ -357,7 +361,7 @@ public final class SignalingClient: @unchecked Sendable {
                     result = .success(try await provider())
                 } catch {
                     result = .failure(error as? CallingError
-                        ?? CallingError(.connectFailed(status: nil, message: "token provider: \(error)")))
+                        ?? CallingError(.tokenProviderFailed("\(error)")))
                 }
                 self?.submit(.tokenRefreshed(attempt: attempt, result))
             }

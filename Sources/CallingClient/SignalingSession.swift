@@ -111,6 +111,9 @@ enum SessionCommand: Sendable {
 struct SignalingSession {
     struct Settings: Sendable {
         var path = "/v1/ws"
+        /// Where the socket goes, for errors that name it.
+        var host = ""
+        var port = 0
         var reconnectDelays: [TimeInterval] = [1, 2, 4]
         var maxReconnectAttempts = 5
         var connectTimeout: TimeInterval = 10
@@ -227,7 +230,7 @@ struct SignalingSession {
         case .socketFailed(let id, let status, let message):
             guard id == socket else { break }
             socketGone()
-            socketEnded(CallingError(.connectFailed(status: status, message: message)))
+            socketEnded(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port))
         case .timerFired(let timer): timerFired(timer)
         case .tokenRefreshed(let attempt, let result): tokenRefreshed(attempt, result)
         case .gapPage(let generation, let page): gapPage(generation, page)
@@ -531,12 +534,12 @@ struct SignalingSession {
             emit(.read(from: from, seq: seq))
         case "peer-joined":
             guard let info = PeerInfo(payload) else { return }
-            peers.removeAll { $0.peerId == info.peerId }
+            peers.removeAll { $0.peerID == info.peerID }
             peers.append(info)
             emit(.peerJoined(info))
         case "peer-left":
             guard let id = (payload?["peer_id"]?.stringValue).map({ PeerID($0) }) ?? from else { return }
-            peers.removeAll { $0.peerId == id }
+            peers.removeAll { $0.peerID == id }
             peerGone(id)
             emit(.peerLeft(id))
         case "offer":
@@ -600,28 +603,28 @@ struct SignalingSession {
         welcomed = true
         let resumed = payload["recovered"] != nil
         let welcome = Welcome(
-            peerId: PeerID(payload["peer_id"]?.stringValue ?? ""), roomId: RoomID(payload["room_id"]?.stringValue ?? ""),
-            callId: payload["call_id"]?.stringValue.map { CallID($0) }, role: payload["role"]?.stringValue ?? "peer",
+            peerID: PeerID(payload["peer_id"]?.stringValue ?? ""), roomID: RoomID(payload["room_id"]?.stringValue ?? ""),
+            callID: payload["call_id"]?.stringValue.map { CallID($0) }, role: payload["role"]?.stringValue ?? "peer",
             name: payload["name"]?.stringValue, peers: (payload["peers"]?.arrayValue ?? []).compactMap { PeerInfo($0) },
             lastSeq: payload["last_seq"]?.int64Value ?? 0, readSeq: payload["read_seq"]?.int64Value ?? 0,
             unread: payload["unread"]?.int64Value ?? 0, resumed: resumed,
             recovered: payload["recovered"]?.boolValue ?? true, replayCount: Int(payload["replay_count"]?.int64Value ?? 0),
             raw: payload)
-        peerID = welcome.peerId
-        roomID = welcome.roomId
-        callID = welcome.callId
+        peerID = welcome.peerID
+        roomID = welcome.roomID
+        callID = welcome.callID
         replayRemaining = resumed ? welcome.replayCount : 0
         gapFillPending = resumed && !welcome.recovered
         if resumed {
             // The roster may have changed while we were away: report the difference.
-            let before = Set(peers.map(\.peerId))
-            let after = Set(welcome.peers.map(\.peerId))
-            for gone in peers where !after.contains(gone.peerId) {
-                peerGone(gone.peerId)
-                emit(.peerLeft(gone.peerId))
+            let before = Set(peers.map(\.peerID))
+            let after = Set(welcome.peers.map(\.peerID))
+            for gone in peers where !after.contains(gone.peerID) {
+                peerGone(gone.peerID)
+                emit(.peerLeft(gone.peerID))
             }
             peers = welcome.peers
-            for joined in welcome.peers where !before.contains(joined.peerId) { emit(.peerJoined(joined)) }
+            for joined in welcome.peers where !before.contains(joined.peerID) { emit(.peerJoined(joined)) }
         } else {
             peers = welcome.peers
             // Messages before this session are history (fetchMessages), not live events.
@@ -685,7 +688,7 @@ struct SignalingSession {
         }
         guard let seq = payload?["seq"]?.int64Value else { return }
         markSeen(seq)
-        resolveChat(id, .success(ChatAck(clientId: id, seq: seq, ts: payload?["ts"]?.int64Value ?? 0)))
+        resolveChat(id, .success(ChatAck(clientID: id, seq: seq, ts: payload?["ts"]?.int64Value ?? 0)))
     }
 
     private mutating func handleChat(_ message: ChatMessage, replayed: Bool = false) {
@@ -698,9 +701,9 @@ struct SignalingSession {
         if replayed { replayHigh = max(replayHigh, message.seq) }
         guard message.seq > seenFloor, !seenSeqs.contains(message.seq) else { return }  // replay overlap
         markSeen(message.seq)
-        if message.from == peerID, pendingChats[message.clientId] != nil {
+        if message.from == peerID, pendingChats[message.clientID] != nil {
             // Our own message in a resume replay: committed, its ack was lost with the socket.
-            resolveChat(message.clientId, .success(ChatAck(clientId: message.clientId, seq: message.seq, ts: message.ts)))
+            resolveChat(message.clientID, .success(ChatAck(clientID: message.clientID, seq: message.seq, ts: message.ts)))
             return
         }
         emit(.chat(message))

@@ -1,4 +1,6 @@
-@_exported import CallingProtocol
+// Apps see the shared value types and this module, nothing of the protocol or transport internals.
+@_exported import CallingValues
+import CallingProtocol
 import Foundation
 
 /// The call state machine of the SDKs (docs/sdk.md, "Client SDK compatibility"):
@@ -38,27 +40,27 @@ public enum CallState: Sendable, Equatable, CustomStringConvertible {
 
 /// Another member of the room, as listed in `welcome.peers` and `peer-joined`.
 public struct PeerInfo: Sendable, Equatable {
-    public var peerId: PeerID
+    public var peerID: PeerID
     public var role: String
     public var name: String?
 
-    public init(peerId: PeerID, role: String = "peer", name: String? = nil) {
-        self.peerId = peerId
+    public init(peerID: PeerID, role: String = "peer", name: String? = nil) {
+        self.peerID = peerID
         self.role = role
         self.name = name
     }
 
     init?(_ json: JSONValue?) {
         guard let id = json?["peer_id"]?.stringValue else { return nil }
-        self.init(peerId: PeerID(id), role: json?["role"]?.stringValue ?? "peer", name: json?["name"]?.stringValue)
+        self.init(peerID: PeerID(id), role: json?["role"]?.stringValue ?? "peer", name: json?["name"]?.stringValue)
     }
 }
 
 /// What `welcome` said, delivered with `CallingEvent.connected` on every (re)connect.
 public struct Welcome: Sendable, Equatable {
-    public var peerId: PeerID
-    public var roomId: RoomID
-    public var callId: CallID?
+    public var peerID: PeerID
+    public var roomID: RoomID
+    public var callID: CallID?
     public var role: String
     public var name: String?
     public var peers: [PeerInfo]
@@ -81,7 +83,7 @@ public struct Welcome: Sendable, Equatable {
 public struct ChatMessage: Sendable, Equatable {
     public var seq: Int64
     public var from: PeerID
-    public var clientId: String
+    public var clientID: String
     public var text: String
     public var meta: JSONValue?
     /// Server receive time, ms since the Unix epoch.
@@ -92,7 +94,7 @@ public struct ChatMessage: Sendable, Equatable {
               let sender = from ?? payload["from"]?.stringValue else { return nil }
         self.seq = seq
         self.from = PeerID(sender)
-        clientId = payload["client_id"]?.stringValue ?? ""
+        clientID = payload["client_id"]?.stringValue ?? ""
         text = payload["text"]?.stringValue ?? ""
         meta = payload["meta"].flatMap(JSONValue.nonNull)
         ts = payload["ts"]?.int64Value ?? 0
@@ -101,14 +103,14 @@ public struct ChatMessage: Sendable, Equatable {
 
 /// The server's acknowledgement of `sendChat`: the message is committed at `seq`.
 public struct ChatAck: Sendable, Equatable {
-    public var clientId: String
+    public var clientID: String
     public var seq: Int64
     public var ts: Int64
 }
 
 /// One page of `GET /v1/rooms/{room}/messages`.
 public struct MessagesPage: Sendable, Equatable {
-    public var roomId: RoomID
+    public var roomID: RoomID
     public var messages: [ChatMessage]
     /// Pass as `sinceSeq` for the next page.
     public var nextSinceSeq: Int64

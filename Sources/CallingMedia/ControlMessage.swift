@@ -1,3 +1,4 @@
+import CallingProtocol
 import CallingClient
 
 /// The JSON messages of an HTTP session's `control` data channel (docs/protocol.md,

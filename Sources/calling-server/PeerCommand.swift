@@ -1,5 +1,6 @@
 import CallingClient
 import CallingMedia
+import CallingProtocol
 import CallingServer
 import Dispatch
 import Foundation
@@ -213,8 +214,8 @@ actor PeerSession {
         let ticker = Task { await self.tick() }
         do {
             let welcome = try await client.connect()
-            log("state connected peer=\(welcome.peerId) room=\(welcome.roomId) peers=\(welcome.peers.map(\.peerId.rawValue).joined(separator: ","))")
-            if let target = options.call, welcome.peers.contains(where: { $0.peerId == target }) { await startCall(target) }
+            log("state connected peer=\(welcome.peerID) room=\(welcome.roomID) peers=\(welcome.peers.map(\.peerID.rawValue).joined(separator: ","))")
+            if let target = options.call, welcome.peers.contains(where: { $0.peerID == target }) { await startCall(target) }
         } catch {
             signalingEvents.cancel()
             mediaEvents.cancel()
@@ -280,8 +281,8 @@ actor PeerSession {
         guard let client else { return }
         switch event {
         case .peerJoined(let info):
-            log("peer-joined \(info.peerId) role=\(info.role)")
-            if info.peerId == options.call, !calling { await startCall(info.peerId) }
+            log("peer-joined \(info.peerID) role=\(info.role)")
+            if info.peerID == options.call, !calling { await startCall(info.peerID) }
         case .peerLeft(let peer):
             log("peer-left \(peer)")
         case .incoming(let call):

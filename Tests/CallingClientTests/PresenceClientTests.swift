@@ -30,9 +30,9 @@ final class PresenceClientTests: ClientTestCase {
         XCTAssertEqual(offer.name, "Carl")
         XCTAssertEqual(offer.metadata, ["topic": "billing"])
         XCTAssertEqual(offer.requestID, ringing.requestID)
-        let requestId = offer.requestID
+        let requestID = offer.requestID
 
-        try ann.accept(requestId)
+        try ann.accept(requestID)
         let annAccepted = try await annEvents.first { if case .accepted(let a) = $0 { a } else { nil } }
         let carlAccepted = try await carlEvents.first { if case .accepted(let a) = $0 { a } else { nil } }
         XCTAssertEqual(annAccepted.roomID, carlAccepted.roomID)
@@ -42,12 +42,12 @@ final class PresenceClientTests: ClientTestCase {
         _ = try await carlEvents.first { if case .status(let s) = $0, s.status == .busy { s } else { nil } }
 
         // A second accept of the same request is refused; the connection stays open.
-        try ann.accept(requestId)
+        try ann.accept(requestID)
         let (refusal, refused, type) = try await annEvents.first {
             if case .error(let e, let id, let type) = $0 { (e, id, type) } else { nil }
         }
         XCTAssertEqual(refusal.serverCode, 409)
-        XCTAssertEqual(refused, requestId)
+        XCTAssertEqual(refused, requestID)
         XCTAssertEqual(type, "accept")
 
         // The minted tokens open the same room.
@@ -55,10 +55,10 @@ final class PresenceClientTests: ClientTestCase {
         let callerRoom = try server.client("carl", token: try XCTUnwrap(carlAccepted.token))
         try await agentRoom.connect()
         let welcome = try await callerRoom.connect()
-        XCTAssertEqual(welcome.roomId, annAccepted.roomID)
-        XCTAssertEqual(welcome.callId, annAccepted.callID)
+        XCTAssertEqual(welcome.roomID, annAccepted.roomID)
+        XCTAssertEqual(welcome.callID, annAccepted.callID)
         XCTAssertEqual(welcome.role, "caller")
-        XCTAssertEqual(callerRoom.peers.map(\.peerId), ["ann"])
+        XCTAssertEqual(callerRoom.peers.map(\.peerID), ["ann"])
         XCTAssertEqual(callerRoom.peers.first?.role, "agent")
         let ack = try await callerRoom.sendChat("hello agent")
         XCTAssertEqual(ack.seq, 1)

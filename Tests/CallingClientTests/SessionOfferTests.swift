@@ -1,3 +1,4 @@
+import CallingProtocol
 import CallingServer
 import Foundation
 import XCTest
@@ -66,7 +67,7 @@ final class SessionOfferTests: ClientTestCase {
         XCTAssertEqual(incoming.offer.sdp, Self.offer)
         let sessionID = try XCTUnwrap(incoming.offer.sessionID, "session_id of the offer payload")
         let order = events.all
-        XCTAssertLessThan(try XCTUnwrap(order.firstIndex { if case .peerJoined(let info) = $0 { info.peerId == caller } else { false } }),
+        XCTAssertLessThan(try XCTUnwrap(order.firstIndex { if case .peerJoined(let info) = $0 { info.peerID == caller } else { false } }),
                           try XCTUnwrap(order.firstIndex { $0.incomingCall != nil }), "peer-joined, then the offer")
 
         try await agent.accept(caller)

@@ -40,8 +40,8 @@ final class SignalingClientTLSTests: ClientTestCase {
     func test_wss_and_https_with_the_private_ca_carry_chat_history_and_ice() async throws {
         let alice = try client("alice") { $0.tlsCAFile = self.pki.caFile }
         let welcome = try await alice.connect()
-        XCTAssertEqual(welcome.peerId.rawValue, "alice")
-        let ack = try await alice.sendChat("over tls", clientId: "c1")
+        XCTAssertEqual(welcome.peerID.rawValue, "alice")
+        let ack = try await alice.sendChat("over tls", clientID: "c1")
         XCTAssertEqual(ack.seq, 1)
         // REST goes over https:// with the same CA.
         let page = try await alice.fetchMessages()
@@ -117,15 +117,18 @@ final class SignalingClientTLSTests: ClientTestCase {
     func test_web_calls_over_https_verify_the_certificate() async throws {
         let base = URL(string: "https://127.0.0.1:\(server.port)")!
         // A verified connection reaches the server, which refuses the token: an HTTP answer.
-        let trusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token",
-                                    tls: TLSClientOptions(caFile: pki.caFile), loop: server.loop)
+        var options = WebCallOptions()
+        options.tlsCAFile = pki.caFile
+        options.loop = server.loop
+        let trusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token", options: options)
         do {
             _ = try await trusted.start(offerSDP: "v=0\r\n")
             XCTFail("started with a bad token")
         } catch let error as CallingError {
             XCTAssertEqual(error.httpStatus, 401, error.description)
         }
-        let untrusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token", loop: server.loop)
+        options.tlsCAFile = nil
+        let untrusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token", options: options)
         do {
             _ = try await untrusted.start(offerSDP: "v=0\r\n")
             XCTFail("https accepted a certificate that is not trusted")

@@ -130,7 +130,7 @@ final class SignalingSessionTests: XCTestCase {
         let welcomed = server(welcome(lastSeq: 7, peers: ["bob"]))
         XCTAssertEqual(session.state, .connected)
         XCTAssertEqual(session.peerID, "alice")
-        XCTAssertEqual(session.peers.map(\.peerId), ["bob"])
+        XCTAssertEqual(session.peers.map(\.peerID), ["bob"])
         XCTAssertEqual(session.lastSeq, 7)
         guard case .success(.welcome(let value))? = outcome(w) else { return XCTFail("connect not resolved") }
         XCTAssertFalse(value.resumed)
@@ -195,7 +195,7 @@ final class SignalingSessionTests: XCTestCase {
         input(.socketFailed(session.socket, status: nil, message: "refused"))
         advance(by: 2)
         input(.socketFailed(session.socket, status: nil, message: "refused"))
-        XCTAssertEqual(session.state, .failed(CallingError(.connectFailed(status: nil, message: "refused"))))
+        XCTAssertEqual(session.state, .failed(CallingError(.network(host: "", port: 0, reason: "refused"))))
         XCTAssertNil(opened(advance(by: 60)))
     }
 
@@ -293,7 +293,7 @@ final class SignalingSessionTests: XCTestCase {
         let w = waiter()
         input(.sendChat(clientID: "c1", text: "hi", meta: nil, waiter: w))
         let acked = server(ack("c1", seq: 5))
-        XCTAssertEqual(outcome(w), .success(.chatAck(ChatAck(clientId: "c1", seq: 5, ts: 5))))
+        XCTAssertEqual(outcome(w), .success(.chatAck(ChatAck(clientID: "c1", seq: 5, ts: 5))))
         XCTAssertEqual(session.lastSeq, 5)
         XCTAssertTrue(acked.contains(.cancel(.chatAck("c1"))))
         XCTAssertTrue(sent(advance(by: 30)).filter { $0.type == "chat" }.isEmpty, "nothing resent after the ack")
@@ -343,12 +343,12 @@ final class SignalingSessionTests: XCTestCase {
         XCTAssertEqual(sent(back).filter { $0.type == "chat" }, [chat("a1", "one"), chat("a2", "two")], "resent oldest first")
         _ = server(["type": "chat", "from": "alice", "payload": ["seq": 1, "client_id": "a1", "text": "one", "ts": 1]])
         let bob = server(["type": "chat", "from": "bob", "payload": ["seq": 2, "client_id": "b1", "text": "yo", "ts": 2]])
-        XCTAssertEqual(outcome(w1), .success(.chatAck(ChatAck(clientId: "a1", seq: 1, ts: 1))))
+        XCTAssertEqual(outcome(w1), .success(.chatAck(ChatAck(clientID: "a1", seq: 1, ts: 1))))
         XCTAssertEqual(events(bob).compactMap(\.chatMessage).map(\.seq), [2])
         // The live duplicate of the replayed message is not reported twice.
         XCTAssertTrue(events(server(["type": "chat", "from": "bob", "payload": ["seq": 2, "client_id": "b1", "text": "yo", "ts": 2]])).isEmpty)
         _ = server(ack("a2", seq: 3))
-        XCTAssertEqual(outcome(w2), .success(.chatAck(ChatAck(clientId: "a2", seq: 3, ts: 5))))
+        XCTAssertEqual(outcome(w2), .success(.chatAck(ChatAck(clientID: "a2", seq: 3, ts: 5))))
         XCTAssertEqual(session.lastSeq, 3)
     }
 
@@ -362,7 +362,7 @@ final class SignalingSessionTests: XCTestCase {
         guard case .fetchGap(let since, let generation)? = actions.last else { return XCTFail("no gap fill") }
         XCTAssertEqual(since, 2)
         let message = ChatMessage(["seq": 3, "client_id": "b3", "text": "y", "ts": 3], from: "bob")!
-        let page = MessagesPage(roomId: "room-1", messages: [message], nextSinceSeq: 3, hasMore: false, lastSeq: 3)
+        let page = MessagesPage(roomID: "room-1", messages: [message], nextSinceSeq: 3, hasMore: false, lastSeq: 3)
         XCTAssertEqual(events(input(.gapPage(generation: generation, page))).compactMap(\.chatMessage).map(\.seq), [3])
         XCTAssertEqual(session.lastSeq, 3)
     }
