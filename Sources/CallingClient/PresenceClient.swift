@@ -207,7 +207,7 @@ public final class PresenceClient: @unchecked Sendable {
         case .open, .binary: return
         case .text(let text): input = .socketText(socket, text)
         case .closed(let code, let reason): input = .socketClosed(socket, code: code, reason: reason)
-        case .failed(let status, let message): input = .socketFailed(socket, status: status, message: message)
+        case .failed(let status, let code, let message): input = .socketFailed(socket, status: status, code: code, message: message)
         }
         driver.run { session in
             if event.isTerminal, session.socket == socket { connection = nil }

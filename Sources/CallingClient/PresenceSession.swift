@@ -32,7 +32,7 @@ enum PresenceInput: Sendable {
     case disconnect(waiter: Waiter)
     case socketText(UInt64, String)
     case socketClosed(UInt64, code: UInt16?, reason: String)
-    case socketFailed(UInt64, status: Int?, message: String)
+    case socketFailed(UInt64, status: Int?, code: String? = nil, message: String)
     case timerFired(PresenceTimer)
     case tokenRefreshed(attempt: Int, Result<String, CallingError>)
 }
@@ -112,10 +112,11 @@ struct PresenceSession {
             socketActive = false
             if let code, !userDisconnected { emit(.closed(code: code, reason: reason)) }
             ended(CallingError(.closed(code: code, reason: reason)))
-        case .socketFailed(let id, let status, let message):
+        case .socketFailed(let id, let status, let code, let message):
             guard id == socket else { break }
             socketActive = false
-            ended(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port))
+            ended(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port,
+                                            code: code))
         case .timerFired(let timer):
             switch timer {
             case .connect:

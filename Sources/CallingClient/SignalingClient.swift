@@ -394,8 +394,8 @@ public final class SignalingClient: @unchecked Sendable {
         case .binary: break
         case .closed(let code, let reason):
             socketEnded(socket, .socketClosed(socket, code: code, reason: reason))
-        case .failed(let status, let message):
-            socketEnded(socket, .socketFailed(socket, status: status, message: message))
+        case .failed(let status, let code, let message):
+            socketEnded(socket, .socketFailed(socket, status: status, code: code, message: message))
         }
     }
 

@@ -77,7 +77,7 @@ enum SessionInput: Sendable {
     case socketOpened(UInt64)
     case socketText(UInt64, String)
     case socketClosed(UInt64, code: UInt16?, reason: String)
-    case socketFailed(UInt64, status: Int?, message: String)
+    case socketFailed(UInt64, status: Int?, code: String? = nil, message: String)
 
     case timerFired(SessionTimer)
     case tokenRefreshed(attempt: Int, Result<String, CallingError>)
@@ -227,10 +227,11 @@ struct SignalingSession {
             guard id == socket else { break }
             socketGone()
             socketEnded(CallingError(.closed(code: code, reason: reason)))
-        case .socketFailed(let id, let status, let message):
+        case .socketFailed(let id, let status, let code, let message):
             guard id == socket else { break }
             socketGone()
-            socketEnded(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port))
+            socketEnded(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port,
+                                                  code: code))
         case .timerFired(let timer): timerFired(timer)
         case .tokenRefreshed(let attempt, let result): tokenRefreshed(attempt, result)
         case .gapPage(let generation, let page): gapPage(generation, page)

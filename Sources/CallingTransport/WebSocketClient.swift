@@ -17,8 +17,9 @@ public enum WebSocketClientEvent: Sendable, Equatable {
     /// exchanged (the TCP connection dropped, `abort()`, or the loop shut down).
     case closed(code: UInt16?, reason: String)
     /// The connection never opened: refused, unreachable, or the upgrade was answered without a
-    /// 101. `status` is the HTTP status of that answer (401, 403, 503…) when there was one.
-    case failed(status: Int?, message: String)
+    /// 101. `status` is the HTTP status of that answer (401, 403, 503…) when there was one, `code`
+    /// its `problem-code` header (the server's problem code) when it had one.
+    case failed(status: Int?, code: String? = nil, message: String)
 
     /// True for `closed` and `failed`, the events that end the stream.
     public var isTerminal: Bool {
@@ -564,7 +565,8 @@ extension WebSocketClientLoop {
             if let failure = session.failureMessage { message = failure }
             if session.abortRequested { message = "aborted" }
             if message.isEmpty { message = "connection failed" }
-            finish(session, .failed(status: status == 0 ? nil : status, message: message))
+            finish(session, .failed(status: status == 0 ? nil : status, code: status == 0 ? nil : Self.problemCode(wsi),
+                                    message: message))
             return 0
 
         case LWS_CALLBACK_CLIENT_CLOSED, LWS_CALLBACK_CLOSED_CLIENT_HTTP, LWS_CALLBACK_WSI_DESTROY:
@@ -787,6 +789,19 @@ extension WebSocketClientLoop {
         session.sentClose = (code, String(decoding: reason, as: UTF8.self))
         // With a close reason set, -1 makes lws send the close frame and await the echo.
         return -1
+    }
+
+    /// Service thread: the `problem-code` header of a refused upgrade's answer.
+    private static func problemCode(_ wsi: OpaquePointer) -> String? {
+        let name = "problem-code:"
+        let size = Int(lws_hdr_custom_length(wsi, name, Int32(name.utf8.count)))
+        guard size > 0, size < 256 else { return nil }
+        var buffer = [CChar](repeating: 0, count: size + 1)
+        let copied = buffer.withUnsafeMutableBufferPointer {
+            lws_hdr_custom_copy(wsi, $0.baseAddress, Int32($0.count), name, Int32(name.utf8.count))
+        }
+        guard copied > 0 else { return nil }
+        return String(decoding: buffer.prefix(Int(copied)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Service thread: the wsi is gone without CONNECTION_ERROR.

@@ -105,6 +105,7 @@ final class PresenceClientTests: ClientTestCase {
             XCTFail("must be refused")
         } catch let error as CallingError {
             XCTAssertEqual(error.httpStatus, 403)
+            XCTAssertEqual(error.code, "token_wrong_scope")
             XCTAssertFalse(error.isRetryable)
         }
     }

@@ -72,6 +72,9 @@ final class SignalingClientTests: ClientTestCase {
             XCTFail("connect must throw")
         } catch let error as CallingError {
             XCTAssertEqual(error.httpStatus, 401)
+            XCTAssertEqual(error.code, "token_bad_signature", "the server's problem code, not lws text")
+            XCTAssertEqual(error.kind, .connectFailed(status: 401, code: "token_bad_signature",
+                                                      message: "the token's signature does not verify (another secret or key)"))
             XCTAssertFalse(error.isRetryable)
         }
         guard case .failed = client.state else { return XCTFail("state \(client.state)") }
