@@ -58,6 +58,7 @@ public final class PresenceClient: @unchecked Sendable {
     /// `/v1/presence`; other schemes make `connect()` throw `unsupportedURL`); `token` needs
     /// `scope` `presence` and `role` `agent`, `caller` or `dashboard`.
     public init(url: URL, token: String, options: PresenceOptions = PresenceOptions()) {
+        CallingLog.install()
         self.url = url
         self.options = options
         loop = options.loop ?? SignalingClient.sharedLoop

@@ -96,6 +96,7 @@ public final class SignalingClient: @unchecked Sendable {
     /// `options.tlsCAFile` and `options.insecureSkipTLSVerification` say; any other scheme makes
     /// `connect()` throw `unsupportedURL` rather than fall back to plaintext.
     public init(url: URL, token: String, options: SignalingOptions = SignalingOptions()) {
+        CallingLog.install()
         self.url = url
         self.options = options
         endpoint = Result { () throws(CallingError) in try REST.endpoint(for: url) }
@@ -129,8 +130,11 @@ public final class SignalingClient: @unchecked Sendable {
     }
 
     /// One lws client loop for every client that is not given its own; lives for the process.
-    /// Its logger shows warnings: the one it writes is `insecureSkipTLSVerification`'s.
-    static let sharedLoop = WebSocketClientLoop(logger: Logger(label: "calling-client", level: .warning))
+    /// It logs through `CallingLog` (the warning it writes is `insecureSkipTLSVerification`'s).
+    static let sharedLoop: WebSocketClientLoop = {
+        CallingLog.install()
+        return WebSocketClientLoop(logger: CallingLog.logger)
+    }()
 
     // MARK: public state
 

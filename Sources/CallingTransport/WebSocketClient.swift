@@ -96,8 +96,9 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// If lws cannot create a context, the loop still exists but every connection fails at once.
     public init(logger: Logger) {
         self.logger = logger
-        // lws's notices would otherwise land on an SDK user's stderr; keep warnings and errors.
-        lws_set_log_level(LLL_ERR | LLL_WARN, nil)
+        // Warnings and errors only, through the hook that `routeLibraryLog` can redirect (lws's
+        // notices would otherwise land on an SDK user's stderr).
+        cs_lws_install_log_hook()
         let ready = DispatchSemaphore(value: 0)
         stopped.enter()
         // A joinable pthread rather than Foundation's Thread so `shutdown` can return only after
@@ -231,6 +232,25 @@ public final class WebSocketClientLoop: @unchecked Sendable {
         }
         return try outcome.get()
     }
+
+    /// Sends libwebsockets' own log lines (warnings and errors, without lws's timestamp) to `sink`
+    /// instead of stderr; nil restores stderr. Process-wide: lws has one log for every context,
+    /// the server's included.
+    public static func routeLibraryLog(_ sink: (@Sendable (_ isError: Bool, _ line: String) -> Void)?) {
+        librarySink.withLock { $0 = sink }
+        cs_lws_install_log_hook()
+        cs_lws_set_sink(sink == nil ? nil : { level, line in
+            var text = String(cString: line)
+            // "[2026/12/01 14:40:47:4719] E: SSL error: …\n" → "SSL error: …"
+            if text.hasPrefix("["), let close = text.firstIndex(of: "]") { text = String(text[text.index(after: close)...]) }
+            text = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            if text.count > 3, text.dropFirst().hasPrefix(": ") { text = String(text.dropFirst(3)) }
+            let isError = level & LLL_ERR != 0
+            WebSocketClientLoop.librarySink.withLock { $0 }?(isError, text)
+        })
+    }
+
+    private static let librarySink = PthreadLocked<(@Sendable (Bool, String) -> Void)?>(nil)
 
     /// Queues `command` for the service thread; false once the loop no longer accepts work.
     /// Any thread.

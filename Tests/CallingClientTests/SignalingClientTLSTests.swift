@@ -137,4 +137,27 @@ final class SignalingClientTLSTests: ClientTestCase {
             XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
         }
     }
+
+    func test_libwebsockets_log_lines_go_to_the_calling_log_handler() async throws {
+        let lines = LogLines()
+        CallingLog.setHandler(level: .warning) { level, line in lines.add(level, line) }
+        defer { CallingLog.setHandler(nil) }
+        // No CA for the server's certificate: lws logs OpenSSL's reason.
+        let alice = try client("alice")
+        _ = try? await alice.connect()
+        try await eventually { lines.all.contains { $0.1.hasPrefix("libwebsockets: ") } }
+        let line = try XCTUnwrap(lines.all.first { $0.1.hasPrefix("libwebsockets: ") })
+        XCTAssertEqual(line.0, .error)
+        XCTAssertTrue(line.1.contains("SSL error"), line.1)
+        XCTAssertFalse(line.1.contains("] E:"), "lws's timestamp and level prefix are stripped: \(line.1)")
+    }
+}
+
+/// Collects `CallingLog` lines.
+final class LogLines: @unchecked Sendable {
+    // @unchecked: `lines` only under `lock`.
+    private let lock = NSLock()
+    private var lines: [(CallingLogLevel, String)] = []
+    func add(_ level: CallingLogLevel, _ line: String) { lock.withLock { lines.append((level, line)) } }
+    var all: [(CallingLogLevel, String)] { lock.withLock { lines } }
 }
