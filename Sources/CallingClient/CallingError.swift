@@ -43,6 +43,8 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
         case invalidState(String)
         /// The `MediaEngine` failed or is missing.
         case media(String)
+        /// A call's media connection was lost and did not come back, or failed.
+        case disconnected(String)
         /// A URL whose scheme the SDK cannot serve (only ws, wss, http, https), or without a host.
         case unsupportedURL(String)
 
@@ -98,7 +100,7 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
     /// Whether trying again (reconnecting, resending) can succeed without the app changing anything.
     public var isRetryable: Bool {
         switch kind {
-        case .notConnected, .timedOut, .network, .tokenProviderFailed: return true
+        case .notConnected, .timedOut, .network, .tokenProviderFailed, .disconnected: return true
         case .connectFailed(let status, _, _):
             return status == 429 || status >= 500
         case .closed(let code, _):
@@ -172,6 +174,7 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
         case .http(let status, let code, let detail): return "HTTP \(status)\(code.map { " \($0)" } ?? ""): \(detail)"
         case .invalidState(let why): return "invalid state: \(why)"
         case .media(let why): return "media: \(why)"
+        case .disconnected(let why): return "call disconnected: \(why)"
         case .unsupportedURL(let why): return "unsupported URL: \(why)"
         }
     }

@@ -11,8 +11,9 @@
 /// called from any thread; they hop onto the client's queue.
 public protocol MediaEngine: AnyObject, Sendable {
     /// Creates the peer connection for `peer`. `onCandidate` is called for every local ICE
-    /// candidate; `onStateChange` when the connection state changes (`failed`, `closed` and
-    /// `disconnected` end the call with that peer).
+    /// candidate; `onStateChange` when the connection state changes: `failed` and `closed` end
+    /// the call at once, `disconnected` after `SignalingOptions.mediaDisconnectGrace` unless it
+    /// recovers, and a call not `connected` within `mediaConnectTimeout` ends too.
     func createPeerConnection(for peer: PeerID, onCandidate: @escaping @Sendable (IceCandidate) -> Void,
                               onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
     func createOffer(for peer: PeerID) async throws -> SessionDescription
@@ -46,6 +47,4 @@ public enum CallEndReason: Sendable, Equatable {
 /// The states of a peer connection that matter to signaling.
 public enum PeerConnectionState: String, Sendable {
     case new, connecting, connected, disconnected, failed, closed
-
-    var endsCall: Bool { self == .disconnected || self == .failed || self == .closed }
 }

@@ -21,6 +21,12 @@ public struct SignalingOptions: Sendable {
     public var typingTimeout: TimeInterval = 3
     /// How often the `MediaEngine` is asked for stats (only with an engine).
     public var statsInterval: TimeInterval = 5
+    /// A call whose peer connection is not `connected` this long after `call`/`accept` ends with
+    /// `callFailed(timedOut)`; 0 disables.
+    public var mediaConnectTimeout: TimeInterval = 15
+    /// A call whose connection went `disconnected` ends with `callFailed(disconnected)` unless it
+    /// is `connected` again within this long.
+    public var mediaDisconnectGrace: TimeInterval = 5
     /// Interval of app-level `ping` frames while connected; nil uses `welcome.ping_interval_ms`
     /// (25 s), 0 disables. A `ping` still unanswered at the next tick means the connection is
     /// dead (half-open TCP): it is dropped and the client reconnects.
@@ -116,6 +122,8 @@ public final class SignalingClient: @unchecked Sendable {
         settings.chatMaxAttempts = options.chatMaxAttempts
         settings.typingTimeout = options.typingTimeout
         settings.statsInterval = options.statsInterval
+        settings.mediaConnectTimeout = options.mediaConnectTimeout
+        settings.mediaDisconnectGrace = options.mediaDisconnectGrace
         settings.pingInterval = options.pingInterval
         settings.hasMediaEngine = options.mediaEngine != nil
         settings.hasTokenProvider = options.tokenProvider != nil

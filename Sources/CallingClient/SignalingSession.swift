@@ -28,6 +28,10 @@ enum SessionTimer: Hashable, Sendable {
     case stats
     /// `disconnect()` waiting for the server's close echo.
     case closeGrace
+    /// A call whose media has not connected yet.
+    case mediaConnect(PeerID)
+    /// A call whose connection went `disconnected`, waiting for it to recover.
+    case mediaGrace(PeerID)
 }
 
 /// Work for the `MediaEngine`, which the driver runs serialised per peer.
@@ -123,6 +127,8 @@ struct SignalingSession {
         var statsInterval: TimeInterval = 5
         var pingInterval: TimeInterval?
         var closeGrace: TimeInterval = 2
+        var mediaConnectTimeout: TimeInterval = 15
+        var mediaDisconnectGrace: TimeInterval = 5
         var hasMediaEngine = false
         var hasTokenProvider = false
     }
@@ -182,6 +188,8 @@ struct SignalingSession {
     /// one's reports count.
     private var currentConnection: [PeerID: UInt64] = [:]
     private var connectionCount: UInt64 = 0
+    /// Calls whose media has connected at least once.
+    private var mediaConnected = Set<PeerID>()
     private var statsRunning = false
     private var pingRunning = false
     private var pingEvery: TimeInterval = 0
@@ -268,14 +276,24 @@ struct SignalingSession {
                 send(Frame(.candidate, to: peer.rawValue, payload: candidate.json))
             }
         case .connectionState(let peer, let connection, let connectionState):
-            guard connectionState.endsCall, activeCalls.contains(peer), currentConnection[peer] == connection else { break }
-            // An HTTP session is ended by the server only when told: without this, a caller
-            // that hung up over its control channel would keep its seat until the token expires.
-            if sessionPeers.contains(peer), state == .connected {
-                send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"]))
+            guard activeCalls.contains(peer), currentConnection[peer] == connection else { break }
+            emit(.connectionState(peerID: peer, state: connectionState))
+            switch connectionState {
+            case .connected:
+                mediaConnected.insert(peer)
+                out.append(.cancel(.mediaConnect(peer)))
+                out.append(.cancel(.mediaGrace(peer)))
+            case .disconnected:
+                // ICE may recover on its own (a brief network drop): the call ends only if it
+                // stays disconnected for the grace period.
+                out.append(.arm(.mediaGrace(peer), after: settings.mediaDisconnectGrace))
+            case .failed:
+                mediaEnded(peer, failure: CallingError(.disconnected("the media connection failed")))
+            case .closed:
+                mediaEnded(peer, failure: nil)
+            case .new, .connecting:
+                break
             }
-            endCall(peer)
-            emit(.hangup(peer))
         }
         return out
     }
@@ -511,6 +529,13 @@ struct SignalingSession {
             guard userDisconnected, !state.isTerminal else { return }
             abandonSocket()
             finishSession(error: nil)
+        case .mediaConnect(let peer):
+            guard activeCalls.contains(peer), !mediaConnected.contains(peer) else { return }
+            mediaEnded(peer, failure: CallingError(.timedOut("the media connection (\(Int(settings.mediaConnectTimeout)) s)")))
+        case .mediaGrace(let peer):
+            guard activeCalls.contains(peer) else { return }
+            mediaEnded(peer, failure: CallingError(.disconnected(
+                "no media for \(Int(settings.mediaDisconnectGrace)) s after the connection was lost")))
         }
     }
 
@@ -815,6 +840,7 @@ struct SignalingSession {
         guard settings.hasMediaEngine else { return out.append(.resume(waiter, .failure(CallingError(.media("no MediaEngine"))))) }
         guard state == .connected else { return out.append(.resume(waiter, .failure(CallingError.notConnected))) }
         activeCalls.insert(peer)
+        armMediaConnect(peer)
         out.append(.media(.startCall(peer, connection: newConnection(peer), waiter: waiter)))
     }
 
@@ -824,7 +850,14 @@ struct SignalingSession {
             return out.append(.resume(waiter, .failure(CallingError(.invalidState("no incoming call from \(peer)")))))
         }
         activeCalls.insert(peer)
+        armMediaConnect(peer)
         out.append(.media(.answerCall(peer, connection: newConnection(peer), offer: offer, waiter: waiter)))
+    }
+
+    private mutating func armMediaConnect(_ peer: PeerID) {
+        mediaConnected.remove(peer)
+        out.append(.cancel(.mediaGrace(peer)))
+        if settings.mediaConnectTimeout > 0 { out.append(.arm(.mediaConnect(peer), after: settings.mediaConnectTimeout)) }
     }
 
     /// Numbers the peer connection about to be created for `peer` and makes it current.
@@ -832,6 +865,18 @@ struct SignalingSession {
         connectionCount += 1
         currentConnection[peer] = connectionCount
         return connectionCount
+    }
+
+    /// The engine's connection ended the call: `callFailed` (when it failed) then `hangup`.
+    private mutating func mediaEnded(_ peer: PeerID, failure: CallingError?) {
+        // An HTTP session is ended by the server only when told: without this, a caller
+        // that hung up over its control channel would keep its seat until the token expires.
+        if sessionPeers.contains(peer), state == .connected {
+            send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"]))
+        }
+        endCall(peer)
+        if let failure { emit(.callFailed(peerID: peer, error: failure)) }
+        emit(.hangup(peer))
     }
 
     private mutating func remoteDescriptionApplied(_ peer: PeerID) {
@@ -845,6 +890,9 @@ struct SignalingSession {
         candidateQueue[peer] = nil
         remoteDescriptionSet.remove(peer)
         guard activeCalls.remove(peer) != nil, settings.hasMediaEngine else { return }
+        mediaConnected.remove(peer)
+        out.append(.cancel(.mediaConnect(peer)))
+        out.append(.cancel(.mediaGrace(peer)))
         out.append(.media(.close(peer, reason)))
     }
 

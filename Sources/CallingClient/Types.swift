@@ -144,8 +144,15 @@ public enum CallingEvent: Sendable, Equatable {
     case peerLeft(PeerID)
     /// A peer sent an offer; `accept` (with a `MediaEngine`) or `reject` it.
     case incoming(IncomingCall)
-    /// The call with this peer ended (its `hangup`, its `peer-left`, or the engine's connection died).
+    /// The call with this peer ended (its `hangup`, its `peer-left`, or the engine's connection
+    /// ended; `callFailed` comes first when it failed).
     case hangup(PeerID)
+    /// The peer connection of a call changed state (`MediaEngine`'s report).
+    case connectionState(peerID: PeerID, state: PeerConnectionState)
+    /// A call's media failed: `timedOut` (no media within `mediaConnectTimeout`) or
+    /// `disconnected` (lost for longer than `mediaDisconnectGrace`, or ICE failed). Both are
+    /// retryable: call again. `hangup` follows.
+    case callFailed(peerID: PeerID, error: CallingError)
     /// The peer rejected our offer (`data {kind:"reject"}`).
     case rejected(PeerID)
     /// An application `data` payload (not `hangup`/`reject`).

@@ -369,7 +369,8 @@ final class PeerConnection: @unchecked Sendable {
         let (changed, connectedMs) = lock.withLock { () -> (Bool, Int?) in
             guard !ended, state != lastState else { return (false, nil) }
             lastState = state
-            if state == .disconnected || state == .failed || state == .closed { ended = true }
+            // `disconnected` is not an end: ICE may come back (signaling gives it a grace period).
+            if state == .failed || state == .closed { ended = true }
             if state == .connected, connectedAfter == nil, let started = negotiationStarted {
                 connectedAfter = Int((DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000)
                 return (true, connectedAfter)

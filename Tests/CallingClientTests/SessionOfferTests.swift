@@ -26,6 +26,8 @@ final class SessionOfferTests: ClientTestCase {
     func agent(for call: CreatedCall, engine: FakeMediaEngine) async throws -> (SignalingClient, EventLog<CallingEvent>) {
         let agent = try server.client("agent-1", token: server.token(peer: "agent-1", room: call.room, role: "agent")) {
             $0.mediaEngine = engine
+            // `disconnected` ends the call after this grace (5 s by default; SignalingSessionMediaTests).
+            $0.mediaDisconnectGrace = 0.2
         }
         let events = EventLog(agent.events)
         try await agent.connect()

@@ -404,7 +404,97 @@ final class SignalingSessionTests: XCTestCase {
         // A stale connection's report is ignored; the current one's `failed` ends the call.
         XCTAssertTrue(input(.connectionState("bob", connection: connection + 1, .failed)).isEmpty)
         let ended = input(.connectionState("bob", connection: connection, .failed))
-        XCTAssertEqual(events(ended), [.hangup("bob")])
+        XCTAssertEqual(events(ended).last, .hangup("bob"))
+        XCTAssertEqual(events(ended).first, .connectionState(peerID: "bob", state: .failed))
         XCTAssertTrue(ended.contains(.media(.close("bob", .ended))))
+    }
+}
+
+/// Media timing of seed-compatible SDKs (docs/sdk.md "Media"): 15 s to connect, 5 s to recover.
+final class SignalingSessionMediaTests: XCTestCase {
+    private var session: SignalingSession = {
+        var settings = SignalingSession.Settings()
+        settings.hasMediaEngine = true
+        settings.pingInterval = 0
+        return SignalingSession(token: "t", settings: settings)
+    }()
+    private var now: TimeInterval = 0
+    private var timers: [SessionTimer: TimeInterval] = [:]
+
+    @discardableResult
+    private func input(_ input: SessionInput) -> [SessionAction] {
+        let actions = session.handle(input)
+        for action in actions {
+            if case .arm(let timer, let delay) = action { timers[timer] = now + delay }
+            if case .cancel(let timer) = action { timers[timer] = nil }
+        }
+        return actions
+    }
+
+    private func advance(by seconds: TimeInterval) -> [SessionAction] {
+        let end = now + seconds
+        var actions: [SessionAction] = []
+        while let (timer, due) = timers.filter({ $0.value <= end }).min(by: { $0.value < $1.value }) {
+            now = due
+            timers[timer] = nil
+            actions += input(.timerFired(timer))
+        }
+        now = end
+        return actions
+    }
+
+    private func events(_ actions: [SessionAction]) -> [CallingEvent] {
+        actions.compactMap { if case .emit(let event) = $0 { event } else { nil } }
+    }
+
+    /// Connected, with a call to bob started; returns its connection number.
+    private func calling() -> UInt64 {
+        input(.connect(token: nil, waiter: 1))
+        input(.socketText(session.socket, #"{"type":"welcome","payload":{"peer_id":"alice","room_id":"r","peers":[{"peer_id":"bob"}]}}"#))
+        for case .media(.startCall(_, let connection, _)) in input(.call("bob", waiter: 2)) { return connection }
+        XCTFail("no call started")
+        return 0
+    }
+
+    func test_a_call_whose_media_never_connects_fails_as_timed_out_after_15_s() {
+        let connection = calling()
+        XCTAssertEqual(events(input(.connectionState("bob", connection: connection, .connecting))),
+                       [.connectionState(peerID: "bob", state: .connecting)])
+        XCTAssertTrue(events(advance(by: 14.9)).isEmpty)
+        let ended = advance(by: 0.1)
+        guard case .callFailed("bob", let error)? = events(ended).first else { return XCTFail("\(ended)") }
+        guard case .timedOut = error.kind else { return XCTFail("\(error)") }
+        XCTAssertTrue(error.isRetryable)
+        XCTAssertEqual(events(ended).last, .hangup("bob"))
+        XCTAssertTrue(ended.contains(.media(.close("bob", .ended))))
+    }
+
+    func test_a_disconnect_shorter_than_5_s_keeps_the_call_and_a_longer_one_ends_it() {
+        let connection = calling()
+        input(.connectionState("bob", connection: connection, .connected))
+        XCTAssertTrue(events(advance(by: 60)).isEmpty, "connected: no media timeout")
+        input(.connectionState("bob", connection: connection, .disconnected))
+        XCTAssertTrue(events(advance(by: 3)).isEmpty)
+        XCTAssertEqual(events(input(.connectionState("bob", connection: connection, .connected))),
+                       [.connectionState(peerID: "bob", state: .connected)])
+        XCTAssertTrue(events(advance(by: 60)).isEmpty, "recovered: the call goes on")
+
+        input(.connectionState("bob", connection: connection, .disconnected))
+        XCTAssertTrue(events(advance(by: 4.9)).isEmpty)
+        let ended = events(advance(by: 0.1))
+        guard case .callFailed("bob", let error)? = ended.first, case .disconnected = error.kind else { return XCTFail("\(ended)") }
+        XCTAssertTrue(error.isRetryable)
+        XCTAssertEqual(ended.last, .hangup("bob"))
+    }
+
+    func test_failed_ends_the_call_at_once_and_a_remote_hangup_cancels_the_timers() {
+        let connection = calling()
+        let failed = events(input(.connectionState("bob", connection: connection, .failed)))
+        XCTAssertEqual(failed.count, 3, "\(failed)")  // connectionState, callFailed, hangup
+        let next = calling()
+        input(.socketText(session.socket, #"{"type":"data","from":"bob","payload":{"kind":"hangup"}}"#))
+        XCTAssertNil(timers[.mediaConnect("bob")])
+        XCTAssertTrue(events(advance(by: 60)).isEmpty)
+        XCTAssertTrue(input(.connectionState("bob", connection: next, .disconnected)).isEmpty, "the call is over")
     }
 }
