@@ -26,6 +26,13 @@ public protocol MediaEngine: AnyObject, Sendable {
     /// (`status ended` or `replaced`; docs/protocol.md, "The control channel"). Defaults to
     /// `close(peer:)`.
     func close(peer: PeerID, reason: CallEndReason)
+    /// The STUN/TURN servers for the next `createPeerConnection` with `peer`: `SignalingClient`
+    /// fetches them from `GET /v1/ice` right before each call (TURN credentials expire), or uses
+    /// `SignalingOptions.iceServers`. Default: ignored.
+    func useIceServers(_ servers: [IceServer], for peer: PeerID)
+    /// Sends silence instead of the input on every connection, present and later ones (`true`);
+    /// the calls go on. Default: ignored.
+    func setMuted(_ muted: Bool)
     /// A quality sample over all peer connections (`rtt_ms`, `jitter_ms`, `packet_loss` 0–1,
     /// `bitrate_kbps`), or nil when there is nothing to measure. Polled every `statsInterval`.
     func stats() async -> StatsSample?
@@ -33,6 +40,8 @@ public protocol MediaEngine: AnyObject, Sendable {
 
 extension MediaEngine {
     public func close(peer: PeerID, reason: CallEndReason) { close(peer: peer) }
+    public func useIceServers(_ servers: [IceServer], for peer: PeerID) {}
+    public func setMuted(_ muted: Bool) {}
 }
 
 /// Why signaling ends the media of a call.

@@ -44,6 +44,13 @@ public struct SignalingOptions: Sendable {
     public var tokenProvider: (@Sendable () async throws -> String)?
     /// Media seam; nil for a signaling-only client.
     public var mediaEngine: (any MediaEngine)?
+    /// STUN/TURN servers for every call; nil (the default) fetches them from `GET /v1/ice` right
+    /// before each call, as the mobile SDKs do (TURN credentials expire: an agent running for days
+    /// must not use hour-old ones).
+    public var iceServers: [IceServer]?
+    /// Used when that fetch fails (the mobile SDKs' fallback: public STUN). Empty: no servers
+    /// (a call inside one network still connects).
+    public var fallbackIceServers = [IceServer(urls: ["stun:stun.l.google.com:19302"])]
     /// The lws client loop to connect through; nil uses one process-wide loop (tests pass their own).
     var loop: WebSocketClientLoop?
     /// Where delegate methods are called. Default: a private serial queue (not main: servers and
@@ -96,6 +103,7 @@ public final class SignalingClient: @unchecked Sendable {
     /// removes itself when it finishes last.
     private var mediaTasks: [PeerID: (number: UInt64, task: Task<Void, Never>)] = [:]
     private var mediaTaskCount: UInt64 = 0
+    private var mutedStorage = false
 
     /// `url` is `ws://host:port` or `wss://host[:port]` (a path other than `/` replaces `/v1/ws`);
     /// `token` is a peer JWT. `wss://` (and `https://`) verify the server's certificate as
@@ -240,6 +248,16 @@ public final class SignalingClient: @unchecked Sendable {
     public func accept(_ peer: PeerID) async throws {
         _ = try await driver.wait { $0.handle(.accept(peer, waiter: $1)) }
     }
+
+    /// Sends silence instead of the microphone (the engine's input) on every call, present and
+    /// later ones; the calls go on.
+    public func setMuted(_ muted: Bool) {
+        driver.withLock { mutedStorage = muted }
+        options.mediaEngine?.setMuted(muted)
+    }
+
+    /// True after `setMuted(true)` until `setMuted(false)`.
+    public var isMuted: Bool { driver.withLock { mutedStorage } }
 
     // MARK: chat
 
@@ -425,6 +443,7 @@ public final class SignalingClient: @unchecked Sendable {
         case .startCall(let peer, let connection, let waiter):
             enqueueMedia(peer) { [self] in
                 do {
+                    engine.useIceServers(await iceServersForCall(), for: peer)
                     try await createPeerConnection(engine, peer, connection)
                     let offer = try await engine.createOffer(for: peer)
                     submit(.mediaOfferCreated(peer, connection: connection, offer, waiter: waiter))
@@ -435,6 +454,7 @@ public final class SignalingClient: @unchecked Sendable {
         case .answerCall(let peer, let connection, let offer, let waiter):
             enqueueMedia(peer) { [self] in
                 do {
+                    engine.useIceServers(await iceServersForCall(), for: peer)
                     try await createPeerConnection(engine, peer, connection)
                     try await engine.setRemoteDescription(offer, for: peer)
                     submit(.mediaRemoteApplied(peer))
@@ -483,6 +503,18 @@ public final class SignalingClient: @unchecked Sendable {
                 if self?.mediaTasks[peer]?.number == number { self?.mediaTasks[peer] = nil }
             }
         })
+    }
+
+    /// In a media task: `options.iceServers`, else a fresh `GET /v1/ice`, else the fallback.
+    private func iceServersForCall() async -> [IceServer] {
+        if let fixed = options.iceServers { return fixed }
+        do {
+            return try await fetchIceServers().servers
+        } catch {
+            CallingLog.write(.warning, "GET /v1/ice failed (\(error)); the call uses the fallback ICE servers",
+                             fromLibrary: false)
+            return options.fallbackIceServers
+        }
     }
 
     /// In a media task. `connection` numbers the peer connection, so late reports of a replaced

@@ -32,6 +32,9 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     private let certificate: DTLSCertificateValue
     private let lock = NSLock()
     private var connections: [PeerID: PeerConnection] = [:]
+    /// Servers `SignalingClient` fetched for the next connection with a peer (`useIceServers`).
+    private var callIceServers: [PeerID: [IceServer]] = [:]
+    private var muted = false
     private var recordings = 0
     private var feed: PCMFeed
     private var pacer: (any DispatchSourceTimer)?
@@ -109,8 +112,14 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
             let stem = url.deletingPathExtension().lastPathComponent
             return url.deletingLastPathComponent().appendingPathComponent("\(stem)-\(peer.rawValue).wav")
         }
+        var connectionOptions = options
+        let (servers, muted) = lock.withLock { (callIceServers.removeValue(forKey: peer), self.muted) }
+        if let servers { connectionOptions.iceServers = servers }
+        var settings = PeerConnection.Settings(options: connectionOptions, certificate: certificate, recording: recording,
+                                               pcmFormat: pcmFormat)
+        settings.muted = muted
         let connection = try PeerConnection(
-            peer: peer, settings: .init(options: options, certificate: certificate, recording: recording, pcmFormat: pcmFormat),
+            peer: peer, settings: settings,
             onCandidate: onCandidate, onStateChange: onStateChange,
             onEvent: { [continuation] event in continuation.yield(event) })
         lock.withLock { connections[peer] = connection }
@@ -134,6 +143,18 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     }
 
     public func close(peer: PeerID) { close(peer: peer, reason: .ended) }
+
+    public func useIceServers(_ servers: [IceServer], for peer: PeerID) {
+        lock.withLock { callIceServers[peer] = servers }
+    }
+
+    public func setMuted(_ muted: Bool) {
+        let all = lock.withLock { () -> [PeerConnection] in
+            self.muted = muted
+            return Array(connections.values)
+        }
+        for connection in all { connection.setMuted(muted) }
+    }
 
     public func close(peer: PeerID, reason: CallEndReason) {
         guard let connection = lock.withLock({ connections.removeValue(forKey: peer) }) else { return }

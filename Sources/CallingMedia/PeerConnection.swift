@@ -26,6 +26,8 @@ final class PeerConnection: @unchecked Sendable {
         var recording: URL?
         /// Rate and channels of what an `appsrc` input produces (the WAV file's, else 48 kHz mono).
         var pcmFormat: (rate: Int, channels: Int)
+        /// Start with the input muted (`GStreamerMediaEngine.setMuted`).
+        var muted = false
     }
 
     private let lock = NSLock()
@@ -33,6 +35,10 @@ final class PeerConnection: @unchecked Sendable {
     private var sendBranchAdded = false
     private var started = false
     private(set) var pcmSource: UnsafeMutablePointer<GstElement>?
+    /// The `volume` element of the send branch: muting it sends silence and keeps the stream.
+    private var micVolume: UnsafeMutablePointer<GstElement>?
+    /// Whether the input is muted now (the send branch may not exist yet).
+    private var inputMuted = false
     private var channels: [String: OpaquePointer] = [:]
     private var openChannels = Set<String>()
     private(set) var isSession = false
@@ -68,6 +74,7 @@ final class PeerConnection: @unchecked Sendable {
         self.settings = settings
         self.onCandidate = onCandidate
         self.onStateChange = onStateChange
+        inputMuted = settings.muted
         self.onEvent = onEvent
         // Before the pipeline exists: a file that cannot be written must not leak one.
         recorder = try settings.recording.map { try WAVFile.Writer(url: $0) }
@@ -190,6 +197,7 @@ final class PeerConnection: @unchecked Sendable {
                 + "caps=audio/x-raw,format=S16LE,layout=interleaved,rate=\(format.rate),channels=\(format.channels)"
         }
         let description = source + " ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=1"
+            + " ! volume name=mic mute=\(lock.withLock { inputMuted } ? "true" : "false")"
             + " ! opusenc bitrate=\(options.opusBitrate) frame-size=20 audio-type=voice complexity=\(options.opusComplexity) ! rtpopuspay pt=\(payloadType)"
             // encoding-params: webrtcbin writes the rtpmap from these caps when the offer is made before
             // rtpopuspay has negotiated; without it the line is `OPUS/48000`, which Chromium does not
@@ -200,6 +208,9 @@ final class PeerConnection: @unchecked Sendable {
         guard gst_element_link(branch, webrtc) != 0 else { throw MediaError.pipeline("could not link the audio branch to webrtcbin") }
         if let pcm = gst_bin_get_by_name(GStreamer.cast(UnsafeMutableRawPointer(branch)), "pcm") {
             lock.withLock { pcmSource = pcm }
+        }
+        if let mic = gst_bin_get_by_name(GStreamer.cast(UnsafeMutableRawPointer(branch)), "mic") {
+            lock.withLock { micVolume = mic }
         }
     }
 
@@ -606,11 +617,20 @@ final class PeerConnection: @unchecked Sendable {
         recorder?.close()
     }
 
+    /// Sends silence (`true`) or the input again; the RTP stream and the call go on.
+    func setMuted(_ muted: Bool) {
+        guard let mic = lock.withLock({ () -> UnsafeMutablePointer<GstElement>? in
+            inputMuted = muted
+            return micVolume
+        }) else { return }
+        cs_set_bool(UnsafeMutableRawPointer(mic), "mute", muted ? 1 : 0)
+    }
+
     deinit {
         // The last reference may be dropped on a GStreamer thread (a callback's strong reference
         // to its target): the pipeline is finalized elsewhere, never on a thread it owns.
         let objects = OwnedObjects(pipeline: pipeline, others: channels.values.map { UnsafeMutableRawPointer($0) }
-            + [pcmSource.map { UnsafeMutableRawPointer($0) }].compactMap { $0 })
+            + [pcmSource.map { UnsafeMutableRawPointer($0) }, micVolume.map { UnsafeMutableRawPointer($0) }].compactMap { $0 })
         Self.releaseQueue.async { objects.release() }
     }
 

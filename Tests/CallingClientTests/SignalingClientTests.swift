@@ -144,6 +144,15 @@ final class SignalingClientTests: ClientTestCase {
                           bobLog.firstIndex(of: "addCandidate alice cand-alice")!)
         // bob's own candidate reaches alice after her remote description is set.
         try await eventually { aliceEngine.log.contains("addCandidate bob cand-bob") }
+        // Each side's peer connection got the servers of a fresh GET /v1/ice, right before it.
+        let fetched = try await alice.fetchIceServers().servers.map(\.urls)
+        XCTAssertEqual(aliceEngine.iceServersUsed(for: "bob").map { $0.map(\.urls) }, [fetched])
+        XCTAssertEqual(bobEngine.iceServersUsed(for: "alice").map { $0.map(\.urls) }, [fetched])
+        // Local mute reaches the engine; the call goes on.
+        XCTAssertFalse(alice.isMuted)
+        alice.setMuted(true)
+        XCTAssertTrue(alice.isMuted)
+        XCTAssertTrue(aliceEngine.muted)
 
         let sample = try await aliceEvents.first { if case .stats(let sample) = $0 { sample } else { nil } }
         XCTAssertEqual(sample.rttMs, 20)
@@ -204,6 +213,19 @@ final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
     private var stateSinks: [PeerID: [@Sendable (PeerConnectionState) -> Void]] = [:]
 
     init(name: String) { self.name = name }
+
+    private var iceServerLists: [PeerID: [[IceServer]]] = [:]
+    private var mutedStorage = false
+
+    /// Every `useIceServers` list handed over for `peer`, oldest first.
+    func iceServersUsed(for peer: PeerID) -> [[IceServer]] { lock.withLock { iceServerLists[peer] ?? [] } }
+    var muted: Bool { lock.withLock { mutedStorage } }
+
+    func useIceServers(_ servers: [IceServer], for peer: PeerID) {
+        lock.withLock { iceServerLists[peer, default: []].append(servers) }
+    }
+
+    func setMuted(_ muted: Bool) { lock.withLock { mutedStorage = muted } }
 
     var log: [String] {
         lock.lock()
