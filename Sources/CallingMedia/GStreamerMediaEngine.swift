@@ -39,6 +39,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     private var feed: PCMFeed
     private var pacer: (any DispatchSourceTimer)?
     private var prewarming: Task<Void, Never>?
+    private var watchdog: Task<Void, Never>?
     /// State changes of GStreamer pipelines wait for their streaming threads: never on those
     /// threads, never on the cooperative pool.
     private let teardownQueue = DispatchQueue(label: "calling-media.teardown")
@@ -56,6 +57,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     deinit {
         pacer?.cancel()
+        watchdog?.cancel()
         // An app that drops the engine without hanging up must not leave pipelines streaming.
         for connection in connections.values {
             teardownQueue.async { connection.tearDown() }
@@ -124,6 +126,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
             onEvent: { [continuation] event in continuation.yield(event) })
         lock.withLock { connections[peer] = connection }
         startPacerIfNeeded()
+        startWatchdogIfNeeded()
     }
 
     public func createOffer(for peer: PeerID) async throws -> SessionDescription {
@@ -211,6 +214,48 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     private func connection(_ peer: PeerID) throws -> PeerConnection {
         guard let connection = lock.withLock({ connections[peer] }) else { throw MediaError.noPeerConnection(peer.rawValue) }
         return connection
+    }
+
+    // MARK: media watchdog
+
+    /// Polls every connection's received-packet counter (see `MediaOptions.mediaStallTimeout`).
+    private func startWatchdogIfNeeded() {
+        let stall = options.mediaStallTimeout
+        guard stall > 0 else { return }
+        lock.withLock {
+            guard watchdog == nil else { return }
+            watchdog = Task.detached { [weak self] in
+                var flow: [ObjectIdentifier: (packets: Int, progress: DispatchTime, stalled: Bool)] = [:]
+                while !Task.isCancelled {
+                    try? await Task.sleep(nanoseconds: 250_000_000)
+                    guard let self else { return }
+                    let live = self.lock.withLock { Array(self.connections.values) }
+                    let now = DispatchTime.now()
+                    var seen = Set<ObjectIdentifier>()
+                    for connection in live {
+                        let id = ObjectIdentifier(connection)
+                        seen.insert(id)
+                        guard let packets = await connection.packetsReceived() else { continue }
+                        var entry = flow[id] ?? (0, now, false)
+                        if packets > entry.packets {
+                            entry.packets = packets
+                            entry.progress = now
+                            if entry.stalled {
+                                entry.stalled = false
+                                connection.mediaFlow(stalled: false)
+                            }
+                        } else if entry.packets > 0, !entry.stalled, connection.state == .connected,
+                                  Double(now.uptimeNanoseconds - entry.progress.uptimeNanoseconds) / 1e9 >= stall
+                        {
+                            entry.stalled = true
+                            connection.mediaFlow(stalled: true)
+                        }
+                        flow[id] = entry
+                    }
+                    flow = flow.filter { seen.contains($0.key) }
+                }
+            }
+        }
     }
 
     // MARK: pacing

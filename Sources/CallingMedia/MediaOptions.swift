@@ -60,6 +60,11 @@ public struct MediaOptions: Sendable {
     /// The longest an answer to an HTTP session waits for ICE gathering: the session's caller
     /// cannot receive trickled candidates, so they must be in the answer.
     public var sessionGatherTimeout: TimeInterval = 2
+    /// A connected call from which no RTP packet has arrived for this long is reported
+    /// `disconnected` (and `connected` again when packets return), so a dead network path is
+    /// noticed in seconds rather than when ICE gives up. Only after the first packet (a peer that
+    /// sends nothing is never flagged); 0 disables.
+    public var mediaStallTimeout: TimeInterval = 2
 
     public init() {}
 }

@@ -564,6 +564,32 @@ final class PeerConnection: @unchecked Sendable {
 
     // MARK: stats
 
+    /// RTP packets received so far (webrtcbin's counters, without moving the bitrate baseline of
+    /// `stats()`); nil when the pipeline did not answer.
+    func packetsReceived() async -> Int? {
+        let reply = await withCheckedContinuation { (done: CheckedContinuation<StatsReply?, Never>) in
+            let promise = GStreamer.promise { outcome in
+                guard case .replied(let reply) = outcome else { return done.resume(returning: nil) }
+                done.resume(returning: StatsReply(reply))
+            }
+            cs_webrtc_get_stats(webrtc, promise)
+            gst_promise_unref(promise)
+        }
+        return reply?.stats.packetsReceived
+    }
+
+    /// The state last reported to signaling.
+    var state: PeerConnectionState { lock.withLock { lastState } }
+
+    /// The media watchdog saw no packet for a while (`stalled`) or packets again: ICE can take
+    /// tens of seconds to notice a dead path, signaling needs to know within seconds
+    /// (`SignalingOptions.mediaDisconnectGrace`).
+    func mediaFlow(stalled: Bool) {
+        let current = lock.withLock { lastState }
+        if stalled, current == .connected { report(.disconnected) }
+        if !stalled, current == .disconnected { report(.connected) }
+    }
+
     func stats() async -> PeerMediaStats {
         let reply = await withCheckedContinuation { (done: CheckedContinuation<StatsReply?, Never>) in
             let promise = GStreamer.promise { outcome in

@@ -303,6 +303,12 @@ actor PeerSession {
                 log("answer failed \(call.from): \(error)")
                 callEnded(call.from, reason: "error")
             }
+        case .callFailed(let peer, let error):
+            // The media connection timed out or stayed lost past the grace period (docs/sdk.md "Media").
+            log("call-failed \(peer) \(error)")
+            if case .timedOut = error.kind { callEnded(peer, reason: "timed_out") } else { callEnded(peer, reason: "disconnected") }
+        case .connectionState(let peer, let state):
+            log("call-state \(state.rawValue) peer=\(peer)")
         case .hangup(let peer):
             log("hangup \(peer)")
             callEnded(peer, reason: "remote")
