@@ -45,6 +45,8 @@ let package = Package(
         .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingCore", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
+        // The voice agent of docs/sdk.md ("Example: voice agent"): the SDK with CallingMedia.
+        .executableTarget(name: "VoiceAgent", dependencies: ["CallingClient", "CallingMedia"], path: "Examples/VoiceAgent"),
         .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
         // Load generators and the benchmark suite (bench/README.md). Neither the server library nor
         // the SDK links it; `calling-server bench` hands over to the calling-bench executable.

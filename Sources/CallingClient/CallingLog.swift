@@ -6,6 +6,7 @@ import Foundation
 public enum CallingLogLevel: Int, Sendable, Comparable, CaseIterable {
     case debug, info, warning, error
 
+    /// Orders levels by severity.
     public static func < (lhs: CallingLogLevel, rhs: CallingLogLevel) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 

@@ -39,8 +39,11 @@ public protocol MediaEngine: AnyObject, Sendable {
 }
 
 extension MediaEngine {
+    /// Default: `close(peer:)`, whatever the reason.
     public func close(peer: PeerID, reason: CallEndReason) { close(peer: peer) }
+    /// Default: the engine keeps its own ICE configuration.
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {}
+    /// Default: an engine without mute ignores it.
     public func setMuted(_ muted: Bool) {}
 }
 

@@ -45,6 +45,7 @@ public struct PresenceOptions: Sendable {
 public final class PresenceClient: @unchecked Sendable {
     // @unchecked: `connection` is touched only under the driver's lock; `let`s are immutable.
     public let url: URL
+    /// The settings given to `init`.
     public let options: PresenceOptions
 
     private let driver: SessionDriver<PresenceSession, PresenceAction, PresenceTimer, PresenceOutcome>

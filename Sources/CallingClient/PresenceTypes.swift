@@ -18,6 +18,7 @@ public struct PresenceStatus: Hashable, Sendable, CustomStringConvertible {
     /// Not taking calls; also what the server reports once an agent's grace period has passed.
     public static let offline = PresenceStatus(rawValue: "offline")
 
+    /// The wire value.
     public var description: String { rawValue }
 }
 
@@ -35,6 +36,7 @@ public enum PresenceRole: String, Sendable {
 public struct AgentPresence: Sendable, Equatable {
     /// The agent's peer id (its presence token's `sub`).
     public var agentID: PeerID
+    /// What the agent takes (only `.available` takes requests).
     public var status: PresenceStatus
     /// Free text of at most 256 bytes, nil when cleared.
     public var note: String?
@@ -56,6 +58,7 @@ public struct AgentPresence: Sendable, Equatable {
 /// A call request, in the shape the receiving role sees it: the offer an agent may accept, the
 /// ringing ack a caller gets, or a dashboard's view. Fields a role is not shown are nil.
 public struct PresenceRequest: Sendable, Equatable {
+    /// The request's id (`req_…`), for `accept`/`decline`/`cancel`.
     public var requestID: String
     /// The agent it rings for (caller ack, dashboard view).
     public var agentID: PeerID?
@@ -107,10 +110,15 @@ public struct PresenceSnapshot: Sendable, Equatable {
 /// The `accepted` frame: the call exists. Callers and agents get their room token; dashboards see
 /// the same frame without one.
 public struct PresenceAccepted: Sendable, Equatable {
+    /// The request's id (`req_…`), for `accept`/`decline`/`cancel`.
     public var requestID: String
+    /// The call created for the request.
     public var callID: CallID
+    /// The room both sides join with their tokens.
     public var roomID: RoomID
+    /// The agent who accepted.
     public var agentID: PeerID
+    /// The caller who asked.
     public var callerID: PeerID
     /// A room token for `/v1/ws` with `sub` = our own id; nil for dashboards.
     public var token: String?
@@ -145,12 +153,15 @@ public struct PresenceEndReason: Hashable, Sendable, CustomStringConvertible {
     /// The agent accepted but the server could not create the call.
     public static let failed = PresenceEndReason(rawValue: "failed")
 
+    /// The wire value.
     public var description: String { rawValue }
 }
 
 /// The `ended` frame.
 public struct PresenceEnded: Sendable, Equatable {
+    /// The request's id (`req_…`), for `accept`/`decline`/`cancel`.
     public var requestID: String
+    /// Why it ended.
     public var reason: PresenceEndReason
     /// Dashboards only.
     public var agentID: PeerID?

@@ -87,7 +87,9 @@ public final class SignalingClient: @unchecked Sendable {
     // @unchecked: the mutable I/O state below is touched only under the driver's lock (from
     // `perform`, or inside `driver.withLock`); `let`s are immutable and Sendable.
 
+    /// The URL given to `init`.
     public let url: URL
+    /// The settings given to `init`.
     public let options: SignalingOptions
 
     private let driver: SessionDriver<SignalingSession, SessionAction, SessionTimer, WaiterOutcome>
@@ -164,11 +166,13 @@ public final class SignalingClient: @unchecked Sendable {
         set { driver.withLock { delegateStorage = newValue } }
     }
 
+    /// Where the session is: `idle → connecting → connected ⇄ reconnecting → ended | failed`.
     public var state: CallState { driver.read(\.state) }
     /// Our peer id (`welcome.peer_id`); nil before the first `welcome`.
     public var peerID: PeerID? { driver.read(\.peerID) }
     /// The room (`welcome.room_id`), or before `connect()` the token's `room_id` claim.
     public var roomID: RoomID? { driver.read { $0.roomID ?? TokenClaims.roomID(of: $0.token) } }
+    /// The call the room belongs to (`welcome.call_id`), nil for rooms without one.
     public var callID: CallID? { driver.read(\.callID) }
     /// The other peers in the room, in join order.
     public var peers: [PeerInfo] { driver.read(\.peers) }

@@ -255,14 +255,14 @@ struct SignalingSession {
             }
         case .mediaOfferCreated(let peer, let connection, let offer, let waiter):
             if currentConnection[peer] == connection, state == .connected {
-                send(Frame(.offer, to: peer.rawValue, payload: offer.json))
+                send(Frame(.offer, to: peer.rawValue, payload: onTheWire(offer).json))
             }
             out.append(.resume(waiter, .success(.done)))
         case .mediaAnswerCreated(let peer, let connection, let answer, let waiter):
             // Not after the call ended: a peer that left and offered again must not get this
             // connection's answer to its new offer.
             if currentConnection[peer] == connection, state == .connected {
-                send(Frame(.answer, to: peer.rawValue, payload: answer.json))
+                send(Frame(.answer, to: peer.rawValue, payload: onTheWire(answer).json))
             }
             out.append(.resume(waiter, .success(.done)))
         case .mediaCallFailed(let peer, let connection, let message, let waiter):
@@ -424,7 +424,7 @@ struct SignalingSession {
     }
 
     /// A 4401 `token expired` close is worth a reconnect when a token provider can supply a new
-    /// token (seed behaviour of the browser SDK's `refreshToken`); every other end as `isRetryable` says.
+    /// token (as the browser SDK does with `refreshToken`, sdk/js/calling-client.js); every other end as `isRetryable` says.
     private func isRetryableEnd(_ error: CallingError) -> Bool {
         if settings.hasTokenProvider, error.closeCode == CloseCode.tokenExpired.rawValue { return true }
         return error.isRetryable
@@ -865,6 +865,14 @@ struct SignalingSession {
         connectionCount += 1
         currentConnection[peer] = connectionCount
         return connectionCount
+    }
+
+    /// A description as sent: our tracks under the stream id `local-<peerID>`.
+    private func onTheWire(_ description: SessionDescription) -> SessionDescription {
+        guard let peerID else { return description }
+        var sent = description
+        sent.sdp = LocalStreamID.rewrite(description.sdp, peer: peerID)
+        return sent
     }
 
     /// The engine's connection ended the call: `callFailed` (when it failed) then `hangup`.

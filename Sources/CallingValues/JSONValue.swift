@@ -15,15 +15,21 @@ public enum JSONValue: Sendable, Equatable, Hashable {
     case array([JSONValue])
     case object([String: JSONValue])
 
+    /// An object's field; nil for a missing key or a value that is not an object.
     public subscript(key: String) -> JSONValue? {
         if case .object(let fields) = self { return fields[key] }
         return nil
     }
 
+    /// The string, or nil.
     public var stringValue: String? { if case .string(let s) = self { return s } else { return nil } }
+    /// The boolean, or nil.
     public var boolValue: Bool? { if case .bool(let b) = self { return b } else { return nil } }
+    /// The fields of an object, or nil.
     public var objectValue: [String: JSONValue]? { if case .object(let o) = self { return o } else { return nil } }
+    /// The elements of an array, or nil.
     public var arrayValue: [JSONValue]? { if case .array(let a) = self { return a } else { return nil } }
+    /// True for JSON null.
     public var isNull: Bool { self == .null }
 
     /// `nil` for JSON null: a field sent as `null` means the same as an absent field.
@@ -41,6 +47,7 @@ public enum JSONValue: Sendable, Equatable, Hashable {
         }
     }
 
+    /// Any number as a Double, or nil.
     public var doubleValue: Double? {
         switch self {
         case .int(let i): return Double(i)
@@ -54,13 +61,20 @@ public enum JSONValue: Sendable, Equatable, Hashable {
 extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
     ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral, ExpressibleByFloatLiteral
 {
+    /// `"text"` is a string.
     public init(stringLiteral value: String) { self = .string(value) }
+    /// `42` is an integer.
     public init(integerLiteral value: Int64) { self = .int(value) }
+    /// `true` is a boolean.
     public init(booleanLiteral value: Bool) { self = .bool(value) }
+    /// `[1, "a"]` is an array.
     public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    /// `["k": 1]` is an object (the last of duplicate keys wins).
     public init(dictionaryLiteral elements: (String, JSONValue)...) {
         self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
     }
+    /// `nil` is JSON null.
     public init(nilLiteral: ()) { self = .null }
+    /// `1.5` is a double.
     public init(floatLiteral value: Double) { self = .double(value) }
 }

@@ -410,7 +410,7 @@ final class SignalingSessionTests: XCTestCase {
     }
 }
 
-/// Media timing of seed-compatible SDKs (docs/sdk.md "Media"): 15 s to connect, 5 s to recover.
+/// Media timing of the mobile SDKs (docs/sdk.md "Media", call timing): 15 s to connect, 5 s to recover.
 final class SignalingSessionMediaTests: XCTestCase {
     private var session: SignalingSession = {
         var settings = SignalingSession.Settings()
@@ -487,6 +487,14 @@ final class SignalingSessionMediaTests: XCTestCase {
         XCTAssertEqual(ended.last, .hangup("bob"))
     }
 
+    func test_the_offer_on_the_wire_names_the_stream_local_peer_id() {
+        let connection = calling()
+        let actions = input(.mediaOfferCreated("bob", connection: connection,
+                                               SessionDescription(kind: .offer, sdp: "v=0\r\na=msid:gst track0\r\n"), waiter: 2))
+        let sent = actions.compactMap { if case .send(let frame) = $0, frame.type == "offer" { frame } else { nil } }
+        XCTAssertEqual(sent.first?.payload?["sdp"], "v=0\r\na=msid:local-alice track0\r\n")
+    }
+
     func test_failed_ends_the_call_at_once_and_a_remote_hangup_cancels_the_timers() {
         let connection = calling()
         let failed = events(input(.connectionState("bob", connection: connection, .failed)))
@@ -496,5 +504,17 @@ final class SignalingSessionMediaTests: XCTestCase {
         XCTAssertNil(timers[.mediaConnect("bob")])
         XCTAssertTrue(events(advance(by: 60)).isEmpty)
         XCTAssertTrue(input(.connectionState("bob", connection: next, .disconnected)).isEmpty, "the call is over")
+    }
+}
+
+final class LocalStreamIDTests: XCTestCase {
+    func test_local_tracks_are_announced_under_local_peer_id() {
+        let sdp = "v=0\r\na=msid-semantic: WMS abc def\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=msid:abc track-1\r\n"
+            + "a=ssrc:1234 cname:x\r\na=ssrc:1234 msid:abc track-1\r\n"
+        XCTAssertEqual(LocalStreamID.rewrite(sdp, peer: "alice"),
+                       "v=0\r\na=msid-semantic: WMS local-alice\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=msid:local-alice track-1\r\n"
+                       + "a=ssrc:1234 cname:x\r\na=ssrc:1234 msid:local-alice track-1\r\n")
+        XCTAssertEqual(LocalStreamID.rewrite("v=0\nm=audio 9 RTP/AVP 0\n", peer: "a"), "v=0\nm=audio 9 RTP/AVP 0\n",
+                       "an SDP without stream ids is left alone")
     }
 }
