@@ -45,9 +45,17 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     private let teardownQueue = DispatchQueue(label: "calling-media.teardown")
     private let pacerQueue = DispatchQueue(label: "calling-media.pacer", qos: .userInteractive)
 
-    public init(options: MediaOptions = MediaOptions()) throws {
+    /// The offering side of an HTTP session (`GStreamerWebCall`).
+    let sessionCaller: Bool
+
+    public convenience init(options: MediaOptions = MediaOptions()) throws {
+        try self.init(options: options, sessionCaller: false)
+    }
+
+    init(options: MediaOptions, sessionCaller: Bool) throws {
         try GStreamer.initialize()
         self.options = options
+        self.sessionCaller = sessionCaller
         let certificate = try DTLSCertificate.generate()
         self.certificate = DTLSCertificateValue(pem: certificate.pem, fingerprint: certificate.sha256Fingerprint)
         feed = try PCMFeed(input: options.input)
@@ -120,6 +128,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         var settings = PeerConnection.Settings(options: connectionOptions, certificate: certificate, recording: recording,
                                                pcmFormat: pcmFormat)
         settings.muted = muted
+        settings.sessionCaller = sessionCaller
         let connection = try PeerConnection(
             peer: peer, settings: settings,
             onCandidate: onCandidate, onStateChange: onStateChange,

@@ -28,6 +28,10 @@ final class PeerConnection: @unchecked Sendable {
         var pcmFormat: (rate: Int, channels: Int)
         /// Start with the input muted (`GStreamerMediaEngine.setMuted`).
         var muted = false
+        /// The offering side of an HTTP session (`GStreamerWebCall`): the offer carries every
+        /// candidate (nothing is trickled to the server), and the `control` channel's `status`
+        /// and `pong` are this side's to read.
+        var sessionCaller = false
     }
 
     private let lock = NSLock()
@@ -265,7 +269,13 @@ final class PeerConnection: @unchecked Sendable {
         lock.withLock { localMids = SDPText.mids(text) }
         try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, offer.pointer, $0) }
         trace("local offer set")
-        return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(text, sha256: settings.certificate.fingerprint))
+        var sent = text
+        if settings.sessionCaller {
+            await waitForGathering(timeout: settings.options.sessionGatherTimeout)
+            let (candidates, complete) = lock.withLock { (localCandidates, gatheringComplete) }
+            sent = MediaSDP.addingCandidates(candidates, complete: complete, to: text)
+        }
+        return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(sent, sha256: settings.certificate.fingerprint))
     }
 
     func setRemoteDescription(_ description: SessionDescription) async throws {
@@ -531,7 +541,8 @@ final class PeerConnection: @unchecked Sendable {
     }
 
     private func message(_ text: String, on label: String) {
-        guard label == "control", lock.withLock({ isSession }) else {
+        let caller = settings.sessionCaller
+        guard label == "control", caller || lock.withLock({ isSession }) else {
             onEvent(.dataMessage(peer: peer, label: label, text: text))
             return
         }
@@ -540,6 +551,14 @@ final class PeerConnection: @unchecked Sendable {
             return
         }
         onEvent(.control(peer: peer, message: control))
+        if caller {
+            // The agent ended the session (or another POST with our token took it over).
+            if case .status(let state) = control, state == "ended" || state == "replaced" {
+                lock.withLock { remoteHungUp = true }
+                report(.closed)
+            }
+            return
+        }
         switch control {
         case .ping(let ts): try? send(ControlMessage.pong(ts: ts).text, on: "control")
         case .mute(let muted): lock.withLock { remoteMuted = muted }
