@@ -9,8 +9,12 @@ public enum WebCallEvent: Sendable, Equatable {
     case pong(rttMilliseconds: Int64)
     /// The peer connection changed state.
     case connectionState(PeerConnectionState)
+    /// Media stayed lost past the grace period: a new peer connection is posted with the same
+    /// token (`WebCallClient.reconnect`), attempt 1, 2, …; `status connected` follows on success.
+    case reconnecting(attempt: Int)
     /// The call is over: `hangup` (ours), `ended`/`replaced` (the agent's status), `failed`
-    /// (media), and nothing more is reported.
+    /// (the first POST), `disconnected` (every reconnect attempt failed), and nothing more is
+    /// reported.
     case ended(reason: String)
 }
 
@@ -42,6 +46,14 @@ public final class GStreamerWebCall: @unchecked Sendable {
     private let lock = NSLock()
     private var ended = false
     private var forwarding: Task<Void, Never>?
+    /// Numbers the peer connections; reports of a replaced one are ignored.
+    private var generation = 0
+    private var grace: Task<Void, Never>?
+    private var reconnecting = false
+    /// How long lost media may take to come back before a reconnect (docs/sdk.md "Media").
+    public var disconnectGrace: TimeInterval = 5
+    /// Waits before reconnect attempt 1, 2, 3; the call ends as `disconnected` after the last.
+    public var reconnectDelays: [TimeInterval] = [0, 1, 2, 4]
     /// The peer connection's name inside the engine.
     static let peer = PeerID("session")
 
@@ -69,17 +81,47 @@ public final class GStreamerWebCall: @unchecked Sendable {
         forwarding = Task { [weak self] in
             for await event in media { self?.forward(event) }
         }
-        try await engine.createPeerConnection(for: Self.peer, onCandidate: { _ in }, onStateChange: { [weak self] state in
-            self?.stateChanged(state)
-        })
         do {
-            let offer = try await engine.createOffer(for: Self.peer)
-            let answer = try await client.start(offerSDP: offer.sdp)
-            try await engine.setRemoteDescription(SessionDescription(kind: .answer, sdp: answer), for: Self.peer)
+            try await negotiate(first: true)
         } catch {
             finish("failed")
             throw error
         }
+    }
+
+    /// A new peer connection, its offer posted (`start` the first time, `reconnect` after).
+    private func negotiate(first: Bool) async throws {
+        let mine = lock.withLock { () -> Int in
+            generation += 1
+            return generation
+        }
+        try await engine.createPeerConnection(for: Self.peer, onCandidate: { _ in }, onStateChange: { [weak self] state in
+            self?.stateChanged(state, generation: mine)
+        })
+        let offer = try await engine.createOffer(for: Self.peer)
+        let answer = first ? try await client.start(offerSDP: offer.sdp) : try await client.reconnect(offerSDP: offer.sdp)
+        try await engine.setRemoteDescription(SessionDescription(kind: .answer, sdp: answer), for: Self.peer)
+    }
+
+    /// After the grace period: new peer connections with backoff until one is answered.
+    private func reconnect() async {
+        guard lock.withLock({ () -> Bool in
+            defer { reconnecting = true }
+            return !reconnecting && !ended
+        }) else { return }
+        defer { lock.withLock { reconnecting = false } }
+        for (index, delay) in reconnectDelays.enumerated() {
+            if delay > 0 { try? await Task.sleep(nanoseconds: UInt64(delay * 1e9)) }
+            guard !lock.withLock({ ended }) else { return }
+            continuation.yield(.reconnecting(attempt: index + 1))
+            do {
+                try await negotiate(first: false)
+                return
+            } catch {
+                continue  // the network may still be down; the next attempt waits longer
+            }
+        }
+        finish("disconnected")
     }
 
     /// Sends `ping {ts}`; the agent's `pong` arrives as `.pong`.
@@ -129,9 +171,28 @@ public final class GStreamerWebCall: @unchecked Sendable {
         }
     }
 
-    private func stateChanged(_ state: PeerConnectionState) {
+    private func stateChanged(_ state: PeerConnectionState, generation: Int) {
+        guard lock.withLock({ generation == self.generation && !ended }) else { return }
         continuation.yield(.connectionState(state))
-        if state == .failed { finish("failed") }
+        switch state {
+        case .connected:
+            lock.withLock { grace?.cancel() }
+        case .disconnected:
+            let wait = disconnectGrace
+            lock.withLock {
+                grace?.cancel()
+                grace = Task { [weak self] in
+                    try? await Task.sleep(nanoseconds: UInt64(wait * 1e9))
+                    guard !Task.isCancelled else { return }
+                    await self?.reconnect()
+                }
+            }
+        case .failed:
+            lock.withLock { grace?.cancel() }
+            Task { [weak self] in await self?.reconnect() }
+        default:
+            break
+        }
     }
 
     private func finish(_ reason: String) {
@@ -139,6 +200,7 @@ public final class GStreamerWebCall: @unchecked Sendable {
             defer { ended = true }
             return !ended
         }) else { return }
+        lock.withLock { grace?.cancel() }
         continuation.yield(.ended(reason: reason))
         engine.close(peer: Self.peer)
     }

@@ -485,6 +485,7 @@ actor WebCallSession {
     private let options: PeerCommand.Options
     private var statuses: [String] = []
     private var pongMilliseconds: Int64?
+    private var reconnects = 0
     private var endedReason: String?
     private var stop: CheckedContinuation<Void, Never>?
     private var call: GStreamerWebCall?
@@ -535,6 +536,7 @@ actor WebCallSession {
             "rms_dbfs": .double(stats?.audio.rmsDBFS ?? -120),
             "dominant_hz": .double(stats?.audio.dominantHz ?? 0),
             "hangup_reason": .string(endedReason ?? "time"),
+            "reconnect_attempts": .int(Int64(reconnects)),
         ]
         if let pongMilliseconds { fields["pong_rtt_ms"] = .int(pongMilliseconds) }
         log("summary " + JSONWriter.string(.object(fields)))
@@ -556,6 +558,9 @@ actor WebCallSession {
             pongMilliseconds = rtt
         case .connectionState(let state):
             log("state media-\(state.rawValue)")
+        case .reconnecting(let attempt):
+            log("reconnecting attempt=\(attempt)")
+            reconnects += 1
         case .ended(let reason):
             log("ended \(reason)")
             if reason != "hangup" { finish(reason) }

@@ -6,7 +6,9 @@ every host; the links stay up, as on a Wi-Fi that goes silent). The SDK notices 
 call `disconnected`, and gives it `mediaDisconnectGrace` (5 s) to come back:
 
 - a 3 s outage: the call survives and ends by the caller's own `--seconds`;
-- an 8 s outage: the call ends as `disconnected` (retryable) before the network is back.
+- an 8 s outage: the call ends as `disconnected` (retryable) before the network is back;
+- the same 8 s outage under an HTTP session's app (`--web-call`): it posts a new session with the
+  same token once the grace period is over and the call goes on.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import time
 
 import pytest
 
-from peers import CONNECT_TIMEOUT, SUMMARY_TIMEOUT, linux_peer, linux_peer_missing
+import support
+from peers import CONNECT_TIMEOUT, SUMMARY_TIMEOUT, clean_env, linux_peer, linux_peer_missing
 
 
 @pytest.fixture(autouse=True)
@@ -73,3 +76,34 @@ def test_an_8_s_outage_ends_the_call_as_disconnected(make_lab):
     output = alice.output()
     assert "call-failed bob call disconnected" in output, alice.tail()
     assert summary.get("hangup_reason") == "disconnected", summary
+
+
+def test_a_web_call_reconnects_with_a_new_session_after_a_long_outage(make_lab):
+    """The Linux app of an HTTP session (`--web-call`) loses its network for 8 s: past the 5 s grace it
+    posts a new peer connection with the same token (WebCallClient.reconnect), retrying with backoff
+    while the network is still down; the agent (`--stay`) answers the new session, `status connected`
+    comes again and the call ends by the app's own time, with the agent's tone heard afterwards."""
+    lab = make_lab(routed=True)
+    server = lab.start_server()
+    agent = linux_peer(lab, lab.b, server, server.token("support-1", "agent-1", role="agent"), "linux-agent",
+                       tone=660, answer_sessions=True, stay=True, seconds=60)
+    server.wait_peers(1)
+    status, _, call = server.post_json("/v1/calls", {"room_id": "support-1", "agent_id": "agent-1"},
+                                       {"X-API-Key": server.apikey()})
+    assert status == 201, call
+    argv = [support.BINARY, "peer", "--web-call", call["call_id"], "--url", server.base_url_for(lab.a),
+            "--token", call["access_token"], "--tone", "440", "--seconds", "26"]
+    app = lab.spawn(lab.a, argv, "linux-web-call", env=clean_env())
+    app.wait_for_output(r"status connected", CONNECT_TIMEOUT)
+    time.sleep(1)
+    set_loss(lab, True)
+    try:
+        time.sleep(8)
+    finally:
+        set_loss(lab, False)
+    summary = app.summary(40)
+    assert summary["statuses"].count("connected") >= 2, f"no second session: {app.tail()}"
+    assert summary["reconnect_attempts"] >= 1, summary
+    assert summary["hangup_reason"] == "time", f"{summary}\n{app.tail()}"
+    assert summary["dominant_hz"] and abs(summary["dominant_hz"] - 660) < 33, summary
+    assert agent.running(), f"the agent (--stay) should still be serving: {agent.tail()}"
