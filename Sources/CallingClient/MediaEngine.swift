@@ -30,6 +30,9 @@ public protocol MediaEngine: AnyObject, Sendable {
     /// fetches them from `GET /v1/ice` right before each call (TURN credentials expire), or uses
     /// `SignalingOptions.iceServers`. Default: ignored.
     func useIceServers(_ servers: [IceServer], for peer: PeerID)
+    /// What the next call to `peer` sends (`SignalingClient.call(_:media:)`), before its
+    /// `createPeerConnection`. Default: ignored (the engine's own choice).
+    func useMedia(_ media: CallMedia, for peer: PeerID)
     /// Sends silence instead of the input on every connection, present and later ones (`true`);
     /// the calls go on. Default: ignored.
     func setMuted(_ muted: Bool)
@@ -43,8 +46,41 @@ extension MediaEngine {
     public func close(peer: PeerID, reason: CallEndReason) { close(peer: peer) }
     /// Default: the engine keeps its own ICE configuration.
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {}
+    /// Default: the engine offers what it always offers.
+    public func useMedia(_ media: CallMedia, for peer: PeerID) {}
     /// Default: an engine without mute ignores it.
     public func setMuted(_ muted: Bool) {}
+}
+
+/// What a call offers (the mobile SDKs' `call(peerId, media)`).
+public struct CallMedia: Sendable, Equatable {
+    /// How audio flows.
+    public enum Audio: Sendable, Equatable {
+        /// Both ways (the default).
+        case sendReceive
+        /// Hear the other side, send nothing (a listener, a recorder).
+        case receiveOnly
+        /// No audio at all (a data-only call).
+        case none
+    }
+
+    /// How audio flows.
+    public var audio: Audio
+    /// Whether the offer opens the engine's data channels.
+    public var dataChannels: Bool
+
+    /// `audio` and `dataChannels` as given.
+    public init(audio: Audio = .sendReceive, dataChannels: Bool = true) {
+        self.audio = audio
+        self.dataChannels = dataChannels
+    }
+
+    /// Audio both ways and the engine's data channels: what `call(_:)` offers.
+    public static let standard = CallMedia()
+    /// Hear the other side only.
+    public static let receiveOnly = CallMedia(audio: .receiveOnly)
+    /// Data channels only.
+    public static let dataOnly = CallMedia(audio: .none)
 }
 
 /// Why signaling ends the media of a call.

@@ -243,8 +243,9 @@ public final class SignalingClient: @unchecked Sendable {
     // MARK: media
 
     /// Calls `peer`: creates its peer connection in the `MediaEngine` and sends the offer.
-    public func call(_ peer: PeerID) async throws {
-        _ = try await driver.wait { $0.handle(.call(peer, waiter: $1)) }
+    /// `media` chooses what the call sends (audio both ways, receive only, data only).
+    public func call(_ peer: PeerID, media: CallMedia = .standard) async throws {
+        _ = try await driver.wait { $0.handle(.call(peer, media: media, waiter: $1)) }
     }
 
     /// Accepts the offer of an `incoming` call: sets it as remote description, flushes queued
@@ -444,10 +445,11 @@ public final class SignalingClient: @unchecked Sendable {
 
     private func runMedia(_ command: MediaCommand, _ engine: any MediaEngine) {
         switch command {
-        case .startCall(let peer, let connection, let waiter):
+        case .startCall(let peer, let connection, let media, let waiter):
             enqueueMedia(peer) { [self] in
                 do {
                     engine.useIceServers(await iceServersForCall(), for: peer)
+                    engine.useMedia(media, for: peer)
                     try await createPeerConnection(engine, peer, connection)
                     let offer = try await engine.createOffer(for: peer)
                     submit(.mediaOfferCreated(peer, connection: connection, offer, waiter: waiter))

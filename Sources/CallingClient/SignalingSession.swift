@@ -37,7 +37,7 @@ enum SessionTimer: Hashable, Sendable {
 /// Work for the `MediaEngine`, which the driver runs serialised per peer.
 enum MediaCommand: Sendable, Equatable {
     /// Create peer connection `connection` for `peer`, then an offer: `.mediaOfferCreated` or `.mediaCallFailed`.
-    case startCall(PeerID, connection: UInt64, waiter: Waiter)
+    case startCall(PeerID, connection: UInt64, media: CallMedia, waiter: Waiter)
     /// Create peer connection `connection`, apply `offer` (`.mediaRemoteApplied`), then answer:
     /// `.mediaAnswerCreated` or `.mediaCallFailed`.
     case answerCall(PeerID, connection: UInt64, offer: SessionDescription, waiter: Waiter)
@@ -75,7 +75,7 @@ enum SessionInput: Sendable {
     case connect(token: String?, waiter: Waiter)
     case disconnect(waiter: Waiter)
     case sendChat(clientID: String, text: String, meta: JSONValue?, waiter: Waiter)
-    case call(PeerID, waiter: Waiter)
+    case call(PeerID, media: CallMedia = .standard, waiter: Waiter)
     case accept(PeerID, waiter: Waiter)
 
     case socketOpened(UInt64)
@@ -224,7 +224,7 @@ struct SignalingSession {
         case .connect(let token, let waiter): connect(token: token, waiter: waiter)
         case .disconnect(let waiter): disconnect(waiter)
         case .sendChat(let id, let text, let meta, let waiter): sendChat(id, text, meta, waiter)
-        case .call(let peer, let waiter): call(peer, waiter)
+        case .call(let peer, let media, let waiter): call(peer, media, waiter)
         case .accept(let peer, let waiter): accept(peer, waiter)
         case .socketOpened:
             break  // frames sent before `open` are queued by the transport; `welcome` is what counts
@@ -836,12 +836,12 @@ struct SignalingSession {
 
     // MARK: media
 
-    private mutating func call(_ peer: PeerID, _ waiter: Waiter) {
+    private mutating func call(_ peer: PeerID, _ media: CallMedia, _ waiter: Waiter) {
         guard settings.hasMediaEngine else { return out.append(.resume(waiter, .failure(CallingError(.media("no MediaEngine"))))) }
         guard state == .connected else { return out.append(.resume(waiter, .failure(CallingError.notConnected))) }
         activeCalls.insert(peer)
         armMediaConnect(peer)
-        out.append(.media(.startCall(peer, connection: newConnection(peer), waiter: waiter)))
+        out.append(.media(.startCall(peer, connection: newConnection(peer), media: media, waiter: waiter)))
     }
 
     private mutating func accept(_ peer: PeerID, _ waiter: Waiter) {

@@ -34,6 +34,8 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     private var connections: [PeerID: PeerConnection] = [:]
     /// Servers `SignalingClient` fetched for the next connection with a peer (`useIceServers`).
     private var callIceServers: [PeerID: [IceServer]] = [:]
+    /// What the next call to a peer sends (`useMedia`).
+    private var callMedia: [PeerID: CallMedia] = [:]
     private var muted = false
     private var recordings = 0
     private var feed: PCMFeed
@@ -123,12 +125,15 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
             return url.deletingLastPathComponent().appendingPathComponent("\(stem)-\(peer.rawValue).wav")
         }
         var connectionOptions = options
-        let (servers, muted) = lock.withLock { (callIceServers.removeValue(forKey: peer), self.muted) }
+        let (servers, muted, media) = lock.withLock {
+            (callIceServers.removeValue(forKey: peer), self.muted, callMedia.removeValue(forKey: peer))
+        }
         if let servers { connectionOptions.iceServers = servers }
         var settings = PeerConnection.Settings(options: connectionOptions, certificate: certificate, recording: recording,
                                                pcmFormat: pcmFormat)
         settings.muted = muted
         settings.sessionCaller = sessionCaller
+        if let media { settings.media = media }
         let connection = try PeerConnection(
             peer: peer, settings: settings,
             onCandidate: onCandidate, onStateChange: onStateChange,
@@ -158,6 +163,10 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {
         lock.withLock { callIceServers[peer] = servers }
+    }
+
+    public func useMedia(_ media: CallMedia, for peer: PeerID) {
+        lock.withLock { callMedia[peer] = media }
     }
 
     public func setMuted(_ muted: Bool) {

@@ -32,6 +32,8 @@ final class PeerConnection: @unchecked Sendable {
         /// candidate (nothing is trickled to the server), and the `control` channel's `status`
         /// and `pong` are this side's to read.
         var sessionCaller = false
+        /// What an offer made here sends (`CallMedia`); an answer follows the offer.
+        var media = CallMedia.standard
     }
 
     private let lock = NSLock()
@@ -247,10 +249,22 @@ final class PeerConnection: @unchecked Sendable {
 
     func createOffer() async throws -> SessionDescription {
         lock.withLock { negotiationStarted = negotiationStarted ?? .now() }
-        try addSendBranch(payloadType: 111)
-        trace("send branch added")
+        let media = settings.media
+        guard media.audio != .none || (media.dataChannels && !settings.options.dataChannels.isEmpty) else {
+            throw MediaError.negotiation("a call needs audio or a data channel")
+        }
+        switch media.audio {
+        case .sendReceive:
+            try addSendBranch(payloadType: 111)
+            trace("send branch added")
+        case .receiveOnly:
+            cs_webrtc_add_recvonly_audio(webrtc, 111)
+            trace("receive-only audio transceiver added")
+        case .none:
+            break
+        }
         try start()
-        for spec in settings.options.dataChannels {
+        for spec in media.dataChannels ? settings.options.dataChannels : [] {
             let options = spec.reliable
                 ? gst_structure_from_string("options, ordered=(boolean)true", nil)
                 : gst_structure_from_string("options, ordered=(boolean)false, max-retransmits=(int)0", nil)

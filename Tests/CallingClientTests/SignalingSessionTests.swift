@@ -451,7 +451,7 @@ final class SignalingSessionMediaTests: XCTestCase {
     private func calling() -> UInt64 {
         input(.connect(token: nil, waiter: 1))
         input(.socketText(session.socket, #"{"type":"welcome","payload":{"peer_id":"alice","room_id":"r","peers":[{"peer_id":"bob"}]}}"#))
-        for case .media(.startCall(_, let connection, _)) in input(.call("bob", waiter: 2)) { return connection }
+        for case .media(.startCall(_, let connection, _, _)) in input(.call("bob", waiter: 2)) { return connection }
         XCTFail("no call started")
         return 0
     }
@@ -485,6 +485,14 @@ final class SignalingSessionMediaTests: XCTestCase {
         guard case .callFailed("bob", let error)? = ended.first, case .disconnected = error.kind else { return XCTFail("\(ended)") }
         XCTAssertTrue(error.isRetryable)
         XCTAssertEqual(ended.last, .hangup("bob"))
+    }
+
+    func test_call_media_reaches_the_engine_command() {
+        _ = calling()
+        input(.socketText(session.socket, #"{"type":"peer-joined","payload":{"peer_id":"carol"}}"#))
+        let actions = input(.call("carol", media: .receiveOnly, waiter: 9))
+        XCTAssertTrue(actions.contains { if case .media(.startCall("carol", _, .receiveOnly, 9)) = $0 { true } else { false } },
+                      "\(actions)")
     }
 
     func test_the_offer_on_the_wire_names_the_stream_local_peer_id() {
