@@ -33,6 +33,9 @@ public protocol MediaEngine: AnyObject, Sendable {
     /// What the next call to `peer` sends (`SignalingClient.call(_:media:)`), before its
     /// `createPeerConnection`. Default: ignored (the engine's own choice).
     func useMedia(_ media: CallMedia, for peer: PeerID)
+    /// Registers where the engine reports the remote tracks of its connections
+    /// (`CallingEvent.track`). `SignalingClient` calls it once, at init. Default: never reported.
+    func observeTracks(_ handler: @escaping @Sendable (PeerID, RemoteTrack) -> Void)
     /// Sends silence instead of the input on every connection, present and later ones (`true`);
     /// the calls go on. Default: ignored.
     func setMuted(_ muted: Bool)
@@ -48,8 +51,24 @@ extension MediaEngine {
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {}
     /// Default: the engine offers what it always offers.
     public func useMedia(_ media: CallMedia, for peer: PeerID) {}
+    /// Default: tracks are not reported.
+    public func observeTracks(_ handler: @escaping @Sendable (PeerID, RemoteTrack) -> Void) {}
     /// Default: an engine without mute ignores it.
     public func setMuted(_ muted: Bool) {}
+}
+
+/// A track the other side of a call sends, as the engine received it.
+public struct RemoteTrack: Sendable, Equatable {
+    /// `audio` (or `video` for engines that carry it).
+    public var kind: String
+    /// The engine's id of the track, unique within the call.
+    public var id: String
+
+    /// A track of `kind` named `id`.
+    public init(kind: String, id: String) {
+        self.kind = kind
+        self.id = id
+    }
 }
 
 /// What a call offers (the mobile SDKs' `call(peerId, media)`).

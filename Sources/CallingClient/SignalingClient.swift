@@ -140,6 +140,7 @@ public final class SignalingClient: @unchecked Sendable {
         driver = SessionDriver(SignalingSession(token: token, settings: settings))
         driver.start(perform: { [weak self] action in self?.perform(action) },
                      timerFired: { [weak self] timer in self?.submit(.timerFired(timer)) })
+        options.mediaEngine?.observeTracks { [weak self] peer, track in self?.submit(.remoteTrack(peer, track)) }
     }
 
     deinit {

@@ -96,6 +96,7 @@ enum SessionInput: Sendable {
     case mediaFailed(String)
     case localCandidate(PeerID, connection: UInt64, IceCandidate)
     case connectionState(PeerID, connection: UInt64, PeerConnectionState)
+    case remoteTrack(PeerID, RemoteTrack)
 }
 
 /// Synchronous API calls; they throw instead of resuming a waiter.
@@ -275,6 +276,8 @@ struct SignalingSession {
             if activeCalls.contains(peer), currentConnection[peer] == connection, state == .connected {
                 send(Frame(.candidate, to: peer.rawValue, payload: candidate.json))
             }
+        case .remoteTrack(let peer, let track):
+            if activeCalls.contains(peer) { emit(.track(peerID: peer, track: track)) }
         case .connectionState(let peer, let connection, let connectionState):
             guard activeCalls.contains(peer), currentConnection[peer] == connection else { break }
             emit(.connectionState(peerID: peer, state: connectionState))

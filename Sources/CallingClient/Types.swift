@@ -179,6 +179,8 @@ public enum CallingEvent: Sendable, Equatable {
     case hangup(PeerID)
     /// The peer connection of a call changed state (`MediaEngine`'s report).
     case connectionState(peerID: PeerID, state: PeerConnectionState)
+    /// A remote track of a call arrived (the engine plays or records it; `MediaEngine.observeTracks`).
+    case track(peerID: PeerID, track: RemoteTrack)
     /// A call's media failed: `timedOut` (no media within `mediaConnectTimeout`) or
     /// `disconnected` (lost for longer than `mediaDisconnectGrace`, or ICE failed). Both are
     /// retryable: call again. `hangup` follows.

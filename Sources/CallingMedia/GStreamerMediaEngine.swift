@@ -37,6 +37,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     /// What the next call to a peer sends (`useMedia`).
     private var callMedia: [PeerID: CallMedia] = [:]
     private var muted = false
+    private var trackHandler: (@Sendable (PeerID, RemoteTrack) -> Void)?
     private var recordings = 0
     private var feed: PCMFeed
     private var pacer: (any DispatchSourceTimer)?
@@ -137,7 +138,10 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         let connection = try PeerConnection(
             peer: peer, settings: settings,
             onCandidate: onCandidate, onStateChange: onStateChange,
-            onEvent: { [continuation] event in continuation.yield(event) })
+            onEvent: { [weak self, continuation] event in
+                continuation.yield(event)
+                if case .track(let peer, let track) = event { self?.lock.withLock { self?.trackHandler }?(peer, track) }
+            })
         lock.withLock { connections[peer] = connection }
         startPacerIfNeeded()
         startWatchdogIfNeeded()
@@ -163,6 +167,10 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {
         lock.withLock { callIceServers[peer] = servers }
+    }
+
+    public func observeTracks(_ handler: @escaping @Sendable (PeerID, RemoteTrack) -> Void) {
+        lock.withLock { trackHandler = handler }
     }
 
     public func useMedia(_ media: CallMedia, for peer: PeerID) {

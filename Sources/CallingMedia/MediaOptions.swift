@@ -74,6 +74,8 @@ public enum MediaEvent: Sendable, Equatable {
     case dataChannelOpen(peer: PeerID, label: String)
     case dataChannelClosed(peer: PeerID, label: String)
     case dataMessage(peer: PeerID, label: String, text: String)
+    /// The other side's audio arrived on a new pad and is being decoded.
+    case track(peer: PeerID, track: RemoteTrack)
     /// A message on an HTTP session's `control` channel (docs/protocol.md, "The control channel"),
     /// already answered where the protocol says so (`ping` → `pong`, `hangup` → the call ends).
     case control(peer: PeerID, message: ControlMessage)

@@ -43,6 +43,8 @@ final class PeerConnection: @unchecked Sendable {
     private(set) var pcmSource: UnsafeMutablePointer<GstElement>?
     /// The `volume` element of the send branch: muting it sends silence and keeps the stream.
     private var micVolume: UnsafeMutablePointer<GstElement>?
+    /// Remote tracks received so far (names them).
+    private var remoteTracks = 0
     /// Whether the input is muted now (the send branch may not exist yet).
     private var inputMuted = false
     private var channels: [String: OpaquePointer] = [:]
@@ -472,6 +474,11 @@ final class PeerConnection: @unchecked Sendable {
             gst_object_unref(UnsafeMutableRawPointer(appsink))
         }
         gst_element_sync_state_with_parent(sink)
+        let number = lock.withLock { () -> Int in
+            remoteTracks += 1
+            return remoteTracks
+        }
+        onEvent(.track(peer: peer, track: RemoteTrack(kind: "audio", id: "\(peer.rawValue)-audio-\(number)")))
         if let sinkPad = gst_element_get_static_pad(sink, "sink") {
             _ = gst_pad_link(pad, sinkPad)
             gst_object_unref(UnsafeMutableRawPointer(sinkPad))

@@ -357,6 +357,8 @@ actor PeerSession {
             log("connect-time peer=\(peer) connect_ms=\(milliseconds)")
         case .stateChanged(let peer, let state):
             log("state media-\(state.rawValue) peer=\(peer)")
+        case .track(let peer, let track):
+            log("track \(track.kind) \(track.id) peer=\(peer)")
         case .dataChannelOpen(let peer, let label):
             log("data-open \(label) peer=\(peer)")
             if let text = label == "chat" ? options.sendData : label == "state" ? options.sendUnreliable : nil {

@@ -495,6 +495,13 @@ final class SignalingSessionMediaTests: XCTestCase {
                       "\(actions)")
     }
 
+    func test_remote_tracks_of_a_call_are_reported() {
+        _ = calling()
+        let track = RemoteTrack(kind: "audio", id: "bob-audio-1")
+        XCTAssertEqual(events(input(.remoteTrack("bob", track))), [.track(peerID: "bob", track: track)])
+        XCTAssertTrue(input(.remoteTrack("nobody", track)).isEmpty, "no call with that peer")
+    }
+
     func test_the_offer_on_the_wire_names_the_stream_local_peer_id() {
         let connection = calling()
         let actions = input(.mediaOfferCreated("bob", connection: connection,

@@ -88,6 +88,8 @@ def test_two_linux_peers_call_each_other(lab):
     for summary, who in ((a, "linux-alice"), (b, "linux-bob")):
         assert (summary.get("packets_sent") or 0) > 0 and (summary.get("packets_received") or 0) > 0, \
             f"{who}: {summary}"
+    # The engine reported the remote audio track (CallingEvent.track, docs/sdk.md "Events").
+    assert "track audio bob-audio-1 peer=bob" in alice.output(), alice.tail()
 
 
 def test_two_linux_peers_relay_only_through_coturn(make_lab):
