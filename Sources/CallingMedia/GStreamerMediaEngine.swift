@@ -26,6 +26,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     /// Every `MediaEvent`, in order. One consumer; buffered without limit.
     public let events: AsyncStream<MediaEvent>
+    /// The settings given to `init`.
     public let options: MediaOptions
 
     private let continuation: AsyncStream<MediaEvent>.Continuation
@@ -51,6 +52,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     /// The offering side of an HTTP session (`GStreamerWebCall`).
     let sessionCaller: Bool
 
+    /// Loads GStreamer, makes this engine's DTLS certificate and warms up (see `warmUp`); throws when GStreamer or a plugin is missing.
     public convenience init(options: MediaOptions = MediaOptions()) throws {
         try self.init(options: options, sessionCaller: false)
     }
@@ -113,6 +115,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     // MARK: MediaEngine
 
+    /// One pipeline per peer connection (a previous one with `peer` is closed first).
     public func createPeerConnection(for peer: PeerID, onCandidate: @escaping @Sendable (IceCandidate) -> Void,
                                      onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
     {
@@ -147,36 +150,45 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         startWatchdogIfNeeded()
     }
 
+    /// An offer with Opus and the data channels of `MediaOptions` (or what `useMedia` chose).
     public func createOffer(for peer: PeerID) async throws -> SessionDescription {
         try await connection(peer).createOffer()
     }
 
+    /// The answer to the remote offer; for an HTTP session it waits for ICE gathering and carries every candidate.
     public func createAnswer(for peer: PeerID) async throws -> SessionDescription {
         try await connection(peer).createAnswer()
     }
 
+    /// Applies the other side's offer or answer.
     public func setRemoteDescription(_ description: SessionDescription, for peer: PeerID) async throws {
         try await connection(peer).setRemoteDescription(description)
     }
 
+    /// Adds a trickled remote candidate.
     public func addCandidate(_ candidate: IceCandidate, for peer: PeerID) async throws {
         try connection(peer).addRemoteCandidate(candidate)
     }
 
+    /// Closes the connection with `peer` (reason `.ended`).
     public func close(peer: PeerID) { close(peer: peer, reason: .ended) }
 
+    /// The next connection with `peer` uses these servers instead of `MediaOptions.iceServers`.
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {
         lock.withLock { callIceServers[peer] = servers }
     }
 
+    /// Reports each received audio stream to `handler` (also `MediaEvent.track`).
     public func observeTracks(_ handler: @escaping @Sendable (PeerID, RemoteTrack) -> Void) {
         lock.withLock { trackHandler = handler }
     }
 
+    /// What the next offer to `peer` sends.
     public func useMedia(_ media: CallMedia, for peer: PeerID) {
         lock.withLock { callMedia[peer] = media }
     }
 
+    /// Mutes (or unmutes) the input of every connection, present and later ones.
     public func setMuted(_ muted: Bool) {
         let all = lock.withLock { () -> [PeerConnection] in
             self.muted = muted
@@ -185,6 +197,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         for connection in all { connection.setMuted(muted) }
     }
 
+    /// Closes the connection, telling an HTTP session's caller `status ended` or `replaced` first.
     public func close(peer: PeerID, reason: CallEndReason) {
         guard let connection = lock.withLock({ connections.removeValue(forKey: peer) }) else { return }
         // A `status` on the control channel needs a moment on the wire before SCTP goes away.
@@ -192,6 +205,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         teardownQueue.asyncAfter(deadline: .now() + (announced ? 0.2 : 0)) { connection.tearDown() }
     }
 
+    /// Worst RTT and jitter, summed bitrate and overall loss over every connection; nil without one.
     public func stats() async -> StatsSample? {
         let all = lock.withLock { Array(connections.values) }
         guard !all.isEmpty else { return nil }

@@ -726,12 +726,19 @@ struct DTLSCertificateValue: Sendable {
 
 /// What one peer connection measured.
 public struct PeerMediaStats: Sendable, Equatable {
+    /// RTP packets sent.
     public var packetsSent = 0
+    /// RTP packets received.
     public var packetsReceived = 0
+    /// RTP packets the receiver counted as lost.
     public var packetsLost = 0
+    /// RTP payload bytes sent.
     public var bytesSent = 0
+    /// RTP payload bytes received.
     public var bytesReceived = 0
+    /// Round-trip time of the selected candidate pair, ms.
     public var rttMs: Double?
+    /// Inbound jitter, ms.
     public var jitterMs: Double?
     /// 0–1 over the call so far.
     public var packetLoss: Double?
@@ -739,7 +746,9 @@ public struct PeerMediaStats: Sendable, Equatable {
     public var bitrateKbps: Double?
     /// `host`, `srflx`, `prflx` or `relay` of the local candidates webrtcbin reports.
     public var localCandidateTypes: [String] = []
+    /// Time from the first offer to `connected`, ms.
     public var connectMilliseconds: Int?
+    /// What the received audio measured.
     public var audio = AudioLevels()
 }
 
