@@ -27,7 +27,9 @@ let package = Package(
             providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev"])]
         ),
 
-        .target(name: "CallingProtocol"),
+        // The value types apps see through the SDK (JSONValue, PeerID/RoomID/CallID, StatsSample).
+        .target(name: "CallingValues"),
+        .target(name: "CallingProtocol", dependencies: ["CallingValues"]),
         .target(name: "CallingCore", dependencies: ["CallingProtocol"]),
         .target(name: "CallingStore", dependencies: ["CSQLite", "CallingCore"], resources: [.copy("schema")]),
         // Shared chat history in PostgreSQL (`database_url`), behind CallingStore's ChatPersistence.
@@ -38,14 +40,16 @@ let package = Package(
             name: "CallingServer",
             dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingPostgres", "CallingAuth", "CallingTransport"]
         ),
-        .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia"]),
+        .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia", "CallingProtocol"]),
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
         .executableTarget(name: "calling-fuzz", dependencies: ["CallingServer", "CallingProtocol", "CallingCore", "CallingAuth",
                                                                 "CallingTransport"]),
-        .target(name: "CallingClient", dependencies: ["CallingProtocol", "CallingCore", "CallingTransport"]),
-        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingCore", "CallingAuth"]),
+        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingCore", "CallingTransport"]),
+        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingCore", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
+        // The voice agent of docs/sdk.md ("Example: voice agent"): the SDK with CallingMedia.
+        .executableTarget(name: "VoiceAgent", dependencies: ["CallingClient", "CallingMedia"], path: "Examples/VoiceAgent"),
         .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
         // Load generators and the benchmark suite (bench/README.md). Neither the server library nor
         // the SDK links it; `calling-server bench` hands over to the calling-bench executable.
@@ -61,7 +65,7 @@ let package = Package(
         .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth", "CallingTesting"]),
         .testTarget(
             name: "CallingClientTests",
-            dependencies: ["CallingClient", "CallingServer", "CallingTesting", "CallingAuth"]
+            dependencies: ["CallingClient", "CallingProtocol", "CallingServer", "CallingTesting", "CallingAuth"]
         ),
         .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
         .testTarget(name: "CallingBenchTests", dependencies: ["CallingBench"]),

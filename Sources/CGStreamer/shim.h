@@ -53,6 +53,19 @@ static inline GstWebRTCDataChannel *cs_webrtc_create_data_channel(GstElement *we
     return channel;
 }
 
+/* An audio transceiver that only receives (Opus, payload type `pt`): a call that sends no audio
+ * still hears the other side. */
+static inline void cs_webrtc_add_recvonly_audio(GstElement *webrtc, int pt) {
+    gchar *text = g_strdup_printf("application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,"
+                                  "encoding-params=(string)2,payload=%d", pt);
+    GstCaps *caps = gst_caps_from_string(text);
+    g_free(text);
+    GstWebRTCRTPTransceiver *transceiver = NULL;
+    g_signal_emit_by_name(webrtc, "add-transceiver", GST_WEBRTC_RTP_TRANSCEIVER_DIRECTION_RECVONLY, caps, &transceiver);
+    gst_caps_unref(caps);
+    if (transceiver) gst_object_unref(transceiver);
+}
+
 /* The structure held by a GValue, or NULL when it holds something else. */
 static inline const GstStructure *cs_value_get_structure(const GValue *value) {
     return (value && G_VALUE_HOLDS(value, GST_TYPE_STRUCTURE)) ? gst_value_get_structure(value) : NULL;

@@ -174,6 +174,16 @@ static inline uint64_t cs_tcp_bytes_received(int fd) {
     return bytes;
 }
 
+/// Where lws's lines go instead of stderr when set (a client SDK routing them to its own log).
+typedef void (*cs_lws_sink_fn)(int level, const char * _Nonnull line);
+static inline cs_lws_sink_fn _Nullable * _Nonnull cs_lws_sink_slot(void) {
+    static cs_lws_sink_fn sink = 0;
+    return &sink;
+}
+static inline void cs_lws_set_sink(cs_lws_sink_fn _Nullable sink) {
+    __atomic_store_n(cs_lws_sink_slot(), sink, __ATOMIC_SEQ_CST);
+}
+
 static inline void cs_lws_emit(int level, const char * _Nonnull line) {
     if (strstr(line, "Ran out of header data space") || strstr(line, "More hdr frags")) {
         struct cs_lws_thread_hook *hook = cs_lws_thread_hook();
@@ -195,6 +205,11 @@ static inline void cs_lws_emit(int level, const char * _Nonnull line) {
     }
     if (atomic_fetch_add(&cs_lws_log_state()->window_lines, 1) >= CS_LWS_LOG_BURST) {
         atomic_fetch_add(&cs_lws_log_state()->suppressed, 1);
+        return;
+    }
+    cs_lws_sink_fn sink = __atomic_load_n(cs_lws_sink_slot(), __ATOMIC_SEQ_CST);
+    if (sink) {
+        sink(level, line);
         return;
     }
     lwsl_emit_stderr(level, line);

@@ -1,3 +1,4 @@
+import CallingProtocol
 import CallingTransport
 import Foundation
 
@@ -15,7 +16,7 @@ enum TokenClaims {
         return try? JSONParser.parse([UInt8](data))
     }
 
-    static func roomId(of token: String) -> RoomID? {
+    static func roomID(of token: String) -> RoomID? {
         payload(of: token)?["room_id"]?.stringValue.map { RoomID($0) }
     }
 }
@@ -53,7 +54,7 @@ enum REST {
         return body
     }
 
-    /// One request; a request that got no answer throws `connectFailed(status: nil)`.
+    /// One request; a request that got no answer throws `network(host:port:reason:)`.
     static func send(loop: WebSocketClientLoop, endpoint: ClientEndpoint, tls: TLSClientOptions, method: String,
                      target: String, headers: [String: String], body: [UInt8], timeout: TimeInterval)
         async throws(CallingError) -> HTTPClientResponse
@@ -62,7 +63,7 @@ enum REST {
             return try await loop.request(method, host: endpoint.host, port: endpoint.port, path: target, headers: headers,
                                           body: body, tls: endpoint.usesTLS ? tls : nil, timeout: timeout)
         } catch {
-            throw CallingError(.connectFailed(status: nil, message: error.message))
+            throw CallingError(.network(host: endpoint.host, port: endpoint.port, reason: error.message))
         }
     }
 }

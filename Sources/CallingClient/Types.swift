@@ -1,4 +1,6 @@
-@_exported import CallingProtocol
+// Apps see the shared value types and this module, nothing of the protocol or transport internals.
+@_exported import CallingValues
+import CallingProtocol
 import Foundation
 
 /// The call state machine of the SDKs (docs/sdk.md, "Client SDK compatibility"):
@@ -24,6 +26,7 @@ public enum CallState: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The state as a short word (`reconnecting(2)`).
     public var description: String {
         switch self {
         case .idle: return "idle"
@@ -38,33 +41,45 @@ public enum CallState: Sendable, Equatable, CustomStringConvertible {
 
 /// Another member of the room, as listed in `welcome.peers` and `peer-joined`.
 public struct PeerInfo: Sendable, Equatable {
-    public var peerId: PeerID
+    /// The peer's id (its token's `sub`).
+    public var peerID: PeerID
+    /// The role its token gives (`peer`, `agent`, `caller`…).
     public var role: String
+    /// The display name from its token.
     public var name: String?
 
-    public init(peerId: PeerID, role: String = "peer", name: String? = nil) {
-        self.peerId = peerId
+    /// A roster entry (for tests and fakes).
+    public init(peerID: PeerID, role: String = "peer", name: String? = nil) {
+        self.peerID = peerID
         self.role = role
         self.name = name
     }
 
     init?(_ json: JSONValue?) {
         guard let id = json?["peer_id"]?.stringValue else { return nil }
-        self.init(peerId: PeerID(id), role: json?["role"]?.stringValue ?? "peer", name: json?["name"]?.stringValue)
+        self.init(peerID: PeerID(id), role: json?["role"]?.stringValue ?? "peer", name: json?["name"]?.stringValue)
     }
 }
 
 /// What `welcome` said, delivered with `CallingEvent.connected` on every (re)connect.
 public struct Welcome: Sendable, Equatable {
-    public var peerId: PeerID
-    public var roomId: RoomID
-    public var callId: CallID?
+    /// Our own peer id (the token's `sub`).
+    public var peerID: PeerID
+    /// The room we joined.
+    public var roomID: RoomID
+    /// The call the room belongs to, if any.
+    public var callID: CallID?
+    /// Our role (the token's `role`).
     public var role: String
+    /// Our display name (the token's `name`).
     public var name: String?
+    /// The other peers, in join order.
     public var peers: [PeerInfo]
     /// The room's latest chat seq when this connection joined.
     public var lastSeq: Int64
+    /// Our read marker in this room.
     public var readSeq: Int64
+    /// Messages after our read marker.
     public var unread: Int64
     /// True when this connection resumed a previous one (`last_seq` was sent).
     public var resumed: Bool
@@ -79,10 +94,15 @@ public struct Welcome: Sendable, Equatable {
 
 /// A committed chat message (live or replayed).
 public struct ChatMessage: Sendable, Equatable {
+    /// The message's position in the room (1, 2, 3… per room).
     public var seq: Int64
+    /// Who sent it.
     public var from: PeerID
-    public var clientId: String
+    /// The sender's `client_id` (the key of retries).
+    public var clientID: String
+    /// The message text.
     public var text: String
+    /// The sender's metadata object, nil when it sent none.
     public var meta: JSONValue?
     /// Server receive time, ms since the Unix epoch.
     public var ts: Int64
@@ -92,7 +112,7 @@ public struct ChatMessage: Sendable, Equatable {
               let sender = from ?? payload["from"]?.stringValue else { return nil }
         self.seq = seq
         self.from = PeerID(sender)
-        clientId = payload["client_id"]?.stringValue ?? ""
+        clientID = payload["client_id"]?.stringValue ?? ""
         text = payload["text"]?.stringValue ?? ""
         meta = payload["meta"].flatMap(JSONValue.nonNull)
         ts = payload["ts"]?.int64Value ?? 0
@@ -101,17 +121,23 @@ public struct ChatMessage: Sendable, Equatable {
 
 /// The server's acknowledgement of `sendChat`: the message is committed at `seq`.
 public struct ChatAck: Sendable, Equatable {
-    public var clientId: String
+    /// The `client_id` the message was sent with.
+    public var clientID: String
+    /// The message's position in the room (1, 2, 3… per room).
     public var seq: Int64
+    /// Server receive time, ms since the Unix epoch.
     public var ts: Int64
 }
 
 /// One page of `GET /v1/rooms/{room}/messages`.
 public struct MessagesPage: Sendable, Equatable {
-    public var roomId: RoomID
+    /// The room.
+    public var roomID: RoomID
+    /// The messages, in seq order.
     public var messages: [ChatMessage]
     /// Pass as `sinceSeq` for the next page.
     public var nextSinceSeq: Int64
+    /// More messages follow after `nextSinceSeq`.
     public var hasMore: Bool
     /// The room's latest seq when the page was read.
     public var lastSeq: Int64
@@ -121,15 +147,21 @@ public struct MessagesPage: Sendable, Equatable {
 public struct MeterUpdate: Sendable, Equatable {
     /// `running`, `warning` or `ended`.
     public var state: String
+    /// Seconds counted so far.
     public var elapsedSeconds: Int64?
+    /// The budget in seconds.
     public var limitSeconds: Int64?
+    /// Seconds left.
     public var remainingSeconds: Int64?
+    /// The raw payload, for fields this SDK does not model.
     public var raw: JSONValue
 }
 
 /// An offer waiting for `accept(_:)` or `reject(_:)`.
 public struct IncomingCall: Sendable, Equatable {
+    /// Who sent it.
     public var from: PeerID
+    /// Its offer (`sessionID` set when it comes from an HTTP session).
     public var offer: SessionDescription
 }
 
@@ -142,8 +174,17 @@ public enum CallingEvent: Sendable, Equatable {
     case peerLeft(PeerID)
     /// A peer sent an offer; `accept` (with a `MediaEngine`) or `reject` it.
     case incoming(IncomingCall)
-    /// The call with this peer ended (its `hangup`, its `peer-left`, or the engine's connection died).
+    /// The call with this peer ended (its `hangup`, its `peer-left`, or the engine's connection
+    /// ended; `callFailed` comes first when it failed).
     case hangup(PeerID)
+    /// The peer connection of a call changed state (`MediaEngine`'s report).
+    case connectionState(peerID: PeerID, state: PeerConnectionState)
+    /// A remote track of a call arrived (the engine plays or records it; `MediaEngine.observeTracks`).
+    case track(peerID: PeerID, track: RemoteTrack)
+    /// A call's media failed: `timedOut` (no media within `mediaConnectTimeout`) or
+    /// `disconnected` (lost for longer than `mediaDisconnectGrace`, or ICE failed). Both are
+    /// retryable: call again. `hangup` follows.
+    case callFailed(peerID: PeerID, error: CallingError)
     /// The peer rejected our offer (`data {kind:"reject"}`).
     case rejected(PeerID)
     /// An application `data` payload (not `hangup`/`reject`).
@@ -168,14 +209,18 @@ public enum CallingEvent: Sendable, Equatable {
 
 /// An SDP blob as relayed in `offer`/`answer` payloads (`{sdp, type, session_id?}`).
 public struct SessionDescription: Sendable, Equatable {
+    /// Offer or answer, as the frame type says.
     public enum Kind: String, Sendable { case offer, answer }
+    /// Offer or answer.
     public var kind: Kind
+    /// The SDP text.
     public var sdp: String
     /// Set on an offer from an HTTP session (webrtc-proxy or WHIP; docs/protocol.md "HTTP
     /// sessions"): the caller cannot receive trickled candidates, so the answer must carry them
     /// (a `MediaEngine` gathers before answering), and the answer echoes this id.
     public var sessionID: String?
 
+    /// A description to relay or hand to an engine.
     public init(kind: Kind, sdp: String, sessionID: String? = nil) {
         self.kind = kind
         self.sdp = sdp
@@ -191,10 +236,14 @@ public struct SessionDescription: Sendable, Equatable {
 
 /// An ICE candidate as relayed in `candidate` payloads (`{candidate, sdpMid, sdpMLineIndex}`).
 public struct IceCandidate: Sendable, Equatable {
+    /// The `candidate:` line (`""`: end of candidates).
     public var candidate: String
+    /// The media section id it belongs to.
     public var sdpMid: String?
+    /// The index of that media section.
     public var sdpMLineIndex: Int?
 
+    /// A candidate to relay or hand to an engine.
     public init(candidate: String, sdpMid: String? = nil, sdpMLineIndex: Int? = nil) {
         self.candidate = candidate
         self.sdpMid = sdpMid
@@ -215,10 +264,14 @@ public struct IceCandidate: Sendable, Equatable {
 
 /// One `RTCIceServer` entry from `GET /v1/ice`.
 public struct IceServer: Sendable, Equatable {
+    /// `stun:`/`turn:`/`turns:` URLs.
     public var urls: [String]
+    /// TURN username (time-limited), nil for STUN.
     public var username: String?
+    /// TURN password for `username`.
     public var credential: String?
 
+    /// One server entry.
     public init(urls: [String], username: String? = nil, credential: String? = nil) {
         self.urls = urls
         self.username = username
@@ -228,9 +281,38 @@ public struct IceServer: Sendable, Equatable {
 
 /// `GET /v1/ice`: STUN/TURN servers with TURN credentials minted for this peer.
 public struct IceServers: Sendable, Equatable {
+    /// The servers, STUN first.
     public var servers: [IceServer]
     /// Seconds the answer may be used for.
     public var ttl: Int64
     /// Unix seconds when the TURN credential stops working; fetch again before an ICE restart after it.
     public var expiresAt: Int64
+}
+
+/// Local tracks go out under one stream id, `local-<our peer id>`, whatever the engine named the
+/// stream (docs/sdk.md "Wire conventions"): the SDP sent in `offer`/`answer` frames has its
+/// `a=msid:`, `a=ssrc:… msid:` and `a=msid-semantic:` stream ids rewritten. The engine keeps its
+/// own description; only the copy on the wire changes.
+enum LocalStreamID {
+    static func rewrite(_ sdp: String, peer: PeerID) -> String {
+        let stream = "local-\(peer.rawValue)"
+        let ending = sdp.contains("\r\n") ? "\r\n" : "\n"
+        let lines = sdp.components(separatedBy: ending).map { line -> String in
+            if line.hasPrefix("a=msid-semantic:") {
+                // "a=msid-semantic: WMS s1 s2" → one stream.
+                let head = line.split(separator: " ", omittingEmptySubsequences: true).prefix(2).joined(separator: " ")
+                return head.hasSuffix("WMS") ? "\(head) \(stream)" : line
+            }
+            if line.hasPrefix("a=msid:") {
+                let rest = line.dropFirst("a=msid:".count).split(separator: " ", maxSplits: 1)
+                return "a=msid:\(stream)" + (rest.count > 1 ? " \(rest[1])" : "")
+            }
+            if line.hasPrefix("a=ssrc:"), let range = line.range(of: " msid:") {
+                let rest = line[range.upperBound...].split(separator: " ", maxSplits: 1)
+                return line[..<range.upperBound] + stream + (rest.count > 1 ? " \(rest[1])" : "")
+            }
+            return line
+        }
+        return lines.joined(separator: ending)
+    }
 }

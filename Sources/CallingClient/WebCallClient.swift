@@ -2,6 +2,17 @@ import CallingProtocol
 import CallingTransport
 import Foundation
 
+/// Settings of a `WebCallClient`.
+public struct WebCallOptions: Sendable {
+    /// A PEM file of CA certificates trusted instead of the system store for `https://`.
+    public var tlsCAFile: String?
+    /// DEVELOPMENT ONLY: accept any server certificate (see `SignalingOptions.insecureSkipTLSVerification`).
+    public var insecureSkipTLSVerification = false
+    var loop: WebSocketClientLoop?
+
+    public init() {}
+}
+
 /// A native web call over the webrtc-proxy session API (docs/protocol.md, "HTTP sessions"):
 /// the app's WebRTC stack makes the offers, this client carries them to the server over HTTP(S)
 /// and returns the answering agent's SDP. No WebSocket is involved. `https://` verifies the server's
@@ -17,7 +28,7 @@ import Foundation
 /// ```
 ///
 /// Refusals throw `CallingError` `http(status:code:detail:)` with the problem `code`
-/// (`isRetryable` for 429, 502, 503); network failures throw `connectFailed(status: nil)`. The
+/// (`isRetryable` for 429, 502, 503); network failures throw `network(host:port:reason:)`. The
 /// `Retry-After` of the last refusal is in `retryAfter`; the client never retries on its own.
 public final class WebCallClient: @unchecked Sendable {
     // @unchecked: the `var`s are touched only under `lock`; the `let`s are immutable and
@@ -39,19 +50,18 @@ public final class WebCallClient: @unchecked Sendable {
     /// Longer than the server's answer timeout (10 s), so a slow agent surfaces as 502, not a local timeout.
     private let requestTimeout: TimeInterval = 30
 
-    /// `loop` carries the requests (nil: the SDK's process-wide loop); `tls` applies to `https://`.
-    public init(baseURL: URL, callID: String, accessToken: String, tls: TLSClientOptions = TLSClientOptions(),
-                loop: WebSocketClientLoop? = nil)
-    {
+    /// `baseURL` is `http(s)://host:port[/prefix]` (`ws`/`wss` are mapped); `callID` and
+    /// `accessToken` come from `POST /v1/calls` (through the app's backend).
+    public init(baseURL: URL, callID: CallID, accessToken: String, options: WebCallOptions = WebCallOptions()) {
         self.accessToken = accessToken
-        self.loop = loop ?? SignalingClient.sharedLoop
-        self.tls = tls
+        self.loop = options.loop ?? SignalingClient.sharedLoop
+        self.tls = TLSClientOptions(caFile: options.tlsCAFile, insecureSkipVerification: options.insecureSkipTLSVerification)
         var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false)
         if components?.scheme == "ws" { components?.scheme = "http" }
         if components?.scheme == "wss" { components?.scheme = "https" }
         var prefix = components?.percentEncodedPath ?? ""
         while prefix.hasSuffix("/") { prefix.removeLast() }
-        components?.percentEncodedPath = prefix + "/webrtc-proxy/\(queryEncoded(callID))/v1/webrtc/sessions"
+        components?.percentEncodedPath = prefix + "/webrtc-proxy/\(queryEncoded(callID.rawValue))/v1/webrtc/sessions"
         components?.query = nil
         components?.fragment = nil
         sessionsURL = components?.url

@@ -5,6 +5,7 @@ import Foundation
 public struct AudioLevels: Sendable, Equatable {
     /// 20 ms frames received (48 kHz mono).
     public var frames: Int = 0
+    /// Samples received (48 kHz mono).
     public var samples: Int = 0
     /// RMS over everything received, in dBFS (−∞ for silence is reported as −120).
     public var rmsDBFS: Double = -120

@@ -1,3 +1,4 @@
+import CallingProtocol
 import CallingClient
 
 /// The JSON messages of an HTTP session's `control` data channel (docs/protocol.md,
@@ -14,6 +15,7 @@ public enum ControlMessage: Sendable, Equatable {
     /// Valid JSON with a `type` this side does not know; ignored, as newer callers may send more.
     case unknown(String)
 
+    /// Parses one control-channel message; nil when it is not JSON with a known shape.
     public init?(text: String) {
         guard let json = try? JSONParser.parse(Array(text.utf8)), let type = json["type"]?.stringValue else { return nil }
         switch type {
@@ -34,6 +36,7 @@ public enum ControlMessage: Sendable, Equatable {
         }
     }
 
+    /// The message as sent on the channel.
     public var text: String {
         let json: JSONValue
         switch self {

@@ -10,6 +10,7 @@ public enum MediaError: Error, Equatable, CustomStringConvertible {
     case noPeerConnection(String)
     case noDataChannel(String)
 
+    /// What failed, for people.
     public var description: String {
         switch self {
         case .missingElements(let names, let packages):

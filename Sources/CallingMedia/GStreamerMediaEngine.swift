@@ -26,24 +26,41 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     /// Every `MediaEvent`, in order. One consumer; buffered without limit.
     public let events: AsyncStream<MediaEvent>
+    /// The settings given to `init`.
     public let options: MediaOptions
 
     private let continuation: AsyncStream<MediaEvent>.Continuation
     private let certificate: DTLSCertificateValue
     private let lock = NSLock()
     private var connections: [PeerID: PeerConnection] = [:]
+    /// Servers `SignalingClient` fetched for the next connection with a peer (`useIceServers`).
+    private var callIceServers: [PeerID: [IceServer]] = [:]
+    /// What the next call to a peer sends (`useMedia`).
+    private var callMedia: [PeerID: CallMedia] = [:]
+    private var muted = false
+    private var trackHandler: (@Sendable (PeerID, RemoteTrack) -> Void)?
     private var recordings = 0
     private var feed: PCMFeed
     private var pacer: (any DispatchSourceTimer)?
     private var prewarming: Task<Void, Never>?
+    private var watchdog: Task<Void, Never>?
     /// State changes of GStreamer pipelines wait for their streaming threads: never on those
     /// threads, never on the cooperative pool.
     private let teardownQueue = DispatchQueue(label: "calling-media.teardown")
     private let pacerQueue = DispatchQueue(label: "calling-media.pacer", qos: .userInteractive)
 
-    public init(options: MediaOptions = MediaOptions()) throws {
+    /// The offering side of an HTTP session (`GStreamerWebCall`).
+    let sessionCaller: Bool
+
+    /// Loads GStreamer, makes this engine's DTLS certificate and warms up (see `warmUp`); throws when GStreamer or a plugin is missing.
+    public convenience init(options: MediaOptions = MediaOptions()) throws {
+        try self.init(options: options, sessionCaller: false)
+    }
+
+    init(options: MediaOptions, sessionCaller: Bool) throws {
         try GStreamer.initialize()
         self.options = options
+        self.sessionCaller = sessionCaller
         let certificate = try DTLSCertificate.generate()
         self.certificate = DTLSCertificateValue(pem: certificate.pem, fingerprint: certificate.sha256Fingerprint)
         feed = try PCMFeed(input: options.input)
@@ -53,6 +70,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     deinit {
         pacer?.cancel()
+        watchdog?.cancel()
         // An app that drops the engine without hanging up must not leave pipelines streaming.
         for connection in connections.values {
             teardownQueue.async { connection.tearDown() }
@@ -97,6 +115,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     // MARK: MediaEngine
 
+    /// One pipeline per peer connection (a previous one with `peer` is closed first).
     public func createPeerConnection(for peer: PeerID, onCandidate: @escaping @Sendable (IceCandidate) -> Void,
                                      onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
     {
@@ -109,32 +128,76 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
             let stem = url.deletingPathExtension().lastPathComponent
             return url.deletingLastPathComponent().appendingPathComponent("\(stem)-\(peer.rawValue).wav")
         }
+        var connectionOptions = options
+        let (servers, muted, media) = lock.withLock {
+            (callIceServers.removeValue(forKey: peer), self.muted, callMedia.removeValue(forKey: peer))
+        }
+        if let servers { connectionOptions.iceServers = servers }
+        var settings = PeerConnection.Settings(options: connectionOptions, certificate: certificate, recording: recording,
+                                               pcmFormat: pcmFormat)
+        settings.muted = muted
+        settings.sessionCaller = sessionCaller
+        if let media { settings.media = media }
         let connection = try PeerConnection(
-            peer: peer, settings: .init(options: options, certificate: certificate, recording: recording, pcmFormat: pcmFormat),
+            peer: peer, settings: settings,
             onCandidate: onCandidate, onStateChange: onStateChange,
-            onEvent: { [continuation] event in continuation.yield(event) })
+            onEvent: { [weak self, continuation] event in
+                continuation.yield(event)
+                if case .track(let peer, let track) = event { self?.lock.withLock { self?.trackHandler }?(peer, track) }
+            })
         lock.withLock { connections[peer] = connection }
         startPacerIfNeeded()
+        startWatchdogIfNeeded()
     }
 
+    /// An offer with Opus and the data channels of `MediaOptions` (or what `useMedia` chose).
     public func createOffer(for peer: PeerID) async throws -> SessionDescription {
         try await connection(peer).createOffer()
     }
 
+    /// The answer to the remote offer; for an HTTP session it waits for ICE gathering and carries every candidate.
     public func createAnswer(for peer: PeerID) async throws -> SessionDescription {
         try await connection(peer).createAnswer()
     }
 
+    /// Applies the other side's offer or answer.
     public func setRemoteDescription(_ description: SessionDescription, for peer: PeerID) async throws {
         try await connection(peer).setRemoteDescription(description)
     }
 
+    /// Adds a trickled remote candidate.
     public func addCandidate(_ candidate: IceCandidate, for peer: PeerID) async throws {
         try connection(peer).addRemoteCandidate(candidate)
     }
 
+    /// Closes the connection with `peer` (reason `.ended`).
     public func close(peer: PeerID) { close(peer: peer, reason: .ended) }
 
+    /// The next connection with `peer` uses these servers instead of `MediaOptions.iceServers`.
+    public func useIceServers(_ servers: [IceServer], for peer: PeerID) {
+        lock.withLock { callIceServers[peer] = servers }
+    }
+
+    /// Reports each received audio stream to `handler` (also `MediaEvent.track`).
+    public func observeTracks(_ handler: @escaping @Sendable (PeerID, RemoteTrack) -> Void) {
+        lock.withLock { trackHandler = handler }
+    }
+
+    /// What the next offer to `peer` sends.
+    public func useMedia(_ media: CallMedia, for peer: PeerID) {
+        lock.withLock { callMedia[peer] = media }
+    }
+
+    /// Mutes (or unmutes) the input of every connection, present and later ones.
+    public func setMuted(_ muted: Bool) {
+        let all = lock.withLock { () -> [PeerConnection] in
+            self.muted = muted
+            return Array(connections.values)
+        }
+        for connection in all { connection.setMuted(muted) }
+    }
+
+    /// Closes the connection, telling an HTTP session's caller `status ended` or `replaced` first.
     public func close(peer: PeerID, reason: CallEndReason) {
         guard let connection = lock.withLock({ connections.removeValue(forKey: peer) }) else { return }
         // A `status` on the control channel needs a moment on the wire before SCTP goes away.
@@ -142,6 +205,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         teardownQueue.asyncAfter(deadline: .now() + (announced ? 0.2 : 0)) { connection.tearDown() }
     }
 
+    /// Worst RTT and jitter, summed bitrate and overall loss over every connection; nil without one.
     public func stats() async -> StatsSample? {
         let all = lock.withLock { Array(connections.values) }
         guard !all.isEmpty else { return nil }
@@ -190,6 +254,48 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     private func connection(_ peer: PeerID) throws -> PeerConnection {
         guard let connection = lock.withLock({ connections[peer] }) else { throw MediaError.noPeerConnection(peer.rawValue) }
         return connection
+    }
+
+    // MARK: media watchdog
+
+    /// Polls every connection's received-packet counter (see `MediaOptions.mediaStallTimeout`).
+    private func startWatchdogIfNeeded() {
+        let stall = options.mediaStallTimeout
+        guard stall > 0 else { return }
+        lock.withLock {
+            guard watchdog == nil else { return }
+            watchdog = Task.detached { [weak self] in
+                var flow: [ObjectIdentifier: (packets: Int, progress: DispatchTime, stalled: Bool)] = [:]
+                while !Task.isCancelled {
+                    try? await Task.sleep(nanoseconds: 250_000_000)
+                    guard let self else { return }
+                    let live = self.lock.withLock { Array(self.connections.values) }
+                    let now = DispatchTime.now()
+                    var seen = Set<ObjectIdentifier>()
+                    for connection in live {
+                        let id = ObjectIdentifier(connection)
+                        seen.insert(id)
+                        guard let packets = await connection.packetsReceived() else { continue }
+                        var entry = flow[id] ?? (0, now, false)
+                        if packets > entry.packets {
+                            entry.packets = packets
+                            entry.progress = now
+                            if entry.stalled {
+                                entry.stalled = false
+                                connection.mediaFlow(stalled: false)
+                            }
+                        } else if entry.packets > 0, !entry.stalled, connection.state == .connected,
+                                  Double(now.uptimeNanoseconds - entry.progress.uptimeNanoseconds) / 1e9 >= stall
+                        {
+                            entry.stalled = true
+                            connection.mediaFlow(stalled: true)
+                        }
+                        flow[id] = entry
+                    }
+                    flow = flow.filter { seen.contains($0.key) }
+                }
+            }
+        }
     }
 
     // MARK: pacing

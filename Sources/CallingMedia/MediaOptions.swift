@@ -28,11 +28,13 @@ public enum AudioOutput: Sendable {
 /// A data channel the offering side opens before its first offer (an answering side accepts
 /// whatever the offer brings).
 public struct DataChannelSpec: Sendable, Equatable {
+    /// The channel label (`chat`, `state`, `control`…).
     public var label: String
     /// Reliable: ordered with unlimited retransmits. Unreliable: unordered, no retransmits
     /// (game state, cursor positions: a late message is worthless).
     public var reliable: Bool
 
+    /// A channel to open.
     public init(label: String, reliable: Bool = true) {
         self.label = label
         self.reliable = reliable
@@ -49,8 +51,11 @@ public struct MediaOptions: Sendable {
     /// the candidates to check and help only where UDP is blocked, where TURN over TCP/TLS is the
     /// dependable fallback anyway.
     public var iceTCP = false
+    /// What is sent as audio.
     public var input: AudioInput = .tone(440)
+    /// Where received audio goes.
     public var output: AudioOutput = .none
+    /// Channels an offer opens.
     public var dataChannels: [DataChannelSpec] = [DataChannelSpec(label: "chat"), DataChannelSpec(label: "state", reliable: false)]
     /// Opus target bitrate (bits/s). 32 kb/s is wideband voice with room to spare.
     public var opusBitrate = 32_000
@@ -60,7 +65,13 @@ public struct MediaOptions: Sendable {
     /// The longest an answer to an HTTP session waits for ICE gathering: the session's caller
     /// cannot receive trickled candidates, so they must be in the answer.
     public var sessionGatherTimeout: TimeInterval = 2
+    /// A connected call from which no RTP packet has arrived for this long is reported
+    /// `disconnected` (and `connected` again when packets return), so a dead network path is
+    /// noticed in seconds rather than when ICE gives up. Only after the first packet (a peer that
+    /// sends nothing is never flagged); 0 disables.
+    public var mediaStallTimeout: TimeInterval = 2
 
+    /// The defaults above.
     public init() {}
 }
 
@@ -69,6 +80,8 @@ public enum MediaEvent: Sendable, Equatable {
     case dataChannelOpen(peer: PeerID, label: String)
     case dataChannelClosed(peer: PeerID, label: String)
     case dataMessage(peer: PeerID, label: String, text: String)
+    /// The other side's audio arrived on a new pad and is being decoded.
+    case track(peer: PeerID, track: RemoteTrack)
     /// A message on an HTTP session's `control` channel (docs/protocol.md, "The control channel"),
     /// already answered where the protocol says so (`ping` → `pong`, `hangup` → the call ends).
     case control(peer: PeerID, message: ControlMessage)

@@ -26,6 +26,14 @@ final class PeerConnection: @unchecked Sendable {
         var recording: URL?
         /// Rate and channels of what an `appsrc` input produces (the WAV file's, else 48 kHz mono).
         var pcmFormat: (rate: Int, channels: Int)
+        /// Start with the input muted (`GStreamerMediaEngine.setMuted`).
+        var muted = false
+        /// The offering side of an HTTP session (`GStreamerWebCall`): the offer carries every
+        /// candidate (nothing is trickled to the server), and the `control` channel's `status`
+        /// and `pong` are this side's to read.
+        var sessionCaller = false
+        /// What an offer made here sends (`CallMedia`); an answer follows the offer.
+        var media = CallMedia.standard
     }
 
     private let lock = NSLock()
@@ -33,6 +41,12 @@ final class PeerConnection: @unchecked Sendable {
     private var sendBranchAdded = false
     private var started = false
     private(set) var pcmSource: UnsafeMutablePointer<GstElement>?
+    /// The `volume` element of the send branch: muting it sends silence and keeps the stream.
+    private var micVolume: UnsafeMutablePointer<GstElement>?
+    /// Remote tracks received so far (names them).
+    private var remoteTracks = 0
+    /// Whether the input is muted now (the send branch may not exist yet).
+    private var inputMuted = false
     private var channels: [String: OpaquePointer] = [:]
     private var openChannels = Set<String>()
     private(set) var isSession = false
@@ -68,6 +82,7 @@ final class PeerConnection: @unchecked Sendable {
         self.settings = settings
         self.onCandidate = onCandidate
         self.onStateChange = onStateChange
+        inputMuted = settings.muted
         self.onEvent = onEvent
         // Before the pipeline exists: a file that cannot be written must not leak one.
         recorder = try settings.recording.map { try WAVFile.Writer(url: $0) }
@@ -190,6 +205,7 @@ final class PeerConnection: @unchecked Sendable {
                 + "caps=audio/x-raw,format=S16LE,layout=interleaved,rate=\(format.rate),channels=\(format.channels)"
         }
         let description = source + " ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=1"
+            + " ! volume name=mic mute=\(lock.withLock { inputMuted } ? "true" : "false")"
             + " ! opusenc bitrate=\(options.opusBitrate) frame-size=20 audio-type=voice complexity=\(options.opusComplexity) ! rtpopuspay pt=\(payloadType)"
             // encoding-params: webrtcbin writes the rtpmap from these caps when the offer is made before
             // rtpopuspay has negotiated; without it the line is `OPUS/48000`, which Chromium does not
@@ -200,6 +216,9 @@ final class PeerConnection: @unchecked Sendable {
         guard gst_element_link(branch, webrtc) != 0 else { throw MediaError.pipeline("could not link the audio branch to webrtcbin") }
         if let pcm = gst_bin_get_by_name(GStreamer.cast(UnsafeMutableRawPointer(branch)), "pcm") {
             lock.withLock { pcmSource = pcm }
+        }
+        if let mic = gst_bin_get_by_name(GStreamer.cast(UnsafeMutableRawPointer(branch)), "mic") {
+            lock.withLock { micVolume = mic }
         }
     }
 
@@ -232,10 +251,22 @@ final class PeerConnection: @unchecked Sendable {
 
     func createOffer() async throws -> SessionDescription {
         lock.withLock { negotiationStarted = negotiationStarted ?? .now() }
-        try addSendBranch(payloadType: 111)
-        trace("send branch added")
+        let media = settings.media
+        guard media.audio != .none || (media.dataChannels && !settings.options.dataChannels.isEmpty) else {
+            throw MediaError.negotiation("a call needs audio or a data channel")
+        }
+        switch media.audio {
+        case .sendReceive:
+            try addSendBranch(payloadType: 111)
+            trace("send branch added")
+        case .receiveOnly:
+            cs_webrtc_add_recvonly_audio(webrtc, 111)
+            trace("receive-only audio transceiver added")
+        case .none:
+            break
+        }
         try start()
-        for spec in settings.options.dataChannels {
+        for spec in media.dataChannels ? settings.options.dataChannels : [] {
             let options = spec.reliable
                 ? gst_structure_from_string("options, ordered=(boolean)true", nil)
                 : gst_structure_from_string("options, ordered=(boolean)false, max-retransmits=(int)0", nil)
@@ -254,7 +285,13 @@ final class PeerConnection: @unchecked Sendable {
         lock.withLock { localMids = SDPText.mids(text) }
         try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, offer.pointer, $0) }
         trace("local offer set")
-        return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(text, sha256: settings.certificate.fingerprint))
+        var sent = text
+        if settings.sessionCaller {
+            await waitForGathering(timeout: settings.options.sessionGatherTimeout)
+            let (candidates, complete) = lock.withLock { (localCandidates, gatheringComplete) }
+            sent = MediaSDP.addingCandidates(candidates, complete: complete, to: text)
+        }
+        return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(sent, sha256: settings.certificate.fingerprint))
     }
 
     func setRemoteDescription(_ description: SessionDescription) async throws {
@@ -369,7 +406,8 @@ final class PeerConnection: @unchecked Sendable {
         let (changed, connectedMs) = lock.withLock { () -> (Bool, Int?) in
             guard !ended, state != lastState else { return (false, nil) }
             lastState = state
-            if state == .disconnected || state == .failed || state == .closed { ended = true }
+            // `disconnected` is not an end: ICE may come back (signaling gives it a grace period).
+            if state == .failed || state == .closed { ended = true }
             if state == .connected, connectedAfter == nil, let started = negotiationStarted {
                 connectedAfter = Int((DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000)
                 return (true, connectedAfter)
@@ -436,6 +474,11 @@ final class PeerConnection: @unchecked Sendable {
             gst_object_unref(UnsafeMutableRawPointer(appsink))
         }
         gst_element_sync_state_with_parent(sink)
+        let number = lock.withLock { () -> Int in
+            remoteTracks += 1
+            return remoteTracks
+        }
+        onEvent(.track(peer: peer, track: RemoteTrack(kind: "audio", id: "\(peer.rawValue)-audio-\(number)")))
         if let sinkPad = gst_element_get_static_pad(sink, "sink") {
             _ = gst_pad_link(pad, sinkPad)
             gst_object_unref(UnsafeMutableRawPointer(sinkPad))
@@ -519,7 +562,8 @@ final class PeerConnection: @unchecked Sendable {
     }
 
     private func message(_ text: String, on label: String) {
-        guard label == "control", lock.withLock({ isSession }) else {
+        let caller = settings.sessionCaller
+        guard label == "control", caller || lock.withLock({ isSession }) else {
             onEvent(.dataMessage(peer: peer, label: label, text: text))
             return
         }
@@ -528,6 +572,14 @@ final class PeerConnection: @unchecked Sendable {
             return
         }
         onEvent(.control(peer: peer, message: control))
+        if caller {
+            // The agent ended the session (or another POST with our token took it over).
+            if case .status(let state) = control, state == "ended" || state == "replaced" {
+                lock.withLock { remoteHungUp = true }
+                report(.closed)
+            }
+            return
+        }
         switch control {
         case .ping(let ts): try? send(ControlMessage.pong(ts: ts).text, on: "control")
         case .mute(let muted): lock.withLock { remoteMuted = muted }
@@ -551,6 +603,32 @@ final class PeerConnection: @unchecked Sendable {
     var openChannelLabels: [String] { lock.withLock { openChannels.sorted() } }
 
     // MARK: stats
+
+    /// RTP packets received so far (webrtcbin's counters, without moving the bitrate baseline of
+    /// `stats()`); nil when the pipeline did not answer.
+    func packetsReceived() async -> Int? {
+        let reply = await withCheckedContinuation { (done: CheckedContinuation<StatsReply?, Never>) in
+            let promise = GStreamer.promise { outcome in
+                guard case .replied(let reply) = outcome else { return done.resume(returning: nil) }
+                done.resume(returning: StatsReply(reply))
+            }
+            cs_webrtc_get_stats(webrtc, promise)
+            gst_promise_unref(promise)
+        }
+        return reply?.stats.packetsReceived
+    }
+
+    /// The state last reported to signaling.
+    var state: PeerConnectionState { lock.withLock { lastState } }
+
+    /// The media watchdog saw no packet for a while (`stalled`) or packets again: ICE can take
+    /// tens of seconds to notice a dead path, signaling needs to know within seconds
+    /// (`SignalingOptions.mediaDisconnectGrace`).
+    func mediaFlow(stalled: Bool) {
+        let current = lock.withLock { lastState }
+        if stalled, current == .connected { report(.disconnected) }
+        if !stalled, current == .disconnected { report(.connected) }
+    }
 
     func stats() async -> PeerMediaStats {
         let reply = await withCheckedContinuation { (done: CheckedContinuation<StatsReply?, Never>) in
@@ -605,11 +683,20 @@ final class PeerConnection: @unchecked Sendable {
         recorder?.close()
     }
 
+    /// Sends silence (`true`) or the input again; the RTP stream and the call go on.
+    func setMuted(_ muted: Bool) {
+        guard let mic = lock.withLock({ () -> UnsafeMutablePointer<GstElement>? in
+            inputMuted = muted
+            return micVolume
+        }) else { return }
+        cs_set_bool(UnsafeMutableRawPointer(mic), "mute", muted ? 1 : 0)
+    }
+
     deinit {
         // The last reference may be dropped on a GStreamer thread (a callback's strong reference
         // to its target): the pipeline is finalized elsewhere, never on a thread it owns.
         let objects = OwnedObjects(pipeline: pipeline, others: channels.values.map { UnsafeMutableRawPointer($0) }
-            + [pcmSource.map { UnsafeMutableRawPointer($0) }].compactMap { $0 })
+            + [pcmSource.map { UnsafeMutableRawPointer($0) }, micVolume.map { UnsafeMutableRawPointer($0) }].compactMap { $0 })
         Self.releaseQueue.async { objects.release() }
     }
 
@@ -639,12 +726,19 @@ struct DTLSCertificateValue: Sendable {
 
 /// What one peer connection measured.
 public struct PeerMediaStats: Sendable, Equatable {
+    /// RTP packets sent.
     public var packetsSent = 0
+    /// RTP packets received.
     public var packetsReceived = 0
+    /// RTP packets the receiver counted as lost.
     public var packetsLost = 0
+    /// RTP payload bytes sent.
     public var bytesSent = 0
+    /// RTP payload bytes received.
     public var bytesReceived = 0
+    /// Round-trip time of the selected candidate pair, ms.
     public var rttMs: Double?
+    /// Inbound jitter, ms.
     public var jitterMs: Double?
     /// 0–1 over the call so far.
     public var packetLoss: Double?
@@ -652,7 +746,9 @@ public struct PeerMediaStats: Sendable, Equatable {
     public var bitrateKbps: Double?
     /// `host`, `srflx`, `prflx` or `relay` of the local candidates webrtcbin reports.
     public var localCandidateTypes: [String] = []
+    /// Time from the first offer to `connected`, ms.
     public var connectMilliseconds: Int?
+    /// What the received audio measured.
     public var audio = AudioLevels()
 }
 

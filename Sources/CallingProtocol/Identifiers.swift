@@ -1,34 +1,3 @@
-/// Typed identifiers: a room id can never be passed where a peer id is expected. One generic
-/// string wrapper, told apart by a phantom tag, instead of three copies of the same struct.
-public struct Identifier<Tag: IdentifierTag>: Hashable, Sendable, Codable, Comparable, CustomStringConvertible,
-    ExpressibleByStringLiteral
-{
-    public let rawValue: String
-    public init(_ rawValue: String) { self.rawValue = rawValue }
-    public init(stringLiteral value: String) { self.rawValue = value }
-    public init(from decoder: Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
-    public func encode(to encoder: Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-    public var description: String { rawValue }
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
-}
-
-/// Marks what an `Identifier` names.
-public protocol IdentifierTag: Sendable {}
-
-public enum RoomTag: IdentifierTag {}
-public enum PeerTag: IdentifierTag {}
-public enum CallTag: IdentifierTag {}
-
-/// A room: peers in one room exchange signaling frames and share one chat history.
-public typealias RoomID = Identifier<RoomTag>
-/// A participant, as named by the `sub` claim of its token. Stable across reconnects.
-public typealias PeerID = Identifier<PeerTag>
-/// A call: the business-level session a room belongs to (`call_id`; docs/protocol.md, "Calls API").
-public typealias CallID = Identifier<CallTag>
-
 /// One transport connection. A peer may own a different connection after a reconnect or takeover,
 /// so routing state is keyed by connection, never by socket pointer.
 public struct ConnectionID: Hashable, Sendable, Comparable, CustomStringConvertible {

@@ -82,6 +82,10 @@ public enum CallingCommand {
         if command == "bench" { return bench(arguments: arguments) }
         if command == "apikey" { return APIKeyCommand.run(arguments, environment: environment) }
         if command == "admin" { return AdminCommand.run(arguments, environment: environment) }
+        if arguments.dropFirst(2).contains(where: { $0 == "--help" || $0 == "-h" }) {
+            print(usage)
+            return 0
+        }
         let flags: [String: String]
         switch parseFlags(arguments.dropFirst(2)) {
         case .failure(let problems):
@@ -251,7 +255,7 @@ public enum CallingCommand {
             return 64
         }
         do {
-            let secret = try SigningSecret.load(config: config)
+            let secret = try SigningSecret.load(config: config, generateIfMissing: false)
             let issuer = try TokenIssuer(hs256Secret: secret)
             let now = Date()
             let claims = PeerTokenClaims(

@@ -238,13 +238,17 @@ enum MallocTrim {
 /// The HS256 signing secret: `CALLING_JWT_SECRET`, else the secret file, else (only at the default
 /// path) a freshly generated one that is kept for the next start.
 public enum SigningSecret {
-    public static func load(config: ServerConfig, logger: Logger? = nil) throws -> [UInt8] {
+    /// The secret from `CALLING_JWT_SECRET`, `jwt_secret_file` or `<data_dir>/jwt-secret`. Only
+    /// the server itself (`generateIfMissing`) writes a new one: a token minted with a fresh
+    /// secret no running server knows would be refused.
+    public static func load(config: ServerConfig, logger: Logger? = nil, generateIfMissing: Bool = true) throws -> [UInt8] {
         if let secret = config.jwtSecret { return try validated(Array(secret.utf8), source: "CALLING_JWT_SECRET") }
         let path = config.resolvedSecretFile
         if let text = try? String(contentsOfFile: path, encoding: .utf8) {
             return try validated(Array(text.trimmingCharacters(in: .whitespacesAndNewlines).utf8), source: path)
         }
         guard config.jwtSecretFile == nil else { throw SecretError.unreadable(path) }
+        guard generateIfMissing else { throw SecretError.missing(path) }
         try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
         let generated = SecureRandom.token(bytes: 32)
         guard FileManager.default.createFile(atPath: path, contents: Data((generated + "\n").utf8),
@@ -265,12 +269,17 @@ public enum SigningSecret {
         case unreadable(String)
         case unwritable(String)
         case tooShort(String, minimum: Int)
+        /// No secret yet and the caller may not generate one.
+        case missing(String)
 
         public var description: String {
             switch self {
             case .unreadable(let path): return "cannot read the JWT secret file \(path)"
             case .unwritable(let path): return "cannot write a generated JWT secret to \(path)"
             case .tooShort(let source, let minimum): return "the JWT secret from \(source) is shorter than \(minimum) bytes"
+            case .missing(let path):
+                return "no JWT secret at \(path): pass the --data-dir (or --config) of the server, which writes it on its "
+                    + "first start, or set CALLING_JWT_SECRET / jwt_secret_file to the server's secret"
             }
         }
     }

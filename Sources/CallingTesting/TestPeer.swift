@@ -79,7 +79,7 @@ public final class TestPeer: Sendable {
             switch await inbox.next(deadline: deadline) {
             case .event(.open):
                 continue
-            case .event(.failed(let status, let message)):
+            case .event(.failed(let status, _, let message)):
                 throw TestPeerError.connectFailed(status: status, message: message)
             case .event(.closed(let code, let reason)), .ended(let code, let reason):
                 throw TestPeerError.connectionEnded(code: code, reason: reason)
@@ -244,7 +244,7 @@ private final class EventInbox: @unchecked Sendable {
             switch event {
             case .closed(let code, let reason)?:
                 state.ended = (code, reason)
-            case .failed(let status, let message)?:
+            case .failed(let status, _, let message)?:
                 // Only possible before `open`; `connect` reads the event itself, so keep it queued.
                 state.events.append(.failed(status: status, message: message))
                 state.ended = (nil, message)

@@ -78,7 +78,9 @@ public struct HTTPResponse: Sendable {
             "detail": .string(detail),
         ]
         fields.merge(extra) { _, new in new }
-        return HTTPResponse(status: status, headers: [("content-type", "application/problem+json")] + headers,
+        // `problem-code` repeats the code for clients that cannot read the body: a WebSocket
+        // client whose upgrade is refused gets the status and headers only (docs/protocol.md).
+        return HTTPResponse(status: status, headers: [("content-type", "application/problem+json"), ("problem-code", code)] + headers,
                             body: JSONWriter.bytes(.object(fields)))
     }
 

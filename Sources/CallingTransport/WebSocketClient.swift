@@ -17,8 +17,9 @@ public enum WebSocketClientEvent: Sendable, Equatable {
     /// exchanged (the TCP connection dropped, `abort()`, or the loop shut down).
     case closed(code: UInt16?, reason: String)
     /// The connection never opened: refused, unreachable, or the upgrade was answered without a
-    /// 101. `status` is the HTTP status of that answer (401, 403, 503…) when there was one.
-    case failed(status: Int?, message: String)
+    /// 101. `status` is the HTTP status of that answer (401, 403, 503…) when there was one, `code`
+    /// its `problem-code` header (the server's problem code) when it had one.
+    case failed(status: Int?, code: String? = nil, message: String)
 
     /// True for `closed` and `failed`, the events that end the stream.
     public var isTerminal: Bool {
@@ -95,8 +96,9 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// If lws cannot create a context, the loop still exists but every connection fails at once.
     public init(logger: Logger) {
         self.logger = logger
-        // lws's notices would otherwise land on an SDK user's stderr; keep warnings and errors.
-        lws_set_log_level(LLL_ERR | LLL_WARN, nil)
+        // Warnings and errors only, through the hook that `routeLibraryLog` can redirect (lws's
+        // notices would otherwise land on an SDK user's stderr).
+        cs_lws_install_log_hook()
         let ready = DispatchSemaphore(value: 0)
         stopped.enter()
         // A joinable pthread rather than Foundation's Thread so `shutdown` can return only after
@@ -230,6 +232,25 @@ public final class WebSocketClientLoop: @unchecked Sendable {
         }
         return try outcome.get()
     }
+
+    /// Sends libwebsockets' own log lines (warnings and errors, without lws's timestamp) to `sink`
+    /// instead of stderr; nil restores stderr. Process-wide: lws has one log for every context,
+    /// the server's included.
+    public static func routeLibraryLog(_ sink: (@Sendable (_ isError: Bool, _ line: String) -> Void)?) {
+        librarySink.withLock { $0 = sink }
+        cs_lws_install_log_hook()
+        cs_lws_set_sink(sink == nil ? nil : { level, line in
+            var text = String(cString: line)
+            // "[2026/12/01 14:40:47:4719] E: SSL error: …\n" → "SSL error: …"
+            if text.hasPrefix("["), let close = text.firstIndex(of: "]") { text = String(text[text.index(after: close)...]) }
+            text = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            if text.count > 3, text.dropFirst().hasPrefix(": ") { text = String(text.dropFirst(3)) }
+            let isError = level & LLL_ERR != 0
+            WebSocketClientLoop.librarySink.withLock { $0 }?(isError, text)
+        })
+    }
+
+    private static let librarySink = PthreadLocked<(@Sendable (Bool, String) -> Void)?>(nil)
 
     /// Queues `command` for the service thread; false once the loop no longer accepts work.
     /// Any thread.
@@ -564,7 +585,8 @@ extension WebSocketClientLoop {
             if let failure = session.failureMessage { message = failure }
             if session.abortRequested { message = "aborted" }
             if message.isEmpty { message = "connection failed" }
-            finish(session, .failed(status: status == 0 ? nil : status, message: message))
+            finish(session, .failed(status: status == 0 ? nil : status, code: status == 0 ? nil : Self.problemCode(wsi),
+                                    message: message))
             return 0
 
         case LWS_CALLBACK_CLIENT_CLOSED, LWS_CALLBACK_CLOSED_CLIENT_HTTP, LWS_CALLBACK_WSI_DESTROY:
@@ -787,6 +809,19 @@ extension WebSocketClientLoop {
         session.sentClose = (code, String(decoding: reason, as: UTF8.self))
         // With a close reason set, -1 makes lws send the close frame and await the echo.
         return -1
+    }
+
+    /// Service thread: the `problem-code` header of a refused upgrade's answer.
+    private static func problemCode(_ wsi: OpaquePointer) -> String? {
+        let name = "problem-code:"
+        let size = Int(lws_hdr_custom_length(wsi, name, Int32(name.utf8.count)))
+        guard size > 0, size < 256 else { return nil }
+        var buffer = [CChar](repeating: 0, count: size + 1)
+        let copied = buffer.withUnsafeMutableBufferPointer {
+            lws_hdr_custom_copy(wsi, $0.baseAddress, Int32($0.count), name, Int32(name.utf8.count))
+        }
+        guard copied > 0 else { return nil }
+        return String(decoding: buffer.prefix(Int(copied)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Service thread: the wsi is gone without CONNECTION_ERROR.

@@ -1,5 +1,6 @@
 import CallingClient
 import CallingMedia
+import CallingProtocol
 import CallingServer
 import Dispatch
 import Foundation
@@ -23,6 +24,10 @@ enum PeerCommand {
           --seconds N          hang up and exit after N seconds (default: on SIGINT/SIGTERM)
           --stay               keep answering after a call ends (an agent or bot serving many calls)
           --stats-seconds N    print stats every N seconds (default 5)
+          --web-call CALL_ID   be the app of an HTTP session instead (docs/protocol.md "HTTP sessions"):
+                               --url is the server's http(s):// base, --token the call's access_token;
+                               offers, opens the control channel, pings, and hangs up after --seconds
+          --dtmf DIGITS        with --web-call: send these keys on the control channel once connected
           --ca-file FILE.pem   with a wss:// URL: trust these CA certificates instead of the system store
           --insecure-skip-tls-verify  with a wss:// URL: accept ANY certificate (development only; warns)
 
@@ -49,6 +54,8 @@ enum PeerCommand {
         var stay = false
         var caFile: String?
         var insecureSkipTLSVerify = false
+        var webCall: CallID?
+        var dtmf: String?
     }
 
     struct Problem: Error { let message: String }
@@ -56,6 +63,7 @@ enum PeerCommand {
     static func parse(_ arguments: ArraySlice<String>) -> Result<Options, Problem> {
         var options = Options()
         var rest = arguments
+        let webCall = arguments.contains("--web-call")
         func value(_ flag: String) -> String? {
             guard let next = rest.first, !next.hasPrefix("--") else { return nil }
             rest.removeFirst()
@@ -64,8 +72,10 @@ enum PeerCommand {
         while let flag = rest.popFirst() {
             switch flag {
             case "--url":
-                guard let text = value(flag), let url = URL(string: text), url.scheme == "ws" || url.scheme == "wss" else {
-                    return .failure(Problem(message: "--url needs a ws:// or wss:// URL"))
+                let schemes = webCall ? ["http", "https", "ws", "wss"] : ["ws", "wss"]
+                guard let text = value(flag), let url = URL(string: text), schemes.contains(url.scheme ?? "") else {
+                    return .failure(Problem(message: webCall ? "--url needs the server's http:// or https:// base"
+                                                             : "--url needs a ws:// or wss:// URL"))
                 }
                 options.url = url
             case "--token":
@@ -114,6 +124,14 @@ enum PeerCommand {
                 }
                 options.caFile = path
             case "--insecure-skip-tls-verify": options.insecureSkipTLSVerify = true
+            case "--web-call":
+                guard let call = value(flag) else { return .failure(Problem(message: "--web-call needs a call id")) }
+                options.webCall = CallID(call)
+            case "--dtmf":
+                guard let digits = value(flag), !digits.isEmpty, digits.allSatisfy({ "0123456789*#ABCD".contains($0) }) else {
+                    return .failure(Problem(message: "--dtmf needs keys of 0-9 * # A-D"))
+                }
+                options.dtmf = digits
             default:
                 return .failure(Problem(message: "unknown option \(flag)"))
             }
@@ -138,7 +156,11 @@ enum PeerCommand {
         let finished = DispatchSemaphore(value: 0)
         let outcome = ExitCode()
         Task {
-            outcome.value = await PeerSession(options: options).run()
+            if options.webCall != nil {
+                outcome.value = await WebCallSession(options: options).run()
+            } else {
+                outcome.value = await PeerSession(options: options).run()
+            }
             finished.signal()
         }
         finished.wait()
@@ -213,8 +235,8 @@ actor PeerSession {
         let ticker = Task { await self.tick() }
         do {
             let welcome = try await client.connect()
-            log("state connected peer=\(welcome.peerId) room=\(welcome.roomId) peers=\(welcome.peers.map(\.peerId.rawValue).joined(separator: ","))")
-            if let target = options.call, welcome.peers.contains(where: { $0.peerId == target }) { await startCall(target) }
+            log("state connected peer=\(welcome.peerID) room=\(welcome.roomID) peers=\(welcome.peers.map(\.peerID.rawValue).joined(separator: ","))")
+            if let target = options.call, welcome.peers.contains(where: { $0.peerID == target }) { await startCall(target) }
         } catch {
             signalingEvents.cancel()
             mediaEvents.cancel()
@@ -280,8 +302,8 @@ actor PeerSession {
         guard let client else { return }
         switch event {
         case .peerJoined(let info):
-            log("peer-joined \(info.peerId) role=\(info.role)")
-            if info.peerId == options.call, !calling { await startCall(info.peerId) }
+            log("peer-joined \(info.peerID) role=\(info.role)")
+            if info.peerID == options.call, !calling { await startCall(info.peerID) }
         case .peerLeft(let peer):
             log("peer-left \(peer)")
         case .incoming(let call):
@@ -302,6 +324,12 @@ actor PeerSession {
                 log("answer failed \(call.from): \(error)")
                 callEnded(call.from, reason: "error")
             }
+        case .callFailed(let peer, let error):
+            // The media connection timed out or stayed lost past the grace period (docs/sdk.md "Media").
+            log("call-failed \(peer) \(error)")
+            if case .timedOut = error.kind { callEnded(peer, reason: "timed_out") } else { callEnded(peer, reason: "disconnected") }
+        case .connectionState(let peer, let state):
+            log("call-state \(state.rawValue) peer=\(peer)")
         case .hangup(let peer):
             log("hangup \(peer)")
             callEnded(peer, reason: "remote")
@@ -329,6 +357,8 @@ actor PeerSession {
             log("connect-time peer=\(peer) connect_ms=\(milliseconds)")
         case .stateChanged(let peer, let state):
             log("state media-\(state.rawValue) peer=\(peer)")
+        case .track(let peer, let track):
+            log("track \(track.kind) \(track.id) peer=\(peer)")
         case .dataChannelOpen(let peer, let label):
             log("data-open \(label) peer=\(peer)")
             if let text = label == "chat" ? options.sendData : label == "state" ? options.sendUnreliable : nil {
@@ -449,6 +479,105 @@ actor PeerSession {
     private nonisolated func format(_ value: Double?) -> String {
         guard let value else { return "-" }
         return String(format: "%.1f", value)
+    }
+}
+
+/// `calling-server peer --web-call`: the app side of an HTTP session, on `GStreamerWebCall`.
+actor WebCallSession {
+    private let options: PeerCommand.Options
+    private var statuses: [String] = []
+    private var pongMilliseconds: Int64?
+    private var reconnects = 0
+    private var endedReason: String?
+    private var stop: CheckedContinuation<Void, Never>?
+    private var call: GStreamerWebCall?
+
+    init(options: PeerCommand.Options) { self.options = options }
+
+    func run() async -> Int32 {
+        var web = WebCallOptions()
+        web.tlsCAFile = options.caFile
+        web.insecureSkipTLSVerification = options.insecureSkipTLSVerify
+        let client = WebCallClient(baseURL: options.url!, callID: options.webCall!, accessToken: options.token!, options: web)
+        var media = MediaOptions()
+        media.input = options.input
+        media.output = options.record.map { .wav($0) } ?? .none
+        let call: GStreamerWebCall
+        do {
+            call = try GStreamerWebCall(client: client, media: media)
+        } catch {
+            CallingCommand.printError("peer: \(error)")
+            return 1
+        }
+        self.call = call
+        let events = Task { for await event in call.events { await self.handle(event) } }
+        do {
+            try await call.start()
+            log("web-call started session=\(client.sessionID ?? "-")")
+        } catch {
+            events.cancel()
+            CallingCommand.printError("peer: web call: \(error)")
+            return 1
+        }
+        let seconds = options.seconds ?? 10
+        Task {
+            try? await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
+            self.finish("time")
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            if endedReason != nil { continuation.resume() } else { stop = continuation }
+        }
+        let stats = await call.stats()
+        if endedReason == "time" { await call.hangup() }
+        var fields: [String: JSONValue] = [
+            "connected": .bool(statuses.contains("connected")),
+            "statuses": .array(statuses.map { .string($0) }),
+            "packets_sent": .int(Int64(stats?.packetsSent ?? 0)),
+            "packets_received": .int(Int64(stats?.packetsReceived ?? 0)),
+            "audio_frames_received": .int(Int64(stats?.audio.frames ?? 0)),
+            "rms_dbfs": .double(stats?.audio.rmsDBFS ?? -120),
+            "dominant_hz": .double(stats?.audio.dominantHz ?? 0),
+            "hangup_reason": .string(endedReason ?? "time"),
+            "reconnect_attempts": .int(Int64(reconnects)),
+        ]
+        if let pongMilliseconds { fields["pong_rtt_ms"] = .int(pongMilliseconds) }
+        log("summary " + JSONWriter.string(.object(fields)))
+        events.cancel()
+        return 0
+    }
+
+    private func handle(_ event: WebCallEvent) async {
+        switch event {
+        case .status(let state):
+            log("status \(state)")
+            statuses.append(state)
+            if state == "connected" {
+                try? call?.ping()
+                if let digits = options.dtmf { try? call?.sendDTMF(digits) }
+            }
+        case .pong(let rtt):
+            log("pong rtt_ms=\(rtt)")
+            pongMilliseconds = rtt
+        case .connectionState(let state):
+            log("state media-\(state.rawValue)")
+        case .reconnecting(let attempt):
+            log("reconnecting attempt=\(attempt)")
+            reconnects += 1
+        case .ended(let reason):
+            log("ended \(reason)")
+            if reason != "hangup" { finish(reason) }
+        }
+    }
+
+    private func finish(_ reason: String) {
+        guard endedReason == nil else { return }
+        endedReason = reason
+        stop?.resume()
+        stop = nil
+    }
+
+    private nonisolated func log(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
     }
 }
 

@@ -89,6 +89,22 @@ final class ClientHarness: @unchecked Sendable {
         return SignalingClient(url: url, token: try token ?? self.token(peer: peer, room: room), options: options)
     }
 
+    /// Presence options on this harness's loop.
+    func presenceOptions(_ configure: (inout PresenceOptions) -> Void = { _ in }) -> PresenceOptions {
+        var options = PresenceOptions()
+        options.loop = loop
+        options.connectTimeout = 5
+        configure(&options)
+        return options
+    }
+
+    /// A presence client on this harness's loop with a fresh presence token.
+    func presence(_ peer: String, role: String, name: String? = nil,
+                  configure: (inout PresenceOptions) -> Void = { _ in }) throws -> PresenceClient
+    {
+        PresenceClient(url: url, token: try presenceToken(peer, role: role, name: name), options: presenceOptions(configure))
+    }
+
     func http(_ method: String, _ path: String) async throws -> (Int, String) {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
         request.httpMethod = method

@@ -6,54 +6,59 @@ import XCTest
 /// The presence channel through `PresenceClient`, ending in a room joined with the minted tokens.
 final class PresenceClientTests: ClientTestCase {
     func test_request_accept_gives_both_sides_tokens_for_the_same_room() async throws {
-        let ann = PresenceClient(url: server.url, token: try server.presenceToken("ann", role: "agent", name: "Ann"),
-                                 queues: ["sales"], loop: server.loop)
-        let carl = PresenceClient(url: server.url, token: try server.presenceToken("carl", role: "caller", name: "Carl"),
-                                  loop: server.loop)
+        let ann = try server.presence("ann", role: "agent", name: "Ann") { $0.queues = ["sales"] }
+        let carl = try server.presence("carl", role: "caller", name: "Carl")
         let annEvents = EventLog(ann.events)
         let carlEvents = EventLog(carl.events)
         let snapshot = try await ann.connect()
-        XCTAssertEqual(snapshot["agents"]?.arrayValue?.first?["agent_id"], "ann")
-        XCTAssertEqual(snapshot["agents"]?.arrayValue?.first?["queues"], ["sales"])
+        XCTAssertEqual(snapshot.agents.first?.agentID, "ann")
+        XCTAssertEqual(snapshot.agents.first?.queues, ["sales"])
+        XCTAssertEqual(snapshot.role, .agent)
         let carlSnapshot = try await carl.connect()
-        XCTAssertEqual(carlSnapshot["role"], "caller")
+        XCTAssertEqual(carlSnapshot.role, .caller)
+        XCTAssertEqual(carlSnapshot.peerID, "carl")
 
-        try ann.setStatus("available", note: "ready")
-        _ = try await carlEvents.first { if case .status(let s) = $0, s["note"] == "ready" { s } else { nil } }
+        try ann.setStatus(.available, note: "ready")
+        let status = try await carlEvents.first { if case .status(let s) = $0, s.note == "ready" { s } else { nil } }
+        XCTAssertEqual(status.status, .available)
 
-        try carl.request(agentId: "ann", metadata: ["topic": "billing"])
+        try carl.request(agentID: "ann", metadata: ["topic": "billing"])
         let ringing = try await carlEvents.first { if case .request(let p) = $0 { p } else { nil } }
-        XCTAssertEqual(ringing["state"], "ringing")
+        XCTAssertEqual(ringing.agentID, "ann")
         let offer = try await annEvents.first { if case .request(let p) = $0 { p } else { nil } }
-        XCTAssertEqual(offer["from"], "carl")
-        XCTAssertEqual(offer["name"], "Carl")
-        XCTAssertEqual(offer["metadata"], ["topic": "billing"])
-        let requestId = try XCTUnwrap(offer["request_id"]?.stringValue)
+        XCTAssertEqual(offer.callerID, "carl")
+        XCTAssertEqual(offer.name, "Carl")
+        XCTAssertEqual(offer.metadata, ["topic": "billing"])
+        XCTAssertEqual(offer.requestID, ringing.requestID)
+        let requestID = offer.requestID
 
-        try ann.accept(requestId)
+        try ann.accept(requestID)
         let annAccepted = try await annEvents.first { if case .accepted(let a) = $0 { a } else { nil } }
         let carlAccepted = try await carlEvents.first { if case .accepted(let a) = $0 { a } else { nil } }
-        XCTAssertEqual(annAccepted.roomId, carlAccepted.roomId)
-        XCTAssertEqual(annAccepted.callId, carlAccepted.callId)
-        XCTAssertEqual(carlAccepted.agentId, "ann")
-        XCTAssertEqual(carlAccepted.callerId, "carl")
-        _ = try await carlEvents.first { if case .status(let s) = $0, s["status"] == "busy" { s } else { nil } }
+        XCTAssertEqual(annAccepted.roomID, carlAccepted.roomID)
+        XCTAssertEqual(annAccepted.callID, carlAccepted.callID)
+        XCTAssertEqual(carlAccepted.agentID, "ann")
+        XCTAssertEqual(carlAccepted.callerID, "carl")
+        _ = try await carlEvents.first { if case .status(let s) = $0, s.status == .busy { s } else { nil } }
 
         // A second accept of the same request is refused; the connection stays open.
-        try ann.accept(requestId)
-        let (refusal, payload) = try await annEvents.first { if case .error(let e, let p) = $0 { (e, p) } else { nil } }
+        try ann.accept(requestID)
+        let (refusal, refused, type) = try await annEvents.first {
+            if case .error(let e, let id, let type) = $0 { (e, id, type) } else { nil }
+        }
         XCTAssertEqual(refusal.serverCode, 409)
-        XCTAssertEqual(payload?["request_id"], .string(requestId))
+        XCTAssertEqual(refused, requestID)
+        XCTAssertEqual(type, "accept")
 
         // The minted tokens open the same room.
-        let agentRoom = try server.client("ann", token: annAccepted.token)
-        let callerRoom = try server.client("carl", token: carlAccepted.token)
+        let agentRoom = try server.client("ann", token: try XCTUnwrap(annAccepted.token))
+        let callerRoom = try server.client("carl", token: try XCTUnwrap(carlAccepted.token))
         try await agentRoom.connect()
         let welcome = try await callerRoom.connect()
-        XCTAssertEqual(welcome.roomId, annAccepted.roomId)
-        XCTAssertEqual(welcome.callId, annAccepted.callId)
+        XCTAssertEqual(welcome.roomID, annAccepted.roomID)
+        XCTAssertEqual(welcome.callID, annAccepted.callID)
         XCTAssertEqual(welcome.role, "caller")
-        XCTAssertEqual(callerRoom.peers.map(\.peerId), ["ann"])
+        XCTAssertEqual(callerRoom.peers.map(\.peerID), ["ann"])
         XCTAssertEqual(callerRoom.peers.first?.role, "agent")
         let ack = try await callerRoom.sendChat("hello agent")
         XCTAssertEqual(ack.seq, 1)
@@ -62,44 +67,67 @@ final class PresenceClientTests: ClientTestCase {
         await callerRoom.disconnect()
         await carl.disconnect()
         await ann.disconnect()
-        _ = try await annEvents.first { if case .disconnected = $0 { true } else { nil } }
+        _ = try await annEvents.first { if case .disconnected(nil) = $0 { true } else { nil } }
         XCTAssertFalse(ann.isConnected)
+        XCTAssertEqual(ann.state, .ended)
     }
 
     func test_decline_and_cancel_end_the_request() async throws {
-        let ann = PresenceClient(url: server.url, token: try server.presenceToken("ann", role: "agent"), loop: server.loop)
-        let carl = PresenceClient(url: server.url, token: try server.presenceToken("carl", role: "caller"), loop: server.loop)
+        let ann = try server.presence("ann", role: "agent")
+        let carl = try server.presence("carl", role: "caller")
         let annEvents = EventLog(ann.events)
         let carlEvents = EventLog(carl.events)
         try await ann.connect()
         try await carl.connect()
 
-        try carl.request(agentId: "ann")
-        let first = try await annEvents.first { if case .request(let p) = $0 { p["request_id"]?.stringValue } else { nil } }
+        try carl.request(agentID: "ann")
+        let first = try await annEvents.first { if case .request(let p) = $0 { p.requestID } else { nil } }
         try ann.decline(first)
-        let declined = try await carlEvents.first { if case .ended(let id, let reason) = $0 { (id, reason) } else { nil } }
-        XCTAssertEqual(declined.0, first)
-        XCTAssertEqual(declined.1, "declined")
+        let declined = try await carlEvents.first { if case .ended(let ended) = $0 { ended } else { nil } }
+        XCTAssertEqual(declined.requestID, first)
+        XCTAssertEqual(declined.reason, .declined)
 
-        try carl.request(agentId: "ann")
+        try carl.request(agentID: "ann")
         try await annEvents.waitCount(2) { if case .request = $0 { true } else { false } }
-        let second = annEvents.all.compactMap { if case .request(let p) = $0 { p["request_id"]?.stringValue } else { nil } }.last!
+        let second = annEvents.all.compactMap { if case .request(let p) = $0 { p.requestID } else { nil } }.last!
         try carl.cancel(second)
-        let cancelled = try await annEvents.first { if case .ended(second, let reason) = $0 { reason } else { nil } }
-        XCTAssertEqual(cancelled, "cancelled")
+        let cancelled = try await annEvents.first { if case .ended(let e) = $0, e.requestID == second { e.reason } else { nil } }
+        XCTAssertEqual(cancelled, .cancelled)
         await carl.disconnect()
         await ann.disconnect()
     }
 
     func test_a_presence_token_without_the_scope_is_refused() async throws {
         let roomToken = try server.token(peer: "ann")
-        let ann = PresenceClient(url: server.url, token: roomToken, loop: server.loop)
+        let ann = PresenceClient(url: server.url, token: roomToken, options: server.presenceOptions())
         do {
             try await ann.connect()
             XCTFail("must be refused")
         } catch let error as CallingError {
             XCTAssertEqual(error.httpStatus, 403)
+            XCTAssertEqual(error.code, "token_wrong_scope")
             XCTAssertFalse(error.isRetryable)
         }
+    }
+
+    func test_an_agent_reconnects_after_a_server_restart_and_keeps_taking_requests() async throws {
+        let ann = try server.presence("ann", role: "agent") { $0.reconnectDelays = [0.1] }
+        let events = EventLog(ann.events)
+        try await ann.connect()
+        try ann.setStatus(.available)
+        try await server.restart()
+        let dropped = try await events.first { if case .closed(let code, _) = $0 { code } else { nil } }
+        XCTAssertEqual(dropped, 1001)
+        try await events.waitCount(2) { if case .connected = $0 { true } else { false } }
+        let states = events.all.compactMap { event -> CallState? in if case .stateChanged(let s) = event { s } else { nil } }
+        XCTAssertEqual(states, [.connecting, .connected, .reconnecting(attempt: 1), .connected])
+        try ann.setStatus(.available)
+        let carl = try server.presence("carl", role: "caller")
+        let carlEvents = EventLog(carl.events)
+        try await carl.connect()
+        try carl.request(agentID: "ann")
+        _ = try await carlEvents.first { if case .request(let r) = $0 { r } else { nil } }
+        await carl.disconnect()
+        await ann.disconnect()
     }
 }

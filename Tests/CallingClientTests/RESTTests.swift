@@ -15,14 +15,14 @@ final class RESTTests: XCTestCase {
     func test_room_id_is_read_from_the_unpadded_base64url_payload() {
         // "??>" encodes to "Pz8-" in base64url: exercises the '-' mapping; lengths vary the padding.
         for room in ["r", "room-1", "??>", "ünïcode-room"] {
-            XCTAssertEqual(TokenClaims.roomId(of: jwt(payload: #"{"sub":"a","room_id":"\#(room)"}"#)), RoomID(room))
+            XCTAssertEqual(TokenClaims.roomID(of: jwt(payload: #"{"sub":"a","room_id":"\#(room)"}"#)), RoomID(room))
         }
     }
 
     func test_tokens_without_a_room_or_not_jwts_give_no_room() {
-        XCTAssertNil(TokenClaims.roomId(of: jwt(payload: #"{"sub":"a"}"#)))
-        XCTAssertNil(TokenClaims.roomId(of: "not-a-jwt"))
-        XCTAssertNil(TokenClaims.roomId(of: "a.%%%.c"))
+        XCTAssertNil(TokenClaims.roomID(of: jwt(payload: #"{"sub":"a"}"#)))
+        XCTAssertNil(TokenClaims.roomID(of: "not-a-jwt"))
+        XCTAssertNil(TokenClaims.roomID(of: "a.%%%.c"))
     }
 
     func test_urls_map_to_endpoints_and_schemes_it_cannot_serve_are_errors() throws {

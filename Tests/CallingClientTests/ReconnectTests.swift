@@ -19,8 +19,8 @@ final class ReconnectTests: ClientTestCase {
         let bobEvents = EventLog(bob.events)
         try await alice.connect()
         try await bob.connect()
-        _ = try await alice.sendChat("before", clientId: "a0")
-        _ = try await bobEvents.first { $0.chatMessage?.clientId == "a0" ? true : nil }
+        _ = try await alice.sendChat("before", clientID: "a0")
+        _ = try await bobEvents.first { $0.chatMessage?.clientID == "a0" ? true : nil }
 
         try await server.restart()
         _ = try await aliceEvents.first { if case .reconnecting = $0.state { true } else { nil } }
@@ -29,9 +29,9 @@ final class ReconnectTests: ClientTestCase {
 
         // While alice is away: bob reconnects on his own and talks; alice queues a message.
         try await eventually { bob.state == .connected }
-        let b1 = try await bob.sendChat("while you were away 1", clientId: "b1")
-        let b2 = try await bob.sendChat("while you were away 2", clientId: "b2")
-        let aliceSending = Task { try await alice.sendChat("sent during the outage", clientId: "a1") }
+        let b1 = try await bob.sendChat("while you were away 1", clientID: "b1")
+        let b2 = try await bob.sendChat("while you were away 2", clientID: "b2")
+        let aliceSending = Task { try await alice.sendChat("sent during the outage", clientID: "a1") }
         try await Task.sleep(nanoseconds: 200_000_000)
         XCTAssertEqual(alice.state, .reconnecting(attempt: 1))
 
@@ -45,11 +45,11 @@ final class ReconnectTests: ClientTestCase {
         try await Task.sleep(nanoseconds: 300_000_000)
         XCTAssertEqual(aliceEvents.all.compactMap(\.chatMessage).map(\.seq), [b1.seq, b2.seq])
         // bob got alice's queued message once.
-        _ = try await bobEvents.first { $0.chatMessage?.clientId == "a1" ? true : nil }
-        XCTAssertEqual(bobEvents.all.compactMap(\.chatMessage).map(\.clientId), ["a0", "a1"])
+        _ = try await bobEvents.first { $0.chatMessage?.clientID == "a1" ? true : nil }
+        XCTAssertEqual(bobEvents.all.compactMap(\.chatMessage).map(\.clientID), ["a0", "a1"])
         // The store holds each message once.
         let page = try await alice.fetchMessages()
-        XCTAssertEqual(page.messages.map(\.clientId), ["a0", "b1", "b2", "a1"])
+        XCTAssertEqual(page.messages.map(\.clientID), ["a0", "b1", "b2", "a1"])
         XCTAssertEqual(alice.lastSeq, 4)
 
         let welcome = try await aliceEvents.first { if case .connected(let w) = $0, w.resumed { w } else { nil } }
@@ -70,8 +70,8 @@ final class ReconnectTests: ClientTestCase {
         try await bob.connect()
         // The ack is lost with the socket: the server stored the message, alice never heard.
         alice.pauseReadingForTesting()
-        let sending = Task { try await alice.sendChat("ack lost", clientId: "lost-ack") }
-        _ = try await bobEvents.first { $0.chatMessage?.clientId == "lost-ack" ? true : nil }
+        let sending = Task { try await alice.sendChat("ack lost", clientID: "lost-ack") }
+        _ = try await bobEvents.first { $0.chatMessage?.clientID == "lost-ack" ? true : nil }
         alice.dropConnectionForTesting()
         let ack = try await sending.value
         XCTAssertEqual(ack.seq, 1)
@@ -79,7 +79,7 @@ final class ReconnectTests: ClientTestCase {
         let dropped = try await aliceEvents.first { if case .disconnected(let error?) = $0 { error } else { nil } }
         XCTAssertNil(dropped.closeCode, "no close frame")
         try await Task.sleep(nanoseconds: 300_000_000)
-        XCTAssertEqual(bobEvents.all.compactMap(\.chatMessage).map(\.clientId), ["lost-ack"])
+        XCTAssertEqual(bobEvents.all.compactMap(\.chatMessage).map(\.clientID), ["lost-ack"])
         XCTAssertTrue(aliceEvents.all.compactMap(\.chatMessage).isEmpty, "own message resolved, not echoed")
         await alice.disconnect()
         await bob.disconnect()
@@ -112,7 +112,7 @@ final class ReconnectTests: ClientTestCase {
         }
         let events = EventLog(alice.events)
         try await alice.connect()
-        let pending = Task { try await alice.sendChat("never", clientId: "n1") }
+        let pending = Task { try await alice.sendChat("never", clientID: "n1") }
         try await server.restart()
         let failure = try await events.first { if case .failed(let error) = $0.state { error } else { nil } }
         XCTAssertEqual(failure.httpStatus, 401)
@@ -132,7 +132,7 @@ final class ReconnectTests: ClientTestCase {
         try await alice.connect()
         server.stopServer()
         _ = try await events.first { if case .reconnecting = $0.state { true } else { nil } }
-        let pending = Task { try await alice.sendChat("never sent", clientId: "p1") }
+        let pending = Task { try await alice.sendChat("never sent", clientID: "p1") }
         try await Task.sleep(nanoseconds: 100_000_000)
         await alice.disconnect()
         XCTAssertEqual(alice.state, .ended)
@@ -211,13 +211,13 @@ final class CappedReplayTests: ClientTestCase {
         let aliceEvents = EventLog(alice.events)
         try await alice.connect()
         try await bob.connect()
-        _ = try await bob.sendChat("seen live", clientId: "b0")
-        _ = try await aliceEvents.first { $0.chatMessage?.clientId == "b0" ? true : nil }
+        _ = try await bob.sendChat("seen live", clientID: "b0")
+        _ = try await aliceEvents.first { $0.chatMessage?.clientID == "b0" ? true : nil }
 
         try await server.restart()
         _ = try await aliceEvents.first { if case .reconnecting = $0.state { true } else { nil } }
         try await eventually { bob.state == .connected }
-        for n in 1...5 { _ = try await bob.sendChat("missed \(n)", clientId: "b\(n)") }
+        for n in 1...5 { _ = try await bob.sendChat("missed \(n)", clientID: "b\(n)") }
         await gate.open()
 
         try await aliceEvents.waitCount(6) { $0.chatMessage != nil }
@@ -232,14 +232,31 @@ final class CappedReplayTests: ClientTestCase {
     }
 }
 
-/// A token that expires while connected ends the session for good (4401).
+/// A token that expires while connected (4401): terminal, unless a token provider has a fresh one.
 final class TokenExpiryTests: ClientTestCase {
     override func configure(_ config: inout ServerConfig) {
         config.jwtLeewaySeconds = 0
         config.tickMs = 100
     }
 
-    func test_token_expired_is_terminal_and_the_token_provider_is_not_asked() async throws {
+    func test_token_expired_without_a_token_provider_is_terminal() async throws {
+        let fresh = try server.token(peer: "alice")
+        let alice = try server.client("alice", token: server.token(peer: "alice", ttl: 2))
+        let events = EventLog(alice.events)
+        try await alice.connect()
+        let failure = try await events.first(timeout: 6) { if case .failed(let error) = $0.state { error } else { nil } }
+        XCTAssertEqual(failure, .tokenExpired)
+        XCTAssertFalse(failure.isRetryable)
+        XCTAssertThrowsError(try alice.markRead(1)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
+
+        // The app reconnects with a fresh token; the session resumes.
+        let welcome = try await alice.connect(token: fresh)
+        XCTAssertTrue(welcome.resumed)
+        XCTAssertEqual(alice.state, .connected)
+        await alice.disconnect()
+    }
+
+    func test_token_expired_asks_the_token_provider_and_resumes_with_the_fresh_token() async throws {
         let calls = Counter()
         let fresh = try server.token(peer: "alice")
         let alice = try server.client("alice", token: server.token(peer: "alice", ttl: 2)) {
@@ -250,17 +267,13 @@ final class TokenExpiryTests: ClientTestCase {
         }
         let events = EventLog(alice.events)
         try await alice.connect()
-        let failure = try await events.first(timeout: 6) { if case .failed(let error) = $0.state { error } else { nil } }
-        XCTAssertEqual(failure, .tokenExpired)
-        XCTAssertFalse(failure.isRetryable)
-        try await Task.sleep(nanoseconds: 500_000_000)
-        XCTAssertEqual(calls.value, 0)
-        XCTAssertThrowsError(try alice.markRead(1)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
-
-        // The app reconnects with a fresh token; the session resumes.
-        let welcome = try await alice.connect(token: fresh)
-        XCTAssertTrue(welcome.resumed)
-        XCTAssertEqual(alice.state, .connected)
+        let dropped = try await events.first(timeout: 6) { if case .disconnected(let error?) = $0 { error } else { nil } }
+        XCTAssertEqual(dropped, .tokenExpired)
+        let welcome = try await events.first { if case .connected(let w) = $0, w.resumed { w } else { nil } }
+        XCTAssertTrue(welcome.recovered)
+        XCTAssertEqual(calls.value, 1)
+        XCTAssertEqual(events.all.compactMap(\.state), [.connecting, .connected, .reconnecting(attempt: 1), .connected])
+        _ = try await alice.sendChat("still here")
         await alice.disconnect()
     }
 }

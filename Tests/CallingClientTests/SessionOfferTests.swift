@@ -1,3 +1,4 @@
+import CallingProtocol
 import CallingServer
 import Foundation
 import XCTest
@@ -25,6 +26,8 @@ final class SessionOfferTests: ClientTestCase {
     func agent(for call: CreatedCall, engine: FakeMediaEngine) async throws -> (SignalingClient, EventLog<CallingEvent>) {
         let agent = try server.client("agent-1", token: server.token(peer: "agent-1", room: call.room, role: "agent")) {
             $0.mediaEngine = engine
+            // `disconnected` ends the call after this grace (5 s by default; SignalingSessionMediaTests).
+            $0.mediaDisconnectGrace = 0.2
         }
         let events = EventLog(agent.events)
         try await agent.connect()
@@ -66,7 +69,7 @@ final class SessionOfferTests: ClientTestCase {
         XCTAssertEqual(incoming.offer.sdp, Self.offer)
         let sessionID = try XCTUnwrap(incoming.offer.sessionID, "session_id of the offer payload")
         let order = events.all
-        XCTAssertLessThan(try XCTUnwrap(order.firstIndex { if case .peerJoined(let info) = $0 { info.peerId == caller } else { false } }),
+        XCTAssertLessThan(try XCTUnwrap(order.firstIndex { if case .peerJoined(let info) = $0 { info.peerID == caller } else { false } }),
                           try XCTUnwrap(order.firstIndex { $0.incomingCall != nil }), "peer-joined, then the offer")
 
         try await agent.accept(caller)

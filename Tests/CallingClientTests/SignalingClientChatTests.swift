@@ -12,9 +12,9 @@ final class SignalingClientChatTests: ClientTestCase {
         let bobEvents = EventLog(bob.events)
         try await alice.connect()
         try await bob.connect()
-        let ack = try await alice.sendChat("hi", meta: ["lang": "en"], clientId: "c1")
+        let ack = try await alice.sendChat("hi", meta: ["lang": "en"], clientID: "c1")
         XCTAssertEqual(ack.seq, 1)
-        XCTAssertEqual(ack.clientId, "c1")
+        XCTAssertEqual(ack.clientID, "c1")
         XCTAssertEqual(alice.lastSeq, 1)
         let message = try await bobEvents.first { $0.chatMessage }
         XCTAssertEqual(message.from, "alice")
@@ -43,7 +43,7 @@ final class SignalingClientChatTests: ClientTestCase {
         // alice stops reading: the server commits and acks, but the ack sits in the socket until
         // the timeout has fired and the same client_id has been sent again.
         alice.pauseReadingForTesting()
-        let sending = Task { try await alice.sendChat("exactly once", clientId: "retry-me") }
+        let sending = Task { try await alice.sendChat("exactly once", clientID: "retry-me") }
         try await Task.sleep(nanoseconds: 800_000_000)
         alice.resumeReadingForTesting()
         let ack = try await sending.value
@@ -52,7 +52,7 @@ final class SignalingClientChatTests: ClientTestCase {
         XCTAssertGreaterThanOrEqual(duplicates, 1, "the retry reached the server")
 
         let page = try await alice.fetchMessages()
-        XCTAssertEqual(page.messages.map(\.clientId), ["retry-me"])
+        XCTAssertEqual(page.messages.map(\.clientID), ["retry-me"])
         try await Task.sleep(nanoseconds: 300_000_000)
         XCTAssertEqual(bobEvents.all.compactMap(\.chatMessage).map(\.seq), [1])
         await alice.disconnect()
@@ -118,7 +118,7 @@ final class SignalingClientChatTests: ClientTestCase {
         // A client that never connected reads the room id from its JWT.
         let reader = try server.client("reader")
         let first = try await reader.fetchMessages(sinceSeq: 0, limit: 2)
-        XCTAssertEqual(first.roomId, "room-1")
+        XCTAssertEqual(first.roomID, "room-1")
         XCTAssertEqual(first.messages.map(\.text), ["m1", "m2"])
         XCTAssertTrue(first.hasMore)
         XCTAssertEqual(first.lastSeq, 3)

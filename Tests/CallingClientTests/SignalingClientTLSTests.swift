@@ -40,8 +40,8 @@ final class SignalingClientTLSTests: ClientTestCase {
     func test_wss_and_https_with_the_private_ca_carry_chat_history_and_ice() async throws {
         let alice = try client("alice") { $0.tlsCAFile = self.pki.caFile }
         let welcome = try await alice.connect()
-        XCTAssertEqual(welcome.peerId.rawValue, "alice")
-        let ack = try await alice.sendChat("over tls", clientId: "c1")
+        XCTAssertEqual(welcome.peerID.rawValue, "alice")
+        let ack = try await alice.sendChat("over tls", clientID: "c1")
         XCTAssertEqual(ack.seq, 1)
         // REST goes over https:// with the same CA.
         let page = try await alice.fetchMessages()
@@ -117,15 +117,18 @@ final class SignalingClientTLSTests: ClientTestCase {
     func test_web_calls_over_https_verify_the_certificate() async throws {
         let base = URL(string: "https://127.0.0.1:\(server.port)")!
         // A verified connection reaches the server, which refuses the token: an HTTP answer.
-        let trusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token",
-                                    tls: TLSClientOptions(caFile: pki.caFile), loop: server.loop)
+        var options = WebCallOptions()
+        options.tlsCAFile = pki.caFile
+        options.loop = server.loop
+        let trusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token", options: options)
         do {
             _ = try await trusted.start(offerSDP: "v=0\r\n")
             XCTFail("started with a bad token")
         } catch let error as CallingError {
             XCTAssertEqual(error.httpStatus, 401, error.description)
         }
-        let untrusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token", loop: server.loop)
+        options.tlsCAFile = nil
+        let untrusted = WebCallClient(baseURL: base, callID: "no-such-call", accessToken: "not-a-token", options: options)
         do {
             _ = try await untrusted.start(offerSDP: "v=0\r\n")
             XCTFail("https accepted a certificate that is not trusted")
@@ -134,4 +137,27 @@ final class SignalingClientTLSTests: ClientTestCase {
             XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
         }
     }
+
+    func test_libwebsockets_log_lines_go_to_the_calling_log_handler() async throws {
+        let lines = LogLines()
+        CallingLog.setHandler(level: .warning) { level, line in lines.add(level, line) }
+        defer { CallingLog.setHandler(nil) }
+        // No CA for the server's certificate: lws logs OpenSSL's reason.
+        let alice = try client("alice")
+        _ = try? await alice.connect()
+        try await eventually { lines.all.contains { $0.1.hasPrefix("libwebsockets: ") } }
+        let line = try XCTUnwrap(lines.all.first { $0.1.hasPrefix("libwebsockets: ") })
+        XCTAssertEqual(line.0, .error)
+        XCTAssertTrue(line.1.contains("SSL error"), line.1)
+        XCTAssertFalse(line.1.contains("] E:"), "lws's timestamp and level prefix are stripped: \(line.1)")
+    }
+}
+
+/// Collects `CallingLog` lines.
+final class LogLines: @unchecked Sendable {
+    // @unchecked: `lines` only under `lock`.
+    private let lock = NSLock()
+    private var lines: [(CallingLogLevel, String)] = []
+    func add(_ level: CallingLogLevel, _ line: String) { lock.withLock { lines.append((level, line)) } }
+    var all: [(CallingLogLevel, String)] { lock.withLock { lines } }
 }

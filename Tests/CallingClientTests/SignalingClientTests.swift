@@ -11,21 +11,21 @@ final class SignalingClientTests: ClientTestCase {
     func test_connect_waits_for_welcome_and_fills_peer_room_call_and_roster() async throws {
         let alice = try server.client("alice", token: server.token(peer: "alice", name: "Alice", call: "call-7"))
         let aliceEvents = EventLog(alice.events)
-        XCTAssertEqual(alice.roomId, "room-1", "before connect the room comes from the token's room_id claim")
+        XCTAssertEqual(alice.roomID, "room-1", "before connect the room comes from the token's room_id claim")
         let welcome = try await alice.connect()
-        XCTAssertEqual(welcome.peerId, "alice")
-        XCTAssertEqual(alice.peerId, "alice")
-        XCTAssertEqual(alice.roomId, "room-1")
-        XCTAssertEqual(alice.callId, "call-7")
+        XCTAssertEqual(welcome.peerID, "alice")
+        XCTAssertEqual(alice.peerID, "alice")
+        XCTAssertEqual(alice.roomID, "room-1")
+        XCTAssertEqual(alice.callID, "call-7")
         XCTAssertEqual(alice.state, .connected)
         XCTAssertEqual(alice.peers, [])
 
         let bob = try server.client("bob")
         try await bob.connect()
-        XCTAssertEqual(bob.peers, [PeerInfo(peerId: "alice", role: "peer", name: "Alice")])
+        XCTAssertEqual(bob.peers, [PeerInfo(peerID: "alice", role: "peer", name: "Alice")])
         let joined = try await aliceEvents.first { if case .peerJoined(let info) = $0 { info } else { nil } }
-        XCTAssertEqual(joined.peerId, "bob")
-        XCTAssertEqual(alice.peers.map(\.peerId), ["bob"])
+        XCTAssertEqual(joined.peerID, "bob")
+        XCTAssertEqual(alice.peers.map(\.peerID), ["bob"])
 
         await bob.disconnect()
         XCTAssertEqual(bob.state, .ended)
@@ -72,6 +72,9 @@ final class SignalingClientTests: ClientTestCase {
             XCTFail("connect must throw")
         } catch let error as CallingError {
             XCTAssertEqual(error.httpStatus, 401)
+            XCTAssertEqual(error.code, "token_bad_signature", "the server's problem code, not lws text")
+            XCTAssertEqual(error.kind, .connectFailed(status: 401, code: "token_bad_signature",
+                                                      message: "the token's signature does not verify (another secret or key)"))
             XCTAssertFalse(error.isRetryable)
         }
         guard case .failed = client.state else { return XCTFail("state \(client.state)") }
@@ -141,6 +144,15 @@ final class SignalingClientTests: ClientTestCase {
                           bobLog.firstIndex(of: "addCandidate alice cand-alice")!)
         // bob's own candidate reaches alice after her remote description is set.
         try await eventually { aliceEngine.log.contains("addCandidate bob cand-bob") }
+        // Each side's peer connection got the servers of a fresh GET /v1/ice, right before it.
+        let fetched = try await alice.fetchIceServers().servers.map(\.urls)
+        XCTAssertEqual(aliceEngine.iceServersUsed(for: "bob").map { $0.map(\.urls) }, [fetched])
+        XCTAssertEqual(bobEngine.iceServersUsed(for: "alice").map { $0.map(\.urls) }, [fetched])
+        // Local mute reaches the engine; the call goes on.
+        XCTAssertFalse(alice.isMuted)
+        alice.setMuted(true)
+        XCTAssertTrue(alice.isMuted)
+        XCTAssertTrue(aliceEngine.muted)
 
         let sample = try await aliceEvents.first { if case .stats(let sample) = $0 { sample } else { nil } }
         XCTAssertEqual(sample.rttMs, 20)
@@ -201,6 +213,19 @@ final class FakeMediaEngine: MediaEngine, @unchecked Sendable {
     private var stateSinks: [PeerID: [@Sendable (PeerConnectionState) -> Void]] = [:]
 
     init(name: String) { self.name = name }
+
+    private var iceServerLists: [PeerID: [[IceServer]]] = [:]
+    private var mutedStorage = false
+
+    /// Every `useIceServers` list handed over for `peer`, oldest first.
+    func iceServersUsed(for peer: PeerID) -> [[IceServer]] { lock.withLock { iceServerLists[peer] ?? [] } }
+    var muted: Bool { lock.withLock { mutedStorage } }
+
+    func useIceServers(_ servers: [IceServer], for peer: PeerID) {
+        lock.withLock { iceServerLists[peer, default: []].append(servers) }
+    }
+
+    func setMuted(_ muted: Bool) { lock.withLock { mutedStorage = muted } }
 
     var log: [String] {
         lock.lock()

@@ -31,7 +31,8 @@ final class WebCallClientTests: ClientTestCase {
     }
 
     func client(for call: Call, token: String? = nil) -> WebCallClient {
-        WebCallClient(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!, callID: call.id, accessToken: token ?? call.token)
+        WebCallClient(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!, callID: CallID(call.id),
+                      accessToken: token ?? call.token)
     }
 
     /// Plays the agent for one offer: answers it with `sdp`, echoing the offer's `session_id`.
@@ -179,7 +180,7 @@ final class WebCallClientTests: ClientTestCase {
 
     func test_the_sessions_url_keeps_a_base_path_and_maps_websocket_schemes() {
         func url(_ base: String, _ call: String = "c1") -> String? {
-            WebCallClient(baseURL: URL(string: base)!, callID: call, accessToken: "t").sessionsURL?.absoluteString
+            WebCallClient(baseURL: URL(string: base)!, callID: CallID(call), accessToken: "t").sessionsURL?.absoluteString
         }
         XCTAssertEqual(url("http://127.0.0.1:8080"), "http://127.0.0.1:8080/webrtc-proxy/c1/v1/webrtc/sessions")
         XCTAssertEqual(url("https://calls.example.org/api/"), "https://calls.example.org/api/webrtc-proxy/c1/v1/webrtc/sessions")

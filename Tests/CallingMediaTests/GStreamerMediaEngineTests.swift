@@ -43,6 +43,24 @@ final class GStreamerMediaEngineTests: XCTestCase {
         MediaSDPTests.assertCRLF(offer.sdp)
     }
 
+    func test_call_media_chooses_what_the_offer_sends() async throws {
+        let a = try engine(closing: ["listener", "data"])
+        a.useMedia(.receiveOnly, for: "listener")
+        try await a.createPeerConnection(for: "listener", onCandidate: { _ in }, onStateChange: { _ in })
+        let listening = try await within(5, "createOffer") { try await a.createOffer(for: "listener") }
+        let audio = try XCTUnwrap(MediaSDPTests.sections(listening.sdp).first { $0.first?.hasPrefix("m=audio ") == true },
+                                  listening.sdp)
+        XCTAssertTrue(audio.contains("a=recvonly"), listening.sdp)
+        XCTAssertTrue(audio.contains { $0.lowercased() == "a=rtpmap:111 opus/48000/2" }, listening.sdp)
+
+        a.useMedia(.dataOnly, for: "data")
+        try await a.createPeerConnection(for: "data", onCandidate: { _ in }, onStateChange: { _ in })
+        let data = try await within(5, "createOffer") { try await a.createOffer(for: "data") }
+        let sections = MediaSDPTests.sections(data.sdp)
+        XCTAssertFalse(sections.contains { $0.first?.hasPrefix("m=audio ") == true }, data.sdp)
+        XCTAssertTrue(sections.contains { $0.first?.hasPrefix("m=application ") == true }, data.sdp)
+    }
+
     func test_answer_reuses_the_offers_opus_payload_type_111() async throws {
         let (a, b) = try (engine(closing: ["b"]), engine(closing: ["a"]))
         let offer = try await offer(from: a, to: "b")

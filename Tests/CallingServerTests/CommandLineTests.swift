@@ -110,4 +110,23 @@ final class TokenCommandTests: XCTestCase {
                           "every minted token is a distinct credential")
         XCTAssertEqual(try mint(["--max-peers", "-1"]).0, 64)
     }
+
+    func test_token_without_the_servers_secret_refuses_instead_of_writing_one() throws {
+        let dataDir = NSTemporaryDirectory() + "calling-token-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        let (code, output) = try capturingStandardOutput {
+            CallingCommand.run(["calling-server", "token", "--room", "r", "--peer", "p", "--data-dir", dataDir], environment: [:])
+        }
+        XCTAssertEqual(code, 1)
+        XCTAssertEqual(output, "", "no token printed")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dataDir + "/jwt-secret"), "no secret written")
+    }
+
+    func test_help_flags_print_the_usage() throws {
+        for arguments in [["token", "--help"], ["serve", "-h"]] {
+            let (code, output) = try capturingStandardOutput { CallingCommand.run(["calling-server"] + arguments, environment: [:]) }
+            XCTAssertEqual(code, 0, "\(arguments)")
+            XCTAssertTrue(output.contains("token    --room ROOM --peer PEER"), output)
+        }
+    }
 }

@@ -87,14 +87,14 @@ final class ClientTLSTests: XCTestCase {
         server.delegate = echo
         try! server.start()
         let (event, _) = await exchange(tls: TLSClientOptions(caFile: pki.caFile))
-        guard case .failed(_, let message) = event else { return XCTFail("opened with the wrong host name: \(event)") }
+        guard case .failed(_, _, let message) = event else { return XCTFail("opened with the wrong host name: \(event)") }
         XCTAssertEqual(message, WebSocketClientLoop.certificateRefused)
     }
 
     func test_an_untrusted_ca_is_refused_by_the_system_store_and_by_another_ca_file() async {
         for tls in [TLSClientOptions(), TLSClientOptions(caFile: pki.otherCAFile)] {
             let (event, _) = await exchange(tls: tls)
-            guard case .failed(_, let message) = event else { return XCTFail("opened with an untrusted CA: \(event)") }
+            guard case .failed(_, _, let message) = event else { return XCTFail("opened with an untrusted CA: \(event)") }
             XCTAssertEqual(message, WebSocketClientLoop.certificateRefused)
         }
     }

@@ -23,8 +23,9 @@ import wave
 
 import pytest
 
+import support
 from peers import (CALLEE_SECONDS, HANGUP_GRACE, SECONDS, SUMMARY_TIMEOUT, aiortc_peer, assert_got_data,
-                   assert_heard, assert_relayed_through, assert_sent_data, linux_peer, linux_peer_missing,
+                   assert_heard, assert_relayed_through, assert_sent_data, clean_env, linux_peer, linux_peer_missing,
                    session_caller)
 
 
@@ -87,6 +88,8 @@ def test_two_linux_peers_call_each_other(lab):
     for summary, who in ((a, "linux-alice"), (b, "linux-bob")):
         assert (summary.get("packets_sent") or 0) > 0 and (summary.get("packets_received") or 0) > 0, \
             f"{who}: {summary}"
+    # The engine reported the remote audio track (CallingEvent.track, docs/sdk.md "Events").
+    assert "track audio bob-audio-1 peer=bob" in alice.output(), alice.tail()
 
 
 def test_two_linux_peers_relay_only_through_coturn(make_lab):
@@ -167,6 +170,36 @@ def test_session_caller_reaches_a_linux_agent_over_http(lab):
     assert c["agent_ended_session"] is True, f"the agent did not end the session on the control hangup: {c}"
     assert c["delete_status"] == 204, c
     assert c["errors"] == [], c
+
+
+def test_linux_web_call_client_reaches_a_linux_agent_over_http(lab):
+    """The Linux peer as the *app* of an HTTP session (`--web-call`: the Swift SDK's WebCallClient
+    with CallingMedia's GStreamerWebCall) calling the Linux peer as the agent: the call is created
+    with the API key, the offer goes out over HTTP with its candidates, 440 Hz app→agent and 660 Hz
+    agent→app, `status connected` on the control channel, the ping answered with a pong, the dtmf
+    and the control hangup reach the agent, whose call ends as the caller hung up."""
+    server = lab.start_server()
+    agent = linux_peer(lab, lab.b, server, server.token("support-1", "agent-1", role="agent"), "linux-agent",
+                       tone=660, answer_sessions=True, seconds=CALLEE_SECONDS)
+    server.wait_peers(1)
+    status, _, call = server.post_json("/v1/calls", {"room_id": "support-1", "agent_id": "agent-1"},
+                                       {"X-API-Key": server.apikey()})
+    assert status == 201, call
+    argv = [support.BINARY, "peer", "--web-call", call["call_id"], "--url", server.base_url_for(lab.a),
+            "--token", call["access_token"], "--tone", "440", "--dtmf", "5", "--seconds", str(SECONDS)]
+    app = lab.spawn(lab.a, argv, "linux-web-call", env=clean_env())
+    a = app.summary(SUMMARY_TIMEOUT)
+    g = assert_ended_by_hangup(agent, "linux-agent")
+
+    assert a["statuses"][:1] == ["connected"], a
+    assert a.get("pong_rtt_ms") is not None, f"no pong: {app.tail()}"
+    assert a["hangup_reason"] == "time", a
+    assert_heard(a, "linux-web-call", 660)
+    assert_heard(g, "linux-agent", 440)
+    received = control_messages(g)
+    assert any(m.get("type") == "ping" for m in received if isinstance(m, dict)), received
+    assert {"type": "dtmf", "digit": "5"} in received, received
+    assert {"type": "hangup"} in received, received
 
 
 def write_tone_wav(path, hz: float, seconds: float, rate: int = 16000) -> None:

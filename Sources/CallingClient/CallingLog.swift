@@ -1,0 +1,69 @@
+import CallingCore
+import CallingTransport
+import Foundation
+
+/// How severe an SDK log line is.
+public enum CallingLogLevel: Int, Sendable, Comparable, CaseIterable {
+    case debug, info, warning, error
+
+    /// Orders levels by severity.
+    public static func < (lhs: CallingLogLevel, rhs: CallingLogLevel) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// The SDK's log: its own warnings (e.g. every connection made with
+/// `insecureSkipTLSVerification`) and the lines of libwebsockets, which the SDK runs on.
+///
+/// By default libwebsockets' lines are dropped and the SDK's own warnings go to stderr. With a
+/// handler, both go to it (at or above `level`) and nothing to stderr. Process-wide, like
+/// libwebsockets' own log.
+public enum CallingLog {
+    private static let state = NSLock()
+    nonisolated(unsafe) private static var handler: (@Sendable (CallingLogLevel, String) -> Void)?
+    nonisolated(unsafe) private static var level = CallingLogLevel.warning
+
+    /// Sends log lines at or above `level` to `handler`; nil restores the default.
+    public static func setHandler(level: CallingLogLevel = .warning,
+                                  _ handler: (@Sendable (_ level: CallingLogLevel, _ line: String) -> Void)?)
+    {
+        state.withLock {
+            Self.handler = handler
+            Self.level = level
+        }
+        install()
+    }
+
+    /// Routes libwebsockets' log here, once; every SDK client calls it before its first connection.
+    static func install() {
+        _ = routed
+    }
+
+    private static let routed: Void = WebSocketClientLoop.routeLibraryLog { isError, line in
+        CallingLog.write(isError ? .error : .warning, "libwebsockets: " + line, fromLibrary: true)
+    }
+
+    static func write(_ level: CallingLogLevel, _ line: String, fromLibrary: Bool) {
+        let (handler, minimum) = state.withLock { (Self.handler, Self.level) }
+        if let handler {
+            if level >= minimum { handler(level, line) }
+        } else if !fromLibrary, level >= .warning {
+            FileHandle.standardError.write(Data("calling-client \(level): \(line)\n".utf8))
+        }
+    }
+
+    /// The `Logger` the SDK's client loop writes through.
+    static let logger = Logger(label: "calling-client", level: .debug, handler: Handler())
+
+    private struct Handler: LogHandler {
+        func log(_ record: LogRecord) {
+            let level: CallingLogLevel
+            switch record.level {
+            case .trace, .debug: level = .debug
+            case .info, .notice: level = .info
+            case .warning: level = .warning
+            case .error, .critical: level = .error
+            }
+            let metadata = record.metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            CallingLog.write(level, metadata.isEmpty ? record.message : "\(record.message) \(metadata)", fromLibrary: false)
+        }
+    }
+}

@@ -1,0 +1,952 @@
+import CallingProtocol
+import Foundation
+
+/// A continuation the driver holds for an `async` API call; the session names it by number.
+typealias Waiter = UInt64
+
+/// What a resumed `async` API call returns.
+enum WaiterOutcome: Sendable, Equatable {
+    case welcome(Welcome)
+    case chatAck(ChatAck)
+    case done
+}
+
+/// The session's timers. Arming a timer that is armed replaces it; the driver delivers a fire
+/// only while the timer is still armed (a cancelled or replaced timer never fires).
+enum SessionTimer: Hashable, Sendable {
+    /// No `welcome` within `connectTimeout` of opening the socket.
+    case connect
+    /// The backoff before the next reconnect attempt.
+    case reconnect
+    /// A `sendChat` waiting for its `chat-ack` (or a 503 ack's retry delay).
+    case chatAck(String)
+    /// `setTyping(true)` turning itself off.
+    case typing
+    /// The keep-alive tick (repeats: re-armed on every fire).
+    case ping
+    /// The stats poll (repeats).
+    case stats
+    /// `disconnect()` waiting for the server's close echo.
+    case closeGrace
+    /// A call whose media has not connected yet.
+    case mediaConnect(PeerID)
+    /// A call whose connection went `disconnected`, waiting for it to recover.
+    case mediaGrace(PeerID)
+}
+
+/// Work for the `MediaEngine`, which the driver runs serialised per peer.
+enum MediaCommand: Sendable, Equatable {
+    /// Create peer connection `connection` for `peer`, then an offer: `.mediaOfferCreated` or `.mediaCallFailed`.
+    case startCall(PeerID, connection: UInt64, media: CallMedia, waiter: Waiter)
+    /// Create peer connection `connection`, apply `offer` (`.mediaRemoteApplied`), then answer:
+    /// `.mediaAnswerCreated` or `.mediaCallFailed`.
+    case answerCall(PeerID, connection: UInt64, offer: SessionDescription, waiter: Waiter)
+    /// Apply the peer's answer to our offer: `.mediaRemoteApplied` or `.mediaFailed`.
+    case applyAnswer(PeerID, SessionDescription)
+    case addCandidate(PeerID, IceCandidate)
+    case close(PeerID, CallEndReason)
+}
+
+/// What the session asks its driver to do, in order.
+enum SessionAction: Sendable, Equatable {
+    /// Open the room socket `id` (any previous one is already closed or abandoned).
+    case openSocket(id: UInt64, path: String, token: String)
+    /// Close the current socket with a close frame; its `closed` event follows.
+    case closeSocket(code: UInt16, reason: String)
+    /// Drop the current socket without a close frame; the session ignores its later events.
+    case abortSocket
+    case send(Frame)
+    case arm(SessionTimer, after: TimeInterval)
+    case cancel(SessionTimer)
+    case resume(Waiter, Result<WaiterOutcome, CallingError>)
+    case emit(CallingEvent)
+    /// Ask the token provider for a fresh token: `.tokenRefreshed(attempt:)`.
+    case refreshToken(attempt: Int)
+    /// Fetch one history page after `since` (gap fill): `.gapPage` or `.gapFailed` with `generation`.
+    case fetchGap(since: Int64, generation: UInt64)
+    /// Ask the engine for a stats sample: `.statsCollected`.
+    case collectStats
+    case media(MediaCommand)
+}
+
+/// What happens to the session: API calls, socket events, timer fires, and the results of work
+/// it handed out (token refresh, history pages, media engine calls).
+enum SessionInput: Sendable {
+    case connect(token: String?, waiter: Waiter)
+    case disconnect(waiter: Waiter)
+    case sendChat(clientID: String, text: String, meta: JSONValue?, waiter: Waiter)
+    case call(PeerID, media: CallMedia = .standard, waiter: Waiter)
+    case accept(PeerID, waiter: Waiter)
+
+    case socketOpened(UInt64)
+    case socketText(UInt64, String)
+    case socketClosed(UInt64, code: UInt16?, reason: String)
+    case socketFailed(UInt64, status: Int?, code: String? = nil, message: String)
+
+    case timerFired(SessionTimer)
+    case tokenRefreshed(attempt: Int, Result<String, CallingError>)
+    case gapPage(generation: UInt64, MessagesPage)
+    case gapFailed(generation: UInt64, CallingError)
+    case statsCollected(StatsSample?)
+
+    case mediaOfferCreated(PeerID, connection: UInt64, SessionDescription, waiter: Waiter)
+    case mediaAnswerCreated(PeerID, connection: UInt64, SessionDescription, waiter: Waiter)
+    case mediaCallFailed(PeerID, connection: UInt64, String, waiter: Waiter)
+    case mediaRemoteApplied(PeerID)
+    case mediaFailed(String)
+    case localCandidate(PeerID, connection: UInt64, IceCandidate)
+    case connectionState(PeerID, connection: UInt64, PeerConnectionState)
+    case remoteTrack(PeerID, RemoteTrack)
+}
+
+/// Synchronous API calls; they throw instead of resuming a waiter.
+enum SessionCommand: Sendable {
+    case sendData(JSONValue?, to: PeerID?)
+    case hangup(PeerID, notify: Bool)
+    case reject(PeerID)
+    case ping
+    case relay(FrameType, to: PeerID, payload: JSONValue)
+    case setTyping(Bool)
+    case markRead(Int64)
+}
+
+/// The decision logic of `SignalingClient`, with no sockets, threads or clocks (like
+/// `CallingCore.Hub`): each input returns the actions to perform, in order. Time enters only as
+/// timer fires. See docs/sdk.md "Reconnect" and "Chat" for the behaviour.
+struct SignalingSession {
+    struct Settings: Sendable {
+        var path = "/v1/ws"
+        /// Where the socket goes, for errors that name it.
+        var host = ""
+        var port = 0
+        var reconnectDelays: [TimeInterval] = [1, 2, 4]
+        var maxReconnectAttempts = 5
+        var connectTimeout: TimeInterval = 10
+        var chatAckTimeout: TimeInterval = 10
+        var chatMaxAttempts = 3
+        var typingTimeout: TimeInterval = 3
+        var statsInterval: TimeInterval = 5
+        var pingInterval: TimeInterval?
+        var closeGrace: TimeInterval = 2
+        var mediaConnectTimeout: TimeInterval = 15
+        var mediaDisconnectGrace: TimeInterval = 5
+        var hasMediaEngine = false
+        var hasTokenProvider = false
+    }
+
+    let settings: Settings
+    private(set) var token: String
+    private(set) var state: CallState = .idle
+    private(set) var peerID: PeerID?
+    private(set) var roomID: RoomID?
+    private(set) var callID: CallID?
+    private(set) var peers: [PeerInfo] = []
+    private(set) var lastSeq: Int64 = 0
+
+    /// The current socket's number; events of any other socket are stale.
+    private(set) var socket: UInt64 = 0
+    /// A socket is open or opening: from `openSocket` to its end (not during a reconnect's backoff).
+    private var socketActive = false
+    private var welcomed = false
+    private var connectWaiter: Waiter?
+    private var disconnectWaiters: [Waiter] = []
+    /// True once any connection got `welcome`: later connections resume with `last_seq`.
+    private var resumable = false
+    private var reconnectAttempt = 0
+    /// The attempt whose token refresh is outstanding (nil: none, or its answer is stale).
+    private var refreshing: Int?
+    private var userDisconnected = false
+
+    private var seenSeqs = Set<Int64>()
+    /// Seqs at or below this were pruned from `seenSeqs` and count as seen.
+    private var seenFloor: Int64 = 0
+    private var pendingChats: [String: PendingChat] = [:]
+    private var pendingOrder: [String] = []
+    /// The pending chat sent most recently: an `error` frame about a `chat` names no client_id,
+    /// and our own checks leave only the latest send to be the refused one.
+    private var lastChatSent: String?
+    /// Replayed `chat` frames still expected after a resumed `welcome`.
+    private var replayRemaining = 0
+    /// The resumed `welcome` said `recovered: false`: page the rest over REST after the replay.
+    private var gapFillPending = false
+    /// Where the REST gap fill has got to (nil when no gap is open). Reconnects resume from here,
+    /// not from `lastSeq`, which live chats and acks move past the gap.
+    private var gapCursor: Int64?
+    /// The socket whose gap fill is running; pages of another are stale.
+    private var gapGeneration: UInt64?
+    /// Highest seq delivered by the current socket's resume replay.
+    private var replayHigh: Int64 = 0
+    private var typingOn = false
+
+    private var activeCalls = Set<PeerID>()
+    private var remoteDescriptionSet = Set<PeerID>()
+    private var candidateQueue: [PeerID: [IceCandidate]] = [:]
+    private var pendingOffers: [PeerID: SessionDescription] = [:]
+    /// Peers whose latest offer came from an HTTP session (it carried `session_id`).
+    private var sessionPeers = Set<PeerID>()
+    /// Which peer connection of each peer is current (`call`/`accept` each create a new one). A
+    /// replaced connection can still report while the engine tears it down; only the current
+    /// one's reports count.
+    private var currentConnection: [PeerID: UInt64] = [:]
+    private var connectionCount: UInt64 = 0
+    /// Calls whose media has connected at least once.
+    private var mediaConnected = Set<PeerID>()
+    private var statsRunning = false
+    private var pingRunning = false
+    private var pingEvery: TimeInterval = 0
+    /// A `ping` is out and its `pong` has not come back yet.
+    private var awaitingPong = false
+
+    /// Test hook: inbound frames for which this returns false are dropped (as if lost).
+    var inboundFilter: (@Sendable (String, JSONValue?) -> Bool)?
+
+    private struct PendingChat {
+        var text: String
+        var meta: JSONValue?
+        var waiter: Waiter
+        var sends = 0
+    }
+
+    /// Actions produced by the input being handled.
+    private var out: [SessionAction] = []
+
+    init(token: String, settings: Settings) {
+        self.token = token
+        self.settings = settings
+    }
+
+    var isConnected: Bool { state == .connected }
+
+    // MARK: entry points
+
+    mutating func handle(_ input: SessionInput) -> [SessionAction] {
+        out = []
+        switch input {
+        case .connect(let token, let waiter): connect(token: token, waiter: waiter)
+        case .disconnect(let waiter): disconnect(waiter)
+        case .sendChat(let id, let text, let meta, let waiter): sendChat(id, text, meta, waiter)
+        case .call(let peer, let media, let waiter): call(peer, media, waiter)
+        case .accept(let peer, let waiter): accept(peer, waiter)
+        case .socketOpened:
+            break  // frames sent before `open` are queued by the transport; `welcome` is what counts
+        case .socketText(let id, let text):
+            guard id == socket, let json = try? JSONParser.parse(text), let type = json["type"]?.stringValue else { break }
+            receive(type: type, json: json)
+        case .socketClosed(let id, let code, let reason):
+            guard id == socket else { break }
+            socketGone()
+            socketEnded(CallingError(.closed(code: code, reason: reason)))
+        case .socketFailed(let id, let status, let code, let message):
+            guard id == socket else { break }
+            socketGone()
+            socketEnded(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port,
+                                                  code: code))
+        case .timerFired(let timer): timerFired(timer)
+        case .tokenRefreshed(let attempt, let result): tokenRefreshed(attempt, result)
+        case .gapPage(let generation, let page): gapPage(generation, page)
+        case .gapFailed(let generation, let error):
+            if generation == gapGeneration {
+                gapGeneration = nil
+                emit(.error(error))
+            }
+        case .statsCollected(let sample):
+            if let sample, state == .connected {
+                emit(.stats(sample))
+                send(Frame(.stats, payload: sample.json))
+            }
+        case .mediaOfferCreated(let peer, let connection, let offer, let waiter):
+            if currentConnection[peer] == connection, state == .connected {
+                send(Frame(.offer, to: peer.rawValue, payload: onTheWire(offer).json))
+            }
+            out.append(.resume(waiter, .success(.done)))
+        case .mediaAnswerCreated(let peer, let connection, let answer, let waiter):
+            // Not after the call ended: a peer that left and offered again must not get this
+            // connection's answer to its new offer.
+            if currentConnection[peer] == connection, state == .connected {
+                send(Frame(.answer, to: peer.rawValue, payload: onTheWire(answer).json))
+            }
+            out.append(.resume(waiter, .success(.done)))
+        case .mediaCallFailed(let peer, let connection, let message, let waiter):
+            if currentConnection[peer] == connection { endCall(peer) }
+            out.append(.resume(waiter, .failure(CallingError(.media(message)))))
+        case .mediaRemoteApplied(let peer): remoteDescriptionApplied(peer)
+        case .mediaFailed(let message): emit(.error(CallingError(.media(message))))
+        case .localCandidate(let peer, let connection, let candidate):
+            // A replaced connection's late candidates would reach the peer's new one.
+            if activeCalls.contains(peer), currentConnection[peer] == connection, state == .connected {
+                send(Frame(.candidate, to: peer.rawValue, payload: candidate.json))
+            }
+        case .remoteTrack(let peer, let track):
+            if activeCalls.contains(peer) { emit(.track(peerID: peer, track: track)) }
+        case .connectionState(let peer, let connection, let connectionState):
+            guard activeCalls.contains(peer), currentConnection[peer] == connection else { break }
+            emit(.connectionState(peerID: peer, state: connectionState))
+            switch connectionState {
+            case .connected:
+                mediaConnected.insert(peer)
+                out.append(.cancel(.mediaConnect(peer)))
+                out.append(.cancel(.mediaGrace(peer)))
+            case .disconnected:
+                // ICE may recover on its own (a brief network drop): the call ends only if it
+                // stays disconnected for the grace period.
+                out.append(.arm(.mediaGrace(peer), after: settings.mediaDisconnectGrace))
+            case .failed:
+                mediaEnded(peer, failure: CallingError(.disconnected("the media connection failed")))
+            case .closed:
+                mediaEnded(peer, failure: nil)
+            case .new, .connecting:
+                break
+            }
+        }
+        return out
+    }
+
+    mutating func command(_ command: SessionCommand) throws(CallingError) -> [SessionAction] {
+        out = []
+        switch command {
+        case .sendData(let payload, let to):
+            try requireConnected()
+            send(Frame(.data, to: to?.rawValue, payload: payload))
+        case .hangup(let peer, let notify):
+            endCall(peer)
+            if notify, state == .connected { send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"])) }
+        case .reject(let peer):
+            try requireConnected()
+            endCall(peer)
+            send(Frame(.data, to: peer.rawValue, payload: ["kind": "reject"]))
+        case .ping:
+            try requireConnected()
+            send(Frame(.ping))
+        case .relay(let type, let peer, let payload):
+            try requireConnected()
+            send(Frame(type, to: peer.rawValue, payload: payload))
+        case .setTyping(let typing):
+            setTyping(typing)
+        case .markRead(let seq):
+            try requireConnected()
+            send(Frame(.read, payload: ["seq": .int(seq)]))
+        }
+        return out
+    }
+
+    private func requireConnected() throws(CallingError) {
+        guard state == .connected else { throw CallingError.notConnected }
+    }
+
+    // MARK: helpers
+
+    private mutating func emit(_ event: CallingEvent) { out.append(.emit(event)) }
+    private mutating func send(_ frame: Frame) { out.append(.send(frame)) }
+
+    private mutating func setState(_ new: CallState) {
+        guard new != state else { return }
+        state = new
+        emit(.stateChanged(new))
+    }
+
+    // MARK: connecting
+
+    private mutating func connect(token newToken: String?, waiter: Waiter) {
+        switch state {
+        case .idle, .ended, .failed: break
+        default:
+            out.append(.resume(waiter, .failure(CallingError(.invalidState("connect() while \(state)")))))
+            return
+        }
+        if let newToken { token = newToken }
+        connectWaiter = waiter
+        userDisconnected = false
+        reconnectAttempt = 0
+        setState(.connecting)
+        openSocket()
+    }
+
+    private mutating func disconnect(_ waiter: Waiter) {
+        if state.isTerminal || state == .idle {
+            out.append(.resume(waiter, .success(.done)))
+            return
+        }
+        userDisconnected = true
+        disconnectWaiters.append(waiter)
+        endAllCalls(notify: false)
+        if socketActive {
+            out.append(.closeSocket(code: CloseCode.normal.rawValue, reason: "normal"))
+            // A server that never echoes the close must not hold us up.
+            out.append(.arm(.closeGrace, after: settings.closeGrace))
+        } else {
+            cancelReconnect()
+            finishSession(error: nil)
+        }
+    }
+
+    private mutating func openSocket() {
+        socket += 1
+        socketActive = true
+        welcomed = false
+        replayHigh = 0
+        var path = settings.path
+        if resumable { path += "?last_seq=\(min(lastSeq, gapCursor ?? .max))" }
+        out.append(.openSocket(id: socket, path: path, token: token))
+        out.append(.arm(.connect, after: settings.connectTimeout))
+    }
+
+    /// The current socket ended (its event arrived, or we dropped it): later events of it are stale.
+    private mutating func socketGone() {
+        socketActive = false
+    }
+
+    /// Drops the current socket; its later events are ignored.
+    private mutating func abandonSocket() {
+        out.append(.abortSocket)
+        socket += 1
+        socketGone()
+    }
+
+    /// The socket is gone (closed, failed, timed out). Decides between ended, failed and a
+    /// reconnect.
+    private mutating func socketEnded(_ error: CallingError) {
+        out.append(.cancel(.connect))
+        out.append(.cancel(.closeGrace))
+        stopTimers()
+        welcomed = false
+        typingOn = false
+        out.append(.cancel(.typing))
+        if userDisconnected {
+            finishSession(error: nil)
+            return
+        }
+        emit(.disconnected(error))
+        if let waiter = connectWaiter {
+            // The first connect never got `welcome`: no automatic retry, the app decides.
+            connectWaiter = nil
+            fail(error)
+            out.append(.resume(waiter, .failure(error)))
+            return
+        }
+        if isRetryableEnd(error) { scheduleReconnect(after: error) } else { fail(error) }
+    }
+
+    /// A 4401 `token expired` close is worth a reconnect when a token provider can supply a new
+    /// token (as the browser SDK does with `refreshToken`, sdk/js/calling-client.js); every other end as `isRetryable` says.
+    private func isRetryableEnd(_ error: CallingError) -> Bool {
+        if settings.hasTokenProvider, error.closeCode == CloseCode.tokenExpired.rawValue { return true }
+        return error.isRetryable
+    }
+
+    private mutating func scheduleReconnect(after error: CallingError) {
+        reconnectAttempt += 1
+        guard reconnectAttempt <= settings.maxReconnectAttempts else { return fail(error) }
+        setState(.reconnecting(attempt: reconnectAttempt))
+        let delays = settings.reconnectDelays
+        let delay = delays.isEmpty ? 0 : delays[min(reconnectAttempt - 1, delays.count - 1)]
+        refreshing = nil
+        out.append(.arm(.reconnect, after: delay))
+    }
+
+    private mutating func cancelReconnect() {
+        out.append(.cancel(.reconnect))
+        refreshing = nil
+    }
+
+    private mutating func reconnectDue() {
+        guard case .reconnecting(let attempt) = state else { return }
+        if settings.hasTokenProvider {
+            refreshing = attempt
+            out.append(.refreshToken(attempt: attempt))
+        } else {
+            openSocket()
+        }
+    }
+
+    private mutating func tokenRefreshed(_ attempt: Int, _ result: Result<String, CallingError>) {
+        guard refreshing == attempt, case .reconnecting(attempt) = state else { return }
+        refreshing = nil
+        switch result {
+        case .success(let fresh):
+            token = fresh
+            openSocket()
+        case .failure(let failure):
+            if failure.isRetryable { scheduleReconnect(after: failure) } else { fail(failure) }
+        }
+    }
+
+    /// Terminal failure: no reconnect. Pending chats throw `error`.
+    private mutating func fail(_ error: CallingError) {
+        if socketActive { abandonSocket() }
+        cancelReconnect()
+        stopTimers()
+        endAllCalls(notify: false)
+        rejectPendingChats(error)
+        setState(.failed(error))
+    }
+
+    /// The app's `disconnect()` completed (or a disconnect raced the socket's end).
+    private mutating func finishSession(error: CallingError?) {
+        socket += 1
+        socketGone()
+        out.append(.cancel(.connect))
+        out.append(.cancel(.closeGrace))
+        stopTimers()
+        rejectPendingChats(CallingError.notConnected)
+        if let waiter = connectWaiter {
+            connectWaiter = nil
+            out.append(.resume(waiter, .failure(CallingError.notConnected)))
+        }
+        emit(.disconnected(error))
+        setState(.ended)
+        for waiter in disconnectWaiters { out.append(.resume(waiter, .success(.done))) }
+        disconnectWaiters.removeAll()
+    }
+
+    private mutating func timerFired(_ timer: SessionTimer) {
+        switch timer {
+        case .connect:
+            guard !welcomed, socketActive else { return }
+            abandonSocket()
+            socketEnded(CallingError(.timedOut("welcome")))
+        case .reconnect:
+            reconnectDue()
+        case .chatAck(let id):
+            chatTimedOut(id)
+        case .typing:
+            guard typingOn else { return }
+            typingOn = false
+            if state == .connected { send(Frame(.typing, payload: ["typing": false])) }
+        case .ping:
+            guard pingRunning, state == .connected else { return }
+            if awaitingPong {
+                // The previous ping was never answered (half-open TCP): drop the socket and
+                // reconnect as after any drop.
+                abandonSocket()
+                socketEnded(CallingError(.closed(code: nil, reason: "no pong within \(pingEvery) s")))
+                return
+            }
+            awaitingPong = true
+            send(Frame(.ping))
+            out.append(.arm(.ping, after: pingEvery))
+        case .stats:
+            guard statsRunning, state == .connected else { return }
+            out.append(.collectStats)
+            out.append(.arm(.stats, after: settings.statsInterval))
+        case .closeGrace:
+            guard userDisconnected, !state.isTerminal else { return }
+            abandonSocket()
+            finishSession(error: nil)
+        case .mediaConnect(let peer):
+            guard activeCalls.contains(peer), !mediaConnected.contains(peer) else { return }
+            mediaEnded(peer, failure: CallingError(.timedOut("the media connection (\(Int(settings.mediaConnectTimeout)) s)")))
+        case .mediaGrace(let peer):
+            guard activeCalls.contains(peer) else { return }
+            mediaEnded(peer, failure: CallingError(.disconnected(
+                "no media for \(Int(settings.mediaDisconnectGrace)) s after the connection was lost")))
+        }
+    }
+
+    // MARK: inbound frames
+
+    private mutating func receive(type: String, json: JSONValue) {
+        let payload = json["payload"].flatMap(JSONValue.nonNull)
+        if let filter = inboundFilter, !filter(type, payload) { return }
+        let from = json["from"]?.stringValue.map { PeerID($0) }
+        switch type {
+        case "welcome": handleWelcome(payload ?? [:])
+        case "error": handleError(json, payload: payload)
+        case "chat-ack": handleChatAck(json, payload: payload)
+        case "chat":
+            guard let message = ChatMessage(payload, from: json["from"]?.stringValue) else { return }
+            handleChat(message, replayed: replayRemaining > 0)
+        case "typing":
+            guard let from, let typing = payload?["typing"]?.boolValue else { return }
+            emit(.typing(from: from, isTyping: typing))
+        case "read":
+            guard let from, let seq = payload?["seq"]?.int64Value else { return }
+            emit(.read(from: from, seq: seq))
+        case "peer-joined":
+            guard let info = PeerInfo(payload) else { return }
+            peers.removeAll { $0.peerID == info.peerID }
+            peers.append(info)
+            emit(.peerJoined(info))
+        case "peer-left":
+            guard let id = (payload?["peer_id"]?.stringValue).map({ PeerID($0) }) ?? from else { return }
+            peers.removeAll { $0.peerID == id }
+            peerGone(id)
+            emit(.peerLeft(id))
+        case "offer":
+            guard let from, let sdp = payload?["sdp"]?.stringValue else { return }
+            let offer = SessionDescription(kind: .offer, sdp: sdp, sessionID: payload?["session_id"]?.stringValue)
+            if offer.sessionID != nil { sessionPeers.insert(from) } else { sessionPeers.remove(from) }
+            pendingOffers[from] = offer
+            emit(.incoming(IncomingCall(from: from, offer: offer)))
+        case "answer":
+            guard let from else { return }
+            if settings.hasMediaEngine, activeCalls.contains(from), let sdp = payload?["sdp"]?.stringValue {
+                out.append(.media(.applyAnswer(from, SessionDescription(kind: .answer, sdp: sdp))))
+            } else {
+                emit(.signal(type: type, from: from, payload: payload))
+            }
+        case "candidate":
+            guard let from else { return }
+            if settings.hasMediaEngine, activeCalls.contains(from) || pendingOffers[from] != nil,
+               let candidate = IceCandidate(payload)
+            {
+                if remoteDescriptionSet.contains(from) {
+                    out.append(.media(.addCandidate(from, candidate)))
+                } else {
+                    candidateQueue[from, default: []].append(candidate)
+                }
+            } else {
+                emit(.signal(type: type, from: from, payload: payload))
+            }
+        case "data":
+            guard let from else { return }
+            switch payload?["kind"]?.stringValue {
+            case "hangup":
+                endCall(from)
+                emit(.hangup(from))
+            case "reject":
+                endCall(from)
+                emit(.rejected(from))
+            case "replaced":
+                // An HTTP session's caller posted again: its next offer is a new peer connection
+                // from the same peer id, so the old one ends now (docs/protocol.md "HTTP sessions").
+                endCall(from, reason: .replaced)
+                emit(.data(from: from, payload: payload))
+            default:
+                emit(.data(from: from, payload: payload))
+            }
+        case "meter":
+            let meter = MeterUpdate(state: payload?["state"]?.stringValue ?? "", elapsedSeconds: payload?["elapsed_s"]?.int64Value,
+                                    limitSeconds: payload?["limit_s"]?.int64Value,
+                                    remainingSeconds: payload?["remaining_s"]?.int64Value, raw: payload ?? .null)
+            emit(.meter(meter))
+            if meter.state == "ended" { emit(.consultationEnded(meter)) }
+        case "pong":
+            awaitingPong = false
+        default:
+            break  // anything newer than this SDK
+        }
+    }
+
+    private mutating func handleWelcome(_ payload: JSONValue) {
+        out.append(.cancel(.connect))
+        welcomed = true
+        let resumed = payload["recovered"] != nil
+        let welcome = Welcome(
+            peerID: PeerID(payload["peer_id"]?.stringValue ?? ""), roomID: RoomID(payload["room_id"]?.stringValue ?? ""),
+            callID: payload["call_id"]?.stringValue.map { CallID($0) }, role: payload["role"]?.stringValue ?? "peer",
+            name: payload["name"]?.stringValue, peers: (payload["peers"]?.arrayValue ?? []).compactMap { PeerInfo($0) },
+            lastSeq: payload["last_seq"]?.int64Value ?? 0, readSeq: payload["read_seq"]?.int64Value ?? 0,
+            unread: payload["unread"]?.int64Value ?? 0, resumed: resumed,
+            recovered: payload["recovered"]?.boolValue ?? true, replayCount: Int(payload["replay_count"]?.int64Value ?? 0),
+            raw: payload)
+        peerID = welcome.peerID
+        roomID = welcome.roomID
+        callID = welcome.callID
+        replayRemaining = resumed ? welcome.replayCount : 0
+        gapFillPending = resumed && !welcome.recovered
+        if resumed {
+            // The roster may have changed while we were away: report the difference.
+            let before = Set(peers.map(\.peerID))
+            let after = Set(welcome.peers.map(\.peerID))
+            for gone in peers where !after.contains(gone.peerID) {
+                peerGone(gone.peerID)
+                emit(.peerLeft(gone.peerID))
+            }
+            peers = welcome.peers
+            for joined in welcome.peers where !before.contains(joined.peerID) { emit(.peerJoined(joined)) }
+        } else {
+            peers = welcome.peers
+            // Messages before this session are history (fetchMessages), not live events.
+            if welcome.lastSeq > lastSeq { lastSeq = welcome.lastSeq }
+            seenFloor = max(seenFloor, welcome.lastSeq)
+        }
+        resumable = true
+        reconnectAttempt = 0
+        setState(.connected)
+        emit(.connected(welcome))
+        if let waiter = connectWaiter {
+            connectWaiter = nil
+            out.append(.resume(waiter, .success(.welcome(welcome))))
+        }
+        // Retry everything not acked yet, oldest first, with the same client_ids. Frames sent now
+        // reach the server after the join, so the replay (which may already contain some of them)
+        // is ahead of the answers.
+        for id in pendingOrder { transmitChat(id, counts: false) }
+        startTimers(serverInterval: Double(payload["ping_interval_ms"]?.int64Value ?? 25_000) / 1000)
+        if gapFillPending, replayRemaining == 0 { startGapFill() }
+    }
+
+    private mutating func handleError(_ json: JSONValue, payload: JSONValue?) {
+        let error = CallingError(.server(code: Int(json["error"]?["code"]?.int64Value ?? 0),
+                                         message: json["error"]?["message"]?.stringValue ?? ""))
+        if !welcomed, let waiter = connectWaiter {
+            connectWaiter = nil
+            abandonSocket()
+            out.append(.cancel(.connect))
+            emit(.error(error))
+            emit(.disconnected(error))
+            fail(error)
+            out.append(.resume(waiter, .failure(error)))
+            return
+        }
+        emit(.error(error))
+        // A refused `chat` frame (not a refused chat, which comes as a `chat-ack` with an error)
+        // would otherwise wait out every ack timeout. A temporary refusal (429) is retried by
+        // the ack timer like a lost ack.
+        if payload?["type"]?.stringValue == FrameType.chat.rawValue, !error.isRetryable,
+           let id = lastChatSent, pendingChats[id] != nil
+        {
+            resolveChat(id, .failure(error))
+        }
+    }
+
+    private mutating func handleChatAck(_ json: JSONValue, payload: JSONValue?) {
+        guard let id = payload?["client_id"]?.stringValue else { return }
+        if let wire = json["error"].flatMap(JSONValue.nonNull) {
+            let code = Int(wire["code"]?.int64Value ?? 0)
+            let error = CallingError(.server(code: code, message: wire["message"]?.stringValue ?? ""))
+            emit(.error(error))
+            guard pendingChats[id] != nil else { return }
+            if error.isRetryable {
+                // 503: not stored; the timer resends the same client_id a little later.
+                out.append(.arm(.chatAck(id), after: min(1, settings.chatAckTimeout)))
+            } else {
+                resolveChat(id, .failure(error))
+            }
+            return
+        }
+        guard let seq = payload?["seq"]?.int64Value else { return }
+        markSeen(seq)
+        resolveChat(id, .success(ChatAck(clientID: id, seq: seq, ts: payload?["ts"]?.int64Value ?? 0)))
+    }
+
+    private mutating func handleChat(_ message: ChatMessage, replayed: Bool = false) {
+        defer {
+            if replayed, replayRemaining > 0 {
+                replayRemaining -= 1
+                if replayRemaining == 0, gapFillPending { startGapFill() }
+            }
+        }
+        if replayed { replayHigh = max(replayHigh, message.seq) }
+        guard message.seq > seenFloor, !seenSeqs.contains(message.seq) else { return }  // replay overlap
+        markSeen(message.seq)
+        if message.from == peerID, pendingChats[message.clientID] != nil {
+            // Our own message in a resume replay: committed, its ack was lost with the socket.
+            resolveChat(message.clientID, .success(ChatAck(clientID: message.clientID, seq: message.seq, ts: message.ts)))
+            return
+        }
+        emit(.chat(message))
+    }
+
+    private mutating func markSeen(_ seq: Int64) {
+        seenSeqs.insert(seq)
+        if seq > lastSeq { lastSeq = seq }
+        if seenSeqs.count > 4096 {
+            // Never above an open gap: its messages are still to come.
+            let floor = min(lastSeq - 1024, gapCursor ?? .max)
+            seenSeqs = seenSeqs.filter { $0 > floor }
+            seenFloor = max(seenFloor, floor)
+        }
+    }
+
+    // MARK: gap fill
+
+    /// The replay was capped (`recovered: false`): fetch everything after it over REST and feed it
+    /// through the same seq dedupe as live frames. Live messages may arrive before older gap
+    /// messages meanwhile; each seq is still reported exactly once.
+    private mutating func startGapFill() {
+        gapFillPending = false
+        // After a reconnect in the middle of a gap, the replay covered gapCursor…replayHigh.
+        let since = gapCursor.map { max($0, replayHigh) } ?? lastSeq
+        gapCursor = since
+        gapGeneration = socket
+        out.append(.fetchGap(since: since, generation: socket))
+    }
+
+    private mutating func gapPage(_ generation: UInt64, _ page: MessagesPage) {
+        guard generation == gapGeneration, generation == socket, let cursor = gapCursor else { return }
+        for message in page.messages { handleChat(message) }
+        if page.hasMore, page.nextSinceSeq > cursor {
+            gapCursor = page.nextSinceSeq
+            out.append(.fetchGap(since: page.nextSinceSeq, generation: generation))
+        } else {
+            gapCursor = nil
+            gapGeneration = nil
+        }
+    }
+
+    // MARK: chat
+
+    private mutating func sendChat(_ id: String, _ text: String, _ meta: JSONValue?, _ waiter: Waiter) {
+        switch state {
+        case .connected, .connecting, .reconnecting: break
+        default: return out.append(.resume(waiter, .failure(CallingError.notConnected)))
+        }
+        guard pendingChats[id] == nil else {
+            return out.append(.resume(waiter, .failure(CallingError(.invalidState("client_id \(id) is already pending")))))
+        }
+        pendingChats[id] = PendingChat(text: text, meta: meta, waiter: waiter)
+        pendingOrder.append(id)
+        if state == .connected { transmitChat(id) }
+    }
+
+    /// `counts`: false for the resend after a reconnect, which is free (SignalingOptions, sdk.md).
+    private mutating func transmitChat(_ id: String, counts: Bool = true) {
+        guard var pending = pendingChats[id] else { return }
+        if counts { pending.sends += 1 }
+        pendingChats[id] = pending
+        var body: [String: JSONValue] = ["client_id": .string(id), "text": .string(pending.text)]
+        if let meta = pending.meta { body["meta"] = meta }
+        send(Frame(.chat, payload: .object(body)))
+        lastChatSent = id
+        out.append(.arm(.chatAck(id), after: settings.chatAckTimeout))
+    }
+
+    private mutating func chatTimedOut(_ id: String) {
+        guard let pending = pendingChats[id] else { return }
+        if pending.sends >= settings.chatMaxAttempts {
+            resolveChat(id, .failure(CallingError(.timedOut("chat-ack"))))
+        } else if state == .connected {
+            transmitChat(id)
+        }
+        // Not connected: the next `welcome` resends it.
+    }
+
+    private mutating func resolveChat(_ id: String, _ result: Result<ChatAck, CallingError>) {
+        guard let pending = pendingChats.removeValue(forKey: id) else { return }
+        pendingOrder.removeAll { $0 == id }
+        if lastChatSent == id { lastChatSent = nil }
+        out.append(.cancel(.chatAck(id)))
+        out.append(.resume(pending.waiter, result.map { .chatAck($0) }))
+    }
+
+    private mutating func rejectPendingChats(_ error: CallingError) {
+        for id in pendingOrder { resolveChat(id, .failure(error)) }
+    }
+
+    private mutating func setTyping(_ typing: Bool) {
+        out.append(.cancel(.typing))
+        guard state == .connected else { return }
+        if typing {
+            if !typingOn { send(Frame(.typing, payload: ["typing": true])) }
+            typingOn = true
+            out.append(.arm(.typing, after: settings.typingTimeout))
+        } else if typingOn {
+            typingOn = false
+            send(Frame(.typing, payload: ["typing": false]))
+        }
+    }
+
+    // MARK: media
+
+    private mutating func call(_ peer: PeerID, _ media: CallMedia, _ waiter: Waiter) {
+        guard settings.hasMediaEngine else { return out.append(.resume(waiter, .failure(CallingError(.media("no MediaEngine"))))) }
+        guard state == .connected else { return out.append(.resume(waiter, .failure(CallingError.notConnected))) }
+        activeCalls.insert(peer)
+        armMediaConnect(peer)
+        out.append(.media(.startCall(peer, connection: newConnection(peer), media: media, waiter: waiter)))
+    }
+
+    private mutating func accept(_ peer: PeerID, _ waiter: Waiter) {
+        guard settings.hasMediaEngine else { return out.append(.resume(waiter, .failure(CallingError(.media("no MediaEngine"))))) }
+        guard let offer = pendingOffers.removeValue(forKey: peer) else {
+            return out.append(.resume(waiter, .failure(CallingError(.invalidState("no incoming call from \(peer)")))))
+        }
+        activeCalls.insert(peer)
+        armMediaConnect(peer)
+        out.append(.media(.answerCall(peer, connection: newConnection(peer), offer: offer, waiter: waiter)))
+    }
+
+    private mutating func armMediaConnect(_ peer: PeerID) {
+        mediaConnected.remove(peer)
+        out.append(.cancel(.mediaGrace(peer)))
+        if settings.mediaConnectTimeout > 0 { out.append(.arm(.mediaConnect(peer), after: settings.mediaConnectTimeout)) }
+    }
+
+    /// Numbers the peer connection about to be created for `peer` and makes it current.
+    private mutating func newConnection(_ peer: PeerID) -> UInt64 {
+        connectionCount += 1
+        currentConnection[peer] = connectionCount
+        return connectionCount
+    }
+
+    /// A description as sent: our tracks under the stream id `local-<peerID>`.
+    private func onTheWire(_ description: SessionDescription) -> SessionDescription {
+        guard let peerID else { return description }
+        var sent = description
+        sent.sdp = LocalStreamID.rewrite(description.sdp, peer: peerID)
+        return sent
+    }
+
+    /// The engine's connection ended the call: `callFailed` (when it failed) then `hangup`.
+    private mutating func mediaEnded(_ peer: PeerID, failure: CallingError?) {
+        // An HTTP session is ended by the server only when told: without this, a caller
+        // that hung up over its control channel would keep its seat until the token expires.
+        if sessionPeers.contains(peer), state == .connected {
+            send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"]))
+        }
+        endCall(peer)
+        if let failure { emit(.callFailed(peerID: peer, error: failure)) }
+        emit(.hangup(peer))
+    }
+
+    private mutating func remoteDescriptionApplied(_ peer: PeerID) {
+        guard activeCalls.contains(peer), settings.hasMediaEngine else { return }
+        remoteDescriptionSet.insert(peer)
+        for candidate in candidateQueue.removeValue(forKey: peer) ?? [] { out.append(.media(.addCandidate(peer, candidate))) }
+    }
+
+    private mutating func endCall(_ peer: PeerID, reason: CallEndReason = .ended) {
+        pendingOffers[peer] = nil
+        candidateQueue[peer] = nil
+        remoteDescriptionSet.remove(peer)
+        guard activeCalls.remove(peer) != nil, settings.hasMediaEngine else { return }
+        mediaConnected.remove(peer)
+        out.append(.cancel(.mediaConnect(peer)))
+        out.append(.cancel(.mediaGrace(peer)))
+        out.append(.media(.close(peer, reason)))
+    }
+
+    /// The peer left the room: its call (if any) ends with a `hangup` event.
+    private mutating func peerGone(_ peer: PeerID) {
+        sessionPeers.remove(peer)
+        currentConnection[peer] = nil
+        let hadCall = activeCalls.contains(peer)
+        endCall(peer)
+        if hadCall { emit(.hangup(peer)) }
+    }
+
+    private mutating func endAllCalls(notify: Bool) {
+        for peer in activeCalls.sorted(by: { $0.rawValue < $1.rawValue }) {
+            endCall(peer)
+            if notify { send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"])) }
+        }
+        pendingOffers.removeAll()
+        candidateQueue.removeAll()
+    }
+
+    // MARK: periodic timers
+
+    private mutating func startTimers(serverInterval: TimeInterval) {
+        if settings.hasMediaEngine, !statsRunning, settings.statsInterval > 0 {
+            statsRunning = true
+            out.append(.arm(.stats, after: settings.statsInterval))
+        }
+        // Keep-alive and dead-connection detection, see `SignalingOptions.pingInterval`.
+        let interval = settings.pingInterval ?? serverInterval
+        if interval > 0, !pingRunning {
+            pingRunning = true
+            pingEvery = interval
+            awaitingPong = false
+            out.append(.arm(.ping, after: interval))
+        }
+    }
+
+    private mutating func stopTimers() {
+        if statsRunning { out.append(.cancel(.stats)) }
+        if pingRunning { out.append(.cancel(.ping)) }
+        statsRunning = false
+        pingRunning = false
+        awaitingPong = false
+    }
+}

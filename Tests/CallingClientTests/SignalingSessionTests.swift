@@ -1,0 +1,535 @@
+import CallingProtocol
+import Foundation
+import XCTest
+
+@testable import CallingClient
+
+/// The SDK's decisions as a pure state machine, like `HubTests` for the server: inputs in,
+/// actions out. Time is a variable; timers fire when the test moves it. No server, no sleeps.
+final class SignalingSessionTests: XCTestCase {
+    private var session = SignalingSession(token: "t1", settings: SignalingSession.Settings())
+    private var now: TimeInterval = 0
+    /// Armed timers and when they fire.
+    private var timers: [SessionTimer: TimeInterval] = [:]
+    /// Every action so far, in order.
+    private var log: [SessionAction] = []
+    private var resumed: [Waiter: Result<WaiterOutcome, CallingError>] = [:]
+    private var nextWaiter: Waiter = 0
+
+    // MARK: - Driving the session
+
+    private func use(_ configure: (inout SignalingSession.Settings) -> Void) {
+        var settings = SignalingSession.Settings()
+        configure(&settings)
+        session = SignalingSession(token: "t1", settings: settings)
+    }
+
+    @discardableResult
+    private func input(_ input: SessionInput) -> [SessionAction] {
+        record(session.handle(input))
+    }
+
+    @discardableResult
+    private func record(_ actions: [SessionAction]) -> [SessionAction] {
+        for action in actions {
+            switch action {
+            case .arm(let timer, let delay): timers[timer] = now + delay
+            case .cancel(let timer): timers[timer] = nil
+            case .resume(let waiter, let result): resumed[waiter] = result
+            default: break
+            }
+        }
+        log += actions
+        return actions
+    }
+
+    @discardableResult
+    private func command(_ command: SessionCommand) throws -> [SessionAction] {
+        record(try session.command(command))
+    }
+
+    private func waiter() -> Waiter {
+        nextWaiter += 1
+        return nextWaiter
+    }
+
+    /// Moves time forward, firing due timers in deadline order (a fire may arm new ones).
+    @discardableResult
+    private func advance(by seconds: TimeInterval) -> [SessionAction] {
+        let end = now + seconds
+        var actions: [SessionAction] = []
+        while let (timer, due) = timers.filter({ $0.value <= end }).min(by: { $0.value < $1.value }) {
+            now = due
+            timers[timer] = nil
+            actions += input(.timerFired(timer))
+        }
+        now = end
+        return actions
+    }
+
+    private func server(_ json: JSONValue) -> [SessionAction] {
+        input(.socketText(session.socket, JSONWriter.string(json)))
+    }
+
+    private func welcome(peer: String = "alice", lastSeq: Int64 = 0, peers: [String] = [],
+                         resumed: (recovered: Bool, replay: Int)? = nil) -> JSONValue
+    {
+        var payload: [String: JSONValue] = [
+            "peer_id": .string(peer), "room_id": "room-1", "role": "peer", "last_seq": .int(lastSeq),
+            "peers": .array(peers.map { ["peer_id": .string($0), "role": "peer"] }), "ping_interval_ms": 25_000,
+        ]
+        if let resumed {
+            payload["recovered"] = .bool(resumed.recovered)
+            payload["replay_count"] = .int(Int64(resumed.replay))
+        }
+        return ["type": "welcome", "payload": .object(payload)]
+    }
+
+    /// connect() through `welcome`; returns the connect waiter.
+    @discardableResult
+    private func connected(lastSeq: Int64 = 0, peers: [String] = []) -> Waiter {
+        let w = waiter()
+        input(.connect(token: nil, waiter: w))
+        _ = server(welcome(lastSeq: lastSeq, peers: peers))
+        XCTAssertEqual(session.state, .connected)
+        return w
+    }
+
+    private func sent(_ actions: [SessionAction]) -> [Frame] {
+        actions.compactMap { if case .send(let frame) = $0 { frame } else { nil } }
+    }
+
+    private func events(_ actions: [SessionAction]) -> [CallingEvent] {
+        actions.compactMap { if case .emit(let event) = $0 { event } else { nil } }
+    }
+
+    private func opened(_ actions: [SessionAction]) -> (path: String, token: String)? {
+        for case .openSocket(_, let path, let token) in actions { return (path, token) }
+        return nil
+    }
+
+    private func chat(_ id: String, _ text: String = "hi") -> Frame {
+        Frame(.chat, payload: ["client_id": .string(id), "text": .string(text)])
+    }
+
+    private func ack(_ id: String, seq: Int64) -> JSONValue {
+        ["type": "chat-ack", "payload": ["client_id": .string(id), "seq": .int(seq), "ts": 5]]
+    }
+
+    private func outcome(_ waiter: Waiter) -> Result<WaiterOutcome, CallingError>? { resumed[waiter] }
+
+    // MARK: - Connecting
+
+    func test_connect_opens_the_socket_and_resolves_on_welcome() {
+        let w = waiter()
+        let actions = input(.connect(token: nil, waiter: w))
+        XCTAssertEqual(opened(actions)?.path, "/v1/ws")
+        XCTAssertEqual(opened(actions)?.token, "t1")
+        XCTAssertEqual(session.state, .connecting)
+        XCTAssertNil(outcome(w))
+        let welcomed = server(welcome(lastSeq: 7, peers: ["bob"]))
+        XCTAssertEqual(session.state, .connected)
+        XCTAssertEqual(session.peerID, "alice")
+        XCTAssertEqual(session.peers.map(\.peerID), ["bob"])
+        XCTAssertEqual(session.lastSeq, 7)
+        guard case .success(.welcome(let value))? = outcome(w) else { return XCTFail("connect not resolved") }
+        XCTAssertFalse(value.resumed)
+        XCTAssertEqual(events(welcomed).compactMap(\.state), [.connected])
+        XCTAssertNil(timers[.connect], "the welcome timeout is cancelled")
+        XCTAssertEqual(timers[.ping], 25, "keep-alive at welcome.ping_interval_ms")
+    }
+
+    func test_no_welcome_in_time_fails_connect_without_a_retry() {
+        let w = waiter()
+        input(.connect(token: nil, waiter: w))
+        let actions = advance(by: 10)
+        XCTAssertTrue(actions.contains(.abortSocket))
+        XCTAssertEqual(outcome(w), .failure(CallingError(.timedOut("welcome"))))
+        XCTAssertEqual(session.state, .failed(CallingError(.timedOut("welcome"))))
+        XCTAssertNil(opened(advance(by: 60)), "the first connect is never retried on its own")
+    }
+
+    func test_an_error_frame_before_welcome_rejects_connect() {
+        let w = waiter()
+        input(.connect(token: nil, waiter: w))
+        _ = server(["type": "error", "error": ["code": 403, "message": "forbidden"]])
+        XCTAssertEqual(outcome(w), .failure(CallingError(.server(code: 403, message: "forbidden"))))
+        XCTAssertEqual(session.state, .failed(CallingError(.server(code: 403, message: "forbidden"))))
+    }
+
+    func test_connect_twice_is_invalid_state() {
+        connected()
+        let w = waiter()
+        input(.connect(token: nil, waiter: w))
+        guard case .failure(let error)? = outcome(w) else { return XCTFail("not refused") }
+        XCTAssertEqual(error, CallingError(.invalidState("connect() while connected")))
+    }
+
+    // MARK: - Reconnect
+
+    func test_a_drop_reconnects_with_backoff_and_resumes_from_last_seq() {
+        connected(lastSeq: 3)
+        let dropped = input(.socketClosed(session.socket, code: nil, reason: ""))
+        XCTAssertEqual(session.state, .reconnecting(attempt: 1))
+        XCTAssertEqual(events(dropped).first, .disconnected(CallingError(.closed(code: nil, reason: ""))))
+        XCTAssertNil(opened(advance(by: 0.9)))
+        XCTAssertEqual(opened(advance(by: 0.1))?.path, "/v1/ws?last_seq=3")
+        // Refused with 503: attempt 2 waits 2 s, attempt 3 4 s, attempt 4 4 s again.
+        for (attempt, delay) in [(2, 2.0), (3, 4.0), (4, 4.0)] {
+            input(.socketFailed(session.socket, status: 503, message: "at capacity"))
+            XCTAssertEqual(session.state, .reconnecting(attempt: attempt))
+            XCTAssertNil(opened(advance(by: delay - 0.01)))
+            XCTAssertNotNil(opened(advance(by: 0.01)))
+        }
+        let back = server(welcome(lastSeq: 3, resumed: (true, 0)))
+        XCTAssertEqual(session.state, .connected)
+        guard case .connected(let value)? = events(back).last else { return XCTFail("no connected event") }
+        XCTAssertTrue(value.resumed)
+    }
+
+    func test_reconnect_attempts_run_out_into_failed() {
+        use { $0.maxReconnectAttempts = 2 }
+        connected()
+        input(.socketClosed(session.socket, code: 1001, reason: "server shutting down"))
+        advance(by: 1)
+        input(.socketFailed(session.socket, status: nil, message: "refused"))
+        advance(by: 2)
+        input(.socketFailed(session.socket, status: nil, message: "refused"))
+        XCTAssertEqual(session.state, .failed(CallingError(.network(host: "", port: 0, reason: "refused"))))
+        XCTAssertNil(opened(advance(by: 60)))
+    }
+
+    func test_terminal_closes_and_refusals_do_not_reconnect() {
+        for (code, status) in [(UInt16?(4400), Int?.none), (4401, nil), (4410, nil), (nil, 401)] {
+            session = SignalingSession(token: "t1", settings: SignalingSession.Settings())
+            timers = [:]
+            connected()
+            if let status {
+                input(.socketClosed(session.socket, code: nil, reason: ""))
+                advance(by: 1)
+                input(.socketFailed(session.socket, status: status, message: "unauthorized"))
+            } else {
+                input(.socketClosed(session.socket, code: code, reason: "bye"))
+            }
+            guard case .failed(let error) = session.state else { return XCTFail("\(String(describing: code)) \(String(describing: status)) not terminal") }
+            XCTAssertFalse(error.isRetryable)
+            XCTAssertNil(opened(advance(by: 60)))
+        }
+    }
+
+    func test_token_expired_asks_the_token_provider_and_reconnects_with_the_new_token() {
+        use { $0.hasTokenProvider = true }
+        connected()
+        input(.socketClosed(session.socket, code: 4401, reason: "token expired"))
+        XCTAssertEqual(session.state, .reconnecting(attempt: 1))
+        let due = advance(by: 1)
+        XCTAssertTrue(due.contains(.refreshToken(attempt: 1)))
+        XCTAssertNil(opened(due), "the socket waits for the fresh token")
+        let actions = input(.tokenRefreshed(attempt: 1, .success("t2")))
+        XCTAssertEqual(opened(actions)?.token, "t2")
+        XCTAssertEqual(session.token, "t2")
+    }
+
+    func test_a_refused_token_refresh_is_terminal_and_a_stale_one_is_ignored() {
+        use { $0.hasTokenProvider = true }
+        connected()
+        input(.socketClosed(session.socket, code: nil, reason: ""))
+        advance(by: 1)
+        XCTAssertNil(opened(input(.tokenRefreshed(attempt: 7, .success("stale")))))
+        input(.tokenRefreshed(attempt: 1, .failure(CallingError(.invalidToken("revoked")))))
+        XCTAssertEqual(session.state, .failed(CallingError(.invalidToken("revoked"))))
+    }
+
+    func test_an_unanswered_ping_drops_the_socket_and_reconnects() {
+        use { $0.pingInterval = 5 }
+        connected()
+        XCTAssertEqual(sent(advance(by: 5)), [Frame(.ping)])
+        _ = server(["type": "pong"])
+        XCTAssertEqual(sent(advance(by: 5)), [Frame(.ping)])
+        let dead = advance(by: 5)
+        XCTAssertTrue(dead.contains(.abortSocket))
+        XCTAssertEqual(session.state, .reconnecting(attempt: 1))
+    }
+
+    func test_disconnect_closes_and_gives_up_on_a_silent_server() {
+        connected()
+        let w = waiter()
+        let actions = input(.disconnect(waiter: w))
+        XCTAssertTrue(actions.contains(.closeSocket(code: 1000, reason: "normal")))
+        XCTAssertNil(outcome(w))
+        let late = advance(by: 2)
+        XCTAssertTrue(late.contains(.abortSocket))
+        XCTAssertEqual(outcome(w), .success(.done))
+        XCTAssertEqual(session.state, .ended)
+        XCTAssertEqual(events(late).first, .disconnected(nil))
+    }
+
+    func test_disconnect_while_waiting_to_reconnect_ends_at_once() {
+        connected()
+        input(.socketClosed(session.socket, code: nil, reason: ""))
+        let w = waiter()
+        input(.disconnect(waiter: w))
+        XCTAssertEqual(outcome(w), .success(.done))
+        XCTAssertEqual(session.state, .ended)
+        XCTAssertNil(opened(advance(by: 60)), "the backoff timer is cancelled")
+    }
+
+    // MARK: - Chat
+
+    func test_an_unacked_chat_is_resent_with_the_same_client_id_then_times_out() {
+        use { $0.chatMaxAttempts = 3 }
+        connected()
+        let w = waiter()
+        XCTAssertEqual(sent(input(.sendChat(clientID: "c1", text: "hi", meta: nil, waiter: w))), [chat("c1")])
+        XCTAssertEqual(sent(advance(by: 10)), [chat("c1")])
+        XCTAssertEqual(sent(advance(by: 10)), [chat("c1")])
+        XCTAssertNil(outcome(w))
+        advance(by: 10)
+        XCTAssertEqual(outcome(w), .failure(CallingError(.timedOut("chat-ack"))))
+    }
+
+    func test_the_ack_resolves_the_chat_and_moves_last_seq() {
+        connected(lastSeq: 4)
+        let w = waiter()
+        input(.sendChat(clientID: "c1", text: "hi", meta: nil, waiter: w))
+        let acked = server(ack("c1", seq: 5))
+        XCTAssertEqual(outcome(w), .success(.chatAck(ChatAck(clientID: "c1", seq: 5, ts: 5))))
+        XCTAssertEqual(session.lastSeq, 5)
+        XCTAssertTrue(acked.contains(.cancel(.chatAck("c1"))))
+        XCTAssertTrue(sent(advance(by: 30)).filter { $0.type == "chat" }.isEmpty, "nothing resent after the ack")
+    }
+
+    func test_an_error_frame_about_a_chat_rejects_the_pending_send_at_once() {
+        connected()
+        let w = waiter()
+        input(.sendChat(clientID: "c1", text: "hi", meta: nil, waiter: w))
+        let refused = server(["type": "error", "error": ["code": 422, "message": "chat text must be a string"],
+                              "payload": ["type": "chat"]])
+        XCTAssertEqual(outcome(w), .failure(CallingError(.server(code: 422, message: "chat text must be a string"))))
+        XCTAssertEqual(events(refused), [.error(CallingError(.server(code: 422, message: "chat text must be a string")))])
+        XCTAssertTrue(sent(advance(by: 30)).filter { $0.type == "chat" }.isEmpty, "not retried")
+    }
+
+    func test_a_rate_limited_chat_frame_is_retried_by_the_ack_timer() {
+        connected()
+        let w = waiter()
+        input(.sendChat(clientID: "c1", text: "hi", meta: nil, waiter: w))
+        _ = server(["type": "error", "error": ["code": 429, "message": "slow down"], "payload": ["type": "chat"]])
+        XCTAssertNil(outcome(w))
+        XCTAssertEqual(sent(advance(by: 10)), [chat("c1")])
+    }
+
+    func test_a_refused_chat_ack_throws_and_a_busy_store_is_retried_after_a_second() {
+        connected()
+        let busy = waiter()
+        input(.sendChat(clientID: "busy", text: "hi", meta: nil, waiter: busy))
+        _ = server(["type": "chat-ack", "payload": ["client_id": "busy"], "error": ["code": 503, "message": "store busy"]])
+        XCTAssertEqual(sent(advance(by: 1)), [chat("busy")])
+        let empty = waiter()
+        input(.sendChat(clientID: "empty", text: " ", meta: nil, waiter: empty))
+        _ = server(["type": "chat-ack", "payload": ["client_id": "empty"], "error": ["code": 440, "message": "chat text is empty"]])
+        XCTAssertEqual(outcome(empty), .failure(CallingError(.server(code: 440, message: "chat text is empty"))))
+    }
+
+    func test_chats_wait_out_a_reconnect_and_a_replayed_own_message_completes_the_send() {
+        connected()
+        input(.socketClosed(session.socket, code: nil, reason: ""))
+        let w1 = waiter(), w2 = waiter()
+        XCTAssertTrue(sent(input(.sendChat(clientID: "a1", text: "one", meta: nil, waiter: w1))).isEmpty)
+        input(.sendChat(clientID: "a2", text: "two", meta: nil, waiter: w2))
+        advance(by: 1)
+        // The replay holds a1 (its ack was lost) and a message from bob.
+        let back = server(welcome(lastSeq: 0, resumed: (true, 2)))
+        XCTAssertEqual(sent(back).filter { $0.type == "chat" }, [chat("a1", "one"), chat("a2", "two")], "resent oldest first")
+        _ = server(["type": "chat", "from": "alice", "payload": ["seq": 1, "client_id": "a1", "text": "one", "ts": 1]])
+        let bob = server(["type": "chat", "from": "bob", "payload": ["seq": 2, "client_id": "b1", "text": "yo", "ts": 2]])
+        XCTAssertEqual(outcome(w1), .success(.chatAck(ChatAck(clientID: "a1", seq: 1, ts: 1))))
+        XCTAssertEqual(events(bob).compactMap(\.chatMessage).map(\.seq), [2])
+        // The live duplicate of the replayed message is not reported twice.
+        XCTAssertTrue(events(server(["type": "chat", "from": "bob", "payload": ["seq": 2, "client_id": "b1", "text": "yo", "ts": 2]])).isEmpty)
+        _ = server(ack("a2", seq: 3))
+        XCTAssertEqual(outcome(w2), .success(.chatAck(ChatAck(clientID: "a2", seq: 3, ts: 5))))
+        XCTAssertEqual(session.lastSeq, 3)
+    }
+
+    func test_a_capped_replay_is_filled_over_rest_and_reported_once() {
+        connected(lastSeq: 1)
+        input(.socketClosed(session.socket, code: nil, reason: ""))
+        advance(by: 1)
+        var actions = server(welcome(lastSeq: 1, resumed: (false, 1)))
+        XCTAssertFalse(actions.contains { if case .fetchGap = $0 { true } else { false } }, "after the replay")
+        actions = server(["type": "chat", "from": "bob", "payload": ["seq": 2, "client_id": "b2", "text": "x", "ts": 2]])
+        guard case .fetchGap(let since, let generation)? = actions.last else { return XCTFail("no gap fill") }
+        XCTAssertEqual(since, 2)
+        let message = ChatMessage(["seq": 3, "client_id": "b3", "text": "y", "ts": 3], from: "bob")!
+        let page = MessagesPage(roomID: "room-1", messages: [message], nextSinceSeq: 3, hasMore: false, lastSeq: 3)
+        XCTAssertEqual(events(input(.gapPage(generation: generation, page))).compactMap(\.chatMessage).map(\.seq), [3])
+        XCTAssertEqual(session.lastSeq, 3)
+    }
+
+    func test_typing_turns_itself_off_and_only_changes_are_sent() throws {
+        connected()
+        XCTAssertEqual(sent(try command(.setTyping(true))), [Frame(.typing, payload: ["typing": true])])
+        advance(by: 2)
+        XCTAssertEqual(sent(try command(.setTyping(true))), [], "renewed, not resent")
+        XCTAssertEqual(sent(advance(by: 2.9)), [])
+        XCTAssertEqual(sent(advance(by: 0.1)), [Frame(.typing, payload: ["typing": false])])
+        XCTAssertEqual(sent(try command(.setTyping(false))), [], "already off")
+    }
+
+    func test_senders_refuse_outside_connected() {
+        XCTAssertThrowsError(try command(.sendData(nil, to: nil))) { XCTAssertEqual($0 as? CallingError, .notConnected) }
+        let w = waiter()
+        input(.sendChat(clientID: "c", text: "x", meta: nil, waiter: w))
+        XCTAssertEqual(outcome(w), .failure(.notConnected))
+    }
+
+    // MARK: - Media
+
+    func test_candidates_wait_for_the_remote_description_and_a_dying_connection_hangs_up() {
+        use { $0.hasMediaEngine = true }
+        connected(peers: ["bob"])
+        let offer: JSONValue = ["type": "offer", "from": "bob", "payload": ["type": "offer", "sdp": "v=0"]]
+        XCTAssertEqual(events(server(offer)).count, 1)
+        let candidate: JSONValue = ["type": "candidate", "from": "bob", "payload": ["candidate": "c1", "sdpMid": "0", "sdpMLineIndex": 0]]
+        XCTAssertTrue(server(candidate).isEmpty, "queued")
+        let w = waiter()
+        let accept = input(.accept("bob", waiter: w))
+        guard case .media(.answerCall(_, let connection, _, _))? = accept.last else { return XCTFail("no answer command") }
+        XCTAssertEqual(input(.mediaRemoteApplied("bob")),
+                       [.media(.addCandidate("bob", IceCandidate(candidate: "c1", sdpMid: "0", sdpMLineIndex: 0)))])
+        let answered = input(.mediaAnswerCreated("bob", connection: connection, SessionDescription(kind: .answer, sdp: "v=1"), waiter: w))
+        XCTAssertEqual(sent(answered).map(\.type), ["answer"])
+        XCTAssertEqual(outcome(w), .success(.done))
+        // A stale connection's report is ignored; the current one's `failed` ends the call.
+        XCTAssertTrue(input(.connectionState("bob", connection: connection + 1, .failed)).isEmpty)
+        let ended = input(.connectionState("bob", connection: connection, .failed))
+        XCTAssertEqual(events(ended).last, .hangup("bob"))
+        XCTAssertEqual(events(ended).first, .connectionState(peerID: "bob", state: .failed))
+        XCTAssertTrue(ended.contains(.media(.close("bob", .ended))))
+    }
+}
+
+/// Media timing of the mobile SDKs (docs/sdk.md "Media", call timing): 15 s to connect, 5 s to recover.
+final class SignalingSessionMediaTests: XCTestCase {
+    private var session: SignalingSession = {
+        var settings = SignalingSession.Settings()
+        settings.hasMediaEngine = true
+        settings.pingInterval = 0
+        return SignalingSession(token: "t", settings: settings)
+    }()
+    private var now: TimeInterval = 0
+    private var timers: [SessionTimer: TimeInterval] = [:]
+
+    @discardableResult
+    private func input(_ input: SessionInput) -> [SessionAction] {
+        let actions = session.handle(input)
+        for action in actions {
+            if case .arm(let timer, let delay) = action { timers[timer] = now + delay }
+            if case .cancel(let timer) = action { timers[timer] = nil }
+        }
+        return actions
+    }
+
+    private func advance(by seconds: TimeInterval) -> [SessionAction] {
+        let end = now + seconds
+        var actions: [SessionAction] = []
+        while let (timer, due) = timers.filter({ $0.value <= end }).min(by: { $0.value < $1.value }) {
+            now = due
+            timers[timer] = nil
+            actions += input(.timerFired(timer))
+        }
+        now = end
+        return actions
+    }
+
+    private func events(_ actions: [SessionAction]) -> [CallingEvent] {
+        actions.compactMap { if case .emit(let event) = $0 { event } else { nil } }
+    }
+
+    /// Connected, with a call to bob started; returns its connection number.
+    private func calling() -> UInt64 {
+        input(.connect(token: nil, waiter: 1))
+        input(.socketText(session.socket, #"{"type":"welcome","payload":{"peer_id":"alice","room_id":"r","peers":[{"peer_id":"bob"}]}}"#))
+        for case .media(.startCall(_, let connection, _, _)) in input(.call("bob", waiter: 2)) { return connection }
+        XCTFail("no call started")
+        return 0
+    }
+
+    func test_a_call_whose_media_never_connects_fails_as_timed_out_after_15_s() {
+        let connection = calling()
+        XCTAssertEqual(events(input(.connectionState("bob", connection: connection, .connecting))),
+                       [.connectionState(peerID: "bob", state: .connecting)])
+        XCTAssertTrue(events(advance(by: 14.9)).isEmpty)
+        let ended = advance(by: 0.1)
+        guard case .callFailed("bob", let error)? = events(ended).first else { return XCTFail("\(ended)") }
+        guard case .timedOut = error.kind else { return XCTFail("\(error)") }
+        XCTAssertTrue(error.isRetryable)
+        XCTAssertEqual(events(ended).last, .hangup("bob"))
+        XCTAssertTrue(ended.contains(.media(.close("bob", .ended))))
+    }
+
+    func test_a_disconnect_shorter_than_5_s_keeps_the_call_and_a_longer_one_ends_it() {
+        let connection = calling()
+        input(.connectionState("bob", connection: connection, .connected))
+        XCTAssertTrue(events(advance(by: 60)).isEmpty, "connected: no media timeout")
+        input(.connectionState("bob", connection: connection, .disconnected))
+        XCTAssertTrue(events(advance(by: 3)).isEmpty)
+        XCTAssertEqual(events(input(.connectionState("bob", connection: connection, .connected))),
+                       [.connectionState(peerID: "bob", state: .connected)])
+        XCTAssertTrue(events(advance(by: 60)).isEmpty, "recovered: the call goes on")
+
+        input(.connectionState("bob", connection: connection, .disconnected))
+        XCTAssertTrue(events(advance(by: 4.9)).isEmpty)
+        let ended = events(advance(by: 0.1))
+        guard case .callFailed("bob", let error)? = ended.first, case .disconnected = error.kind else { return XCTFail("\(ended)") }
+        XCTAssertTrue(error.isRetryable)
+        XCTAssertEqual(ended.last, .hangup("bob"))
+    }
+
+    func test_call_media_reaches_the_engine_command() {
+        _ = calling()
+        input(.socketText(session.socket, #"{"type":"peer-joined","payload":{"peer_id":"carol"}}"#))
+        let actions = input(.call("carol", media: .receiveOnly, waiter: 9))
+        XCTAssertTrue(actions.contains { if case .media(.startCall("carol", _, .receiveOnly, 9)) = $0 { true } else { false } },
+                      "\(actions)")
+    }
+
+    func test_remote_tracks_of_a_call_are_reported() {
+        _ = calling()
+        let track = RemoteTrack(kind: "audio", id: "bob-audio-1")
+        XCTAssertEqual(events(input(.remoteTrack("bob", track))), [.track(peerID: "bob", track: track)])
+        XCTAssertTrue(input(.remoteTrack("nobody", track)).isEmpty, "no call with that peer")
+    }
+
+    func test_the_offer_on_the_wire_names_the_stream_local_peer_id() {
+        let connection = calling()
+        let actions = input(.mediaOfferCreated("bob", connection: connection,
+                                               SessionDescription(kind: .offer, sdp: "v=0\r\na=msid:gst track0\r\n"), waiter: 2))
+        let sent = actions.compactMap { if case .send(let frame) = $0, frame.type == "offer" { frame } else { nil } }
+        XCTAssertEqual(sent.first?.payload?["sdp"], "v=0\r\na=msid:local-alice track0\r\n")
+    }
+
+    func test_failed_ends_the_call_at_once_and_a_remote_hangup_cancels_the_timers() {
+        let connection = calling()
+        let failed = events(input(.connectionState("bob", connection: connection, .failed)))
+        XCTAssertEqual(failed.count, 3, "\(failed)")  // connectionState, callFailed, hangup
+        let next = calling()
+        input(.socketText(session.socket, #"{"type":"data","from":"bob","payload":{"kind":"hangup"}}"#))
+        XCTAssertNil(timers[.mediaConnect("bob")])
+        XCTAssertTrue(events(advance(by: 60)).isEmpty)
+        XCTAssertTrue(input(.connectionState("bob", connection: next, .disconnected)).isEmpty, "the call is over")
+    }
+}
+
+final class LocalStreamIDTests: XCTestCase {
+    func test_local_tracks_are_announced_under_local_peer_id() {
+        let sdp = "v=0\r\na=msid-semantic: WMS abc def\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=msid:abc track-1\r\n"
+            + "a=ssrc:1234 cname:x\r\na=ssrc:1234 msid:abc track-1\r\n"
+        XCTAssertEqual(LocalStreamID.rewrite(sdp, peer: "alice"),
+                       "v=0\r\na=msid-semantic: WMS local-alice\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=msid:local-alice track-1\r\n"
+                       + "a=ssrc:1234 cname:x\r\na=ssrc:1234 msid:local-alice track-1\r\n")
+        XCTAssertEqual(LocalStreamID.rewrite("v=0\nm=audio 9 RTP/AVP 0\n", peer: "a"), "v=0\nm=audio 9 RTP/AVP 0\n",
+                       "an SDP without stream ids is left alone")
+    }
+}
