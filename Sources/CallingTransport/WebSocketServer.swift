@@ -1157,7 +1157,12 @@ struct FIFO<Element> {
         guard head < items.count else { return nil }
         let item = items[head]
         head += 1
-        if head >= 64 && head * 2 >= items.count {
+        if head == items.count {
+            // Drained: let go of the delivered elements now. A connection that goes quiet (an idle
+            // peer after its welcome) kept its last frames alive until 64 more had been popped.
+            items.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head >= 64 && head * 2 >= items.count {
             items.removeFirst(head)
             head = 0
         }
