@@ -405,7 +405,11 @@ public final class WebSocketServer: @unchecked Sendable {
         info.pt_serv_buf_size = 16_384
         info.timeout_secs = UInt32(settings.httpTimeoutSeconds)
         info.retry_and_idle_policy = UnsafePointer(policy)
-        info.fd_limit_per_thread = UInt32(max(1024, capacity + settings.reservedFileDescriptors))
+        // The whole open-file limit, not our smaller socket budget (`admit` enforces that): below
+        // the limit lws 4.1.6 flags its fd table as "unrelated to ulimit" and then finds the wsi of
+        // every socket event by scanning the whole table (wsi_from_fd), a cost that grew with every
+        // open connection (a third of the service thread with 8,000 idle peers).
+        info.fd_limit_per_thread = UInt32(clamping: max(1024, socketBudget + settings.reservedFileDescriptors))
         let server = strdup("calling-server")!
         cStrings.append(server)
         info.server_string = UnsafePointer(server)
@@ -1157,7 +1161,12 @@ struct FIFO<Element> {
         guard head < items.count else { return nil }
         let item = items[head]
         head += 1
-        if head >= 64 && head * 2 >= items.count {
+        if head == items.count {
+            // Drained: let go of the delivered elements now. A connection that goes quiet (an idle
+            // peer after its welcome) kept its last frames alive until 64 more had been popped.
+            items.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head >= 64 && head * 2 >= items.count {
             items.removeFirst(head)
             head = 0
         }

@@ -38,4 +38,19 @@ final class FIFOTests: XCTestCase {
         XCTAssertTrue(queue.isEmpty)
         XCTAssertNil(queue.peekFirst())
     }
+
+    func test_a_drained_queue_holds_no_element() {
+        final class Tracked {}
+        weak var delivered: Tracked?
+        var queue = FIFO<Tracked>()
+        do {
+            let item = Tracked()
+            delivered = item
+            queue.append(item)
+        }
+        XCTAssertNotNil(queue.popFirst())
+        XCTAssertNil(delivered, "a popped element of a drained queue is released at once")
+        queue.append(Tracked())
+        XCTAssertEqual(queue.count, 1)
+    }
 }
