@@ -86,6 +86,7 @@ final class SignalingService: @unchecked Sendable {
     /// run, since an effect (a close) can lead to the next leave.
     private func membership(_ input: HubInput) {
         let current = now()
+        // Webhook events follow this node's seats only: in a cluster every node reports its own peers.
         let hooks = webhooks.isEnabled
         var events: [CallLifecycle.Event] = []
         let effects: [HubEffect]
@@ -96,7 +97,9 @@ final class SignalingService: @unchecked Sendable {
             // A join the hub refused (no seat) seats nobody.
             if hub.identity(of: connection) != nil {
                 router.joined(identity, on: connection, takeover: previous != nil)
-                if hooks { events = lifecycle.joined(identity, takeover: previous != nil, now: current) }
+                if hooks, router.isLocal(connection) {
+                    events = lifecycle.joined(identity, takeover: previous.map(router.isLocal) ?? false, now: current)
+                }
             }
         case .disconnect(let connection):
             // Nil for a connection whose seat was taken over: its leave changes nothing.
@@ -106,7 +109,7 @@ final class SignalingService: @unchecked Sendable {
                 ?? (webhooks.isStopping ? "server_shutdown" : "last_peer_left")
             if let identity {
                 router.left(identity, from: connection)
-                if hooks { events = lifecycle.left(identity, reason: reason, now: current) }
+                if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: reason, now: current) }
             }
         case .kick(let room, let peer):
             // The hub seats the kicked peer out at once; its socket's disconnect then finds nothing.
@@ -114,7 +117,7 @@ final class SignalingService: @unchecked Sendable {
             effects = hub.handle(input, now: current)
             if let (connection, identity) = seat {
                 router.left(identity, from: connection)
-                if hooks { events = lifecycle.left(identity, reason: "kicked", now: current) }
+                if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: "kicked", now: current) }
             }
         case .endRoom(let room):
             let seated = hub.identities(in: room).compactMap { identity in
@@ -123,7 +126,7 @@ final class SignalingService: @unchecked Sendable {
             effects = hub.handle(input, now: current)
             for (connection, identity) in seated {
                 router.left(identity, from: connection)
-                if hooks { events += lifecycle.left(identity, reason: "room_closed", now: current) }
+                if hooks, router.isLocal(connection) { events += lifecycle.left(identity, reason: "room_closed", now: current) }
             }
         default:
             effects = hub.handle(input, now: current)

@@ -1,0 +1,350 @@
+import CallingCore
+import CallingRedis
+import Foundation
+import Synchronization
+
+/// Cluster mode's Redis I/O, on its own thread (`cluster.redis`): one connection subscribed to the
+/// membership bus and this node's channel, one for commands, the heartbeat, and reconnecting with
+/// backoff. It decides nothing: it carries out `ClusterMembership`'s effects and frame forwards
+/// submitted from the service thread, and hands what Redis says back as `Event`s through `post`.
+///
+/// Keys (prefix `calling:`): `nodes` (set of registered node ids), `seats:<node>` (hash: one field
+/// per seat, the identity as JSON), `alive:<node>` (the heartbeat, `PX cluster_node_ttl_ms`).
+/// Channels: `bus` (membership events, one order for every node), `node:<node>` (frames and closes
+/// for that node's peers).
+final class RedisClusterDriver: @unchecked Sendable {
+    // @unchecked: `outbox` is under its lock; `thread`-only state (connections, timers) is touched
+    // only by the driver thread; the counters are atomics.
+    struct Settings: Sendable {
+        var endpoint: RedisEndpoint
+        var node: String
+        var heartbeatMs: Int
+        var nodeTTLMs: Int
+        var timeoutMs: Int
+        var prefix = "calling:"
+    }
+
+    enum Command: Sendable {
+        case effect(ClusterEffect)
+        case deliver(node: String, ClusterDelivery)
+    }
+
+    enum Event: Sendable {
+        case connected
+        case disconnected(String)
+        case bus(ClusterEvent)
+        case delivery(ClusterDelivery)
+        case snapshot([String: [PeerIdentity]], complete: Bool)
+        case liveness(registered: Set<String>, alive: Set<String>)
+    }
+
+    let settings: Settings
+    private let logger: Logger
+    private let post: ServicePost
+    private let outboxLock = NSLock()
+    private var outbox: [Command] = []
+    private var stopped = false
+    private var thread: Thread?
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+    private let up = Atomic<Bool>(false)
+    private let reconnectCount = Atomic<Int>(0)
+    private let publishedCount = Atomic<Int>(0)
+    private let receivedCount = Atomic<Int>(0)
+    private let droppedCount = Atomic<Int>(0)
+
+    init(settings: Settings, logger: Logger, post: @escaping ServicePost) {
+        self.settings = settings
+        self.logger = logger
+        self.post = post
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK)
+        }
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
+    }
+
+    deinit {
+        close(wakeRead)
+        close(wakeWrite)
+    }
+
+    /// Whether both connections are up and subscribed.
+    var isUp: Bool { up.load(ordering: .relaxed) }
+    var reconnects: Int { reconnectCount.load(ordering: .relaxed) }
+    var published: Int { publishedCount.load(ordering: .relaxed) }
+    var received: Int { receivedCount.load(ordering: .relaxed) }
+    /// Commands dropped because Redis was down when they were due.
+    var dropped: Int { droppedCount.load(ordering: .relaxed) }
+
+    /// Starts the driver thread; `events` runs on the service thread (through `post`).
+    func start(events: @escaping @Sendable ([Event]) -> Void) {
+        let thread = Thread { [self] in run(events) }
+        thread.name = "cluster.redis"
+        thread.stackSize = 1 << 20
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Queues commands for the driver thread. Any thread.
+    func submit(_ commands: [Command]) {
+        guard !commands.isEmpty else { return }
+        outboxLock.lock()
+        let wasEmpty = outbox.isEmpty
+        outbox += commands
+        outboxLock.unlock()
+        if wasEmpty { wake() }
+    }
+
+    /// Stops the thread (waits up to 2 s for it).
+    func stop() {
+        outboxLock.lock()
+        stopped = true
+        outboxLock.unlock()
+        wake()
+        let deadline = Date().addingTimeInterval(2)
+        while thread?.isFinished == false, Date() < deadline { usleep(5_000) }
+    }
+
+    private func wake() {
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    private var isStopped: Bool {
+        outboxLock.lock()
+        defer { outboxLock.unlock() }
+        return stopped
+    }
+
+    // MARK: the driver thread
+
+    private var key: (String) -> String { { [prefix = settings.prefix] in prefix + $0 } }
+
+    private func run(_ deliver: @escaping @Sendable ([Event]) -> Void) {
+        var failures = 0
+        var lastFailureLog = Date.distantPast
+        while !isStopped {
+            do throws(RedisError) {
+                let (commands, subscriber) = try connect()
+                failures = 0
+                up.store(true, ordering: .relaxed)
+                logger.log(.notice, "cluster connected", ["redis": settings.endpoint.description, "node": settings.node])
+                post { deliver([.connected]) }
+                try serve(commands: commands, subscriber: subscriber, deliver: deliver)
+                return
+            } catch {
+                let wasUp = up.exchange(false, ordering: .relaxed)
+                if wasUp {
+                    logger.error("cluster lost Redis; local rooms go on, cross-node traffic waits", ["error": error.message])
+                    post { deliver([.disconnected(error.message)]) }
+                } else if Date().timeIntervalSince(lastFailureLog) > 30 {
+                    lastFailureLog = Date()
+                    logger.error("cluster cannot reach Redis; retrying", ["redis": settings.endpoint.description, "error": error.message])
+                }
+                // What was queued for a Redis we cannot reach is dropped: registering again after
+                // the reconnect replaces this node's seat list wholesale.
+                outboxLock.lock()
+                droppedCount.add(outbox.count, ordering: .relaxed)
+                outbox = []
+                outboxLock.unlock()
+                failures += 1
+                reconnectCount.add(1, ordering: .relaxed)
+                let backoffMs = min(100 << min(failures, 5), 2_000)
+                waitForWake(timeoutMs: backoffMs)
+            }
+        }
+    }
+
+    private func waitForWake(timeoutMs: Int) {
+        var fd = pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)
+        _ = poll(&fd, 1, Int32(timeoutMs))
+        drainWake()
+    }
+
+    private func drainWake() {
+        var buffer = [UInt8](repeating: 0, count: 64)
+        while read(wakeRead, &buffer, buffer.count) > 0 {}
+    }
+
+    private func connect() throws(RedisError) -> (RedisConnection, RedisConnection) {
+        let commands = try RedisConnection.connect(settings.endpoint, timeoutMs: settings.timeoutMs)
+        let subscriber = try RedisConnection.connect(settings.endpoint, timeoutMs: settings.timeoutMs)
+        let channels = [key("bus"), key("node:" + settings.node)]
+        try subscriber.append([Array("SUBSCRIBE".utf8)] + channels.map { Array($0.utf8) })
+        try subscriber.flush()
+        var confirmed = 0
+        let deadline = Date().addingTimeInterval(Double(settings.timeoutMs) / 1000)
+        while confirmed < channels.count {
+            guard Date() < deadline else { throw RedisError("SUBSCRIBE not confirmed in \(settings.timeoutMs) ms") }
+            if let reply = try subscriber.nextReply(timeoutMs: 50), reply.array?.first?.text == "subscribe" { confirmed += 1 }
+        }
+        return (commands, subscriber)
+    }
+
+    private func serve(commands: RedisConnection, subscriber: RedisConnection,
+                       deliver: @escaping @Sendable ([Event]) -> Void) throws(RedisError) {
+        var nextBeat = Date()
+        // Set once this connection registered the node's seats; a heartbeat that then finds the
+        // node missing from `nodes` means the others declared it gone (its heartbeat lapsed):
+        // register again, as after a reconnect.
+        var registered = false
+        while true {
+            var events: [Event] = []
+            let waitMs = max(0, min(settings.heartbeatMs, Int(nextBeat.timeIntervalSinceNow * 1000)))
+            if let reply = try subscriber.nextReply(timeoutMs: waitMs, wake: wakeRead) {
+                collect(reply, into: &events)
+                while let more = try subscriber.bufferedReply() { collect(more, into: &events) }
+            }
+            drainWake()
+            outboxLock.lock()
+            let due = outbox
+            outbox = []
+            let stop = stopped
+            outboxLock.unlock()
+            // What the stop itself queued (the leaves of the peers it closed) goes out first.
+            if !due.isEmpty { try execute(due, on: commands, events: &events, registered: &registered) }
+            if stop {
+                // A node that stops on purpose leaves at once instead of waiting for its heartbeat to lapse.
+                _ = try commands.pipeline([Self.bytes("DEL", key("alive:" + settings.node)), Self.bytes("DEL", key("seats:" + settings.node)),
+                                           Self.bytes("SREM", key("nodes"), settings.node)])
+                up.store(false, ordering: .relaxed)
+                return
+            }
+            if Date() >= nextBeat {
+                nextBeat = Date().addingTimeInterval(Double(settings.heartbeatMs) / 1000)
+                if try heartbeat(commands, events: &events), registered {
+                    registered = false
+                    logger.log(.notice, "cluster registration was lost (heartbeat lapsed); registering again", ["node": settings.node])
+                    events.append(.connected)
+                }
+            }
+            if !events.isEmpty {
+                let batch = events
+                post { deliver(batch) }
+            }
+        }
+    }
+
+    private func collect(_ reply: RedisReply, into events: inout [Event]) {
+        guard let items = reply.array, items.count == 3, items[0].text == "message",
+            let channel = items[1].text, case .string(let payload) = items[2]
+        else { return }
+        receivedCount.add(1, ordering: .relaxed)
+        if channel == key("bus") {
+            if let event = ClusterEvent(encoded: payload) { events.append(.bus(event)) }
+        } else if let delivery = ClusterDelivery(encoded: payload) {
+            events.append(.delivery(delivery))
+        }
+    }
+
+    private static func bytes(_ parts: String...) -> [[UInt8]] { parts.map { Array($0.utf8) } }
+
+    private func seatField(_ room: RoomID, _ peer: PeerID) -> [UInt8] {
+        JSONWriter.bytes([.string(room.rawValue), .string(peer.rawValue)])
+    }
+
+    /// Runs the queued commands in one pipeline (a snapshot's reads in a second round).
+    private func execute(_ due: [Command], on connection: RedisConnection, events: inout [Event],
+                         registered: inout Bool) throws(RedisError) {
+        let seats = key("seats:" + settings.node)
+        var pipeline: [[[UInt8]]] = []
+        var fetches: [[String]?] = []
+        var forgets: [String] = []
+        for command in due {
+            switch command {
+            case .deliver(let node, let delivery):
+                pipeline.append([Array("PUBLISH".utf8), Array(key("node:" + node).utf8), delivery.encoded])
+            case .effect(let effect):
+                switch effect {
+                case .announceJoin(let identity):
+                    pipeline.append([Array("HSET".utf8), Array(seats.utf8), seatField(identity.room, identity.peer),
+                                     JSONWriter.bytes(identity.clusterJSON)])
+                    pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8), ClusterEvent.joined(node: settings.node, identity).encoded])
+                case .announceLeave(let room, let peer):
+                    pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
+                    pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8),
+                                     ClusterEvent.left(node: settings.node, room: room, peer: peer).encoded])
+                case .dropSeat(let room, let peer):
+                    pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
+                case .register(let identities):
+                    registered = true
+                    pipeline.append(Self.bytes("SADD", key("nodes"), settings.node))
+                    pipeline.append(Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)))
+                    pipeline.append(Self.bytes("DEL", seats))
+                    if !identities.isEmpty {
+                        var hset = Self.bytes("HSET", seats)
+                        for identity in identities {
+                            hset.append(seatField(identity.room, identity.peer))
+                            hset.append(JSONWriter.bytes(identity.clusterJSON))
+                        }
+                        pipeline.append(hset)
+                    }
+                    pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8), ClusterEvent.resynced(node: settings.node).encoded])
+                case .fetchSeats(let nodes):
+                    fetches.append(nodes)
+                case .forgetNode(let node):
+                    forgets.append(node)
+                case .seat, .unseat:
+                    break  // hub effects; the service thread applies them
+                }
+            }
+        }
+        if !pipeline.isEmpty {
+            let replies = try connection.pipeline(pipeline)
+            publishedCount.add(pipeline.count, ordering: .relaxed)
+            for case .error(let message) in replies { logger.error("cluster command refused by Redis", ["error": message]) }
+        }
+        for node in forgets {
+            // Only a node whose heartbeat is still gone: it may have come back meanwhile.
+            if try connection.command(["EXISTS", key("alive:" + node)]).integer == 0 {
+                _ = try connection.pipeline([Self.bytes("DEL", key("seats:" + node)), Self.bytes("SREM", key("nodes"), node)])
+                logger.log(.notice, "cluster node gone", ["node": node])
+            }
+        }
+        for nodes in fetches {
+            let names: [String]
+            if let nodes {
+                names = nodes
+            } else {
+                let registered = try connection.command(["SMEMBERS", key("nodes")]).array?.compactMap(\.text) ?? []
+                let alive = try connection.pipeline(registered.map { Self.bytes("EXISTS", key("alive:" + $0)) })
+                names = zip(registered, alive).filter { $0.1.integer == 1 }.map(\.0)
+            }
+            let replies = try connection.pipeline(names.map { Self.bytes("HGETALL", key("seats:" + $0)) })
+            var snapshot: [String: [PeerIdentity]] = [:]
+            for (node, reply) in zip(names, replies) {
+                let items = reply.array ?? []
+                var identities: [PeerIdentity] = []
+                var index = 1
+                while index < items.count {
+                    if case .string(let value) = items[index], let json = try? JSONParser.parse(value),
+                        let identity = PeerIdentity(clusterJSON: json)
+                    {
+                        identities.append(identity)
+                    }
+                    index += 2
+                }
+                snapshot[node] = identities
+            }
+            events.append(.snapshot(snapshot, complete: nodes == nil))
+        }
+    }
+
+    /// Refreshes this node's heartbeat and reports which registered nodes still have theirs.
+    /// True when this node was missing from the registered set.
+    private func heartbeat(_ connection: RedisConnection, events: inout [Event]) throws(RedisError) -> Bool {
+        let replies = try connection.pipeline([Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)),
+                                               Self.bytes("SADD", key("nodes"), settings.node),
+                                               Self.bytes("SMEMBERS", key("nodes"))])
+        let registered = Set(replies[2].array?.compactMap(\.text) ?? [])
+        let others = registered.subtracting([settings.node]).sorted()
+        let alive = try connection.pipeline(others.map { Self.bytes("EXISTS", key("alive:" + $0)) })
+        var living: Set<String> = [settings.node]
+        for (node, reply) in zip(others, alive) where reply.integer == 1 { living.insert(node) }
+        events.append(.liveness(registered: registered, alive: living))
+        return replies[1].integer == 1
+    }
+}

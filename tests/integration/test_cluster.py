@@ -1,0 +1,179 @@
+"""Cluster mode: three real calling-server processes sharing one real redis-server
+(docs/operations.md, "Running a cluster"). Redis runs on a free loopback port in the test's temp
+folder, without persistence, and is killed after the test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from support import Peer, kill_and_reap, run
+
+REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
+SECRET = "cluster-test-secret-0123456789abcdef"
+HEARTBEAT_MS = 200
+NODE_TTL_MS = 1000
+
+pytestmark = pytest.mark.skipif(not os.path.exists(REDIS), reason="redis-server is not installed (deploy/install-deps.sh --test)")
+
+
+def free_port() -> int:
+    """redis-server cannot pick a port itself (`--port 0` disables TCP): bind one, release it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Redis:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def start(self) -> "Redis":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                      "--dir", str(self.folder), "--daemonize", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("redis-server did not listen")
+
+    def stop(self) -> None:
+        kill_and_reap(self.proc)
+        self.proc = None
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = Redis(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+def start_node(start_server, redis: Redis, node: str, **flags):
+    return start_server(env={"CALLING_JWT_SECRET": SECRET}, cluster_redis_url=redis.url, node_id=node,
+                        cluster_heartbeat_ms=HEARTBEAT_MS, cluster_node_ttl_ms=NODE_TTL_MS, **flags)
+
+
+def health(server) -> dict:
+    status, _, body = server.http("GET", "/healthz")
+    assert status == 200
+    return json.loads(body)
+
+
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+async def wait_remote(nodes, counts, timeout: float = 5.0):
+    """Waits until each node seats the given number of peers from other nodes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = [health(node)["cluster"]["remote_peers"] for node in nodes]
+        if seen == list(counts):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"remote peers {seen}, expected {list(counts)}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def cluster(start_server, redis):
+    nodes = [start_node(start_server, redis, name) for name in ("node-a", "node-b", "node-c")]
+    for node in nodes:
+        wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
+    return nodes
+
+
+def ids(welcome) -> list:
+    return [entry["peer_id"] for entry in welcome["payload"]["peers"]]
+
+
+def test_one_room_spans_three_nodes_membership_and_relay(cluster):
+    a, b, c = cluster
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice", name="Alice"), "alice")
+        assert ids(alice.welcome) == []
+        await wait_remote(cluster, [0, 1, 1])
+        bob = await Peer.connect(b, b.token("r1", "bob", role="doctor"), "bob")
+        assert bob.welcome["payload"]["peers"] == [{"peer_id": "alice", "role": "peer", "name": "Alice"}]
+        joined = await alice.recv_type("peer-joined")
+        assert joined["from"] == "bob" and joined["payload"] == {"peer_id": "bob", "role": "doctor", "name": None}
+        await wait_remote(cluster, [1, 1, 2])
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        assert ids(carol.welcome) == ["alice", "bob"]
+        for peer in (alice, bob):
+            assert (await peer.recv_type("peer-joined"))["from"] == "carol"
+        await alice.assert_silent(0.2)
+
+        # offer/answer/candidate across nodes, `from` stamped by the sending node.
+        await alice.send({"type": "offer", "to": "carol", "payload": {"sdp": "v=0 a", "type": "offer"}})
+        offer = await carol.recv_type("offer")
+        assert offer == {"type": "offer", "from": "alice", "to": "carol", "payload": {"sdp": "v=0 a", "type": "offer"}}
+        await carol.send({"type": "answer", "to": "alice", "from": "mallory", "payload": {"sdp": "v=0 c", "type": "answer"}})
+        answer = await alice.recv_type("answer")
+        assert answer["from"] == "carol" and answer["payload"]["sdp"] == "v=0 c"
+        await bob.send({"type": "candidate", "to": "alice", "payload": {"candidate": "candidate:1 1 udp 1 1.2.3.4 5 typ host"}})
+        assert (await alice.recv_type("candidate"))["from"] == "bob"
+        await bob.assert_silent(0.2)
+        await carol.assert_silent(0.1)
+
+        # A broadcast `data` reaches every other member on every node, once.
+        await carol.send({"type": "data", "payload": {"hello": 1}})
+        for peer in (alice, bob):
+            frame = await peer.recv_type("data")
+            assert frame["from"] == "carol" and frame["payload"] == {"hello": 1}
+        await alice.assert_silent(0.2)
+        await bob.assert_silent(0.05)
+
+        # A peer that is nowhere in the cluster is still a 404.
+        await alice.send({"type": "offer", "to": "nobody", "payload": {"sdp": "x"}})
+        assert (await alice.recv_type("error"))["error"]["code"] == 404
+
+        # Leaving on one node: peer-left everywhere.
+        await bob.close()
+        for peer in (alice, carol):
+            left = await peer.recv_type("peer-left")
+            assert left["from"] == "bob" and left["payload"] == {"peer_id": "bob"}
+        await wait_remote(cluster, [1, 2, 1])
+        dave = await Peer.connect(b, b.token("r1", "dave"), "dave")
+        assert ids(dave.welcome) == ["alice", "carol"]
+        for peer in (alice, carol):
+            assert (await peer.recv_type("peer-joined"))["from"] == "dave"
+
+        # Another room on the same nodes is another world.
+        zed = await Peer.connect(c, c.token("r2", "zed"), "zed")
+        assert ids(zed.welcome) == []
+        await alice.assert_silent(0.3)
+
+    run(body(), timeout=40)
+    for node in cluster:
+        metrics = node.metrics()
+        assert metrics["calling_cluster_redis_up"] == 1
+    assert a.metrics()["calling_peers"] == 1, "calling_peers counts this node's peers only"
