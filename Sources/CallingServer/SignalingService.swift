@@ -202,7 +202,8 @@ final class SignalingService: @unchecked Sendable {
                 }
                 router.deliver(frame, to: targets)
             case .close(let connection, let code):
-                metrics.closes[code.reason, default: 0] += 1
+                // A remote seat's close is its node's to count (when it closes the socket).
+                if router.isLocal(connection) { metrics.closes[code.reason, default: 0] += 1 }
                 if code == .consultationEnded, webhooks.isEnabled { closeReasons[connection] = "consultation_ended" }
                 router.close(connection, code: code)
             case .storeChat(let connection, let room, let peer, let submission, let timestamp):

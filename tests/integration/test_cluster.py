@@ -177,3 +177,38 @@ def test_one_room_spans_three_nodes_membership_and_relay(cluster):
         metrics = node.metrics()
         assert metrics["calling_cluster_redis_up"] == 1
     assert a.metrics()["calling_peers"] == 1, "calling_peers counts this node's peers only"
+
+
+def test_takeover_across_nodes_closes_the_old_connection_with_replaced_and_the_room_sees_no_flicker(cluster):
+    a, b, c = cluster
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice-on-a")
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        await wait_remote(cluster, [1, 2, 1])
+        assert (await alice.recv_type("peer-joined"))["from"] == "carol"
+
+        again = await Peer.connect(b, b.token("r1", "alice", name="Alice 2"), "alice-on-b")
+        assert ids(again.welcome) == ["carol"], "the new connection sees the room, not itself"
+        code, reason = await alice.wait_closed(5)
+        assert (code, reason) == (4400, "replaced")
+        await carol.assert_silent(0.5)  # no peer-left, no peer-joined: the seat moved
+        await wait_remote(cluster, [2, 1, 1])
+
+        # Frames for alice now reach her new connection on b.
+        await carol.send({"type": "offer", "to": "alice", "payload": {"sdp": "v=0", "type": "offer"}})
+        offer = await again.recv_type("offer")
+        assert offer["from"] == "carol"
+        await again.send({"type": "answer", "to": "carol", "payload": {"sdp": "v=0", "type": "answer"}})
+        assert (await carol.recv_type("answer"))["from"] == "alice"
+
+        # And back to a: the seat on b is replaced in turn.
+        third = await Peer.connect(a, a.token("r1", "alice"), "alice-on-a-again")
+        assert ids(third.welcome) == ["carol"]
+        assert (await again.wait_closed(5))[0] == 4400
+        await carol.assert_silent(0.3)
+        await third.close()
+        assert (await carol.recv_type("peer-left"))["from"] == "alice"
+
+    run(body(), timeout=40)
+    assert b.metrics().get('calling_closes_total{reason="replaced"}') == 1
