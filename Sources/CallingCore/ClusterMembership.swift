@@ -34,7 +34,8 @@ public struct ClusterMembership: Sendable {
 
     public let node: String
     public private(set) var isConnected = false
-    private var local: [Seat: (identity: PeerIdentity, connection: ConnectionID)] = [:]
+    private var local: [Seat: (identity: PeerIdentity, connection: ConnectionID, ordinal: UInt64)] = [:]
+    private var nextOrdinal: UInt64 = 0
     /// Own joins announced whose echo has not come back on the bus yet. A remote join for such a
     /// seat was published before ours, so ours (later in the bus order) wins on every node.
     private var pendingEcho: [Seat: Int] = [:]
@@ -54,14 +55,15 @@ public struct ClusterMembership: Sendable {
     /// Which node, room and peer a remote seat stands for.
     public func remoteSeat(_ connection: ConnectionID) -> RemoteSeat? { remote[connection] }
 
-    /// This node's own seats, for registering them again.
-    public var localSeats: [PeerIdentity] { local.values.map(\.identity) }
+    /// This node's own seats in join order, for registering them again.
+    public var localSeats: [PeerIdentity] { local.values.sorted { $0.ordinal < $1.ordinal }.map(\.identity) }
 
     public mutating func handle(_ input: ClusterInput) -> [ClusterEffect] {
         switch input {
         case .localJoined(let identity, let connection):
             let seat = Seat(room: identity.room, peer: identity.peer)
-            local[seat] = (identity, connection)
+            nextOrdinal += 1
+            local[seat] = (identity, connection, local[seat]?.ordinal ?? nextOrdinal)
             // The hub took the seat over from a remote seat (closed with `replaced`); it is ours now.
             if let previous = remoteBySeat.removeValue(forKey: seat) { remote[previous] = nil }
             guard isConnected else { return [] }
@@ -214,7 +216,8 @@ public enum ClusterEffect: Sendable, Equatable {
     case announceLeave(RoomID, PeerID)
     /// Remove the seat from this node's list without a leave (another node took it over).
     case dropSeat(RoomID, PeerID)
-    /// Register this node with exactly these seats (replacing its list) and publish `resynced`.
+    /// Register this node with exactly these seats, in join order (replacing its list, atomically),
+    /// and publish `resynced`.
     case register([PeerIdentity])
     /// Read the seat lists of these nodes (nil: of every registered live node, a complete snapshot).
     case fetchSeats([String]?)

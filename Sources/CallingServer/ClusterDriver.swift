@@ -34,7 +34,9 @@ final class RedisClusterDriver: @unchecked Sendable {
         case disconnected(String)
         case bus(ClusterEvent)
         case delivery(ClusterDelivery)
-        case snapshot([String: [PeerIdentity]], complete: Bool)
+        /// `everyNode`: the seat lists of every registered live node (`fetchSeats(nil)`); `complete`
+        /// when also settled, so an absent node may be taken for gone.
+        case snapshot([String: [PeerIdentity]], everyNode: Bool, complete: Bool)
         case liveness(registered: Set<String>, alive: Set<String>)
     }
 
@@ -191,6 +193,10 @@ final class RedisClusterDriver: @unchecked Sendable {
         // node missing from `nodes` means the others declared it gone (its heartbeat lapsed):
         // register again, as after a reconnect.
         var registered = false
+        // Right after (re)connecting, nodes that are alive may not have registered again yet (after
+        // a Redis restart every node does so within its reconnect backoff): for one node TTL, a
+        // snapshot only adds seats and a missing heartbeat removes nobody.
+        let settled = Date().addingTimeInterval(Double(settings.nodeTTLMs) / 1000)
         while true {
             var events: [Event] = []
             let waitMs = max(0, min(settings.heartbeatMs, Int(nextBeat.timeIntervalSinceNow * 1000)))
@@ -205,7 +211,7 @@ final class RedisClusterDriver: @unchecked Sendable {
             let stop = stopped
             outboxLock.unlock()
             // What the stop itself queued (the leaves of the peers it closed) goes out first.
-            if !due.isEmpty { try execute(due, on: commands, events: &events, registered: &registered) }
+            if !due.isEmpty { try execute(due, on: commands, events: &events, registered: &registered, settled: Date() >= settled) }
             if stop {
                 // A node that stops on purpose leaves at once instead of waiting for its heartbeat to lapse.
                 _ = try commands.pipeline([Self.bytes("DEL", key("alive:" + settings.node)), Self.bytes("DEL", key("seats:" + settings.node)),
@@ -215,7 +221,7 @@ final class RedisClusterDriver: @unchecked Sendable {
             }
             if Date() >= nextBeat {
                 nextBeat = Date().addingTimeInterval(Double(settings.heartbeatMs) / 1000)
-                if try heartbeat(commands, events: &events), registered {
+                if try heartbeat(commands, events: &events, judge: Date() >= settled), registered {
                     registered = false
                     logger.log(.notice, "cluster registration was lost (heartbeat lapsed); registering again", ["node": settings.node])
                     events.append(.connected)
@@ -246,9 +252,20 @@ final class RedisClusterDriver: @unchecked Sendable {
         JSONWriter.bytes([.string(room.rawValue), .string(peer.rawValue)])
     }
 
+    /// Hash fields have no order; `at` (increasing per write on this node) keeps a node's seats in
+    /// join order for rosters built from a snapshot.
+    private var ordinal = Int64(Date().timeIntervalSince1970 * 1_000_000)
+
+    private func seatValue(_ identity: PeerIdentity) -> [UInt8] {
+        ordinal += 1
+        var json = identity.clusterJSON.objectValue ?? [:]
+        json["at"] = .int(ordinal)
+        return JSONWriter.bytes(.object(json))
+    }
+
     /// Runs the queued commands in one pipeline (a snapshot's reads in a second round).
     private func execute(_ due: [Command], on connection: RedisConnection, events: inout [Event],
-                         registered: inout Bool) throws(RedisError) {
+                         registered: inout Bool, settled: Bool) throws(RedisError) {
         let seats = key("seats:" + settings.node)
         var pipeline: [[[UInt8]]] = []
         var fetches: [[String]?] = []
@@ -261,7 +278,7 @@ final class RedisClusterDriver: @unchecked Sendable {
                 switch effect {
                 case .announceJoin(let identity):
                     pipeline.append([Array("HSET".utf8), Array(seats.utf8), seatField(identity.room, identity.peer),
-                                     JSONWriter.bytes(identity.clusterJSON)])
+                                     seatValue(identity)])
                     pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8), ClusterEvent.joined(node: settings.node, identity).encoded])
                 case .announceLeave(let room, let peer):
                     pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
@@ -271,17 +288,20 @@ final class RedisClusterDriver: @unchecked Sendable {
                     pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
                 case .register(let identities):
                     registered = true
-                    pipeline.append(Self.bytes("SADD", key("nodes"), settings.node))
-                    pipeline.append(Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)))
+                    // One transaction: a snapshot read in between must never see the list emptied.
+                    pipeline.append(Self.bytes("MULTI"))
                     pipeline.append(Self.bytes("DEL", seats))
                     if !identities.isEmpty {
                         var hset = Self.bytes("HSET", seats)
                         for identity in identities {
                             hset.append(seatField(identity.room, identity.peer))
-                            hset.append(JSONWriter.bytes(identity.clusterJSON))
+                            hset.append(seatValue(identity))
                         }
                         pipeline.append(hset)
                     }
+                    pipeline.append(Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)))
+                    pipeline.append(Self.bytes("SADD", key("nodes"), settings.node))
+                    pipeline.append(Self.bytes("EXEC"))
                     pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8), ClusterEvent.resynced(node: settings.node).encoded])
                 case .fetchSeats(let nodes):
                     fetches.append(nodes)
@@ -317,25 +337,25 @@ final class RedisClusterDriver: @unchecked Sendable {
             var snapshot: [String: [PeerIdentity]] = [:]
             for (node, reply) in zip(names, replies) {
                 let items = reply.array ?? []
-                var identities: [PeerIdentity] = []
+                var identities: [(at: Int64, identity: PeerIdentity)] = []
                 var index = 1
                 while index < items.count {
                     if case .string(let value) = items[index], let json = try? JSONParser.parse(value),
                         let identity = PeerIdentity(clusterJSON: json)
                     {
-                        identities.append(identity)
+                        identities.append((json.objectValue?["at"]?.int64Value ?? 0, identity))
                     }
                     index += 2
                 }
-                snapshot[node] = identities
+                snapshot[node] = identities.sorted { $0.at < $1.at }.map(\.identity)
             }
-            events.append(.snapshot(snapshot, complete: nodes == nil))
+            events.append(.snapshot(snapshot, everyNode: nodes == nil, complete: nodes == nil && settled))
         }
     }
 
     /// Refreshes this node's heartbeat and reports which registered nodes still have theirs.
     /// True when this node was missing from the registered set.
-    private func heartbeat(_ connection: RedisConnection, events: inout [Event]) throws(RedisError) -> Bool {
+    private func heartbeat(_ connection: RedisConnection, events: inout [Event], judge: Bool) throws(RedisError) -> Bool {
         let replies = try connection.pipeline([Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)),
                                                Self.bytes("SADD", key("nodes"), settings.node),
                                                Self.bytes("SMEMBERS", key("nodes"))])
@@ -344,7 +364,7 @@ final class RedisClusterDriver: @unchecked Sendable {
         let alive = try connection.pipeline(others.map { Self.bytes("EXISTS", key("alive:" + $0)) })
         var living: Set<String> = [settings.node]
         for (node, reply) in zip(others, alive) where reply.integer == 1 { living.insert(node) }
-        events.append(.liveness(registered: registered, alive: living))
+        if judge { events.append(.liveness(registered: registered, alive: living)) }
         return replies[1].integer == 1
     }
 }

@@ -177,8 +177,8 @@ final class ClusterLink: @unchecked Sendable {
                 apply(router.handle(.disconnected))
             case .bus(let event):
                 apply(router.handle(.bus(event)))
-            case .snapshot(let seats, let complete):
-                if complete { isSynced = true }
+            case .snapshot(let seats, let everyNode, let complete):
+                if everyNode { isSynced = true }
                 apply(router.handle(.snapshot(seats, complete: complete)))
             case .liveness(let registered, let alive):
                 apply(router.handle(.liveness(registered: registered, alive: alive)))

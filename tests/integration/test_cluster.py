@@ -212,3 +212,84 @@ def test_takeover_across_nodes_closes_the_old_connection_with_replaced_and_the_r
 
     run(body(), timeout=40)
     assert b.metrics().get('calling_closes_total{reason="replaced"}') == 1
+
+
+def test_a_killed_node_s_peers_leave_within_the_bound_and_resume_on_another_node(cluster):
+    a, b, c = cluster
+    bound = (NODE_TTL_MS + HEARTBEAT_MS) / 1000  # docs/operations.md, "Node loss"
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice")
+        bob = await Peer.connect(b, b.token("r1", "bob"), "bob")
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        await wait_remote(cluster, [2, 2, 2])
+        for peer in (alice, alice, bob):
+            await peer.recv_type("peer-joined")
+
+        b.kill()  # SIGKILL: no leave is ever published
+        killed = time.monotonic()
+        for peer in (alice, carol):
+            left = await peer.recv_type("peer-left", timeout=bound + 3)
+            assert left["from"] == "bob"
+        elapsed = time.monotonic() - killed
+        # One heartbeat of slack for the check that notices it and the test's own scheduling.
+        assert elapsed < bound + HEARTBEAT_MS / 1000 + 1.0, f"peer-left after {elapsed:.2f}s, bound {bound}s"
+        await wait_remote([a, c], [1, 1])
+
+        # bob reconnects to a surviving node and is in the same room again.
+        bob2 = await Peer.connect(c, c.token("r1", "bob"), "bob-on-c")
+        assert ids(bob2.welcome) == ["alice", "carol"]
+        assert (await alice.recv_type("peer-joined"))["from"] == "bob"
+        await bob2.send({"type": "data", "to": "alice", "payload": {"back": True}})
+        assert (await alice.recv_type("data"))["payload"] == {"back": True}
+        return elapsed
+
+    elapsed = run(body(), timeout=40)
+    print(f"node loss noticed after {elapsed:.2f}s (bound {bound}s)")
+    health_a = health(a)["cluster"]
+    assert health_a["redis"] == "up" and health_a["remote_peers"] == 2
+
+
+def test_a_redis_restart_is_reported_survived_and_the_cluster_reforms(cluster, redis):
+    a, b, c = cluster
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice")
+        bob = await Peer.connect(b, b.token("r1", "bob"), "bob")
+        await wait_remote(cluster, [1, 1, 2])
+        assert (await alice.recv_type("peer-joined"))["from"] == "bob"
+
+        redis.stop()
+        wait_for(lambda: all(health(n)["status"] == "degraded" for n in cluster), what="degraded health")
+        for node in cluster:
+            state = health(node)["cluster"]
+            assert state["redis"] == "down" and state["error"], state
+            assert node.metrics()["calling_cluster_redis_up"] == 0
+        # A room on one node keeps working without Redis.
+        ann = await Peer.connect(a, a.token("r2", "ann"), "ann")
+        ben = await Peer.connect(a, a.token("r2", "ben"), "ben")
+        assert ids(ben.welcome) == ["ann"]
+        assert (await ann.recv_type("peer-joined"))["from"] == "ben"
+        await ann.send({"type": "offer", "to": "ben", "payload": {"sdp": "v=0"}})
+        assert (await ben.recv_type("offer"))["from"] == "ann"
+        # Peers across nodes stay listed (nobody can tell who left) and get no flicker.
+        await alice.assert_silent(0.3)
+
+        redis.start()  # empty: nothing of the cluster's state survived
+        wait_for(lambda: all(health(n)["status"] == "ok" and health(n)["cluster"]["synced"] for n in cluster),
+                 timeout=10, what="reconnected")
+        await wait_remote(cluster, [1, 3, 4])
+        # alice and bob never saw the outage as a leave.
+        await alice.assert_silent(0.3)
+        await bob.assert_silent(0.05)
+        await bob.send({"type": "data", "to": "alice", "payload": {"after": "restart"}})
+        assert (await alice.recv_type("data"))["payload"] == {"after": "restart"}
+        carol = await Peer.connect(c, c.token("r2", "carol"), "carol")
+        assert ids(carol.welcome) == ["ann", "ben"]
+        for peer in (ann, ben):
+            assert (await peer.recv_type("peer-joined"))["from"] == "carol"
+
+    run(body(), timeout=60)
+    for node in cluster:
+        assert node.metrics()["calling_cluster_reconnects_total"] >= 1
+        assert "cluster lost Redis" in node.stderr_text()
