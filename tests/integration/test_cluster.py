@@ -293,3 +293,40 @@ def test_a_redis_restart_is_reported_survived_and_the_cluster_reforms(cluster, r
     for node in cluster:
         assert node.metrics()["calling_cluster_reconnects_total"] >= 1
         assert "cluster lost Redis" in node.stderr_text()
+
+
+OFFER = ("v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n"
+         "m=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\na=ice-ufrag:offU\r\na=ice-pwd:offerpassword0123456789\r\n")
+ANSWER = ("v=0\r\no=- 3 4 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
+          "a=ice-ufrag:ansU\r\na=ice-pwd:answerpassword0123456789\r\na=candidate:1 1 udp 2122260223 192.0.2.7 50000 typ host\r\n"
+          "a=end-of-candidates\r\n")
+
+
+def test_an_http_session_finds_its_answering_peer_on_another_node(cluster):
+    import http.client
+
+    a, b, _ = cluster
+
+    def post_whip(token):
+        conn = http.client.HTTPConnection("127.0.0.1", b.port, timeout=10)
+        conn.request("POST", "/whip/r1", body=OFFER, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/sdp"})
+        response = conn.getresponse()
+        body = response.read()
+        conn.close()
+        return response.status, body.decode()
+
+    async def body():
+        agent = await Peer.connect(a, a.token("r1", "ann", role="agent"), "agent-on-a")
+        await wait_remote(cluster, [0, 1, 1])
+        posting = asyncio.get_running_loop().run_in_executor(None, post_whip, b.token("r1", "pub", role="client"))
+        joined = await agent.recv_type("peer-joined", timeout=5)
+        assert joined["from"] == "pub"
+        offer = await agent.recv_type("offer", timeout=5)
+        assert offer["from"] == "pub" and offer["payload"]["transport"] == "whip"
+        await agent.send({"type": "answer", "to": "pub", "payload": {"sdp": ANSWER, "type": "answer",
+                                                                      "session_id": offer["payload"]["session_id"]}})
+        status, answer = await posting
+        assert status == 201, answer
+        assert "a=ice-ufrag:ansU" in answer
+
+    run(body(), timeout=30)
