@@ -83,9 +83,12 @@ final class SignalingService: @unchecked Sendable {
 
     /// A join, a leave, a kick or a closed room: the hub's effects, the membership change told to
     /// the router, and the webhook events the change means. Events are emitted before the effects
-    /// run, since an effect (a close) can lead to the next leave.
+    /// run, since an effect (a close) can lead to the next leave; the router hears of the change
+    /// after them, so a close it carries out still knows where the closed seat was.
     private func membership(_ input: HubInput) {
         let current = now()
+        var joined: [(PeerIdentity, ConnectionID, Bool)] = []
+        var left: [(PeerIdentity, ConnectionID)] = []
         // Webhook events follow this node's seats only: in a cluster every node reports its own peers.
         let hooks = webhooks.isEnabled
         var events: [CallLifecycle.Event] = []
@@ -96,7 +99,7 @@ final class SignalingService: @unchecked Sendable {
             effects = hub.handle(input, now: current)
             // A join the hub refused (no seat) seats nobody.
             if hub.identity(of: connection) != nil {
-                router.joined(identity, on: connection, takeover: previous != nil)
+                joined.append((identity, connection, previous != nil))
                 if hooks, router.isLocal(connection) {
                     events = lifecycle.joined(identity, takeover: previous.map(router.isLocal) ?? false, now: current)
                 }
@@ -108,7 +111,7 @@ final class SignalingService: @unchecked Sendable {
             let reason = closeReasons.removeValue(forKey: connection)
                 ?? (webhooks.isStopping ? "server_shutdown" : "last_peer_left")
             if let identity {
-                router.left(identity, from: connection)
+                left.append((identity, connection))
                 if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: reason, now: current) }
             }
         case .kick(let room, let peer):
@@ -116,7 +119,7 @@ final class SignalingService: @unchecked Sendable {
             let seat = hub.connection(of: peer, in: room).flatMap { connection in hub.identity(of: connection).map { (connection, $0) } }
             effects = hub.handle(input, now: current)
             if let (connection, identity) = seat {
-                router.left(identity, from: connection)
+                left.append((identity, connection))
                 if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: "kicked", now: current) }
             }
         case .endRoom(let room):
@@ -125,7 +128,7 @@ final class SignalingService: @unchecked Sendable {
             }
             effects = hub.handle(input, now: current)
             for (connection, identity) in seated {
-                router.left(identity, from: connection)
+                left.append((identity, connection))
                 if hooks, router.isLocal(connection) { events += lifecycle.left(identity, reason: "room_closed", now: current) }
             }
         default:
@@ -133,6 +136,8 @@ final class SignalingService: @unchecked Sendable {
         }
         for event in events { emit(event, connection: input) }
         apply(effects)
+        for (identity, connection, takeover) in joined { router.joined(identity, on: connection, takeover: takeover) }
+        for (identity, connection) in left { router.left(identity, from: connection) }
     }
 
     private func emit(_ event: CallLifecycle.Event, connection input: HubInput) {

@@ -330,3 +330,40 @@ def test_an_http_session_finds_its_answering_peer_on_another_node(cluster):
         assert "a=ice-ufrag:ansU" in answer
 
     run(body(), timeout=30)
+
+
+def test_an_admin_kick_of_a_peer_on_another_node_is_carried_out_by_that_node(cluster):
+    import http.client
+
+    from support import BINARY
+
+    a, b, c = cluster
+    created = subprocess.run([str(BINARY), "apikey", "create", "--name", "ops", "--scope", "admin", "--data-dir", str(a.data_dir)],
+                             capture_output=True, text=True, timeout=10, env=a.env)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice")
+        bob = await Peer.connect(b, b.token("r1", "bob"), "bob")
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        await wait_remote(cluster, [2, 2, 2])
+        for peer in (alice, alice, bob):
+            await peer.recv_type("peer-joined")
+
+        def kick():
+            conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=5)
+            conn.request("POST", "/v1/admin/rooms/r1/peers/bob/kick", headers={"X-API-Key": key})
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            return response.status
+
+        assert await asyncio.get_running_loop().run_in_executor(None, kick) == 200
+        code, _ = await bob.wait_closed(5)
+        assert code == 4403
+        for peer in (alice, carol):
+            assert (await peer.recv_type("peer-left"))["from"] == "bob"
+        await wait_remote(cluster, [1, 2, 1])
+
+    run(body(), timeout=30)
