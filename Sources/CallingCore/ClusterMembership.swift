@@ -242,6 +242,21 @@ extension PeerIdentity {
     }
 }
 
+extension PresenceIdentity {
+    public var clusterJSON: JSONValue {
+        ["peer": .string(peer.rawValue), "role": .string(role.rawValue), "name": name.map(JSONValue.string) ?? .null,
+         "queues": queues.map { .array($0.map { .string($0.rawValue) }) } ?? .null]
+    }
+
+    public init?(clusterJSON json: JSONValue) {
+        guard let fields = json.objectValue, let peer = fields["peer"]?.stringValue,
+            let role = fields["role"]?.stringValue.flatMap(PresenceRole.init(rawValue:))
+        else { return nil }
+        self.init(peer: PeerID(peer), role: role, name: fields["name"]?.stringValue,
+                  queues: fields["queues"]?.arrayValue.map { $0.compactMap(\.stringValue).map { QueueName($0) } })
+    }
+}
+
 extension ClusterEvent {
     public var encoded: [UInt8] {
         switch self {
@@ -274,13 +289,40 @@ extension ClusterEvent {
 /// What one node sends another on its own channel: a frame for some of its peers in a room, or a
 /// close of one of them. A JSON header line, then (for a frame) the frame's bytes as the sender
 /// encoded them, so the receiver hands them to sockets without decoding.
+///
+/// The presence channel runs on one node at a time, the presence leader (a Redis lease): the
+/// other nodes relay their presence connections' opens, frames and closes to it (`presence…` from
+/// the connection's node, with its id there), and it sends frames and closes back.
 public enum ClusterDelivery: Sendable, Equatable {
     case frame(room: RoomID, peers: [PeerID], bytes: [UInt8])
     case close(room: RoomID, peer: PeerID, code: Int)
+    case presenceOpen(node: String, connection: UInt64, PresenceIdentity)
+    case presenceMessage(node: String, connection: UInt64, bytes: [UInt8])
+    case presenceGone(node: String, connection: UInt64)
+    /// Leader → the connection's node.
+    case presenceFrame(connection: UInt64, bytes: [UInt8])
+    case presenceClose(connection: UInt64, code: Int)
 
     public var encoded: [UInt8] {
         var out: [UInt8]
+        func header(_ kind: String, _ fields: [String: JSONValue], body: [UInt8] = []) -> [UInt8] {
+            var all = fields
+            all["kind"] = .string(kind)
+            var bytes = JSONWriter.bytes(.object(all))
+            bytes.append(0x0a)
+            return bytes + body
+        }
         switch self {
+        case .presenceOpen(let node, let connection, let identity):
+            return header("p-open", ["node": .string(node), "conn": .int(Int64(bitPattern: connection)), "identity": identity.clusterJSON])
+        case .presenceMessage(let node, let connection, let bytes):
+            return header("p-msg", ["node": .string(node), "conn": .int(Int64(bitPattern: connection))], body: bytes)
+        case .presenceGone(let node, let connection):
+            return header("p-gone", ["node": .string(node), "conn": .int(Int64(bitPattern: connection))])
+        case .presenceFrame(let connection, let bytes):
+            return header("p-frame", ["conn": .int(Int64(bitPattern: connection))], body: bytes)
+        case .presenceClose(let connection, let code):
+            return header("p-close", ["conn": .int(Int64(bitPattern: connection)), "close": .int(Int64(code))])
         case .frame(let room, let peers, let bytes):
             out = JSONWriter.bytes(["room": .string(room.rawValue), "peers": .array(peers.map { .string($0.rawValue) })])
             out.append(0x0a)
@@ -295,14 +337,40 @@ public enum ClusterDelivery: Sendable, Equatable {
     public init?(encoded bytes: [UInt8]) {
         // JSONWriter escapes newlines inside strings, so the first 0x0a ends the header.
         guard let newline = bytes.firstIndex(of: 0x0a),
-            let header = (try? JSONParser.parse(Array(bytes[..<newline])))?.objectValue,
-            let room = header["room"]?.stringValue, let peers = header["peers"]?.arrayValue?.compactMap(\.stringValue)
+            let header = (try? JSONParser.parse(Array(bytes[..<newline])))?.objectValue
+        else { return nil }
+        let body = Array(bytes[(newline + 1)...])
+        if let kind = header["kind"]?.stringValue {
+            guard let raw = header["conn"]?.int64Value else { return nil }
+            let connection = UInt64(bitPattern: raw)
+            let node = header["node"]?.stringValue
+            switch kind {
+            case "p-open":
+                guard let node, let json = header["identity"], let identity = PresenceIdentity(clusterJSON: json) else { return nil }
+                self = .presenceOpen(node: node, connection: connection, identity)
+            case "p-msg":
+                guard let node else { return nil }
+                self = .presenceMessage(node: node, connection: connection, bytes: body)
+            case "p-gone":
+                guard let node else { return nil }
+                self = .presenceGone(node: node, connection: connection)
+            case "p-frame":
+                self = .presenceFrame(connection: connection, bytes: body)
+            case "p-close":
+                guard let code = header["close"]?.int64Value else { return nil }
+                self = .presenceClose(connection: connection, code: Int(code))
+            default:
+                return nil
+            }
+            return
+        }
+        guard let room = header["room"]?.stringValue, let peers = header["peers"]?.arrayValue?.compactMap(\.stringValue)
         else { return nil }
         if let code = header["close"]?.int64Value {
             guard let peer = peers.first else { return nil }
             self = .close(room: RoomID(room), peer: PeerID(peer), code: Int(code))
         } else {
-            self = .frame(room: RoomID(room), peers: peers.map { PeerID($0) }, bytes: Array(bytes[(newline + 1)...]))
+            self = .frame(room: RoomID(room), peers: peers.map { PeerID($0) }, bytes: body)
         }
     }
 }

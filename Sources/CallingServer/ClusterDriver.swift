@@ -38,7 +38,25 @@ final class RedisClusterDriver: @unchecked Sendable {
         /// when also settled, so an absent node may be taken for gone.
         case snapshot([String: [PeerIdentity]], everyNode: Bool, complete: Bool)
         case liveness(registered: Set<String>, alive: Set<String>)
+        /// Who holds the presence lease after this heartbeat (this node takes it when it is free).
+        case presenceLeader(String)
     }
+
+    /// Takes the presence lease when it is free, renews it when this node holds it, and answers
+    /// the holder, in one step on the Redis server.
+    private static let leaseScript = """
+        local holder = redis.call('GET', KEYS[1])
+        if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return holder end
+        if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end
+        return holder
+        """
+    /// The longest wait between two connection attempts.
+    static let maxBackoffMs = 2_000
+
+    private static let releaseScript = """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        return 0
+        """
 
     let settings: Settings
     private let logger: Logger
@@ -127,6 +145,7 @@ final class RedisClusterDriver: @unchecked Sendable {
 
     private func run(_ deliver: @escaping @Sendable ([Event]) -> Void) {
         var failures = 0
+        var reconnecting = false
         var lastFailureLog = Date.distantPast
         while !isStopped {
             do throws(RedisError) {
@@ -135,7 +154,7 @@ final class RedisClusterDriver: @unchecked Sendable {
                 up.store(true, ordering: .relaxed)
                 logger.log(.notice, "cluster connected", ["redis": settings.endpoint.description, "node": settings.node])
                 post { deliver([.connected]) }
-                try serve(commands: commands, subscriber: subscriber, deliver: deliver)
+                try serve(commands: commands, subscriber: subscriber, deliver: deliver, reconnecting: reconnecting)
                 return
             } catch {
                 let wasUp = up.exchange(false, ordering: .relaxed)
@@ -153,8 +172,9 @@ final class RedisClusterDriver: @unchecked Sendable {
                 outbox = []
                 outboxLock.unlock()
                 failures += 1
+                reconnecting = true
                 reconnectCount.add(1, ordering: .relaxed)
-                let backoffMs = min(100 << min(failures, 5), 2_000)
+                let backoffMs = min(100 << min(failures, 5), Self.maxBackoffMs)
                 waitForWake(timeoutMs: backoffMs)
             }
         }
@@ -187,16 +207,16 @@ final class RedisClusterDriver: @unchecked Sendable {
     }
 
     private func serve(commands: RedisConnection, subscriber: RedisConnection,
-                       deliver: @escaping @Sendable ([Event]) -> Void) throws(RedisError) {
+                       deliver: @escaping @Sendable ([Event]) -> Void, reconnecting: Bool) throws(RedisError) {
         var nextBeat = Date()
         // Set once this connection registered the node's seats; a heartbeat that then finds the
         // node missing from `nodes` means the others declared it gone (its heartbeat lapsed):
         // register again, as after a reconnect.
         var registered = false
-        // Right after (re)connecting, nodes that are alive may not have registered again yet (after
-        // a Redis restart every node does so within its reconnect backoff): for one node TTL, a
-        // snapshot only adds seats and a missing heartbeat removes nobody.
-        let settled = Date().addingTimeInterval(Double(settings.nodeTTLMs) / 1000)
+        // Right after reconnecting, nodes that are alive may not have registered again yet (after a
+        // Redis restart every node does so within its reconnect backoff): for one node TTL plus the
+        // longest backoff, a snapshot only adds seats and a missing heartbeat removes nobody.
+        let settled = reconnecting ? Date().addingTimeInterval(Double(settings.nodeTTLMs + Self.maxBackoffMs) / 1000) : Date()
         while true {
             var events: [Event] = []
             let waitMs = max(0, min(settings.heartbeatMs, Int(nextBeat.timeIntervalSinceNow * 1000)))
@@ -215,13 +235,14 @@ final class RedisClusterDriver: @unchecked Sendable {
             if stop {
                 // A node that stops on purpose leaves at once instead of waiting for its heartbeat to lapse.
                 _ = try commands.pipeline([Self.bytes("DEL", key("alive:" + settings.node)), Self.bytes("DEL", key("seats:" + settings.node)),
-                                           Self.bytes("SREM", key("nodes"), settings.node)])
+                                           Self.bytes("SREM", key("nodes"), settings.node),
+                                           Self.bytes("EVAL", Self.releaseScript, "1", key("presence:leader"), settings.node)])
                 up.store(false, ordering: .relaxed)
                 return
             }
             if Date() >= nextBeat {
                 nextBeat = Date().addingTimeInterval(Double(settings.heartbeatMs) / 1000)
-                if try heartbeat(commands, events: &events, judge: Date() >= settled), registered {
+                if try heartbeat(commands, events: &events, judge: Date() >= settled, registered: registered), registered {
                     registered = false
                     logger.log(.notice, "cluster registration was lost (heartbeat lapsed); registering again", ["node": settings.node])
                     events.append(.connected)
@@ -354,17 +375,25 @@ final class RedisClusterDriver: @unchecked Sendable {
     }
 
     /// Refreshes this node's heartbeat and reports which registered nodes still have theirs.
-    /// True when this node was missing from the registered set.
-    private func heartbeat(_ connection: RedisConnection, events: inout [Event], judge: Bool) throws(RedisError) -> Bool {
+    /// True when this node, registered on this connection, was missing from the registered set.
+    /// Before its registration (which writes its seat list and joins `nodes` in one transaction)
+    /// the heartbeat does not add it to `nodes`: a snapshot must never find it there with an
+    /// empty seat list.
+    private func heartbeat(_ connection: RedisConnection, events: inout [Event], judge: Bool,
+                           registered isRegistered: Bool) throws(RedisError) -> Bool {
+        let membership = isRegistered ? Self.bytes("SADD", key("nodes"), settings.node) : Self.bytes("SISMEMBER", key("nodes"), settings.node)
         let replies = try connection.pipeline([Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)),
-                                               Self.bytes("SADD", key("nodes"), settings.node),
-                                               Self.bytes("SMEMBERS", key("nodes"))])
+                                               membership,
+                                               Self.bytes("SMEMBERS", key("nodes")),
+                                               Self.bytes("EVAL", Self.leaseScript, "1", key("presence:leader"), settings.node,
+                                                          String(settings.nodeTTLMs))])
+        if let leader = replies[3].text { events.append(.presenceLeader(leader)) }
         let registered = Set(replies[2].array?.compactMap(\.text) ?? [])
         let others = registered.subtracting([settings.node]).sorted()
         let alive = try connection.pipeline(others.map { Self.bytes("EXISTS", key("alive:" + $0)) })
         var living: Set<String> = [settings.node]
         for (node, reply) in zip(others, alive) where reply.integer == 1 { living.insert(node) }
         if judge { events.append(.liveness(registered: registered, alive: living)) }
-        return replies[1].integer == 1
+        return isRegistered && replies[1].integer == 1
     }
 }

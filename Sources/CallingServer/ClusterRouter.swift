@@ -149,14 +149,23 @@ final class ClusterLink: @unchecked Sendable {
     // @unchecked: touched only on the service thread; the driver's events arrive through `post`.
     let router: ClusterRouter
     let rooms: SignalingService
+    let presence: PresenceEndpoint
     private let logger: Logger
     private(set) var isSynced = false
     private var lastError: String?
 
-    init(router: ClusterRouter, rooms: SignalingService, logger: Logger) {
+    init(router: ClusterRouter, rooms: SignalingService, presence: PresenceEndpoint, logger: Logger) {
         self.router = router
         self.rooms = rooms
+        self.presence = presence
         self.logger = logger
+    }
+
+    /// How the presence endpoint reaches another node: that node's channel, through the driver.
+    static func presenceRelay(_ driver: RedisClusterDriver) -> PresenceEndpoint.ClusterRelay {
+        PresenceEndpoint.ClusterRelay(node: driver.settings.node) { [driver] node, delivery in
+            driver.submit([.deliver(node: node, delivery)])
+        }
     }
 
     func start() {
@@ -175,6 +184,7 @@ final class ClusterLink: @unchecked Sendable {
                 isSynced = false
                 lastError = error
                 apply(router.handle(.disconnected))
+                presence.clusterLost()
             case .bus(let event):
                 apply(router.handle(.bus(event)))
             case .snapshot(let seats, let everyNode, let complete):
@@ -182,6 +192,13 @@ final class ClusterLink: @unchecked Sendable {
                 apply(router.handle(.snapshot(seats, complete: complete)))
             case .liveness(let registered, let alive):
                 apply(router.handle(.liveness(registered: registered, alive: alive)))
+                presence.nodesAlive(alive)
+            case .presenceLeader(let node):
+                presence.leaderChanged(to: node)
+            case .delivery(.presenceFrame(let connection, let bytes)):
+                router.local.deliver(encoded: bytes, type: ClusterRouter.frameType(bytes) ?? "unknown", to: [ConnectionID(connection)])
+            case .delivery(.presenceClose(let connection, let code)):
+                presence.closedByLeader(ConnectionID(connection), code: CloseCode(rawValue: UInt16(code)) ?? .internalError)
             case .delivery(.frame(let room, let peers, let bytes)):
                 router.deliverArrived(room: room, peers: peers, bytes: bytes)
             case .delivery(.close(let room, let peer, let code)):
@@ -191,6 +208,8 @@ final class ClusterLink: @unchecked Sendable {
                 } else if let closeCode = CloseCode(rawValue: UInt16(code)) {
                     router.local.close(connection, code: closeCode)
                 }
+            case .delivery(let delivery):
+                presence.arrived(delivery)
             }
         }
     }
@@ -208,6 +227,7 @@ final class ClusterLink: @unchecked Sendable {
     /// The `cluster` object of `/healthz`.
     var healthJSON: JSONValue {
         ["node_id": .string(router.node), "redis": .string(router.driver.isUp ? "up" : "down"), "synced": .bool(isSynced),
+         "presence_leader": presence.leader.map(JSONValue.string) ?? .null,
          "remote_peers": .int(Int64(router.membership.remoteCount)), "local_peers": .int(Int64(router.membership.localCount)),
          "error": lastError.map(JSONValue.string) ?? .null]
     }

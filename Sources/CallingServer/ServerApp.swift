@@ -83,12 +83,14 @@ public final class ServerApp: @unchecked Sendable {
         calls = CallsAPI(context: context, logger: logger.labeled("calls"))
         let rooms = SignalingService(context: context, router: router, chats: store, calls: calls)
         self.rooms = rooms
-        let clusterLogger = logger.labeled("cluster")
-        cluster = clusterRouter.map { ClusterLink(router: $0, rooms: rooms, logger: clusterLogger) }
         httpSessions = HTTPSessions(context: context, rooms: rooms, router: router, logger: logger.labeled("sessions"))
         let admin = AdminAPI(context: context, rooms: rooms, calls: calls, httpSessions: httpSessions, logger: logger.labeled("admin"))
         roomEndpoint = RoomEndpoint(context: context, rooms: rooms, gate: gate, router: router)
-        presence = PresenceEndpoint(context: context, router: router, gate: gate)
+        let presence = PresenceEndpoint(context: context, router: router, gate: gate,
+                                        relay: clusterRouter.map { ClusterLink.presenceRelay($0.driver) })
+        self.presence = presence
+        let clusterLogger = logger.labeled("cluster")
+        cluster = clusterRouter.map { ClusterLink(router: $0, rooms: rooms, presence: presence, logger: clusterLogger) }
         let routes = HTTPRoutes(context: context, rooms: rooms, calls: calls, admin: admin, httpSessions: httpSessions,
                                 transport: transport, staticFiles: staticFiles, cluster: cluster)
         endpoints = WebSocketEndpoints(context: context, endpoints: ["/v1/ws": roomEndpoint, "/v1/presence": presence],

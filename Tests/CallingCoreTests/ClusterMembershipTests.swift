@@ -125,6 +125,15 @@ final class ClusterMembershipTests: XCTestCase {
         XCTAssertEqual(Frame(wire: frame.encoded()), frame)
         XCTAssertEqual(ClusterDelivery(encoded: ClusterDelivery.close(room: "r", peer: "p", code: 4403).encoded),
                        .close(room: "r", peer: "p", code: 4403))
+        let agent = PresenceIdentity(peer: "ann", role: .agent, name: nil, queues: ["sales", "vip"])
+        for presence in [ClusterDelivery.presenceOpen(node: "b", connection: 7, agent),
+                         .presenceMessage(node: "b", connection: UInt64.max, bytes: Array("{\"type\":\"status\"}\n".utf8)),
+                         .presenceGone(node: "b", connection: 7), .presenceFrame(connection: 7, bytes: frame.encoded()),
+                         .presenceClose(connection: 7, code: 4400)] {
+            XCTAssertEqual(ClusterDelivery(encoded: presence.encoded), presence)
+        }
+        XCTAssertEqual(PresenceIdentity(clusterJSON: PresenceIdentity(peer: "d", role: .dashboard).clusterJSON),
+                       PresenceIdentity(peer: "d", role: .dashboard))
         XCTAssertNil(ClusterEvent(encoded: Array("{}".utf8)))
         XCTAssertNil(ClusterEvent(encoded: Array("not json".utf8)))
         XCTAssertNil(ClusterDelivery(encoded: Array("no header".utf8)))

@@ -367,3 +367,50 @@ def test_an_admin_kick_of_a_peer_on_another_node_is_carried_out_by_that_node(clu
         await wait_remote(cluster, [1, 2, 1])
 
     run(body(), timeout=30)
+
+
+async def presence_peer(server, token, label):
+    from websockets.asyncio.client import connect as ws_connect
+
+    ws = await ws_connect(f"ws://127.0.0.1:{server.port}/v1/presence?token={token}", proxy=None, compression=None,
+                          open_timeout=5, ping_interval=None)
+    peer = Peer(ws, label)
+    peer.welcome = await peer.recv_type("connected", skip=("status",))
+    return peer
+
+
+def test_presence_is_shared_a_dashboard_sees_an_agent_on_another_node_and_an_accepted_call_spans_nodes(cluster):
+    a, b, c = cluster
+    leaders = wait_for(lambda: (lambda seen: seen if len(set(seen)) == 1 and seen[0] else None)(
+        [health(n)["cluster"]["presence_leader"] for n in cluster]), what="one presence leader")
+    assert leaders[0] in ("node-a", "node-b", "node-c")
+
+    async def body():
+        dashboard = await presence_peer(a, a.token(None, "sup", role="dashboard", scope="presence"), "dashboard-on-a")
+        agent = await presence_peer(b, b.token(None, "ann", role="agent", scope="presence"), "agent-on-b")
+        status = await dashboard.recv_type("status")
+        assert status["from"] == "ann" and status["payload"]["status"] == "available"
+
+        caller = await presence_peer(c, c.token(None, "carl", role="caller", name="Carl", scope="presence"), "caller-on-c")
+        assert [e["agent_id"] for e in caller.welcome["payload"]["agents"]] == ["ann"]
+        await caller.send({"type": "request", "payload": {"agent_id": "ann"}})
+        offer = await agent.recv_type("request", skip=("status",))
+        assert offer["from"] == "carl"
+        request_id = offer["payload"]["request_id"]
+        await agent.send({"type": "accept", "payload": {"request_id": request_id}})
+        agent_accepted = (await agent.recv_type("accepted", skip=("status",)))["payload"]
+        caller_accepted = (await caller.recv_type("accepted", skip=("status", "request")))["payload"]
+        assert agent_accepted["room_id"] == caller_accepted["room_id"] and agent_accepted["call_id"] == caller_accepted["call_id"]
+
+        # Both parties land in one room, each on its own node.
+        agent_room = await Peer.connect(b, agent_accepted["token"], "ann-in-room")
+        await wait_remote([c], [1])
+        caller_room = await Peer.connect(c, caller_accepted["token"], "carl-in-room")
+        assert ids(caller_room.welcome) == ["ann"]
+        assert (await agent_room.recv_type("peer-joined"))["from"] == "carl"
+
+        # A bad frame relayed to the leader is answered there, to the right connection.
+        await caller.send("not json")
+        assert (await caller.recv_type("error", skip=("status",)))["error"]["code"] in (400, 410, 411, 412, 413, 414, 415, 416)
+
+    run(body(), timeout=40)
