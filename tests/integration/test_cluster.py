@@ -359,6 +359,15 @@ def test_an_admin_kick_of_a_peer_on_another_node_is_carried_out_by_that_node(clu
             conn.close()
             return response.status
 
+        def drain_status():
+            status, _, raw = a.http("GET", "/v1/admin/drain", headers={"X-API-Key": key})
+            assert status == 200
+            return json.loads(raw)
+
+        # The drain status counts this node's peers, not the other nodes' seated here.
+        drain = await asyncio.get_running_loop().run_in_executor(None, drain_status)
+        assert (drain["peers"], drain["rooms"], drain["empty"]) == (1, 1, False), drain
+
         assert await asyncio.get_running_loop().run_in_executor(None, kick) == 200
         code, _ = await bob.wait_closed(5)
         assert code == 4403
