@@ -7,8 +7,8 @@ different nodes of a cluster, and the throughput of a relay pair across nodes.
 Starts one redis-server (a free loopback port, a temp folder, no persistence) and two
 calling-server nodes in cluster mode on 127.0.0.1. Three peers join one room: `a1` and `a2` on
 node A, `b1` on node B. Round trip: `a1` sends a `data` frame to the echoing peer, which sends it
-back; sequential, one in flight. Throughput: `a1` sends `candidate` frames to `b1` with 32 in
-flight for `--seconds`. Every frame is checked (a counter in the payload). The client is Python
+back; sequential, one in flight. Throughput: `a1` sends `candidate` frames to `a2`, then to `b1`,
+with 32 in flight for `--seconds` each. Every frame is checked (a counter in the payload). The client is Python
 (`websockets`), which costs more than the server: the figures compare same-node with cross-node,
 they are not the server's limits (bench/README.md has those). Prints a Markdown table for
 docs/benchmarks.md. Everything started is killed at the end.
@@ -90,7 +90,7 @@ async def round_trips(sender, target: str, rounds: int) -> list[float]:
     return times
 
 
-async def throughput(sender, receiver, seconds: float, window: int = 32) -> float:
+async def throughput(sender, receiver, target: str, seconds: float, window: int = 32) -> float:
     sent = 0
     received = 0
     deadline = time.monotonic() + seconds
@@ -100,7 +100,7 @@ async def throughput(sender, receiver, seconds: float, window: int = 32) -> floa
         nonlocal sent
         while time.monotonic() < deadline:
             await in_flight.acquire()
-            await sender.send(json.dumps({"type": "candidate", "to": "b1",
+            await sender.send(json.dumps({"type": "candidate", "to": target,
                                           "payload": {"candidate": f"candidate:{sent:010d} 1 udp 1 192.0.2.1 9 typ host"}}))
             sent += 1
 
@@ -169,16 +169,18 @@ def main() -> int:
             cross = await round_trips(a1, "b1", args.rounds)
             stop.set()
             await asyncio.gather(*echoes)
-            rate = await throughput(a1, b1, args.seconds)
-            return same, cross, rate
+            same_rate = await throughput(a1, a2, "a2", args.seconds)
+            cross_rate = await throughput(a1, b1, "b1", args.seconds)
+            return same, cross, same_rate, cross_rate
 
-        same, cross, rate = asyncio.run(body())
+        same, cross, same_rate, cross_rate = asyncio.run(body())
         print(f"load before: {load:.2f}, after: {os.getloadavg()[0]:.2f}")
         print("| path | round trip p50 | p99 | frames |")
         print("| --- | --- | --- | --- |")
         for label, times in (("same node (a1 → a2 → a1)", same), ("across nodes (a1 → b1 → a1, via Redis)", cross)):
             print(f"| {label} | {percentile(times, 0.5):.0f} µs | {percentile(times, 0.99):.0f} µs | {len(times)} |")
-        print(f"\nacross nodes, 32 in flight: {rate:,.0f} frames/s (every frame checked, in order)")
+        print(f"\nrelay pair, 32 in flight (every frame checked, in order): same node {same_rate:,.0f} frames/s, "
+              f"across nodes {cross_rate:,.0f} frames/s")
         return 0
     finally:
         for node in nodes:
