@@ -23,15 +23,22 @@ final class SignalingService: @unchecked Sendable {
     /// Why the server closed a connection, for the `call_ended` reason when it was the room's last peer.
     private var closeReasons: [ConnectionID: String] = [:]
 
-    private var config: ServerConfig { context.config }
-    private var metrics: Metrics { context.metrics }
-    private var logger: Logger { context.logger }
-    private var webhooks: Webhooks { context.webhooks }
-    private var store: ChatStore { context.store }
-    private func now() -> Millis { context.now() }
+    // Stored copies of the context's leaves: read on every frame, so not through `context`.
+    private let config: ServerConfig
+    private let metrics: Metrics
+    private let logger: Logger
+    private let webhooks: Webhooks
+    private let store: ChatStore
+    private let now: @Sendable () -> Millis
 
     init(context: ServiceContext, router: any Router, chats: any ChatSequencer, calls: CallsAPI) {
         self.context = context
+        self.config = context.config
+        self.metrics = context.metrics
+        self.logger = context.logger
+        self.webhooks = context.webhooks
+        self.store = context.store
+        self.now = context.now
         self.router = router
         self.chats = chats
         self.calls = calls
@@ -42,7 +49,7 @@ final class SignalingService: @unchecked Sendable {
 
     /// Whether `connection` holds a seat in the hub. False once the hub let it go (taken over,
     /// kicked, room closed) even while its socket is still closing.
-    func isSeated(_ connection: ConnectionID) -> Bool { hub.identity(of: connection) != nil }
+    func isSeated(_ connection: ConnectionID) -> Bool { hub.isSeated(connection) }
 
     /// Feeds the hub an input (a frame, a meter loaded from the store, an HTTP session's join or
     /// leave, an admin action). Service thread.

@@ -8,6 +8,7 @@ final class RedisConnectionTests: XCTestCase {
     var redis: RedisServer!
 
     override func setUpWithError() throws {
+        guard RedisServer.binary != nil else { throw XCTSkip("redis-server is not installed (deploy/install-deps.sh --test)") }
         redis = try RedisServer()
     }
 
