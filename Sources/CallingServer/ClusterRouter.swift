@@ -13,7 +13,6 @@ final class ClusterRouter: Router {
     let local: LocalRouter
     let driver: RedisClusterDriver
     private(set) var membership: ClusterMembership
-    private let metrics: Metrics
     /// Frames published to other nodes, and received from them.
     private(set) var forwarded = 0
     private(set) var arrived = 0
@@ -21,11 +20,10 @@ final class ClusterRouter: Router {
     private static let nodeLocalTypes: Set<String> = [FrameType.welcome.rawValue, FrameType.peerJoined.rawValue,
                                                        FrameType.peerLeft.rawValue, FrameType.meter.rawValue]
 
-    init(local: LocalRouter, driver: RedisClusterDriver, metrics: Metrics) {
+    init(local: LocalRouter, driver: RedisClusterDriver) {
         self.local = local
         self.driver = driver
         self.membership = ClusterMembership(node: driver.settings.node)
-        self.metrics = metrics
     }
 
     var node: String { membership.node }

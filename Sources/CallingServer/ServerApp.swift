@@ -75,7 +75,7 @@ public final class ServerApp: @unchecked Sendable {
                                                        heartbeatMs: config.clusterHeartbeatMs, nodeTTLMs: config.clusterNodeTTLMs,
                                                        timeoutMs: config.clusterRedisTimeoutMs)
             let driver = RedisClusterDriver(settings: settings, logger: logger.labeled("cluster"), post: context.post)
-            clusterRouter = ClusterRouter(local: localRouter, driver: driver, metrics: context.metrics)
+            clusterRouter = ClusterRouter(local: localRouter, driver: driver)
             logger.info("cluster mode", ["node": node, "redis": settings.endpoint.description])
         }
         router = clusterRouter ?? localRouter
