@@ -6,8 +6,9 @@ import Foundation
 /// through a `LocalRouter`, and every peer on another node as a remote seat in the hub
 /// (`ClusterMembership`). A frame the hub sends to remote seats is encoded once and published to
 /// each of their nodes, which hand the same bytes to their sockets (`from` is the sending node's
-/// stamp). Membership frames (`welcome`, `peer-joined`, `peer-left`) and `meter` are not
-/// forwarded: every node makes them for its own peers from the membership bus and its own meter.
+/// stamp). Membership frames (`welcome`, `peer-joined`, `peer-left`) are not forwarded: every
+/// node makes them for its own peers from the membership bus. `meter` frames are: a room's meter
+/// runs on the one node whose store holds its call.
 /// Service thread.
 final class ClusterRouter: Router {
     let local: LocalRouter
@@ -18,7 +19,7 @@ final class ClusterRouter: Router {
     private(set) var arrived = 0
 
     private static let nodeLocalTypes: Set<String> = [FrameType.welcome.rawValue, FrameType.peerJoined.rawValue,
-                                                       FrameType.peerLeft.rawValue, FrameType.meter.rawValue]
+                                                       FrameType.peerLeft.rawValue]
 
     init(local: LocalRouter, driver: RedisClusterDriver) {
         self.local = local
@@ -60,8 +61,9 @@ final class ClusterRouter: Router {
     func close(_ connection: ConnectionID, code: CloseCode) {
         guard ClusterMembership.isRemote(connection) else { return local.close(connection, code: code) }
         // The hub let the remote seat go. A takeover (`replaced`) is every node's own decision from
-        // the bus; an operator's kick or closed room is carried out by the peer's node.
-        if code == .kicked || code == .roomClosed, let seat = membership.remoteSeat(connection) {
+        // the bus; an operator's kick, a closed room or a spent consultation meter is carried out
+        // by the peer's node.
+        if code == .kicked || code == .roomClosed || code == .consultationEnded, let seat = membership.remoteSeat(connection) {
             driver.submit([.deliver(node: seat.node, .close(room: seat.identity.room, peer: seat.identity.peer, code: Int(code.rawValue)))])
         }
         submit(membership.handle(.remoteSeatReleased(connection)))
@@ -204,6 +206,7 @@ final class ClusterLink: @unchecked Sendable {
                 if code == Int(CloseCode.kicked.rawValue) {
                     rooms.handle(.kick(room, peer))
                 } else if let closeCode = CloseCode(rawValue: UInt16(code)) {
+                    rooms.context.metrics.closes[closeCode.reason, default: 0] += 1
                     router.local.close(connection, code: closeCode)
                 }
             case .delivery(let delivery):
@@ -215,7 +218,9 @@ final class ClusterLink: @unchecked Sendable {
     private func apply(_ effects: [ClusterEffect]) {
         for effect in effects {
             switch effect {
-            case .seat(let connection, let identity): rooms.handle(.join(connection, identity, ChatResume()))
+            // A join like a local one for call bookkeeping: the node whose store holds the room's call
+            // marks it joined and runs its consultation meter, whichever node the peers are on.
+            case .seat(let connection, let identity): rooms.join(connection, identity, resume: ChatResume())
             case .unseat(let connection): rooms.handle(.disconnect(connection))
             default: break
             }

@@ -423,3 +423,54 @@ def test_presence_is_shared_a_dashboard_sees_an_agent_on_another_node_and_an_acc
         assert (await caller.recv_type("error", skip=("status",)))["error"]["code"] in (400, 410, 411, 412, 413, 414, 415, 416)
 
     run(body(), timeout=40)
+
+
+def test_a_consultation_meter_runs_once_on_the_call_s_node_for_peers_on_other_nodes(start_server, redis):
+    import http.client
+
+    from support import BINARY
+
+    nodes = [start_node(start_server, redis, name, meter_interval_seconds=1) for name in ("node-a", "node-b", "node-c")]
+    for node in nodes:
+        wait_for(lambda: health(node)["cluster"]["synced"], what="synced")
+    a, b, c = nodes
+    created = subprocess.run([str(BINARY), "apikey", "create", "--name", "calls", "--scope", "calls", "--data-dir", str(a.data_dir)],
+                             capture_output=True, text=True, timeout=10, env=a.env)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+
+    def post(path, body):
+        conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=5)
+        conn.request("POST", path, body=json.dumps(body), headers={"X-API-Key": key, "Content-Type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+        assert response.status == 201, raw
+        return json.loads(raw)
+
+    call = post("/v1/calls", {"room_id": "consult", "peer_id": "patient", "meter": {"limit_s": 3, "warning_s": 1}})
+    doctor_token = post("/v1/tokens", {"call_id": call["call_id"], "peer_id": "doctor", "role": "agent"})["token"]
+
+    async def meter_frames(peer):
+        states = []
+        while True:
+            frame = await peer.recv_type("meter", timeout=6, skip=("peer-joined",))
+            states.append(frame["payload"]["state"])
+            if frame["payload"]["state"] == "ended":
+                return states
+
+    async def body():
+        # Neither peer is on node a, which holds the call: its hub seats both as remote seats.
+        patient = await Peer.connect(b, call["access_token"], "patient-on-b")
+        await wait_remote(nodes, [1, 0, 1])
+        doctor = await Peer.connect(c, doctor_token, "doctor-on-c")
+        patient_states, doctor_states = await asyncio.gather(meter_frames(patient), meter_frames(doctor))
+        for states in (patient_states, doctor_states):
+            assert states[0] == "running" and states[-1] == "ended", states
+            assert [s for s in states if s != "running"] == ["warning", "ended"], "one meter, not one per node"
+        assert (await patient.wait_closed(5))[0] == 4410
+        assert (await doctor.wait_closed(5))[0] == 4410
+
+    run(body(), timeout=40)
+    status, _, raw = a.http("GET", f"/v1/calls/{call['call_id']}", headers={"X-API-Key": key})
+    assert status == 200 and json.loads(raw)["end_reason"] == "consultation_ended", raw
