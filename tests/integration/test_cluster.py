@@ -474,3 +474,36 @@ def test_a_consultation_meter_runs_once_on_the_call_s_node_for_peers_on_other_no
     run(body(), timeout=40)
     status, _, raw = a.http("GET", f"/v1/calls/{call['call_id']}", headers={"X-API-Key": key})
     assert status == 200 and json.loads(raw)["end_reason"] == "consultation_ended", raw
+
+
+def test_when_the_presence_leader_dies_another_node_takes_the_lease_and_presence_goes_on(cluster):
+    by_name = {health(n)["cluster"]["node_id"]: n for n in cluster}
+    leader_name = wait_for(lambda: (lambda seen: seen[0] if len(set(seen)) == 1 and seen[0] else None)(
+        [health(n)["cluster"]["presence_leader"] for n in cluster]), what="one presence leader")
+    survivors = [n for name, n in by_name.items() if name != leader_name]
+    x, y = survivors
+
+    async def body():
+        agent = await presence_peer(x, x.token(None, "ann", role="agent", scope="presence"), "agent")
+        dashboard = await presence_peer(y, y.token(None, "sup", role="dashboard", scope="presence"), "dashboard")
+        assert [e["agent_id"] for e in dashboard.welcome["payload"]["agents"]] == ["ann"]
+
+        by_name[leader_name].kill()
+        # The lease lapses after cluster_node_ttl_ms; the next heartbeat of a survivor takes it.
+        new = wait_for(lambda: (lambda seen: seen[0] if len(set(seen)) == 1 and seen[0] != leader_name else None)(
+            [health(n)["cluster"]["presence_leader"] for n in survivors]), timeout=NODE_TTL_MS / 1000 + 3, what="a new leader")
+        assert new in {health(n)["cluster"]["node_id"] for n in survivors}
+        # The new leader's hub starts afresh: both connections are opened there again.
+        await agent.recv_type("connected", timeout=5, skip=("status",))
+        again = await dashboard.recv_type("connected", timeout=5, skip=("status",))
+        if "ann" not in [e["agent_id"] for e in again["payload"]["agents"]]:
+            # The dashboard's node reopened it first: the agent's arrival comes as a status.
+            assert (await dashboard.recv_type("status", timeout=5))["from"] == "ann"
+        await agent.send({"type": "status", "payload": {"status": "busy"}})
+        deadline = time.monotonic() + 5
+        while True:
+            status = await dashboard.recv_type("status", timeout=max(0.1, deadline - time.monotonic()))
+            if status["from"] == "ann" and status["payload"]["status"] == "busy":
+                break
+
+    run(body(), timeout=40)
