@@ -8,7 +8,9 @@ Starts one redis-server (a free loopback port, a temp folder, no persistence) an
 calling-server nodes in cluster mode on 127.0.0.1. Three peers join one room: `a1` and `a2` on
 node A, `b1` on node B. Round trip: `a1` sends a `data` frame to the echoing peer, which sends it
 back; sequential, one in flight. Throughput: `a1` sends `candidate` frames to `a2`, then to `b1`,
-with 32 in flight for `--seconds` each. Every frame is checked (a counter in the payload). The client is Python
+with 32 in flight for `--seconds` each. Then `--peers` idle peers join rooms of 4, alternating
+between the two nodes, so every room spans both: time until all are welcomed and until each node
+seats the other's half, and the RSS of each node. Every frame is checked (a counter in the payload). The client is Python
 (`websockets`), which costs more than the server: the figures compare same-node with cross-node,
 they are not the server's limits (bench/README.md has those). Prints a Markdown table for
 docs/benchmarks.md. Everything started is killed at the end.
@@ -52,6 +54,23 @@ async def join(server, peer: str):
     token = support.sign_jwt(support.claims(room="bench", sub=peer, ttl=3600), SECRET.encode())
     ws = await connect(f"ws://127.0.0.1:{server.port}/v1/ws?token={token}", proxy=None, compression=None, ping_interval=None,
                        max_size=1 << 22)
+    welcome = json.loads(await ws.recv())
+    assert welcome["type"] == "welcome", welcome
+    return ws
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def join_room(server, room: str, peer: str):
+    token = support.sign_jwt(support.claims(room=room, sub=peer, ttl=3600), SECRET.encode())
+    ws = await connect(f"ws://127.0.0.1:{server.port}/v1/ws?token={token}", proxy=None, compression=None, ping_interval=None,
+                       open_timeout=30)
     welcome = json.loads(await ws.recv())
     assert welcome["type"] == "welcome", welcome
     return ws
@@ -129,6 +148,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--binary", default=str(ROOT / ".build/release/calling-server"))
+    parser.add_argument("--peers", type=int, default=1000,
+                        help="then this many idle peers in rooms of 4, alternating between the nodes (0 skips it)")
     args = parser.parse_args()
     redis_binary = shutil.which("redis-server")
     if not redis_binary or not Path(args.binary).exists():
@@ -174,6 +195,35 @@ def main() -> int:
             return same, cross, same_rate, cross_rate
 
         same, cross, same_rate, cross_rate = asyncio.run(body())
+
+        async def spread():
+            """`args.peers` peers in rooms of 4, peer i on node i % 2: every room spans both nodes."""
+            rss_before = [rss_kib(node.pid) for node in nodes]
+            gate = asyncio.Semaphore(64)
+            sockets = []
+
+            async def one(i):
+                async with gate:
+                    sockets.append(await join_room(nodes[i % 2], f"room{i // 4}", f"p{i}"))
+
+            started = time.monotonic()
+            await asyncio.gather(*(one(i) for i in range(args.peers)))
+            joined = time.monotonic() - started
+            # Every node must seat the other node's half as remote seats before the figures count.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                remote = [json.loads(node.http("GET", "/healthz")[2])["cluster"]["remote_peers"] for node in nodes]
+                if remote == [args.peers // 2, args.peers - args.peers // 2]:
+                    break
+                await asyncio.sleep(0.1)
+            settled = time.monotonic() - started
+            await asyncio.sleep(1)
+            rss_after = [rss_kib(node.pid) for node in nodes]
+            for ws in sockets:
+                await ws.close()
+            return joined, settled, remote, rss_before, rss_after
+
+        spread_result = asyncio.run(spread()) if args.peers > 0 else None
         print(f"load before: {load:.2f}, after: {os.getloadavg()[0]:.2f}")
         print("| path | round trip p50 | p99 | frames |")
         print("| --- | --- | --- | --- |")
@@ -181,6 +231,12 @@ def main() -> int:
             print(f"| {label} | {percentile(times, 0.5):.0f} µs | {percentile(times, 0.99):.0f} µs | {len(times)} |")
         print(f"\nrelay pair, 32 in flight (every frame checked, in order): same node {same_rate:,.0f} frames/s, "
               f"across nodes {cross_rate:,.0f} frames/s")
+        if spread_result:
+            joined, settled, remote, before, after = spread_result
+            print(f"\n{args.peers} peers in rooms of 4 over 2 nodes: all welcomed in {joined:.2f} s, every node seated the "
+                  f"other's half ({remote}) after {settled:.2f} s; RSS per node "
+                  + ", ".join(f"{b / 1024:.1f} -> {a / 1024:.1f} MiB" for b, a in zip(before, after))
+                  + f" ({(sum(after) - sum(before)) / args.peers:.1f} KiB per peer, both nodes together)")
         return 0
     finally:
         for node in nodes:
