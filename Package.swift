@@ -20,6 +20,9 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        // No pkgConfig: hiredis.pc adds -D_FILE_OFFSET_BITS=64, which SwiftPM refuses with a warning;
+        // the header is at <hiredis/hiredis.h> on the default include path and the modulemap links it.
+        .systemLibrary(name: "CHiredis", providers: [.apt(["libhiredis-dev"])]),
         // epoll and sched_setaffinity (libc, but not in Glibc's Swift module); only CallingBench imports it.
         .systemLibrary(name: "CEpoll"),
         .systemLibrary(
@@ -36,9 +39,12 @@ let package = Package(
         .target(name: "CallingPostgres", dependencies: ["CPostgres", "CallingStore", "CallingCore"]),
         .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingCore"]),
         .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingCore"]),
+        // Cluster mode's Redis client (hiredis); only CallingServer's cluster driver uses it.
+        .target(name: "CallingRedis", dependencies: ["CHiredis"]),
         .target(
             name: "CallingServer",
-            dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingPostgres", "CallingAuth", "CallingTransport"]
+            dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingPostgres", "CallingAuth", "CallingTransport",
+                           "CallingRedis"]
         ),
         .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia", "CallingProtocol"]),
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
@@ -72,6 +78,7 @@ let package = Package(
         .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),
         .testTarget(name: "CallingPostgresTests", dependencies: ["CallingPostgres", "CallingStore", "CallingTesting"]),
         .testTarget(name: "CallingStoreTests", dependencies: ["CallingStore", "CallingPostgres", "CallingTesting"]),
+        .testTarget(name: "CallingRedisTests", dependencies: ["CallingRedis", "CallingTesting"]),
         .testTarget(
             name: "CallingServerTests",
             dependencies: ["CallingServer", "CallingTesting", "CallingAuth", "CallingProtocol"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what calling-server needs on Debian 12, and nothing when it is all present.
 #   deploy/install-deps.sh          build + serve needs (C libraries, pkg-config)
-#   deploy/install-deps.sh --test   also what the test suite needs (coturn, iproute2, chromium, nodejs, nginx)
+#   deploy/install-deps.sh --test   also what the test suite needs (redis-server, coturn, iproute2, chromium, nodejs, nginx)
 #                                   and a Python virtual environment with the test tools (pytest,
 #                                   websockets, pytest-timeout, aiortc, selenium) in $CALLING_VENV (default ./.venv)
 # Idempotent and quiet when everything is present; must run as root when something is missing.
@@ -18,6 +18,8 @@ debs=(
   # CallingPostgres (database_url: chat history in PostgreSQL): libpq to build against and to run.
   libpq-dev libpq5
   libssl-dev
+  # Cluster mode (cluster_redis_url): the hiredis C client, imported only by CallingRedis.
+  libhiredis-dev
   # TLS clients (SDK, `calling-server peer`) verify against the system trust store.
   ca-certificates
   # Foundation's URLSession (FoundationNetworking) loads it: the webhook sender, the SDK's REST calls.
@@ -40,7 +42,8 @@ if [ "$want_test" = 1 ]; then
   # nginx-light: deploy/nginx.conf run in front of the server (tests/integration/test_deploy_nginx.py).
   # postgresql-15: initdb/postgres for the tests' own throwaway servers (CallingTesting TestPostgres,
   # tests/integration/support.py PostgresServer); psql/createdb come with postgresql-client-15.
-  debs+=(coturn iproute2 procps chromium chromium-driver nodejs node-typescript python3-venv openssl nginx-light
+  # redis-server: tests/integration/test_cluster.py and CallingRedisTests start their own on a free port.
+  debs+=(redis-server coturn iproute2 procps chromium chromium-driver nodejs node-typescript python3-venv openssl nginx-light
          postgresql-15 postgresql-client-15)
 fi
 
@@ -69,6 +72,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     (systemctl disable --now postgresql >/dev/null 2>&1 || true)
     (pg_ctlcluster 15 main stop >/dev/null 2>&1 || true)
     if [ -f /etc/postgresql/15/main/start.conf ]; then echo manual > /etc/postgresql/15/main/start.conf; fi
+  fi
+  # So does redis-server's; the tests start their own on free ports.
+  if printf '%s\n' "${missing[@]}" | grep -qx redis-server; then
+    (systemctl disable --now redis-server >/dev/null 2>&1 || service redis-server stop >/dev/null 2>&1 || true)
   fi
   # So does nginx (on port 80); the nginx test starts its own on loopback ports.
   if printf '%s\n' "${missing[@]}" | grep -qx nginx-light; then

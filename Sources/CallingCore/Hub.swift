@@ -257,6 +257,9 @@ public struct Hub: Sendable {
 
     public func members(of room: RoomID) -> [PeerID] { rooms[room]?.order ?? [] }
 
+    /// Whether `connection` holds a seat (false once it was taken over, kicked or its room closed).
+    public func isSeated(_ connection: ConnectionID) -> Bool { connections[connection] != nil }
+
     public func identity(of connection: ConnectionID) -> PeerIdentity? {
         guard let (room, peer) = connections[connection] else { return nil }
         return rooms[room]?.members[peer]?.identity

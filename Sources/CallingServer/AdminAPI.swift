@@ -172,10 +172,23 @@ final class AdminAPI: @unchecked Sendable {
     }
 
     /// Whether the node is draining and whether anything is left on it.
+    /// Peers and rooms count this node's own seats: in cluster mode the hub also seats peers of
+    /// other nodes, which a drained node does not wait for.
     private var drainStatus: JSONValue {
         let hub = rooms.hubSnapshot
-        return ["draining": .bool(hub.isDraining), "rooms": .int(Int64(hub.roomCount)), "peers": .int(Int64(hub.peerCount)),
-                "http_sessions": .int(Int64(httpSessions.count)), "empty": .bool(hub.peerCount == 0)]
+        var peers = hub.peerCount
+        var roomCount = hub.roomCount
+        if rooms.router is ClusterRouter {
+            peers = 0
+            roomCount = 0
+            for (room, members) in hub.roomList {
+                let local = members.filter { hub.connection(of: $0.peer, in: room).map(rooms.router.isLocal) ?? false }.count
+                peers += local
+                if local > 0 { roomCount += 1 }
+            }
+        }
+        return ["draining": .bool(hub.isDraining), "rooms": .int(Int64(roomCount)), "peers": .int(Int64(peers)),
+                "http_sessions": .int(Int64(httpSessions.count)), "empty": .bool(peers == 0)]
     }
 
     static func roomNotFound(_ room: RoomID) -> HTTPResponse {

@@ -22,11 +22,14 @@ final class HTTPRoutes: @unchecked Sendable {
     var ice: ICEService { context.ice }
     /// The browser SDK and pages (`/sdk/…`, `/`, `/dashboard`), loaded by `ServerApp` at start-up.
     let staticFiles: StaticFiles
+    /// Cluster mode's state for `/healthz` and `/metrics`; nil on a node alone.
+    let cluster: ClusterLink?
     let cors: CORSPolicy
 
     init(context: ServiceContext, rooms: SignalingService, calls: CallsAPI, admin: AdminAPI, httpSessions: HTTPSessions,
-         transport: WebSocketServer, staticFiles: StaticFiles)
+         transport: WebSocketServer, staticFiles: StaticFiles, cluster: ClusterLink?)
     {
+        self.cluster = cluster
         self.context = context
         self.rooms = rooms
         self.calls = calls
@@ -82,12 +85,15 @@ final class HTTPRoutes: @unchecked Sendable {
         switch (request.method, segments.count) {
         case (_, 1) where segments[0] == "healthz":
             guard request.method == .get || request.method == .head else { return respond(methodNotAllowed(["GET", "HEAD"])) }
-            respond(.json(200, ["status": "ok"]))
+            guard let cluster else { return respond(.json(200, ["status": "ok"])) }
+            // Still 200 without Redis: this node's rooms go on working, so a load balancer keeps it.
+            respond(.json(200, ["status": .string(cluster.router.driver.isUp ? "ok" : "degraded"), "cluster": cluster.healthJSON]))
         case (_, 1) where segments[0] == "metrics":
             guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
             let text = context.metrics.render(hub: rooms.hubSnapshot, transport: transport.counters,
-                                              connections: transport.connectionCount, capacity: transport.capacity)
-            let extra = context.metrics.renderLatency(store: store.metrics) + context.webhooks.metricsText
+                                              connections: transport.connectionCount, capacity: transport.capacity,
+                                              remotePeers: cluster?.router.membership.remoteCount ?? 0)
+            let extra = context.metrics.renderLatency(store: store.metrics) + context.webhooks.metricsText + (cluster?.metricsText ?? "")
             respond(.text(200, text + extra + httpSessions.metricsText, contentType: "text/plain; version=0.0.4"))
         case (_, 4) where segments[0] == "v1" && segments[1] == "rooms" && segments[3] == "messages":
             guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }

@@ -42,7 +42,8 @@ final class Metrics {
     /// one observation per ack. Fixed buckets: recording is a few comparisons and one increment.
     var ackLatency = LatencyHistogram()
 
-    func render(hub: Hub, transport: TransportCounters, connections: Int, capacity: Int) -> String {
+    /// `remotePeers`: seats in the hub that stand for peers on other nodes (cluster mode), not counted as this node's peers.
+    func render(hub: Hub, transport: TransportCounters, connections: Int, capacity: Int, remotePeers: Int = 0) -> String {
         var out = ""
         func gauge(_ name: String, _ help: String, _ value: Int) {
             out += "# HELP \(name) \(help)\n# TYPE \(name) gauge\n\(name) \(value)\n"
@@ -55,7 +56,7 @@ final class Metrics {
             for key in values.keys.sorted() { out += "\(name){\(label)=\"\(key)\"} \(values[key] ?? 0)\n" }
         }
         gauge("calling_connections", "Open WebSocket connections.", connections)
-        gauge("calling_peers", "Peers joined to a room.", hub.peerCount)
+        gauge("calling_peers", "Peers joined to a room on this node.", hub.peerCount - remotePeers)
         gauge("calling_rooms", "Rooms with at least one peer.", hub.roomCount)
         gauge("calling_peer_capacity", "Peers this process can hold (open-file limit minus reserve).", capacity)
         counter("calling_connections_accepted_total", "WebSocket connections accepted.", transport.accepted)

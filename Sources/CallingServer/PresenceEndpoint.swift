@@ -19,25 +19,56 @@ final class PresenceEndpoint: WebSocketEndpoint {
         var expired = false
         var expiresAt: Date
         var limiter: RateLimiter
+        var identity: PresenceIdentity
     }
+
+    /// Cluster mode: this node's id and a way to send a delivery to another node's channel.
+    struct ClusterRelay {
+        let node: String
+        let send: @Sendable (_ node: String, _ delivery: ClusterDelivery) -> Void
+    }
+
+    /// Set in the ids the presence leader gives other nodes' connections (room remote seats use
+    /// bit 62, HTTP sessions bit 63).
+    static let remoteBit: UInt64 = 1 << 61
 
     private let context: ServiceContext
     private let router: any Router
     private let gate: FrameGate
+    private let relay: ClusterRelay?
     private var hub: PresenceHub
     private var sessions: [ConnectionID: Session] = [:]
     private let limits = PresenceLimits()
     private var lastExpiryCheck: Millis = 0
+    /// Cluster mode: the node holding the presence lease; nil (and always on a node alone) runs
+    /// the presence hub here for this node's connections.
+    private(set) var leader: String?
+    /// At the leader: other nodes' presence connections, by the id the hub knows them under.
+    private var remote: [ConnectionID: (node: String, connection: UInt64)] = [:]
+    private var remoteByOrigin: [String: ConnectionID] = [:]
+    private var nextRemote: UInt64 = 0
 
-    init(context: ServiceContext, router: any Router, gate: FrameGate) {
+    init(context: ServiceContext, router: any Router, gate: FrameGate, relay: ClusterRelay? = nil) {
         self.context = context
         self.router = router
         self.gate = gate
-        let config = context.config
-        hub = PresenceHub(settings: PresenceSettings(graceMs: Int64(config.presenceGraceSeconds) * 1_000,
-                                                     requestTTLMs: Int64(config.presenceRequestTTLSeconds) * 1_000,
-                                                     forgetMs: Int64(config.presenceForgetSeconds) * 1_000),
-                          ids: RandomPresenceIDs())
+        self.relay = relay
+        hub = Self.freshHub(context.config)
+    }
+
+    private static func freshHub(_ config: ServerConfig) -> PresenceHub {
+        PresenceHub(settings: PresenceSettings(graceMs: Int64(config.presenceGraceSeconds) * 1_000,
+                                               requestTTLMs: Int64(config.presenceRequestTTLSeconds) * 1_000,
+                                               forgetMs: Int64(config.presenceForgetSeconds) * 1_000),
+                    ids: RandomPresenceIDs())
+    }
+
+    /// Whether this node runs the presence hub: alone, without a known leader, or as the leader.
+    var isLeading: Bool { relay == nil || leader == nil || leader == relay?.node }
+
+    private var leaderToRelay: (ClusterRelay, String)? {
+        guard let relay, let leader, leader != relay.node else { return nil }
+        return (relay, leader)
     }
 
     // MARK: WebSocketEndpoint
@@ -79,7 +110,11 @@ final class PresenceEndpoint: WebSocketEndpoint {
         }
         let config = context.config
         sessions[connection] = Session(expiresAt: ticket.expiresAt,
-                                       limiter: RateLimiter(perSecond: config.maxFramesPerSecond, burst: config.frameBurst))
+                                       limiter: RateLimiter(perSecond: config.maxFramesPerSecond, burst: config.frameBurst),
+                                       identity: ticket.identity)
+        if let (relay, leader) = leaderToRelay {
+            return relay.send(leader, .presenceOpen(node: relay.node, connection: connection.rawValue, ticket.identity))
+        }
         apply(hub.handle(.connect(connection, ticket.identity), now: context.now()))
     }
 
@@ -88,11 +123,21 @@ final class PresenceEndpoint: WebSocketEndpoint {
         let text = gate.admit(message, on: connection, limiter: &session.limiter)
         sessions[connection] = session
         guard let text else { return }
+        if let (relay, leader) = leaderToRelay {
+            return relay.send(leader, .presenceMessage(node: relay.node, connection: connection.rawValue, bytes: text))
+        }
+        handle(text, from: connection)
+    }
+
+    /// Decodes a frame of `connection` (one of ours, or another node's at the leader) for the hub.
+    private func handle(_ text: [UInt8], from connection: ConnectionID) {
         let decoded: PresenceMessage
         do {
             decoded = try PresenceFrameDecoder.decode(text, limits: limits)
         } catch {
-            return gate.sendError(error, to: connection)
+            guard remote[connection] != nil else { return gate.sendError(error, to: connection) }
+            context.metrics.errors[error.code.name, default: 0] += 1
+            return send(error.frame, to: [connection])
         }
         context.metrics.framesIn.count(named: decoded.frameType.rawValue)
         apply(hub.handle(.message(connection, decoded), now: context.now()))
@@ -100,11 +145,88 @@ final class PresenceEndpoint: WebSocketEndpoint {
 
     func didClose(_ connection: ConnectionID) {
         guard sessions.removeValue(forKey: connection) != nil else { return }
+        if let (relay, leader) = leaderToRelay {
+            return relay.send(leader, .presenceGone(node: relay.node, connection: connection.rawValue))
+        }
+        apply(hub.handle(.disconnect(connection), now: context.now()))
+    }
+
+    // MARK: cluster mode
+
+    /// The presence lease is (now) held by `node`, or by nobody this node can see (nil). The hub
+    /// starts over wherever it runs: the new leader seats its own connections and the others
+    /// open theirs there again. What a request was doing when the leader changed is lost
+    /// (docs/operations.md, "Running a cluster").
+    func leaderChanged(to node: String?) {
+        guard node != leader else { return }
+        leader = node
+        hub = Self.freshHub(context.config)
+        remote = [:]
+        remoteByOrigin = [:]
+        context.logger.log(.notice, "presence leader", ["leader": node ?? "(this node, Redis unreachable)"])
+        let local = sessions.sorted { $0.key.rawValue < $1.key.rawValue }
+        if let (relay, leader) = leaderToRelay {
+            for (connection, session) in local {
+                relay.send(leader, .presenceOpen(node: relay.node, connection: connection.rawValue, session.identity))
+            }
+        } else {
+            for (connection, session) in local { apply(hub.handle(.connect(connection, session.identity), now: context.now())) }
+        }
+    }
+
+    /// Redis went away: without a leader to reach, this node runs presence for its own connections.
+    func clusterLost() {
+        if let relay, leader != relay.node { leaderChanged(to: nil) }
+    }
+
+    /// At the leader: connections of nodes that are gone leave the hub.
+    func nodesAlive(_ alive: Set<String>) {
+        let gone = remote.filter { !alive.contains($0.value.node) }.keys.sorted { $0.rawValue < $1.rawValue }
+        for connection in gone { remoteGone(connection) }
+    }
+
+    /// At the leader: another node's presence connection opened, sent a frame, or closed.
+    func arrived(_ delivery: ClusterDelivery) {
+        guard isLeading else { return }
+        switch delivery {
+        case .presenceOpen(let node, let origin, let identity):
+            let key = "\(node)/\(origin)"
+            let connection: ConnectionID
+            if let known = remoteByOrigin[key] {
+                connection = known
+            } else {
+                nextRemote += 1
+                connection = ConnectionID(Self.remoteBit | nextRemote)
+                remote[connection] = (node, origin)
+                remoteByOrigin[key] = connection
+            }
+            apply(hub.handle(.connect(connection, identity), now: context.now()))
+        case .presenceMessage(let node, let origin, let bytes):
+            guard let connection = remoteByOrigin["\(node)/\(origin)"] else { return }
+            handle(bytes, from: connection)
+        case .presenceGone(let node, let origin):
+            guard let connection = remoteByOrigin["\(node)/\(origin)"] else { return }
+            remoteGone(connection)
+        default:
+            break
+        }
+    }
+
+    /// The leader closed one of this node's presence connections (an agent's takeover, ...).
+    func closedByLeader(_ connection: ConnectionID, code: CloseCode) {
+        guard sessions.removeValue(forKey: connection) != nil else { return }
+        context.metrics.closes[code.reason, default: 0] += 1
+        router.close(connection, code: code)
+    }
+
+    private func remoteGone(_ connection: ConnectionID) {
+        guard let origin = remote.removeValue(forKey: connection) else { return }
+        remoteByOrigin["\(origin.node)/\(origin.connection)"] = nil
         apply(hub.handle(.disconnect(connection), now: context.now()))
     }
 
     func tick(now: Millis) {
-        apply(hub.handle(.tick, now: now))
+        if isLeading { apply(hub.handle(.tick, now: now)) }
         guard now - lastExpiryCheck >= 1_000 else { return }
         lastExpiryCheck = now
         let limit = Date(timeIntervalSince1970: Double(now) / 1000).addingTimeInterval(-context.config.jwtLeewaySeconds)
@@ -117,8 +239,16 @@ final class PresenceEndpoint: WebSocketEndpoint {
 
     // MARK: effects
 
+    /// This node's connections get the frame from the router; another node's (at the leader) get
+    /// it encoded once through that node's channel.
     private func send(_ frame: Frame, to targets: [ConnectionID]) {
-        router.deliver(frame, to: targets)
+        guard let relay, targets.contains(where: { remote[$0] != nil }) else { return router.deliver(frame, to: targets) }
+        router.deliver(frame, to: targets.filter { remote[$0] == nil })
+        let bytes = frame.encoded()
+        for target in targets {
+            guard let origin = remote[target] else { continue }
+            relay.send(origin.node, .presenceFrame(connection: origin.connection, bytes: bytes))
+        }
     }
 
     /// Carries out effects in order. A failed mint feeds `.callFailed` back; its effects run after
@@ -144,6 +274,12 @@ final class PresenceEndpoint: WebSocketEndpoint {
                     ])
                 }
             case .close(let connection, let code):
+                if let origin = remote.removeValue(forKey: connection) {
+                    // Another node's connection: that node closes it (and counts the close).
+                    remoteByOrigin["\(origin.node)/\(origin.connection)"] = nil
+                    relay?.send(origin.node, .presenceClose(connection: origin.connection, code: Int(code.rawValue)))
+                    continue
+                }
                 context.metrics.closes[code.reason, default: 0] += 1
                 // The hub has already forgotten the old connection; its close must not reach it.
                 sessions[connection] = nil

@@ -42,11 +42,17 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     private var sessions: [ConnectionID: Session] = [:]
     private var lastExpiryCheck: Millis = 0
 
-    private var config: ServerConfig { context.config }
-    private var metrics: Metrics { context.metrics }
+    // Stored, not read through `context` on every frame: a computed `ServerConfig` is a copy of
+    // the whole struct, which showed in the chat benchmark.
+    private let config: ServerConfig
+    private let frameLimits: FrameLimits
+    private let metrics: Metrics
 
     init(context: ServiceContext, rooms: SignalingService, gate: FrameGate, router: any Router) {
         self.context = context
+        self.config = context.config
+        self.frameLimits = context.config.frameLimits
+        self.metrics = context.metrics
         self.rooms = rooms
         self.gate = gate
         self.router = router
@@ -167,7 +173,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         guard let text = gate.admit(message, on: connection, limiter: &session.limiter) else { return }
         let decoded: ClientMessage
         do {
-            decoded = try ClientFrameDecoder.decode(text, limits: config.frameLimits)
+            decoded = try ClientFrameDecoder.decode(text, limits: frameLimits)
         } catch {
             return gate.sendError(error, to: connection)
         }

@@ -23,8 +23,11 @@ protocol Router: AnyObject {
     func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool)
     /// The hub let `identity`'s seat on `connection` go (leave, kick, room closed).
     func left(_ identity: PeerIdentity, from connection: ConnectionID)
-    /// The connection seated as `peer` in `room`, if any.
+    /// The connection seated as `peer` in `room` on this node, if any.
     func connection(of peer: PeerID, in room: RoomID) -> ConnectionID?
+    /// Whether `connection` is this node's (a socket or an HTTP session) rather than a seat
+    /// standing for a peer on another node. Webhooks and call bookkeeping follow local seats only.
+    func isLocal(_ connection: ConnectionID) -> Bool
 }
 
 /// A room member that is not a socket of the transport: an HTTP session's seat (HTTPSessions.swift).
@@ -103,5 +106,25 @@ final class LocalRouter: Router {
 
     func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? {
         seats[room]?[peer]
+    }
+
+    func isLocal(_ connection: ConnectionID) -> Bool { true }
+
+    /// Hands a frame another node already encoded to local connections: sockets share one buffer;
+    /// an HTTP session gets the frame parsed back.
+    func deliver(encoded bytes: [UInt8], type: String, to targets: [ConnectionID]) {
+        guard !targets.isEmpty else { return }
+        metrics.framesOut[type, default: 0] += targets.count
+        var message: OutboundMessage?
+        var frame: Frame??
+        for target in targets {
+            if HTTPSessions.isVirtual(target) {
+                if frame == nil { frame = .some(Frame(wire: bytes)) }
+                if let parsed = frame ?? nil { virtuals[target]?.handler?.receive(parsed, on: target) }
+                continue
+            }
+            if message == nil { message = OutboundMessage(bytes) }
+            sink.send(message!, to: target)
+        }
     }
 }

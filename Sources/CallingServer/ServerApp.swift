@@ -1,6 +1,7 @@
 import CallingAuth
 import CallingCore
 import CallingPostgres
+import CallingRedis
 import CallingStore
 import CallingTransport
 import Foundation
@@ -21,7 +22,9 @@ public final class ServerApp: @unchecked Sendable {
     let transport: WebSocketServer
     let webhooks: Webhooks
     let context: ServiceContext
-    let router: LocalRouter
+    let router: any Router
+    /// Cluster mode's link between the Redis driver and the rooms; nil on a node alone.
+    let cluster: ClusterLink?
     let calls: CallsAPI
     let rooms: SignalingService
     let httpSessions: HTTPSessions
@@ -68,16 +71,32 @@ public final class ServerApp: @unchecked Sendable {
         context = ServiceContext(config: config, logger: logger.labeled("signaling"), now: now,
                                  post: { [transport] work in transport.post(work) }, store: store, chat: chat,
                                  webhooks: webhooks, issuer: issuer, verifier: verifier, ice: ice)
-        router = LocalRouter(sink: transport, metrics: context.metrics)
+        let localRouter = LocalRouter(sink: transport, metrics: context.metrics)
+        var clusterRouter: ClusterRouter?
+        if let url = config.clusterRedisURL {
+            let node = config.nodeID ?? "node-" + UUID().uuidString.prefix(8).lowercased()
+            let settings = RedisClusterDriver.Settings(endpoint: try RedisEndpoint(url: url), node: node,
+                                                       heartbeatMs: config.clusterHeartbeatMs, nodeTTLMs: config.clusterNodeTTLMs,
+                                                       timeoutMs: config.clusterRedisTimeoutMs)
+            let driver = RedisClusterDriver(settings: settings, logger: logger.labeled("cluster"), post: context.post)
+            clusterRouter = ClusterRouter(local: localRouter, driver: driver)
+            logger.info("cluster mode", ["node": node, "redis": settings.endpoint.description])
+        }
+        router = clusterRouter ?? localRouter
         let gate = FrameGate(config: config, metrics: context.metrics, router: router, now: now)
         calls = CallsAPI(context: context, logger: logger.labeled("calls"))
-        rooms = SignalingService(context: context, router: router, chats: chat, calls: calls)
+        let rooms = SignalingService(context: context, router: router, chats: chat, calls: calls)
+        self.rooms = rooms
         httpSessions = HTTPSessions(context: context, rooms: rooms, router: router, logger: logger.labeled("sessions"))
         let admin = AdminAPI(context: context, rooms: rooms, calls: calls, httpSessions: httpSessions, logger: logger.labeled("admin"))
         roomEndpoint = RoomEndpoint(context: context, rooms: rooms, gate: gate, router: router)
-        presence = PresenceEndpoint(context: context, router: router, gate: gate)
+        let presence = PresenceEndpoint(context: context, router: router, gate: gate,
+                                        relay: clusterRouter.map { ClusterLink.presenceRelay($0.driver) })
+        self.presence = presence
+        let clusterLogger = logger.labeled("cluster")
+        cluster = clusterRouter.map { ClusterLink(router: $0, rooms: rooms, presence: presence, logger: clusterLogger) }
         let routes = HTTPRoutes(context: context, rooms: rooms, calls: calls, admin: admin, httpSessions: httpSessions,
-                                transport: transport, staticFiles: staticFiles)
+                                transport: transport, staticFiles: staticFiles, cluster: cluster)
         endpoints = WebSocketEndpoints(context: context, endpoints: ["/v1/ws": roomEndpoint, "/v1/presence": presence],
                                        routes: routes)
         transport.delegate = endpoints
@@ -129,6 +148,7 @@ public final class ServerApp: @unchecked Sendable {
         // Before the transport: what a previous run left queued goes out ahead of anything new.
         try webhooks.start()
         try transport.start()
+        cluster?.start()
         let thread = Thread { [self] in runHeartbeat() }
         thread.name = "heartbeat"
         heartbeat = thread
@@ -179,6 +199,8 @@ public final class ServerApp: @unchecked Sendable {
         // Rooms emptied by the stop end their calls with reason server_shutdown.
         webhooks.beginStopping()
         transport.stop(grace: config.shutdownGraceSeconds)
+        // After the transport: the leaves of the peers the stop closed are published first.
+        cluster?.stop()
         // After the service thread is done emitting, before the store closes: the last events are queued.
         webhooks.stop()
         if chat !== store { chat.close() }

@@ -1,4 +1,5 @@
 import CallingCore
+import CallingRedis
 import CallingTransport
 import Foundation
 
@@ -120,6 +121,18 @@ public struct ServerConfig: Sendable, Equatable {
     public var webhookMaxAttempts = 12
     public var webhookQueueMax = 10_000
     public var webhookMaxInFlight = 8
+
+    /// Cluster mode (docs/operations.md, "Running a cluster"): the Redis every node shares,
+    /// `redis://[[user]:password@]host[:port][/db]`; nil runs this node alone.
+    public var clusterRedisURL: String?
+    /// This node's id in the cluster, unique among the nodes; nil: a random `node-…` at each start.
+    public var nodeID: String?
+    /// How often a node refreshes its heartbeat key and checks the others'.
+    public var clusterHeartbeatMs = 1_000
+    /// Lifetime of the heartbeat key: a node silent this long (plus one heartbeat) is declared gone.
+    public var clusterNodeTTLMs = 3_000
+    /// Connect, read and write timeout of each Redis call.
+    public var clusterRedisTimeoutMs = 1_000
 
     public init() {}
 
@@ -333,6 +346,21 @@ public struct ServerConfig: Sendable, Equatable {
         .int("webhook_queue_max", "deliveries queued at most (persisted); newer events are dropped", \.webhookQueueMax,
              1...10_000_000),
         .int("webhook_max_in_flight", "webhook requests in flight at once (one per room and URL)", \.webhookMaxInFlight, 1...1_024),
+        Key(name: "cluster_redis_url", help: "redis:// URL of the Redis shared by the nodes of a cluster; unset runs one node alone",
+            apply: { config, value in
+                config.clusterRedisURL = value.isEmpty ? nil : value
+                return nil
+            }, show: { config in
+                // A password in the URL is never shown.
+                guard let url = config.clusterRedisURL else { return "" }
+                return (try? RedisEndpoint(url: url))?.description ?? url
+            }),
+        .optionalString("node_id", "this node's id in the cluster, unique among the nodes (default: random node-… per start)", \.nodeID),
+        .int("cluster_heartbeat_ms", "how often a node refreshes its heartbeat and checks the other nodes'", \.clusterHeartbeatMs,
+             50...60_000),
+        .int("cluster_node_ttl_ms", "heartbeat lifetime: a node silent this long (plus a heartbeat) is gone and its peers leave",
+             \.clusterNodeTTLMs, 100...600_000),
+        .int("cluster_redis_timeout_ms", "connect, read and write timeout of each Redis call", \.clusterRedisTimeoutMs, 50...60_000),
     ]
 
     /// Names that are secrets: never a config-file key, never a flag.
@@ -409,7 +437,27 @@ public struct ServerConfig: Sendable, Equatable {
         }
         problems += config.iceURLProblems
         problems += config.webhookProblems
+        problems += config.clusterProblems
         return problems.isEmpty ? .success(config) : .failure(ConfigProblems(problems: problems))
+    }
+
+    /// The cluster keys checked together: a URL that parses, a heartbeat that fits in the TTL, a node
+    /// id that is one token.
+    var clusterProblems: [String] {
+        var problems: [String] = []
+        if let url = clusterRedisURL {
+            do throws(RedisError) { _ = try RedisEndpoint(url: url) } catch { problems.append("cluster_redis_url: \(error.message)") }
+        }
+        if clusterNodeTTLMs <= clusterHeartbeatMs {
+            problems.append("cluster_node_ttl_ms must be greater than cluster_heartbeat_ms")
+        }
+        if let nodeID {
+            let allowed = nodeID.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7f }
+            if nodeID.isEmpty || nodeID.utf8.count > 64 || !allowed {
+                problems.append("node_id must be 1 to 64 printable ASCII characters without spaces")
+            }
+        }
+        return problems
     }
 
     /// `key = value` lines of the effective configuration, secrets masked.

@@ -23,15 +23,22 @@ final class SignalingService: @unchecked Sendable {
     /// Why the server closed a connection, for the `call_ended` reason when it was the room's last peer.
     private var closeReasons: [ConnectionID: String] = [:]
 
-    private var config: ServerConfig { context.config }
-    private var metrics: Metrics { context.metrics }
-    private var logger: Logger { context.logger }
-    private var webhooks: Webhooks { context.webhooks }
-    private var store: ChatStore { context.store }
-    private func now() -> Millis { context.now() }
+    // Stored copies of the context's leaves: read on every frame, so not through `context`.
+    private let config: ServerConfig
+    private let metrics: Metrics
+    private let logger: Logger
+    private let webhooks: Webhooks
+    private let store: ChatStore
+    private let now: @Sendable () -> Millis
 
     init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallsAPI) {
         self.context = context
+        self.config = context.config
+        self.metrics = context.metrics
+        self.logger = context.logger
+        self.webhooks = context.webhooks
+        self.store = context.store
+        self.now = context.now
         self.router = router
         self.chats = chats
         self.calls = calls
@@ -42,7 +49,7 @@ final class SignalingService: @unchecked Sendable {
 
     /// Whether `connection` holds a seat in the hub. False once the hub let it go (taken over,
     /// kicked, room closed) even while its socket is still closing.
-    func isSeated(_ connection: ConnectionID) -> Bool { hub.identity(of: connection) != nil }
+    func isSeated(_ connection: ConnectionID) -> Bool { hub.isSeated(connection) }
 
     /// Feeds the hub an input (a frame, a meter loaded from the store, an HTTP session's join or
     /// leave, an admin action). Service thread.
@@ -83,9 +90,13 @@ final class SignalingService: @unchecked Sendable {
 
     /// A join, a leave, a kick or a closed room: the hub's effects, the membership change told to
     /// the router, and the webhook events the change means. Events are emitted before the effects
-    /// run, since an effect (a close) can lead to the next leave.
+    /// run, since an effect (a close) can lead to the next leave; the router hears of the change
+    /// after them, so a close it carries out still knows where the closed seat was.
     private func membership(_ input: HubInput) {
         let current = now()
+        var joined: [(PeerIdentity, ConnectionID, Bool)] = []
+        var left: [(PeerIdentity, ConnectionID)] = []
+        // Webhook events follow this node's seats only: in a cluster every node reports its own peers.
         let hooks = webhooks.isEnabled
         var events: [CallLifecycle.Event] = []
         let effects: [HubEffect]
@@ -95,8 +106,10 @@ final class SignalingService: @unchecked Sendable {
             effects = hub.handle(input, now: current)
             // A join the hub refused (no seat) seats nobody.
             if hub.identity(of: connection) != nil {
-                router.joined(identity, on: connection, takeover: previous != nil)
-                if hooks { events = lifecycle.joined(identity, takeover: previous != nil, now: current) }
+                joined.append((identity, connection, previous != nil))
+                if hooks, router.isLocal(connection) {
+                    events = lifecycle.joined(identity, takeover: previous.map(router.isLocal) ?? false, now: current)
+                }
             }
         case .disconnect(let connection):
             // Nil for a connection whose seat was taken over: its leave changes nothing.
@@ -105,16 +118,16 @@ final class SignalingService: @unchecked Sendable {
             let reason = closeReasons.removeValue(forKey: connection)
                 ?? (webhooks.isStopping ? "server_shutdown" : "last_peer_left")
             if let identity {
-                router.left(identity, from: connection)
-                if hooks { events = lifecycle.left(identity, reason: reason, now: current) }
+                left.append((identity, connection))
+                if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: reason, now: current) }
             }
         case .kick(let room, let peer):
             // The hub seats the kicked peer out at once; its socket's disconnect then finds nothing.
             let seat = hub.connection(of: peer, in: room).flatMap { connection in hub.identity(of: connection).map { (connection, $0) } }
             effects = hub.handle(input, now: current)
             if let (connection, identity) = seat {
-                router.left(identity, from: connection)
-                if hooks { events = lifecycle.left(identity, reason: "kicked", now: current) }
+                left.append((identity, connection))
+                if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: "kicked", now: current) }
             }
         case .endRoom(let room):
             let seated = hub.identities(in: room).compactMap { identity in
@@ -122,14 +135,16 @@ final class SignalingService: @unchecked Sendable {
             }
             effects = hub.handle(input, now: current)
             for (connection, identity) in seated {
-                router.left(identity, from: connection)
-                if hooks { events += lifecycle.left(identity, reason: "room_closed", now: current) }
+                left.append((identity, connection))
+                if hooks, router.isLocal(connection) { events += lifecycle.left(identity, reason: "room_closed", now: current) }
             }
         default:
             effects = hub.handle(input, now: current)
         }
         for event in events { emit(event, connection: input) }
         apply(effects)
+        for (identity, connection, takeover) in joined { router.joined(identity, on: connection, takeover: takeover) }
+        for (identity, connection) in left { router.left(identity, from: connection) }
     }
 
     private func emit(_ event: CallLifecycle.Event, connection input: HubInput) {
@@ -199,7 +214,8 @@ final class SignalingService: @unchecked Sendable {
                 }
                 router.deliver(frame, to: targets)
             case .close(let connection, let code):
-                metrics.closes[code.reason, default: 0] += 1
+                // A remote seat's close is its node's to count (when it closes the socket).
+                if router.isLocal(connection) { metrics.closes[code.reason, default: 0] += 1 }
                 if code == .consultationEnded, webhooks.isEnabled { closeReasons[connection] = "consultation_ended" }
                 router.close(connection, code: code)
             case .storeChat(let connection, let room, let peer, let submission, let timestamp):

@@ -83,9 +83,10 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
         self.endpoints = endpoints
         self.routes = routes
         self.cors = CORSPolicy(allowedOrigins: context.config.allowedOrigins)
+        self.metrics = context.metrics
     }
 
-    private var metrics: Metrics { context.metrics }
+    private let metrics: Metrics
 
     func server(_ server: WebSocketServer, shouldUpgrade request: HTTPRequest) -> UpgradeDecision {
         // Browsers always send Origin on a WebSocket handshake and never enforce CORS on it, so the

@@ -138,6 +138,25 @@ final class ServerConfigTests: XCTestCase {
             XCTFail("the example config does not load: \(problems)")
         }
     }
+
+    func test_cluster_keys_are_checked_together_and_the_url_password_is_never_shown() throws {
+        let good = try ServerConfig.load(file: nil, environment: ["CALLING_CLUSTER_REDIS_URL": "redis://:hunter2@cache:6380/2"],
+                                         flags: ["node_id": "node-a", "cluster_heartbeat_ms": "500"]).get()
+        XCTAssertEqual(good.clusterRedisURL, "redis://:hunter2@cache:6380/2")
+        XCTAssertEqual(good.nodeID, "node-a")
+        XCTAssertEqual(good.clusterHeartbeatMs, 500)
+        let shown = good.summary.first { $0.0 == "cluster_redis_url" }?.1 ?? ""
+        XCTAssertFalse(shown.contains("hunter2"), shown)
+        guard case .failure(let problems) = ServerConfig.load(
+            file: nil, environment: [:],
+            flags: ["cluster_redis_url": "http://cache", "node_id": "has space", "cluster_heartbeat_ms": "3000",
+                    "cluster_node_ttl_ms": "3000"])
+        else { return XCTFail("bad cluster keys must be refused") }
+        XCTAssertEqual(problems.problems.count, 3, "\(problems)")
+        XCTAssertTrue(problems.description.contains("cluster_redis_url"))
+        XCTAssertTrue(problems.description.contains("cluster_node_ttl_ms must be greater than cluster_heartbeat_ms"))
+        XCTAssertTrue(problems.description.contains("node_id"))
+    }
 }
 
 final class SigningSecretTests: XCTestCase {

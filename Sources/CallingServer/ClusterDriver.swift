@@ -1,0 +1,399 @@
+import CallingCore
+import CallingRedis
+import Foundation
+import Synchronization
+
+/// Cluster mode's Redis I/O, on its own thread (`cluster.redis`): one connection subscribed to the
+/// membership bus and this node's channel, one for commands, the heartbeat, and reconnecting with
+/// backoff. It decides nothing: it carries out `ClusterMembership`'s effects and frame forwards
+/// submitted from the service thread, and hands what Redis says back as `Event`s through `post`.
+///
+/// Keys (prefix `calling:`): `nodes` (set of registered node ids), `seats:<node>` (hash: one field
+/// per seat, the identity as JSON), `alive:<node>` (the heartbeat, `PX cluster_node_ttl_ms`).
+/// Channels: `bus` (membership events, one order for every node), `node:<node>` (frames and closes
+/// for that node's peers).
+final class RedisClusterDriver: @unchecked Sendable {
+    // @unchecked: `outbox` is under its lock; `thread`-only state (connections, timers) is touched
+    // only by the driver thread; the counters are atomics.
+    struct Settings: Sendable {
+        var endpoint: RedisEndpoint
+        var node: String
+        var heartbeatMs: Int
+        var nodeTTLMs: Int
+        var timeoutMs: Int
+        var prefix = "calling:"
+    }
+
+    enum Command: Sendable {
+        case effect(ClusterEffect)
+        case deliver(node: String, ClusterDelivery)
+    }
+
+    enum Event: Sendable {
+        case connected
+        case disconnected(String)
+        case bus(ClusterEvent)
+        case delivery(ClusterDelivery)
+        /// `everyNode`: the seat lists of every registered live node (`fetchSeats(nil)`); `complete`
+        /// when also settled, so an absent node may be taken for gone.
+        case snapshot([String: [PeerIdentity]], everyNode: Bool, complete: Bool)
+        case liveness(registered: Set<String>, alive: Set<String>)
+        /// Who holds the presence lease after this heartbeat (this node takes it when it is free).
+        case presenceLeader(String)
+    }
+
+    /// Takes the presence lease when it is free, renews it when this node holds it, and answers
+    /// the holder, in one step on the Redis server.
+    private static let leaseScript = """
+        local holder = redis.call('GET', KEYS[1])
+        if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return holder end
+        if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end
+        return holder
+        """
+    /// The longest wait between two connection attempts.
+    static let maxBackoffMs = 2_000
+
+    private static let releaseScript = """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        return 0
+        """
+
+    let settings: Settings
+    private let logger: Logger
+    private let post: ServicePost
+    private let outboxLock = NSLock()
+    private var outbox: [Command] = []
+    private var stopped = false
+    private var thread: Thread?
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+    private let up = Atomic<Bool>(false)
+    private let reconnectCount = Atomic<Int>(0)
+    private let publishedCount = Atomic<Int>(0)
+    private let receivedCount = Atomic<Int>(0)
+    private let droppedCount = Atomic<Int>(0)
+
+    init(settings: Settings, logger: Logger, post: @escaping ServicePost) {
+        self.settings = settings
+        self.logger = logger
+        self.post = post
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK)
+        }
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
+    }
+
+    deinit {
+        close(wakeRead)
+        close(wakeWrite)
+    }
+
+    /// Whether both connections are up and subscribed.
+    var isUp: Bool { up.load(ordering: .relaxed) }
+    var reconnects: Int { reconnectCount.load(ordering: .relaxed) }
+    var published: Int { publishedCount.load(ordering: .relaxed) }
+    var received: Int { receivedCount.load(ordering: .relaxed) }
+    /// Commands dropped because Redis was down when they were due.
+    var dropped: Int { droppedCount.load(ordering: .relaxed) }
+
+    /// Starts the driver thread; `events` runs on the service thread (through `post`).
+    func start(events: @escaping @Sendable ([Event]) -> Void) {
+        let thread = Thread { [self] in run(events) }
+        thread.name = "cluster.redis"
+        thread.stackSize = 1 << 20
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Queues commands for the driver thread. Any thread.
+    func submit(_ commands: [Command]) {
+        guard !commands.isEmpty else { return }
+        outboxLock.lock()
+        let wasEmpty = outbox.isEmpty
+        outbox += commands
+        outboxLock.unlock()
+        if wasEmpty { wake() }
+    }
+
+    /// Stops the thread (waits up to 2 s for it).
+    func stop() {
+        outboxLock.lock()
+        stopped = true
+        outboxLock.unlock()
+        wake()
+        let deadline = Date().addingTimeInterval(2)
+        while thread?.isFinished == false, Date() < deadline { usleep(5_000) }
+    }
+
+    private func wake() {
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    private var isStopped: Bool {
+        outboxLock.lock()
+        defer { outboxLock.unlock() }
+        return stopped
+    }
+
+    // MARK: the driver thread
+
+    private var key: (String) -> String { { [prefix = settings.prefix] in prefix + $0 } }
+
+    private func run(_ deliver: @escaping @Sendable ([Event]) -> Void) {
+        var failures = 0
+        var reconnecting = false
+        var lastFailureLog = Date.distantPast
+        while !isStopped {
+            do throws(RedisError) {
+                let (commands, subscriber) = try connect()
+                failures = 0
+                up.store(true, ordering: .relaxed)
+                logger.log(.notice, "cluster connected", ["redis": settings.endpoint.description, "node": settings.node])
+                post { deliver([.connected]) }
+                try serve(commands: commands, subscriber: subscriber, deliver: deliver, reconnecting: reconnecting)
+                return
+            } catch {
+                let wasUp = up.exchange(false, ordering: .relaxed)
+                if wasUp {
+                    logger.error("cluster lost Redis; local rooms go on, cross-node traffic waits", ["error": error.message])
+                    post { deliver([.disconnected(error.message)]) }
+                } else if Date().timeIntervalSince(lastFailureLog) > 30 {
+                    lastFailureLog = Date()
+                    logger.error("cluster cannot reach Redis; retrying", ["redis": settings.endpoint.description, "error": error.message])
+                }
+                // What was queued for a Redis we cannot reach is dropped: registering again after
+                // the reconnect replaces this node's seat list wholesale.
+                outboxLock.lock()
+                droppedCount.add(outbox.count, ordering: .relaxed)
+                outbox = []
+                outboxLock.unlock()
+                failures += 1
+                reconnecting = true
+                reconnectCount.add(1, ordering: .relaxed)
+                let backoffMs = min(100 << min(failures, 5), Self.maxBackoffMs)
+                waitForWake(timeoutMs: backoffMs)
+            }
+        }
+    }
+
+    private func waitForWake(timeoutMs: Int) {
+        var fd = pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)
+        _ = poll(&fd, 1, Int32(timeoutMs))
+        drainWake()
+    }
+
+    private func drainWake() {
+        var buffer = [UInt8](repeating: 0, count: 64)
+        while read(wakeRead, &buffer, buffer.count) > 0 {}
+    }
+
+    private func connect() throws(RedisError) -> (RedisConnection, RedisConnection) {
+        let commands = try RedisConnection.connect(settings.endpoint, timeoutMs: settings.timeoutMs)
+        let subscriber = try RedisConnection.connect(settings.endpoint, timeoutMs: settings.timeoutMs)
+        let channels = [key("bus"), key("node:" + settings.node)]
+        try subscriber.append([Array("SUBSCRIBE".utf8)] + channels.map { Array($0.utf8) })
+        try subscriber.flush()
+        var confirmed = 0
+        let deadline = Date().addingTimeInterval(Double(settings.timeoutMs) / 1000)
+        while confirmed < channels.count {
+            guard Date() < deadline else { throw RedisError("SUBSCRIBE not confirmed in \(settings.timeoutMs) ms") }
+            if let reply = try subscriber.nextReply(timeoutMs: 50), reply.array?.first?.text == "subscribe" { confirmed += 1 }
+        }
+        return (commands, subscriber)
+    }
+
+    private func serve(commands: RedisConnection, subscriber: RedisConnection,
+                       deliver: @escaping @Sendable ([Event]) -> Void, reconnecting: Bool) throws(RedisError) {
+        var nextBeat = Date()
+        // Set once this connection registered the node's seats; a heartbeat that then finds the
+        // node missing from `nodes` means the others declared it gone (its heartbeat lapsed):
+        // register again, as after a reconnect.
+        var registered = false
+        // Right after reconnecting, nodes that are alive may not have registered again yet (after a
+        // Redis restart every node does so within its reconnect backoff): for one node TTL plus the
+        // longest backoff, a snapshot only adds seats and a missing heartbeat removes nobody.
+        let settled = reconnecting ? Date().addingTimeInterval(Double(settings.nodeTTLMs + Self.maxBackoffMs) / 1000) : Date()
+        while true {
+            var events: [Event] = []
+            let waitMs = max(0, min(settings.heartbeatMs, Int(nextBeat.timeIntervalSinceNow * 1000)))
+            if let reply = try subscriber.nextReply(timeoutMs: waitMs, wake: wakeRead) {
+                collect(reply, into: &events)
+                while let more = try subscriber.bufferedReply() { collect(more, into: &events) }
+            }
+            drainWake()
+            outboxLock.lock()
+            let due = outbox
+            outbox = []
+            let stop = stopped
+            outboxLock.unlock()
+            // What the stop itself queued (the leaves of the peers it closed) goes out first.
+            if !due.isEmpty { try execute(due, on: commands, events: &events, registered: &registered, settled: Date() >= settled) }
+            if stop {
+                // A node that stops on purpose leaves at once instead of waiting for its heartbeat to lapse.
+                _ = try commands.pipeline([Self.bytes("DEL", key("alive:" + settings.node)), Self.bytes("DEL", key("seats:" + settings.node)),
+                                           Self.bytes("SREM", key("nodes"), settings.node),
+                                           Self.bytes("EVAL", Self.releaseScript, "1", key("presence:leader"), settings.node)])
+                up.store(false, ordering: .relaxed)
+                return
+            }
+            if Date() >= nextBeat {
+                nextBeat = Date().addingTimeInterval(Double(settings.heartbeatMs) / 1000)
+                if try heartbeat(commands, events: &events, judge: Date() >= settled, registered: registered), registered {
+                    registered = false
+                    logger.log(.notice, "cluster registration was lost (heartbeat lapsed); registering again", ["node": settings.node])
+                    events.append(.connected)
+                }
+            }
+            if !events.isEmpty {
+                let batch = events
+                post { deliver(batch) }
+            }
+        }
+    }
+
+    private func collect(_ reply: RedisReply, into events: inout [Event]) {
+        guard let items = reply.array, items.count == 3, items[0].text == "message",
+            let channel = items[1].text, case .string(let payload) = items[2]
+        else { return }
+        receivedCount.add(1, ordering: .relaxed)
+        if channel == key("bus") {
+            if let event = ClusterEvent(encoded: payload) { events.append(.bus(event)) }
+        } else if let delivery = ClusterDelivery(encoded: payload) {
+            events.append(.delivery(delivery))
+        }
+    }
+
+    private static func bytes(_ parts: String...) -> [[UInt8]] { parts.map { Array($0.utf8) } }
+
+    private func seatField(_ room: RoomID, _ peer: PeerID) -> [UInt8] {
+        JSONWriter.bytes([.string(room.rawValue), .string(peer.rawValue)])
+    }
+
+    /// Hash fields have no order; `at` (increasing per write on this node) keeps a node's seats in
+    /// join order for rosters built from a snapshot.
+    private var ordinal = Int64(Date().timeIntervalSince1970 * 1_000_000)
+
+    private func seatValue(_ identity: PeerIdentity) -> [UInt8] {
+        ordinal += 1
+        var json = identity.clusterJSON.objectValue ?? [:]
+        json["at"] = .int(ordinal)
+        return JSONWriter.bytes(.object(json))
+    }
+
+    /// Runs the queued commands in one pipeline (a snapshot's reads in a second round).
+    private func execute(_ due: [Command], on connection: RedisConnection, events: inout [Event],
+                         registered: inout Bool, settled: Bool) throws(RedisError) {
+        let seats = key("seats:" + settings.node)
+        var pipeline: [[[UInt8]]] = []
+        var fetches: [[String]?] = []
+        var forgets: [String] = []
+        for command in due {
+            switch command {
+            case .deliver(let node, let delivery):
+                pipeline.append([Array("PUBLISH".utf8), Array(key("node:" + node).utf8), delivery.encoded])
+            case .effect(let effect):
+                switch effect {
+                case .announceJoin(let identity):
+                    pipeline.append([Array("HSET".utf8), Array(seats.utf8), seatField(identity.room, identity.peer),
+                                     seatValue(identity)])
+                    pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8), ClusterEvent.joined(node: settings.node, identity).encoded])
+                case .announceLeave(let room, let peer):
+                    pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
+                    pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8),
+                                     ClusterEvent.left(node: settings.node, room: room, peer: peer).encoded])
+                case .dropSeat(let room, let peer):
+                    pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
+                case .register(let identities):
+                    registered = true
+                    // One transaction: a snapshot read in between must never see the list emptied.
+                    pipeline.append(Self.bytes("MULTI"))
+                    pipeline.append(Self.bytes("DEL", seats))
+                    if !identities.isEmpty {
+                        var hset = Self.bytes("HSET", seats)
+                        for identity in identities {
+                            hset.append(seatField(identity.room, identity.peer))
+                            hset.append(seatValue(identity))
+                        }
+                        pipeline.append(hset)
+                    }
+                    pipeline.append(Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)))
+                    pipeline.append(Self.bytes("SADD", key("nodes"), settings.node))
+                    pipeline.append(Self.bytes("EXEC"))
+                    pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8), ClusterEvent.resynced(node: settings.node).encoded])
+                case .fetchSeats(let nodes):
+                    fetches.append(nodes)
+                case .forgetNode(let node):
+                    forgets.append(node)
+                case .seat, .unseat:
+                    break  // hub effects; the service thread applies them
+                }
+            }
+        }
+        if !pipeline.isEmpty {
+            let replies = try connection.pipeline(pipeline)
+            publishedCount.add(pipeline.count, ordering: .relaxed)
+            for case .error(let message) in replies { logger.error("cluster command refused by Redis", ["error": message]) }
+        }
+        for node in forgets {
+            // Only a node whose heartbeat is still gone: it may have come back meanwhile.
+            if try connection.command(["EXISTS", key("alive:" + node)]).integer == 0 {
+                _ = try connection.pipeline([Self.bytes("DEL", key("seats:" + node)), Self.bytes("SREM", key("nodes"), node)])
+                logger.log(.notice, "cluster node gone", ["node": node])
+            }
+        }
+        for nodes in fetches {
+            let names: [String]
+            if let nodes {
+                names = nodes
+            } else {
+                let registered = try connection.command(["SMEMBERS", key("nodes")]).array?.compactMap(\.text) ?? []
+                let alive = try connection.pipeline(registered.map { Self.bytes("EXISTS", key("alive:" + $0)) })
+                names = zip(registered, alive).filter { $0.1.integer == 1 }.map(\.0)
+            }
+            let replies = try connection.pipeline(names.map { Self.bytes("HGETALL", key("seats:" + $0)) })
+            var snapshot: [String: [PeerIdentity]] = [:]
+            for (node, reply) in zip(names, replies) {
+                let items = reply.array ?? []
+                var identities: [(at: Int64, identity: PeerIdentity)] = []
+                var index = 1
+                while index < items.count {
+                    if case .string(let value) = items[index], let json = try? JSONParser.parse(value),
+                        let identity = PeerIdentity(clusterJSON: json)
+                    {
+                        identities.append((json.objectValue?["at"]?.int64Value ?? 0, identity))
+                    }
+                    index += 2
+                }
+                snapshot[node] = identities.sorted { $0.at < $1.at }.map(\.identity)
+            }
+            events.append(.snapshot(snapshot, everyNode: nodes == nil, complete: nodes == nil && settled))
+        }
+    }
+
+    /// Refreshes this node's heartbeat and reports which registered nodes still have theirs.
+    /// True when this node, registered on this connection, was missing from the registered set.
+    /// Before its registration (which writes its seat list and joins `nodes` in one transaction)
+    /// the heartbeat does not add it to `nodes`: a snapshot must never find it there with an
+    /// empty seat list.
+    private func heartbeat(_ connection: RedisConnection, events: inout [Event], judge: Bool,
+                           registered isRegistered: Bool) throws(RedisError) -> Bool {
+        let membership = isRegistered ? Self.bytes("SADD", key("nodes"), settings.node) : Self.bytes("SISMEMBER", key("nodes"), settings.node)
+        let replies = try connection.pipeline([Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)),
+                                               membership,
+                                               Self.bytes("SMEMBERS", key("nodes")),
+                                               Self.bytes("EVAL", Self.leaseScript, "1", key("presence:leader"), settings.node,
+                                                          String(settings.nodeTTLMs))])
+        if let leader = replies[3].text { events.append(.presenceLeader(leader)) }
+        let registered = Set(replies[2].array?.compactMap(\.text) ?? [])
+        let others = registered.subtracting([settings.node]).sorted()
+        let alive = try connection.pipeline(others.map { Self.bytes("EXISTS", key("alive:" + $0)) })
+        var living: Set<String> = [settings.node]
+        for (node, reply) in zip(others, alive) where reply.integer == 1 { living.insert(node) }
+        if judge { events.append(.liveness(registered: registered, alive: living)) }
+        return isRegistered && replies[1].integer == 1
+    }
+}

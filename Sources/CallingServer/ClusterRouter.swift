@@ -1,0 +1,256 @@
+import CallingCore
+import CallingTransport
+import Foundation
+
+/// The `Router` of cluster mode (`cluster_redis_url`): this node's sockets and HTTP sessions
+/// through a `LocalRouter`, and every peer on another node as a remote seat in the hub
+/// (`ClusterMembership`). A frame the hub sends to remote seats is encoded once and published to
+/// each of their nodes, which hand the same bytes to their sockets (`from` is the sending node's
+/// stamp). Membership frames (`welcome`, `peer-joined`, `peer-left`) are not forwarded: every
+/// node makes them for its own peers from the membership bus. `meter` frames are: a room's meter
+/// runs on the one node whose store holds its call.
+/// Service thread.
+final class ClusterRouter: Router {
+    let local: LocalRouter
+    let driver: RedisClusterDriver
+    private(set) var membership: ClusterMembership
+    /// Frames published to other nodes, and received from them.
+    private(set) var forwarded = 0
+    private(set) var arrived = 0
+
+    private static let nodeLocalTypes: Set<String> = [FrameType.welcome.rawValue, FrameType.peerJoined.rawValue,
+                                                       FrameType.peerLeft.rawValue]
+
+    init(local: LocalRouter, driver: RedisClusterDriver) {
+        self.local = local
+        self.driver = driver
+        self.membership = ClusterMembership(node: driver.settings.node)
+    }
+
+    var node: String { membership.node }
+
+    // MARK: Router
+
+    func deliver(_ frame: Frame, to targets: [ConnectionID]) {
+        guard targets.contains(where: ClusterMembership.isRemote) else { return local.deliver(frame, to: targets) }
+        local.deliver(frame, to: targets.filter { !ClusterMembership.isRemote($0) })
+        guard !Self.nodeLocalTypes.contains(frame.type) else { return }
+        struct Destination: Hashable {
+            var node: String
+            var room: RoomID
+        }
+        var groups: [Destination: [PeerID]] = [:]
+        var order: [Destination] = []
+        for target in targets where ClusterMembership.isRemote(target) {
+            guard let seat = membership.remoteSeat(target) else { continue }
+            let destination = Destination(node: seat.node, room: seat.identity.room)
+            if groups[destination] == nil { order.append(destination) }
+            groups[destination, default: []].append(seat.identity.peer)
+        }
+        guard !order.isEmpty else { return }
+        let bytes = frame.encoded()
+        var commands: [RedisClusterDriver.Command] = []
+        for destination in order {
+            let peers = groups[destination] ?? []
+            commands.append(.deliver(node: destination.node, .frame(room: destination.room, peers: peers, bytes: bytes)))
+            forwarded += peers.count
+        }
+        driver.submit(commands)
+    }
+
+    func close(_ connection: ConnectionID, code: CloseCode) {
+        guard ClusterMembership.isRemote(connection) else { return local.close(connection, code: code) }
+        // The hub let the remote seat go. A takeover (`replaced`) is every node's own decision from
+        // the bus; an operator's kick, a closed room or a spent consultation meter is carried out
+        // by the peer's node.
+        if code == .kicked || code == .roomClosed || code == .consultationEnded, let seat = membership.remoteSeat(connection) {
+            driver.submit([.deliver(node: seat.node, .close(room: seat.identity.room, peer: seat.identity.peer, code: Int(code.rawValue)))])
+        }
+        submit(membership.handle(.remoteSeatReleased(connection)))
+    }
+
+    func attach(_ connection: ConnectionID, to handler: any VirtualConnection) { local.attach(connection, to: handler) }
+    func detach(_ connection: ConnectionID) { local.detach(connection) }
+
+    func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool) {
+        // A remote seat's join came from the bus; the membership already knows it.
+        guard !ClusterMembership.isRemote(connection) else { return }
+        local.joined(identity, on: connection, takeover: takeover)
+        submit(membership.handle(.localJoined(identity, connection)))
+    }
+
+    func left(_ identity: PeerIdentity, from connection: ConnectionID) {
+        guard !ClusterMembership.isRemote(connection) else {
+            return submit(membership.handle(.remoteSeatReleased(connection)))
+        }
+        local.left(identity, from: connection)
+        submit(membership.handle(.localLeft(identity, connection)))
+    }
+
+    func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? { local.connection(of: peer, in: room) }
+
+    func isLocal(_ connection: ConnectionID) -> Bool { !ClusterMembership.isRemote(connection) }
+
+    // MARK: from the driver
+
+    /// Feeds the membership an input from Redis; returns the hub effects (`seat`, `unseat`) for
+    /// the caller to apply, and queues the rest for the driver.
+    func handle(_ input: ClusterInput) -> [ClusterEffect] {
+        let effects = membership.handle(input)
+        submit(effects)
+        return effects.filter {
+            switch $0 {
+            case .seat, .unseat: return true
+            default: return false
+            }
+        }
+    }
+
+    /// A frame another node addressed to some of this node's peers.
+    func deliverArrived(room: RoomID, peers: [PeerID], bytes: [UInt8]) {
+        let targets = peers.compactMap { local.connection(of: $0, in: room) }
+        guard !targets.isEmpty else { return }
+        arrived += targets.count
+        // The type, for the frames-out counter, without decoding the whole frame.
+        local.deliver(encoded: bytes, type: Self.frameType(bytes) ?? "unknown", to: targets)
+    }
+
+    private func submit(_ effects: [ClusterEffect]) {
+        let commands = effects.compactMap { effect -> RedisClusterDriver.Command? in
+            switch effect {
+            case .seat, .unseat: return nil
+            default: return .effect(effect)
+            }
+        }
+        driver.submit(commands)
+    }
+
+    /// `"type":"…"` from encoded frame bytes (JSONWriter sorts keys, so it follows payload/to).
+    static func frameType(_ bytes: [UInt8]) -> String? {
+        let marker = Array(#""type":""#.utf8)
+        guard bytes.count > marker.count else { return nil }
+        var index = bytes.count - marker.count
+        while index >= 0 {
+            if bytes[index] == marker[0], Array(bytes[index..<(index + marker.count)]) == marker {
+                let start = index + marker.count
+                guard let end = bytes[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
+                return String(decoding: bytes[start..<end], as: UTF8.self)
+            }
+            index -= 1
+        }
+        return nil
+    }
+}
+
+/// Joins the cluster driver's events to the rooms: remote seats become hub joins and leaves,
+/// frames from other nodes reach local peers, and a kick from another node is carried out here.
+/// Built by `ServerApp` after the rooms; reports Redis's state for `/healthz` and `/metrics`.
+final class ClusterLink: @unchecked Sendable {
+    // @unchecked: touched only on the service thread; the driver's events arrive through `post`.
+    let router: ClusterRouter
+    let rooms: SignalingService
+    let presence: PresenceEndpoint
+    private let logger: Logger
+    private(set) var isSynced = false
+    private var lastError: String?
+
+    init(router: ClusterRouter, rooms: SignalingService, presence: PresenceEndpoint, logger: Logger) {
+        self.router = router
+        self.rooms = rooms
+        self.presence = presence
+        self.logger = logger
+    }
+
+    /// How the presence endpoint reaches another node: that node's channel, through the driver.
+    static func presenceRelay(_ driver: RedisClusterDriver) -> PresenceEndpoint.ClusterRelay {
+        PresenceEndpoint.ClusterRelay(node: driver.settings.node) { [driver] node, delivery in
+            driver.submit([.deliver(node: node, delivery)])
+        }
+    }
+
+    func start() {
+        router.driver.start { [self] events in handle(events) }
+    }
+
+    func stop() { router.driver.stop() }
+
+    private func handle(_ events: [RedisClusterDriver.Event]) {
+        for event in events {
+            switch event {
+            case .connected:
+                lastError = nil
+                apply(router.handle(.connected))
+            case .disconnected(let error):
+                isSynced = false
+                lastError = error
+                apply(router.handle(.disconnected))
+                presence.clusterLost()
+            case .bus(let event):
+                apply(router.handle(.bus(event)))
+            case .snapshot(let seats, let everyNode, let complete):
+                if everyNode { isSynced = true }
+                apply(router.handle(.snapshot(seats, complete: complete)))
+            case .liveness(let registered, let alive):
+                apply(router.handle(.liveness(registered: registered, alive: alive)))
+                presence.nodesAlive(alive)
+            case .presenceLeader(let node):
+                presence.leaderChanged(to: node)
+            case .delivery(.presenceFrame(let connection, let bytes)):
+                router.local.deliver(encoded: bytes, type: ClusterRouter.frameType(bytes) ?? "unknown", to: [ConnectionID(connection)])
+            case .delivery(.presenceClose(let connection, let code)):
+                presence.closedByLeader(ConnectionID(connection), code: CloseCode(rawValue: UInt16(code)) ?? .internalError)
+            case .delivery(.frame(let room, let peers, let bytes)):
+                router.deliverArrived(room: room, peers: peers, bytes: bytes)
+            case .delivery(.close(let room, let peer, let code)):
+                guard let connection = router.local.connection(of: peer, in: room) else { continue }
+                if code == Int(CloseCode.kicked.rawValue) {
+                    rooms.handle(.kick(room, peer))
+                } else if let closeCode = CloseCode(rawValue: UInt16(code)) {
+                    rooms.context.metrics.closes[closeCode.reason, default: 0] += 1
+                    router.local.close(connection, code: closeCode)
+                }
+            case .delivery(let delivery):
+                presence.arrived(delivery)
+            }
+        }
+    }
+
+    private func apply(_ effects: [ClusterEffect]) {
+        for effect in effects {
+            switch effect {
+            // A join like a local one for call bookkeeping: the node whose store holds the room's call
+            // marks it joined and runs its consultation meter, whichever node the peers are on.
+            case .seat(let connection, let identity): rooms.join(connection, identity, resume: ChatResume())
+            case .unseat(let connection): rooms.handle(.disconnect(connection))
+            default: break
+            }
+        }
+    }
+
+    /// The `cluster` object of `/healthz`.
+    var healthJSON: JSONValue {
+        ["node_id": .string(router.node), "redis": .string(router.driver.isUp ? "up" : "down"), "synced": .bool(isSynced),
+         "presence_leader": presence.leader.map(JSONValue.string) ?? .null,
+         "remote_peers": .int(Int64(router.membership.remoteCount)), "local_peers": .int(Int64(router.membership.localCount)),
+         "error": lastError.map(JSONValue.string) ?? .null]
+    }
+
+    /// Prometheus lines appended to `/metrics`.
+    var metricsText: String {
+        var out = ""
+        func line(_ name: String, _ type: String, _ help: String, _ value: Int) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(value)\n"
+        }
+        line("calling_cluster_redis_up", "gauge", "1 while this node reaches Redis and is subscribed to the cluster bus.",
+             router.driver.isUp ? 1 : 0)
+        line("calling_cluster_remote_peers", "gauge", "Peers seated in this node's rooms from other nodes.", router.membership.remoteCount)
+        line("calling_cluster_reconnects_total", "counter", "Failed Redis connections or connection losses.", router.driver.reconnects)
+        line("calling_cluster_commands_total", "counter", "Redis commands sent (publishes, seat list changes, heartbeats excluded).",
+             router.driver.published)
+        line("calling_cluster_messages_received_total", "counter", "Pub/sub messages received from the cluster.", router.driver.received)
+        line("calling_cluster_commands_dropped_total", "counter", "Commands dropped because Redis was unreachable.", router.driver.dropped)
+        line("calling_cluster_frames_forwarded_total", "counter", "Frame deliveries published to peers on other nodes.", router.forwarded)
+        line("calling_cluster_frames_arrived_total", "counter", "Frame deliveries from other nodes handed to local peers.", router.arrived)
+        return out
+    }
+}

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Cluster benchmark: relay round trip between two peers on the same node against two peers on
+different nodes of a cluster, and the throughput of a relay pair across nodes.
+
+    python bench/cluster.py [--rounds 2000] [--seconds 3] [--binary .build/release/calling-server]
+
+Starts one redis-server (a free loopback port, a temp folder, no persistence) and two
+calling-server nodes in cluster mode on 127.0.0.1. Three peers join one room: `a1` and `a2` on
+node A, `b1` on node B. Round trip: `a1` sends a `data` frame to the echoing peer, which sends it
+back; sequential, one in flight. Throughput: `a1` sends `candidate` frames to `a2`, then to `b1`,
+with 32 in flight for `--seconds` each. Then `--peers` idle peers join rooms of 4, alternating
+between the two nodes, so every room spans both: time until all are welcomed and until each node
+seats the other's half, and the RSS of each node. Every frame is checked (a counter in the payload). The client is Python
+(`websockets`), which costs more than the server: the figures compare same-node with cross-node,
+they are not the server's limits (bench/README.md has those). Prints a Markdown table for
+docs/benchmarks.md. Everything started is killed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+
+import support  # noqa: E402
+from websockets.asyncio.client import connect  # noqa: E402
+
+SECRET = "cluster-bench-secret-0123456789abcdef"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+async def join(server, peer: str):
+    token = support.sign_jwt(support.claims(room="bench", sub=peer, ttl=3600), SECRET.encode())
+    ws = await connect(f"ws://127.0.0.1:{server.port}/v1/ws?token={token}", proxy=None, compression=None, ping_interval=None,
+                       max_size=1 << 22)
+    welcome = json.loads(await ws.recv())
+    assert welcome["type"] == "welcome", welcome
+    return ws
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def join_room(server, room: str, peer: str):
+    token = support.sign_jwt(support.claims(room=room, sub=peer, ttl=3600), SECRET.encode())
+    ws = await connect(f"ws://127.0.0.1:{server.port}/v1/ws?token={token}", proxy=None, compression=None, ping_interval=None,
+                       open_timeout=30)
+    welcome = json.loads(await ws.recv())
+    assert welcome["type"] == "welcome", welcome
+    return ws
+
+
+async def echo(ws, stop: asyncio.Event):
+    """Sends every `data` frame back to its sender."""
+    while not stop.is_set():
+        try:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), 0.2))
+        except asyncio.TimeoutError:
+            continue
+        if frame["type"] == "data":
+            await ws.send(json.dumps({"type": "data", "to": frame["from"], "payload": frame["payload"]}))
+
+
+async def drain_until(ws, frame_type: str, count: int = 1):
+    seen = 0
+    while seen < count:
+        frame = json.loads(await asyncio.wait_for(ws.recv(), 5))
+        if frame["type"] == frame_type:
+            seen += 1
+
+
+async def round_trips(sender, target: str, rounds: int) -> list[float]:
+    times = []
+    for i in range(rounds):
+        started = time.perf_counter()
+        await sender.send(json.dumps({"type": "data", "to": target, "payload": {"n": i}}))
+        while True:
+            frame = json.loads(await asyncio.wait_for(sender.recv(), 5))
+            if frame["type"] == "data":
+                assert frame["from"] == target and frame["payload"] == {"n": i}, frame
+                break
+        times.append((time.perf_counter() - started) * 1e6)
+    return times
+
+
+async def throughput(sender, receiver, target: str, seconds: float, window: int = 32) -> float:
+    sent = 0
+    received = 0
+    deadline = time.monotonic() + seconds
+    in_flight = asyncio.Semaphore(window)
+
+    async def produce():
+        nonlocal sent
+        while time.monotonic() < deadline:
+            await in_flight.acquire()
+            await sender.send(json.dumps({"type": "candidate", "to": target,
+                                          "payload": {"candidate": f"candidate:{sent:010d} 1 udp 1 192.0.2.1 9 typ host"}}))
+            sent += 1
+
+    async def consume():
+        nonlocal received
+        while True:
+            try:
+                frame = json.loads(await asyncio.wait_for(receiver.recv(), 2))
+            except asyncio.TimeoutError:
+                return
+            if frame["type"] == "candidate":
+                assert frame["payload"]["candidate"].startswith(f"candidate:{received:010d}"), frame
+                received += 1
+                in_flight.release()
+                if time.monotonic() >= deadline and received == sent:
+                    return
+
+    started = time.monotonic()
+    await asyncio.gather(produce(), consume())
+    assert received == sent, (received, sent)
+    return received / (time.monotonic() - started)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--binary", default=str(ROOT / ".build/release/calling-server"))
+    parser.add_argument("--peers", type=int, default=1000,
+                        help="then this many idle peers in rooms of 4, alternating between the nodes (0 skips it)")
+    args = parser.parse_args()
+    redis_binary = shutil.which("redis-server")
+    if not redis_binary or not Path(args.binary).exists():
+        print("needs redis-server and a built calling-server (make release)", file=sys.stderr)
+        return 2
+    os.environ["CALLING_SERVER_BIN"] = args.binary
+    support.BINARY = Path(args.binary)
+    folder = Path(tempfile.mkdtemp(prefix="calling-cluster-bench-"))
+    port = free_port()
+    redis = subprocess.Popen([redis_binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                              "--dir", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    nodes = []
+    try:
+        time.sleep(0.3)
+        flags = {"cluster_redis_url": f"redis://127.0.0.1:{port}", "log_level": "warning", "max_frames_per_second": 1000000,
+                 "frame_burst": 1000000, "flood_close_after": 1000000}
+        for name in ("node-a", "node-b"):
+            (folder / name).mkdir()
+            node = support.Server(folder / name, flags={**flags, "node_id": name}, env={"CALLING_JWT_SECRET": SECRET})
+            nodes.append(node.start())
+        a, b = nodes
+        load = os.getloadavg()[0]
+
+        async def body():
+            stop = asyncio.Event()
+            a1 = await join(a, "a1")
+            await asyncio.sleep(0.3)
+            a2 = await join(a, "a2")
+            await asyncio.sleep(0.3)
+            b1 = await join(b, "b1")
+            await asyncio.sleep(0.3)
+            await drain_until(a1, "peer-joined", 2)
+            await drain_until(a2, "peer-joined", 1)
+            echoes = [asyncio.create_task(echo(a2, stop)), asyncio.create_task(echo(b1, stop))]
+            await round_trips(a1, "a2", 200)  # warm-up
+            same = await round_trips(a1, "a2", args.rounds)
+            await round_trips(a1, "b1", 200)
+            cross = await round_trips(a1, "b1", args.rounds)
+            stop.set()
+            await asyncio.gather(*echoes)
+            same_rate = await throughput(a1, a2, "a2", args.seconds)
+            cross_rate = await throughput(a1, b1, "b1", args.seconds)
+            return same, cross, same_rate, cross_rate
+
+        same, cross, same_rate, cross_rate = asyncio.run(body())
+
+        async def spread():
+            """`args.peers` peers in rooms of 4, peer i on node i % 2: every room spans both nodes."""
+            rss_before = [rss_kib(node.pid) for node in nodes]
+            gate = asyncio.Semaphore(64)
+            sockets = []
+
+            async def one(i):
+                async with gate:
+                    sockets.append(await join_room(nodes[i % 2], f"room{i // 4}", f"p{i}"))
+
+            started = time.monotonic()
+            await asyncio.gather(*(one(i) for i in range(args.peers)))
+            joined = time.monotonic() - started
+            # Every node must seat the other node's half as remote seats before the figures count.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                remote = [json.loads(node.http("GET", "/healthz")[2])["cluster"]["remote_peers"] for node in nodes]
+                if remote == [args.peers // 2, args.peers - args.peers // 2]:
+                    break
+                await asyncio.sleep(0.1)
+            settled = time.monotonic() - started
+            await asyncio.sleep(1)
+            rss_after = [rss_kib(node.pid) for node in nodes]
+            for ws in sockets:
+                await ws.close()
+            return joined, settled, remote, rss_before, rss_after
+
+        spread_result = asyncio.run(spread()) if args.peers > 0 else None
+        print(f"load before: {load:.2f}, after: {os.getloadavg()[0]:.2f}")
+        print("| path | round trip p50 | p99 | frames |")
+        print("| --- | --- | --- | --- |")
+        for label, times in (("same node (a1 → a2 → a1)", same), ("across nodes (a1 → b1 → a1, via Redis)", cross)):
+            print(f"| {label} | {percentile(times, 0.5):.0f} µs | {percentile(times, 0.99):.0f} µs | {len(times)} |")
+        print(f"\nrelay pair, 32 in flight (every frame checked, in order): same node {same_rate:,.0f} frames/s, "
+              f"across nodes {cross_rate:,.0f} frames/s")
+        if spread_result:
+            joined, settled, remote, before, after = spread_result
+            print(f"\n{args.peers} peers in rooms of 4 over 2 nodes: all welcomed in {joined:.2f} s, every node seated the "
+                  f"other's half ({remote}) after {settled:.2f} s; RSS per node "
+                  + ", ".join(f"{b / 1024:.1f} -> {a / 1024:.1f} MiB" for b, a in zip(before, after))
+                  + f" ({(sum(after) - sum(before)) / args.peers:.1f} KiB per peer, both nodes together)")
+        return 0
+    finally:
+        for node in nodes:
+            node.kill()
+        support.kill_and_reap(redis)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

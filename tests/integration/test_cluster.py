@@ -1,0 +1,509 @@
+"""Cluster mode: three real calling-server processes sharing one real redis-server
+(docs/operations.md, "Running a cluster"). Redis runs on a free loopback port in the test's temp
+folder, without persistence, and is killed after the test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from support import Peer, kill_and_reap, run
+
+REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
+SECRET = "cluster-test-secret-0123456789abcdef"
+HEARTBEAT_MS = 200
+NODE_TTL_MS = 1000
+
+pytestmark = pytest.mark.skipif(not os.path.exists(REDIS), reason="redis-server is not installed (deploy/install-deps.sh --test)")
+
+
+def free_port() -> int:
+    """redis-server cannot pick a port itself (`--port 0` disables TCP): bind one, release it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Redis:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def start(self) -> "Redis":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                      "--dir", str(self.folder), "--daemonize", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("redis-server did not listen")
+
+    def stop(self) -> None:
+        kill_and_reap(self.proc)
+        self.proc = None
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = Redis(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+def start_node(start_server, redis: Redis, node: str, **flags):
+    return start_server(env={"CALLING_JWT_SECRET": SECRET}, cluster_redis_url=redis.url, node_id=node,
+                        cluster_heartbeat_ms=HEARTBEAT_MS, cluster_node_ttl_ms=NODE_TTL_MS, **flags)
+
+
+def health(server) -> dict:
+    status, _, body = server.http("GET", "/healthz")
+    assert status == 200
+    return json.loads(body)
+
+
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+async def wait_remote(nodes, counts, timeout: float = 5.0):
+    """Waits until each node seats the given number of peers from other nodes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = [health(node)["cluster"]["remote_peers"] for node in nodes]
+        if seen == list(counts):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"remote peers {seen}, expected {list(counts)}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def cluster(start_server, redis):
+    nodes = [start_node(start_server, redis, name) for name in ("node-a", "node-b", "node-c")]
+    for node in nodes:
+        wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
+    return nodes
+
+
+def ids(welcome) -> list:
+    return [entry["peer_id"] for entry in welcome["payload"]["peers"]]
+
+
+def test_one_room_spans_three_nodes_membership_and_relay(cluster):
+    a, b, c = cluster
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice", name="Alice"), "alice")
+        assert ids(alice.welcome) == []
+        await wait_remote(cluster, [0, 1, 1])
+        bob = await Peer.connect(b, b.token("r1", "bob", role="doctor"), "bob")
+        assert bob.welcome["payload"]["peers"] == [{"peer_id": "alice", "role": "peer", "name": "Alice"}]
+        joined = await alice.recv_type("peer-joined")
+        assert joined["from"] == "bob" and joined["payload"] == {"peer_id": "bob", "role": "doctor", "name": None}
+        await wait_remote(cluster, [1, 1, 2])
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        assert ids(carol.welcome) == ["alice", "bob"]
+        for peer in (alice, bob):
+            assert (await peer.recv_type("peer-joined"))["from"] == "carol"
+        await alice.assert_silent(0.2)
+
+        # offer/answer/candidate across nodes, `from` stamped by the sending node.
+        await alice.send({"type": "offer", "to": "carol", "payload": {"sdp": "v=0 a", "type": "offer"}})
+        offer = await carol.recv_type("offer")
+        assert offer == {"type": "offer", "from": "alice", "to": "carol", "payload": {"sdp": "v=0 a", "type": "offer"}}
+        await carol.send({"type": "answer", "to": "alice", "from": "mallory", "payload": {"sdp": "v=0 c", "type": "answer"}})
+        answer = await alice.recv_type("answer")
+        assert answer["from"] == "carol" and answer["payload"]["sdp"] == "v=0 c"
+        await bob.send({"type": "candidate", "to": "alice", "payload": {"candidate": "candidate:1 1 udp 1 1.2.3.4 5 typ host"}})
+        assert (await alice.recv_type("candidate"))["from"] == "bob"
+        await bob.assert_silent(0.2)
+        await carol.assert_silent(0.1)
+
+        # A broadcast `data` reaches every other member on every node, once.
+        await carol.send({"type": "data", "payload": {"hello": 1}})
+        for peer in (alice, bob):
+            frame = await peer.recv_type("data")
+            assert frame["from"] == "carol" and frame["payload"] == {"hello": 1}
+        await alice.assert_silent(0.2)
+        await bob.assert_silent(0.05)
+
+        # A peer that is nowhere in the cluster is still a 404.
+        await alice.send({"type": "offer", "to": "nobody", "payload": {"sdp": "x"}})
+        assert (await alice.recv_type("error"))["error"]["code"] == 404
+
+        # Leaving on one node: peer-left everywhere.
+        await bob.close()
+        for peer in (alice, carol):
+            left = await peer.recv_type("peer-left")
+            assert left["from"] == "bob" and left["payload"] == {"peer_id": "bob"}
+        await wait_remote(cluster, [1, 2, 1])
+        dave = await Peer.connect(b, b.token("r1", "dave"), "dave")
+        assert ids(dave.welcome) == ["alice", "carol"]
+        for peer in (alice, carol):
+            assert (await peer.recv_type("peer-joined"))["from"] == "dave"
+
+        # Another room on the same nodes is another world.
+        zed = await Peer.connect(c, c.token("r2", "zed"), "zed")
+        assert ids(zed.welcome) == []
+        await alice.assert_silent(0.3)
+
+    run(body(), timeout=40)
+    for node in cluster:
+        metrics = node.metrics()
+        assert metrics["calling_cluster_redis_up"] == 1
+    assert a.metrics()["calling_peers"] == 1, "calling_peers counts this node's peers only"
+
+
+def test_takeover_across_nodes_closes_the_old_connection_with_replaced_and_the_room_sees_no_flicker(cluster):
+    a, b, c = cluster
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice-on-a")
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        await wait_remote(cluster, [1, 2, 1])
+        assert (await alice.recv_type("peer-joined"))["from"] == "carol"
+
+        again = await Peer.connect(b, b.token("r1", "alice", name="Alice 2"), "alice-on-b")
+        assert ids(again.welcome) == ["carol"], "the new connection sees the room, not itself"
+        code, reason = await alice.wait_closed(5)
+        assert (code, reason) == (4400, "replaced")
+        await carol.assert_silent(0.5)  # no peer-left, no peer-joined: the seat moved
+        await wait_remote(cluster, [2, 1, 1])
+
+        # Frames for alice now reach her new connection on b.
+        await carol.send({"type": "offer", "to": "alice", "payload": {"sdp": "v=0", "type": "offer"}})
+        offer = await again.recv_type("offer")
+        assert offer["from"] == "carol"
+        await again.send({"type": "answer", "to": "carol", "payload": {"sdp": "v=0", "type": "answer"}})
+        assert (await carol.recv_type("answer"))["from"] == "alice"
+
+        # And back to a: the seat on b is replaced in turn.
+        third = await Peer.connect(a, a.token("r1", "alice"), "alice-on-a-again")
+        assert ids(third.welcome) == ["carol"]
+        assert (await again.wait_closed(5))[0] == 4400
+        await carol.assert_silent(0.3)
+        await third.close()
+        assert (await carol.recv_type("peer-left"))["from"] == "alice"
+
+    run(body(), timeout=40)
+    assert b.metrics().get('calling_closes_total{reason="replaced"}') == 1
+
+
+def test_a_killed_node_s_peers_leave_within_the_bound_and_resume_on_another_node(cluster):
+    a, b, c = cluster
+    bound = (NODE_TTL_MS + HEARTBEAT_MS) / 1000  # docs/operations.md, "Node loss"
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice")
+        bob = await Peer.connect(b, b.token("r1", "bob"), "bob")
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        await wait_remote(cluster, [2, 2, 2])
+        for peer in (alice, alice, bob):
+            await peer.recv_type("peer-joined")
+
+        b.kill()  # SIGKILL: no leave is ever published
+        killed = time.monotonic()
+        for peer in (alice, carol):
+            left = await peer.recv_type("peer-left", timeout=bound + 3)
+            assert left["from"] == "bob"
+        elapsed = time.monotonic() - killed
+        # One heartbeat of slack for the check that notices it and the test's own scheduling.
+        assert elapsed < bound + HEARTBEAT_MS / 1000 + 1.0, f"peer-left after {elapsed:.2f}s, bound {bound}s"
+        await wait_remote([a, c], [1, 1])
+
+        # bob reconnects to a surviving node and is in the same room again.
+        bob2 = await Peer.connect(c, c.token("r1", "bob"), "bob-on-c")
+        assert ids(bob2.welcome) == ["alice", "carol"]
+        assert (await alice.recv_type("peer-joined"))["from"] == "bob"
+        await bob2.send({"type": "data", "to": "alice", "payload": {"back": True}})
+        assert (await alice.recv_type("data"))["payload"] == {"back": True}
+        return elapsed
+
+    elapsed = run(body(), timeout=40)
+    print(f"node loss noticed after {elapsed:.2f}s (bound {bound}s)")
+    health_a = health(a)["cluster"]
+    assert health_a["redis"] == "up" and health_a["remote_peers"] == 2
+
+
+def test_a_redis_restart_is_reported_survived_and_the_cluster_reforms(cluster, redis):
+    a, b, c = cluster
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice")
+        bob = await Peer.connect(b, b.token("r1", "bob"), "bob")
+        await wait_remote(cluster, [1, 1, 2])
+        assert (await alice.recv_type("peer-joined"))["from"] == "bob"
+
+        redis.stop()
+        wait_for(lambda: all(health(n)["status"] == "degraded" for n in cluster), what="degraded health")
+        for node in cluster:
+            state = health(node)["cluster"]
+            assert state["redis"] == "down" and state["error"], state
+            assert node.metrics()["calling_cluster_redis_up"] == 0
+        # A room on one node keeps working without Redis.
+        ann = await Peer.connect(a, a.token("r2", "ann"), "ann")
+        ben = await Peer.connect(a, a.token("r2", "ben"), "ben")
+        assert ids(ben.welcome) == ["ann"]
+        assert (await ann.recv_type("peer-joined"))["from"] == "ben"
+        await ann.send({"type": "offer", "to": "ben", "payload": {"sdp": "v=0"}})
+        assert (await ben.recv_type("offer"))["from"] == "ann"
+        # Peers across nodes stay listed (nobody can tell who left) and get no flicker.
+        await alice.assert_silent(0.3)
+
+        redis.start()  # empty: nothing of the cluster's state survived
+        wait_for(lambda: all(health(n)["status"] == "ok" and health(n)["cluster"]["synced"] for n in cluster),
+                 timeout=10, what="reconnected")
+        await wait_remote(cluster, [1, 3, 4])
+        # alice and bob never saw the outage as a leave.
+        await alice.assert_silent(0.3)
+        await bob.assert_silent(0.05)
+        await bob.send({"type": "data", "to": "alice", "payload": {"after": "restart"}})
+        assert (await alice.recv_type("data"))["payload"] == {"after": "restart"}
+        carol = await Peer.connect(c, c.token("r2", "carol"), "carol")
+        assert ids(carol.welcome) == ["ann", "ben"]
+        for peer in (ann, ben):
+            assert (await peer.recv_type("peer-joined"))["from"] == "carol"
+
+    run(body(), timeout=60)
+    for node in cluster:
+        assert node.metrics()["calling_cluster_reconnects_total"] >= 1
+        assert "cluster lost Redis" in node.stderr_text()
+
+
+OFFER = ("v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n"
+         "m=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\na=ice-ufrag:offU\r\na=ice-pwd:offerpassword0123456789\r\n")
+ANSWER = ("v=0\r\no=- 3 4 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
+          "a=ice-ufrag:ansU\r\na=ice-pwd:answerpassword0123456789\r\na=candidate:1 1 udp 2122260223 192.0.2.7 50000 typ host\r\n"
+          "a=end-of-candidates\r\n")
+
+
+def test_an_http_session_finds_its_answering_peer_on_another_node(cluster):
+    import http.client
+
+    a, b, _ = cluster
+
+    def post_whip(token):
+        conn = http.client.HTTPConnection("127.0.0.1", b.port, timeout=10)
+        conn.request("POST", "/whip/r1", body=OFFER, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/sdp"})
+        response = conn.getresponse()
+        body = response.read()
+        conn.close()
+        return response.status, body.decode()
+
+    async def body():
+        agent = await Peer.connect(a, a.token("r1", "ann", role="agent"), "agent-on-a")
+        await wait_remote(cluster, [0, 1, 1])
+        posting = asyncio.get_running_loop().run_in_executor(None, post_whip, b.token("r1", "pub", role="client"))
+        joined = await agent.recv_type("peer-joined", timeout=5)
+        assert joined["from"] == "pub"
+        offer = await agent.recv_type("offer", timeout=5)
+        assert offer["from"] == "pub" and offer["payload"]["transport"] == "whip"
+        await agent.send({"type": "answer", "to": "pub", "payload": {"sdp": ANSWER, "type": "answer",
+                                                                      "session_id": offer["payload"]["session_id"]}})
+        status, answer = await posting
+        assert status == 201, answer
+        assert "a=ice-ufrag:ansU" in answer
+
+    run(body(), timeout=30)
+
+
+def test_an_admin_kick_of_a_peer_on_another_node_is_carried_out_by_that_node(cluster):
+    import http.client
+
+    from support import BINARY
+
+    a, b, c = cluster
+    created = subprocess.run([str(BINARY), "apikey", "create", "--name", "ops", "--scope", "admin", "--data-dir", str(a.data_dir)],
+                             capture_output=True, text=True, timeout=10, env=a.env)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice")
+        bob = await Peer.connect(b, b.token("r1", "bob"), "bob")
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        await wait_remote(cluster, [2, 2, 2])
+        for peer in (alice, alice, bob):
+            await peer.recv_type("peer-joined")
+
+        def kick():
+            conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=5)
+            conn.request("POST", "/v1/admin/rooms/r1/peers/bob/kick", headers={"X-API-Key": key})
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            return response.status
+
+        def drain_status():
+            status, _, raw = a.http("GET", "/v1/admin/drain", headers={"X-API-Key": key})
+            assert status == 200
+            return json.loads(raw)
+
+        # The drain status counts this node's peers, not the other nodes' seated here.
+        drain = await asyncio.get_running_loop().run_in_executor(None, drain_status)
+        assert (drain["peers"], drain["rooms"], drain["empty"]) == (1, 1, False), drain
+
+        assert await asyncio.get_running_loop().run_in_executor(None, kick) == 200
+        code, _ = await bob.wait_closed(5)
+        assert code == 4403
+        for peer in (alice, carol):
+            assert (await peer.recv_type("peer-left"))["from"] == "bob"
+        await wait_remote(cluster, [1, 2, 1])
+
+    run(body(), timeout=30)
+
+
+async def presence_peer(server, token, label):
+    from websockets.asyncio.client import connect as ws_connect
+
+    ws = await ws_connect(f"ws://127.0.0.1:{server.port}/v1/presence?token={token}", proxy=None, compression=None,
+                          open_timeout=5, ping_interval=None)
+    peer = Peer(ws, label)
+    peer.welcome = await peer.recv_type("connected", skip=("status",))
+    return peer
+
+
+def test_presence_is_shared_a_dashboard_sees_an_agent_on_another_node_and_an_accepted_call_spans_nodes(cluster):
+    a, b, c = cluster
+    leaders = wait_for(lambda: (lambda seen: seen if len(set(seen)) == 1 and seen[0] else None)(
+        [health(n)["cluster"]["presence_leader"] for n in cluster]), what="one presence leader")
+    assert leaders[0] in ("node-a", "node-b", "node-c")
+
+    async def body():
+        dashboard = await presence_peer(a, a.token(None, "sup", role="dashboard", scope="presence"), "dashboard-on-a")
+        agent = await presence_peer(b, b.token(None, "ann", role="agent", scope="presence"), "agent-on-b")
+        status = await dashboard.recv_type("status")
+        assert status["from"] == "ann" and status["payload"]["status"] == "available"
+
+        caller = await presence_peer(c, c.token(None, "carl", role="caller", name="Carl", scope="presence"), "caller-on-c")
+        assert [e["agent_id"] for e in caller.welcome["payload"]["agents"]] == ["ann"]
+        await caller.send({"type": "request", "payload": {"agent_id": "ann"}})
+        offer = await agent.recv_type("request", skip=("status",))
+        assert offer["from"] == "carl"
+        request_id = offer["payload"]["request_id"]
+        await agent.send({"type": "accept", "payload": {"request_id": request_id}})
+        agent_accepted = (await agent.recv_type("accepted", skip=("status",)))["payload"]
+        caller_accepted = (await caller.recv_type("accepted", skip=("status", "request")))["payload"]
+        assert agent_accepted["room_id"] == caller_accepted["room_id"] and agent_accepted["call_id"] == caller_accepted["call_id"]
+
+        # Both parties land in one room, each on its own node.
+        agent_room = await Peer.connect(b, agent_accepted["token"], "ann-in-room")
+        await wait_remote([c], [1])
+        caller_room = await Peer.connect(c, caller_accepted["token"], "carl-in-room")
+        assert ids(caller_room.welcome) == ["ann"]
+        assert (await agent_room.recv_type("peer-joined"))["from"] == "carl"
+
+        # A bad frame relayed to the leader is answered there, to the right connection.
+        await caller.send("not json")
+        assert (await caller.recv_type("error", skip=("status",)))["error"]["code"] in (400, 410, 411, 412, 413, 414, 415, 416)
+
+    run(body(), timeout=40)
+
+
+def test_a_consultation_meter_runs_once_on_the_call_s_node_for_peers_on_other_nodes(start_server, redis):
+    import http.client
+
+    from support import BINARY
+
+    nodes = [start_node(start_server, redis, name, meter_interval_seconds=1) for name in ("node-a", "node-b", "node-c")]
+    for node in nodes:
+        wait_for(lambda: health(node)["cluster"]["synced"], what="synced")
+    a, b, c = nodes
+    created = subprocess.run([str(BINARY), "apikey", "create", "--name", "calls", "--scope", "calls", "--data-dir", str(a.data_dir)],
+                             capture_output=True, text=True, timeout=10, env=a.env)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+
+    def post(path, body):
+        conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=5)
+        conn.request("POST", path, body=json.dumps(body), headers={"X-API-Key": key, "Content-Type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+        assert response.status == 201, raw
+        return json.loads(raw)
+
+    call = post("/v1/calls", {"room_id": "consult", "peer_id": "patient", "meter": {"limit_s": 3, "warning_s": 1}})
+    doctor_token = post("/v1/tokens", {"call_id": call["call_id"], "peer_id": "doctor", "role": "agent"})["token"]
+
+    async def meter_frames(peer):
+        states = []
+        while True:
+            frame = await peer.recv_type("meter", timeout=6, skip=("peer-joined",))
+            states.append(frame["payload"]["state"])
+            if frame["payload"]["state"] == "ended":
+                return states
+
+    async def body():
+        # Neither peer is on node a, which holds the call: its hub seats both as remote seats.
+        patient = await Peer.connect(b, call["access_token"], "patient-on-b")
+        await wait_remote(nodes, [1, 0, 1])
+        doctor = await Peer.connect(c, doctor_token, "doctor-on-c")
+        patient_states, doctor_states = await asyncio.gather(meter_frames(patient), meter_frames(doctor))
+        for states in (patient_states, doctor_states):
+            assert states[0] == "running" and states[-1] == "ended", states
+            assert [s for s in states if s != "running"] == ["warning", "ended"], "one meter, not one per node"
+        assert (await patient.wait_closed(5))[0] == 4410
+        assert (await doctor.wait_closed(5))[0] == 4410
+
+    run(body(), timeout=40)
+    status, _, raw = a.http("GET", f"/v1/calls/{call['call_id']}", headers={"X-API-Key": key})
+    assert status == 200 and json.loads(raw)["end_reason"] == "consultation_ended", raw
+
+
+def test_when_the_presence_leader_dies_another_node_takes_the_lease_and_presence_goes_on(cluster):
+    by_name = {health(n)["cluster"]["node_id"]: n for n in cluster}
+    leader_name = wait_for(lambda: (lambda seen: seen[0] if len(set(seen)) == 1 and seen[0] else None)(
+        [health(n)["cluster"]["presence_leader"] for n in cluster]), what="one presence leader")
+    survivors = [n for name, n in by_name.items() if name != leader_name]
+    x, y = survivors
+
+    async def body():
+        agent = await presence_peer(x, x.token(None, "ann", role="agent", scope="presence"), "agent")
+        dashboard = await presence_peer(y, y.token(None, "sup", role="dashboard", scope="presence"), "dashboard")
+        assert [e["agent_id"] for e in dashboard.welcome["payload"]["agents"]] == ["ann"]
+
+        by_name[leader_name].kill()
+        # The lease lapses after cluster_node_ttl_ms; the next heartbeat of a survivor takes it.
+        new = wait_for(lambda: (lambda seen: seen[0] if len(set(seen)) == 1 and seen[0] != leader_name else None)(
+            [health(n)["cluster"]["presence_leader"] for n in survivors]), timeout=NODE_TTL_MS / 1000 + 3, what="a new leader")
+        assert new in {health(n)["cluster"]["node_id"] for n in survivors}
+        # The new leader's hub starts afresh: both connections are opened there again.
+        await agent.recv_type("connected", timeout=5, skip=("status",))
+        again = await dashboard.recv_type("connected", timeout=5, skip=("status",))
+        if "ann" not in [e["agent_id"] for e in again["payload"]["agents"]]:
+            # The dashboard's node reopened it first: the agent's arrival comes as a status.
+            assert (await dashboard.recv_type("status", timeout=5))["from"] == "ann"
+        await agent.send({"type": "status", "payload": {"status": "busy"}})
+        deadline = time.monotonic() + 5
+        while True:
+            status = await dashboard.recv_type("status", timeout=max(0.1, deadline - time.monotonic()))
+            if status["from"] == "ann" and status["payload"]["status"] == "busy":
+                break
+
+    run(body(), timeout=40)
