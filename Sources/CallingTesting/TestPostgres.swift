@@ -117,7 +117,16 @@ public final class TestPostgres: @unchecked Sendable {
     public func kill9() {
         lock.lock()
         defer { lock.unlock() }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        if process.isRunning {
+            // The backends too: a postmaster killed alone leaves them running until they notice,
+            // and a backend in the middle of a transaction may still commit it.
+            let pid = process.processIdentifier
+            let children = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+            kill(pid, SIGKILL)
+            for child in children.split(separator: " ").compactMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
+                kill(child, SIGKILL)
+            }
+        }
         process.waitUntilExit()
     }
 

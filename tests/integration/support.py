@@ -601,8 +601,10 @@ class PostgresServer:
         return result.stdout.strip()
 
     def kill9(self) -> None:
-        """SIGKILL, as a crash would; `restart()` brings it back on the same port and data."""
-        kill_and_reap(self.proc)
+        """SIGKILL to the postmaster and its backends, as a crash would (a postmaster killed alone
+        leaves its backends running until they notice, and they may still commit); `restart()`
+        brings it back on the same port and data."""
+        kill_and_reap(self.proc, group=True)
 
     def restart(self) -> None:
         for _ in range(50):
