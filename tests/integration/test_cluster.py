@@ -775,3 +775,47 @@ def test_a_killed_node_mid_chat_loses_no_acked_chat_and_its_peer_resumes_on_anot
     elapsed = run(body(), timeout=60)
     print(f"node loss noticed after {elapsed:.2f}s (bound {bound}s)")
     assert postgres.psql(url, "SELECT count(*) = count(DISTINCT seq) FROM chat_messages WHERE room_id = 'mid'") == "t"
+
+
+def test_chats_stored_while_redis_is_down_reach_the_other_nodes_peers_once_it_is_back(chat_cluster, redis):
+    nodes, url = chat_cluster
+    a, b, c = nodes
+
+    async def body():
+        alice = await ChatPeer.connect(a, "outage", "alice")
+        bob = await ChatPeer.connect(b, "outage", "bob")
+        await wait_remote(nodes, [1, 1, 2])
+        for k in range(3):
+            await alice.send_chat(f"a{k}", f"before {k}")
+        await bob.wait_chats(3)
+
+        redis.stop()
+        wait_for(lambda: all(health(n)["cluster"]["redis"] == "down" for n in nodes), what="Redis down everywhere")
+        # PostgreSQL is up: chats are stored and acked on each node, but the bus cannot carry them.
+        during = {}
+        for k in range(4):
+            during[f"a-during{k}"] = (await alice.send_chat(f"a-during{k}", f"alice during {k}"))["payload"]["seq"]
+            during[f"b-during{k}"] = (await bob.send_chat(f"b-during{k}", f"bob during {k}"))["payload"]["seq"]
+        assert sorted(during.values()) == list(range(4, 12))
+        await asyncio.sleep(0.3)
+        assert bob.seqs() == [1, 2, 3] and alice.seqs() == []
+
+        redis.start()
+        wait_for(lambda: all(health(n)["cluster"]["synced"] for n in nodes), timeout=10, what="reconnected")
+        # Each peer gets the other's chats from the outage from the store, once.
+        await alice.wait_chats(4)
+        await bob.wait_chats(7)
+        after = await alice.send_chat("a-after", "after")
+        assert after["payload"]["seq"] == 12
+        await bob.wait_chats(8)
+        await asyncio.sleep(0.3)
+        assert sorted(alice.seqs()) == [seq for client, seq in sorted(during.items(), key=lambda kv: kv[1]) if client.startswith("b-")]
+        assert sorted(bob.seqs()) == [1, 2, 3] + [seq for client, seq in during.items() if client.startswith("a-")] + [12]
+        assert len(bob.seqs()) == len(set(bob.seqs())) and len(alice.seqs()) == len(set(alice.seqs()))
+        for peer in (alice, bob):
+            for frame in peer.chats:
+                assert frame["from"] != peer.name
+
+    run(body(), timeout=60)
+    assert a.metrics()["calling_cluster_chat_gap_fills_total"] == 4
+    assert b.metrics()["calling_cluster_chat_gap_fills_total"] == 4
