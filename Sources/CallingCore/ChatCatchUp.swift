@@ -14,8 +14,10 @@
 /// of order. Per room: `horizon`, the highest seq known to exist. A peer has a gap while its
 /// watermark is below the horizon; a gap still open after `gapMs` (frames in flight from other nodes
 /// arrive out of order, which is no loss) asks for the history after the lowest watermark of the
-/// room's peers. When the bus comes back after an outage, every room asks at once: a loss at the end
-/// of an outage leaves no later frame to show it.
+/// room's peers. A chat committed just before the sending node heard of a new seat may be the
+/// room's last for a while, with no later frame to show the gap: so the room also reads once
+/// `gapMs` after each local join. When the bus comes back after an outage, every room asks at once:
+/// a loss at the end of an outage leaves no later frame to show it either.
 ///
 /// Pure: inputs in, effects out; the cluster link reads the store and hands the frames to sockets.
 public struct ChatCatchUp: Sendable {
@@ -65,6 +67,9 @@ public struct ChatCatchUp: Sendable {
         var fetching = false
         /// Asked again while a read was in flight (Redis came back): read once more after it.
         var again = false
+        /// A local peer joined at this time: one read `gapMs` later finds a chat another node
+        /// committed before it heard of the seat, even when no later chat shows the gap.
+        var probeSince: Millis?
 
         var lowestWatermark: Int64 { members.values.map(\.watermark).min() ?? horizon }
         var hasGap: Bool { members.values.contains { $0.watermark < horizon } }
@@ -94,6 +99,7 @@ public struct ChatCatchUp: Sendable {
         if let previous = room.members[peer] { roomOf[previous.connection] = nil }
         room.members[peer] = Member(connection: connection, watermark: lastSeq)
         room.horizon = max(room.horizon, lastSeq)
+        if room.probeSince == nil { room.probeSince = now }
         roomOf[connection] = (roomID, peer)
         rooms[roomID] = settle(room, now: now)
     }
@@ -142,8 +148,11 @@ public struct ChatCatchUp: Sendable {
     public mutating func tick(now: Millis) -> [Effect] {
         var effects: [Effect] = []
         for roomID in rooms.keys.sorted() {
-            guard var room = rooms[roomID], !room.fetching, let since = room.gapSince, now - since >= settings.gapMs else { continue }
+            guard var room = rooms[roomID], !room.fetching else { continue }
+            let due = [room.gapSince, room.probeSince].contains { since in since.map { now - $0 >= settings.gapMs } ?? false }
+            guard due else { continue }
             room.fetching = true
+            room.probeSince = nil
             effects.append(.fetch(roomID, sinceSeq: room.lowestWatermark, limit: settings.pageSize))
             rooms[roomID] = room
         }

@@ -12,11 +12,25 @@ final class ChatCatchUpTests: XCTestCase {
         ChatMessage(room: "r", seq: seq, from: from, clientID: "c\(seq)", text: "m\(seq)", meta: nil, timestamp: 1_000 + seq)
     }
 
+    /// alice and bob seated, and the read after their joins done.
     func twoPeers(lastSeq: Int64 = 10) -> ChatCatchUp {
         var catchUp = ChatCatchUp(settings: .init(gapMs: 100, pageSize: 50))
-        catchUp.joined(room: room, peer: "alice", connection: alice, lastSeq: lastSeq, now: 0)
-        catchUp.joined(room: room, peer: "bob", connection: bob, lastSeq: lastSeq, now: 0)
+        catchUp.joined(room: room, peer: "alice", connection: alice, lastSeq: lastSeq, now: -100)
+        catchUp.joined(room: room, peer: "bob", connection: bob, lastSeq: lastSeq, now: -100)
+        XCTAssertEqual(catchUp.tick(now: 0), [.fetch(room, sinceSeq: lastSeq, limit: 50)])
+        XCTAssertEqual(catchUp.fetched(room: room, messages: [], hasMore: false, now: 0), [])
         return catchUp
+    }
+
+    func test_one_read_after_a_join_finds_a_last_chat_committed_before_the_seat_was_known() {
+        var catchUp = ChatCatchUp(settings: .init(gapMs: 100, pageSize: 50))
+        catchUp.joined(room: room, peer: "alice", connection: alice, lastSeq: 3, now: 0)
+        XCTAssertEqual(catchUp.openGaps, 0)
+        XCTAssertEqual(catchUp.tick(now: 50), [])
+        XCTAssertEqual(catchUp.tick(now: 100), [.fetch(room, sinceSeq: 3, limit: 50)])
+        XCTAssertEqual(catchUp.fetched(room: room, messages: [message(4)], hasMore: false, now: 110),
+                       [.deliver(message(4), to: [alice])])
+        XCTAssertEqual(catchUp.tick(now: 1_000), [], "one read per join")
     }
 
     func test_in_order_and_out_of_order_arrivals_open_no_read_and_a_repeat_is_dropped() {
@@ -49,6 +63,8 @@ final class ChatCatchUpTests: XCTestCase {
     func test_after_an_outage_every_room_reads_at_once_and_a_sender_is_not_given_its_own_message() {
         var catchUp = twoPeers()
         catchUp.joined(room: "other", peer: "dan", connection: ConnectionID(3), lastSeq: 0, now: 0)
+        XCTAssertEqual(catchUp.tick(now: 100), [.fetch("other", sinceSeq: 0, limit: 50)])
+        XCTAssertEqual(catchUp.fetched(room: "other", messages: [], hasMore: false, now: 100), [])
         catchUp.committed(room: room, seq: 11, now: 5)  // alice's, stored here: both have it
         XCTAssertEqual(catchUp.openGaps, 0, "a tail loss shows no gap")
         XCTAssertEqual(catchUp.busRestored(), [.fetch("other", sinceSeq: 0, limit: 50), .fetch(room, sinceSeq: 11, limit: 50)])
@@ -80,7 +96,7 @@ final class ChatCatchUpTests: XCTestCase {
 
     func test_a_takeover_follows_the_new_connection_and_a_leave_forgets_the_peer() {
         var catchUp = twoPeers()
-        let alice2 = ConnectionID(7)
+        let alice2 = ConnectionID(7)  // (its join's read is not this test's)
         catchUp.joined(room: room, peer: "alice", connection: alice2, lastSeq: 12, now: 0)
         XCTAssertEqual(catchUp.arrived(room: room, seq: 12, targets: [alice2, bob], now: 1), [bob], "alice2's welcome covered 12")
         catchUp.left(alice)  // the old connection's close changes nothing
