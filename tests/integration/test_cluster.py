@@ -819,3 +819,24 @@ def test_chats_stored_while_redis_is_down_reach_the_other_nodes_peers_once_it_is
     run(body(), timeout=60)
     assert a.metrics()["calling_cluster_chat_gap_fills_total"] == 4
     assert b.metrics()["calling_cluster_chat_gap_fills_total"] == 4
+
+
+def test_without_database_url_chat_is_per_node_and_no_seq_is_taken_for_another_node_s(cluster):
+    a, b, _ = cluster
+
+    async def body():
+        alice = await ChatPeer.connect(a, "local-chat", "alice")
+        bob = await ChatPeer.connect(b, "local-chat", "bob")
+        await wait_remote(cluster, [1, 1, 2])
+        assert [(await alice.send_chat(f"a{k}", "hi"))["payload"]["seq"] for k in range(2)] == [1, 2]
+        # Node b's SQLite has its own sequence: bob's first chat is seq 1 there.
+        assert (await bob.send_chat("b0", "hello"))["payload"]["seq"] == 1
+        await bob.wait_chats(2)
+        await alice.wait_chats(1)
+        # Forwarded as it is: a seq alice "has" (her own 1) does not hide bob's 1 from her.
+        assert bob.seqs() == [1, 2] and alice.seqs() == [1] and alice.chats[0]["from"] == "bob"
+        assert [m["client_id"] for m in room_history(a, "local-chat")] == ["a0", "a1"]
+        assert [m["client_id"] for m in room_history(b, "local-chat")] == ["b0"]
+
+    run(body(), timeout=30)
+    assert a.metrics().get("calling_cluster_chat_gap_fills_total", 0) == 0
