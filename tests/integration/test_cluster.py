@@ -1,6 +1,7 @@
 """Cluster mode: three real calling-server processes sharing one real redis-server
 (docs/operations.md, "Running a cluster"). Redis runs on a free loopback port in the test's temp
-folder, without persistence, and is killed after the test."""
+folder, without persistence, and is killed after the test. The chat tests add one PostgreSQL
+database all three nodes share (`database_url`, the session's `postgres` fixture)."""
 
 from __future__ import annotations
 
