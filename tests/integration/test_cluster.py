@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -841,3 +842,36 @@ def test_without_database_url_chat_is_per_node_and_no_seq_is_taken_for_another_n
 
     run(body(), timeout=30)
     assert a.metrics().get("calling_cluster_chat_gap_fills_total", 0) == 0
+
+
+def test_a_chat_stored_before_its_node_heard_of_a_new_seat_still_reaches_that_peer_once(chat_cluster, redis):
+    nodes, url = chat_cluster
+    a, _, c = nodes
+
+    async def body():
+        alice = await ChatPeer.connect(a, "race", "alice")
+        await wait_remote(nodes, [0, 1, 1])
+        assert (await alice.send_chat("first", "before bob"))["payload"]["seq"] == 1
+        # A slow bus: Redis paused (shorter than the heartbeat lifetime and the Redis timeouts), so
+        # bob's seat on node c has not reached node a when alice's next chat commits there.
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        try:
+            bob = await ChatPeer.connect(c, "race", "bob", last_seq=1)
+            assert bob.peer.welcome["payload"]["last_seq"] == 1
+            ack = await alice.send_chat("second", "while bob's seat is on its way")
+            assert ack["payload"]["seq"] == 2
+            await asyncio.sleep(0.4)
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        await alice.wait_frame("peer-joined", lambda f: f["from"] == "bob")
+        # Node a never forwarded seq 2 to bob; node c reads it for him (once cluster_chat_gap_ms
+        # after his join), and the last chat of the room shows no gap by itself.
+        await bob.wait_chats(1, timeout=5)
+        await asyncio.sleep(0.5)
+        assert bob.seqs() == [2], bob.chats
+        ack = await alice.send_chat("third", "after")
+        await bob.wait_chats(2)
+        assert bob.seqs() == [2, 3]
+
+    run(body(), timeout=30)
+    assert c.metrics()["calling_cluster_chat_gap_fills_total"] == 1
