@@ -10,7 +10,16 @@ node A, `b1` on node B. Round trip: `a1` sends a `data` frame to the echoing pee
 back; sequential, one in flight. Throughput: `a1` sends `candidate` frames to `a2`, then to `b1`,
 with 32 in flight for `--seconds` each. Then `--peers` idle peers join rooms of 4, alternating
 between the two nodes, so every room spans both: time until all are welcomed and until each node
-seats the other's half, and the RSS of each node. Every frame is checked (a counter in the payload). The client is Python
+seats the other's half, and the RSS of each node. Every frame is checked (a counter in the payload).
+
+    python bench/cluster.py --chat 1000 [--senders 4] [--binary …]
+
+measures chat across nodes instead: a throwaway PostgreSQL (tests/integration/support.py's
+PostgresServer), one redis-server and three nodes sharing both (`database_url`). Latency: `a1`
+on node A sends `--chat` chats one at a time to a room with `a2` (node A), `b1` (node B) and
+`c1` (node C): the time to its `chat-ack` (the commit) and until each receiver has the `chat`.
+Throughput: `--senders` senders on each node send `--chat` chats each, one in flight per sender;
+every receiver must get every other sender's chat exactly once with seqs 1..N. The client is Python
 (`websockets`), which costs more than the server: the figures compare same-node with cross-node,
 they are not the server's limits (bench/README.md has those). Prints a Markdown table for
 docs/benchmarks.md. Everything started is killed at the end.
@@ -143,8 +152,138 @@ async def throughput(sender, receiver, target: str, seconds: float, window: int 
     return received / (time.monotonic() - started)
 
 
+async def join_chat(server, room: str, peer: str):
+    token = support.sign_jwt(support.claims(room=room, sub=peer, ttl=3600), SECRET.encode())
+    ws = await connect(f"ws://127.0.0.1:{server.port}/v1/ws?token={token}", proxy=None, compression=None, ping_interval=None,
+                       max_size=1 << 22, open_timeout=30)
+    welcome = json.loads(await ws.recv())
+    assert welcome["type"] == "welcome", welcome
+    return ws
+
+
+async def chat_latency(nodes, count: int) -> dict[str, list[float]]:
+    """`a1` sends `count` chats one at a time; per chat the µs until its ack and until each receiver has it."""
+    a, b, c = nodes
+    a1 = await join_chat(a, "lat", "a1")
+    receivers = {"a2 (same node)": await join_chat(a, "lat", "a2"), "b1 (node B)": await join_chat(b, "lat", "b1"),
+                 "c1 (node C)": await join_chat(c, "lat", "c1")}
+    await asyncio.sleep(1.0)  # every node seats the others
+    for ws in receivers.values():  # the peer-joined frames so far
+        while True:
+            try:
+                await asyncio.wait_for(ws.recv(), 0.2)
+            except asyncio.TimeoutError:
+                break
+    times: dict[str, list[float]] = {"chat-ack (commit)": [], **{name: [] for name in receivers}}
+
+    async def receive(name, ws, client_id, started):
+        while True:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            if frame["type"] == "chat":
+                assert frame["payload"]["client_id"] == client_id, frame
+                times[name].append((time.perf_counter() - started) * 1e6)
+                return
+
+    async def ack(client_id, started):
+        while True:
+            frame = json.loads(await asyncio.wait_for(a1.recv(), 10))
+            if frame["type"] == "chat-ack":
+                assert frame["payload"]["client_id"] == client_id and "error" not in frame, frame
+                times["chat-ack (commit)"].append((time.perf_counter() - started) * 1e6)
+                return
+
+    for i in range(count):
+        client_id = f"m{i}"
+        started = time.perf_counter()
+        await a1.send(json.dumps({"type": "chat", "payload": {"client_id": client_id, "text": f"message {i}"}}))
+        await asyncio.gather(ack(client_id, started), *(receive(n, ws, client_id, started) for n, ws in receivers.items()))
+    for ws in (a1, *receivers.values()):
+        await ws.close()
+    return times
+
+
+async def chat_throughput(nodes, senders: int, count: int) -> tuple[float, int]:
+    """`senders` senders per node, `count` chats each, one in flight per sender; returns chats/s and N."""
+    peers = []
+    for n, node in enumerate(nodes):
+        for i in range(senders):
+            peers.append((f"n{n}s{i}", await join_chat(node, "tput", f"n{n}s{i}")))
+    await asyncio.sleep(1.0)
+    total = len(peers) * count
+    received: dict[str, list[int]] = {name: [] for name, _ in peers}
+
+    async def run(name, ws):
+        pending = None
+        sent = 0
+        expected = total - count
+        while sent < count or pending is not None or len(received[name]) < expected:
+            if pending is None and sent < count:
+                pending = f"{name}-{sent}"
+                await ws.send(json.dumps({"type": "chat", "payload": {"client_id": pending, "text": f"{name} {sent}"}}))
+                sent += 1
+            frame = json.loads(await asyncio.wait_for(ws.recv(), 20))
+            if frame["type"] == "chat":
+                received[name].append(frame["payload"]["seq"])
+            elif frame["type"] == "chat-ack":
+                assert frame["payload"]["client_id"] == pending and "error" not in frame, frame
+                pending = None
+
+    started = time.monotonic()
+    await asyncio.gather(*(run(name, ws) for name, ws in peers))
+    elapsed = time.monotonic() - started
+    for name, seqs in received.items():
+        assert len(seqs) == len(set(seqs)) == total - count, (name, len(seqs))
+        assert max(seqs) <= total
+    for _, ws in peers:
+        await ws.close()
+    return total / elapsed, total
+
+
+def chat_main(args, redis_binary: str) -> int:
+    """Three nodes, one Redis, one PostgreSQL: chat latency and throughput across nodes."""
+    folder = Path(tempfile.mkdtemp(prefix="calling-cluster-chat-bench-"))
+    port = free_port()
+    redis = subprocess.Popen([redis_binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                              "--dir", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    postgres = support.PostgresServer().start()
+    nodes = []
+    try:
+        url = postgres.create_database()
+        flags = {"cluster_redis_url": f"redis://127.0.0.1:{port}", "database_url": url, "log_level": "warning",
+                 "max_frames_per_second": 1000000, "frame_burst": 1000000, "flood_close_after": 1000000}
+        for name in ("node-a", "node-b", "node-c"):
+            (folder / name).mkdir()
+            node = support.Server(folder / name, flags={**flags, "node_id": name}, env={"CALLING_JWT_SECRET": SECRET})
+            nodes.append(node.start())
+        load = os.getloadavg()[0]
+        latency = asyncio.run(chat_latency(nodes, args.chat))
+        rate, total = asyncio.run(chat_throughput(nodes, args.senders, args.chat // 2))
+        seqs = postgres.psql(url, "SELECT count(*) || ',' || max(seq) FROM chat_messages WHERE room_id = 'tput'")
+        assert seqs == f"{total},{total}", seqs
+        metrics = [node.metrics() for node in nodes]
+        print(f"load before: {load:.2f}, after: {os.getloadavg()[0]:.2f}")
+        print("| a1 (node A) sends, one at a time | p50 | p99 | chats |")
+        print("| --- | --- | --- | --- |")
+        for label, values in latency.items():
+            print(f"| {label} | {percentile(values, 0.5):.0f} µs | {percentile(values, 0.99):.0f} µs | {len(values)} |")
+        print(f"\n{args.senders} senders on each of 3 nodes, one chat in flight each: {total} chats in one room at "
+              f"{rate:,.0f} chats/s (seq 1..{total} in PostgreSQL, every receiver got each other sender's chat once); "
+              "gap fills " + ", ".join(str(int(m.get("calling_cluster_chat_gap_fills_total", 0))) for m in metrics)
+              + ", duplicates dropped " + ", ".join(str(int(m.get("calling_cluster_chat_duplicates_dropped_total", 0))) for m in metrics))
+        return 0
+    finally:
+        for node in nodes:
+            node.kill()
+        support.kill_and_reap(redis)
+        postgres.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chat", type=int, default=0,
+                        help="measure chat across three nodes with a shared PostgreSQL instead (this many chats)")
+    parser.add_argument("--senders", type=int, default=4, help="--chat: concurrent senders per node")
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--binary", default=str(ROOT / ".build/release/calling-server"))
@@ -157,6 +296,8 @@ def main() -> int:
         return 2
     os.environ["CALLING_SERVER_BIN"] = args.binary
     support.BINARY = Path(args.binary)
+    if args.chat > 0:
+        return chat_main(args, redis_binary)
     folder = Path(tempfile.mkdtemp(prefix="calling-cluster-bench-"))
     port = free_port()
     redis = subprocess.Popen([redis_binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",

@@ -9,6 +9,11 @@ import Foundation
 /// stamp). Membership frames (`welcome`, `peer-joined`, `peer-left`) are not forwarded: every
 /// node makes them for its own peers from the membership bus. `meter` frames are: a room's meter
 /// runs on the one node whose store holds its call.
+///
+/// With a shared chat store (`database_url`), `ChatCatchUp` (CallingCore) follows which chat seqs
+/// each local peer has: a forwarded chat a peer already has is not handed to it again, and the
+/// history behind a gap (a chat forwarded before its seat was known, or dropped while Redis was
+/// down) is read from the store and delivered (`readHistory`, installed by `ClusterLink`).
 /// Service thread.
 final class ClusterRouter: Router {
     let local: LocalRouter
@@ -17,14 +22,25 @@ final class ClusterRouter: Router {
     /// Frames published to other nodes, and received from them.
     private(set) var forwarded = 0
     private(set) var arrived = 0
+    /// Nil without a shared chat store: each node's seqs are its own, so no gap can be told.
+    private(set) var catchUp: ChatCatchUp?
+    /// Chats handed to local peers from the store because the bus had not brought them, and
+    /// forwarded chats not handed over because the peer had them already.
+    private(set) var chatsFilled = 0
+    private(set) var chatsDeduplicated = 0
+    /// Reads a room's history for `catchUp` and answers with `historyRead`; set by `ClusterLink`.
+    var readHistory: ((RoomID, Int64, Int) -> Void)?
+    private let now: @Sendable () -> Millis
 
     private static let nodeLocalTypes: Set<String> = [FrameType.welcome.rawValue, FrameType.peerJoined.rawValue,
                                                        FrameType.peerLeft.rawValue]
 
-    init(local: LocalRouter, driver: RedisClusterDriver) {
+    init(local: LocalRouter, driver: RedisClusterDriver, catchUp: ChatCatchUp? = nil, now: @escaping @Sendable () -> Millis) {
         self.local = local
         self.driver = driver
         self.membership = ClusterMembership(node: driver.settings.node)
+        self.catchUp = catchUp
+        self.now = now
     }
 
     var node: String { membership.node }
@@ -32,6 +48,8 @@ final class ClusterRouter: Router {
     // MARK: Router
 
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
+        // A local peer's `welcome` says from which seq on it needs live chats.
+        if catchUp != nil, frame.type == FrameType.welcome.rawValue { welcomed(frame, targets) }
         guard targets.contains(where: ClusterMembership.isRemote) else { return local.deliver(frame, to: targets) }
         local.deliver(frame, to: targets.filter { !ClusterMembership.isRemote($0) })
         guard !Self.nodeLocalTypes.contains(frame.type) else { return }
@@ -84,7 +102,12 @@ final class ClusterRouter: Router {
             return submit(membership.handle(.remoteSeatReleased(connection)))
         }
         local.left(identity, from: connection)
+        catchUp?.left(connection)
         submit(membership.handle(.localLeft(identity, connection)))
+    }
+
+    func committed(_ message: ChatMessage) {
+        catchUp?.committed(room: message.room, seq: message.seq, now: now())
     }
 
     func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? { local.connection(of: peer, in: room) }
@@ -108,11 +131,68 @@ final class ClusterRouter: Router {
 
     /// A frame another node addressed to some of this node's peers.
     func deliverArrived(room: RoomID, peers: [PeerID], bytes: [UInt8]) {
-        let targets = peers.compactMap { local.connection(of: $0, in: room) }
+        var targets = peers.compactMap { local.connection(of: $0, in: room) }
         guard !targets.isEmpty else { return }
-        arrived += targets.count
         // The type, for the frames-out counter, without decoding the whole frame.
-        local.deliver(encoded: bytes, type: Self.frameType(bytes) ?? "unknown", to: targets)
+        let type = Self.frameType(bytes) ?? "unknown"
+        if catchUp != nil, type == FrameType.chat.rawValue, let seq = Self.chatSeq(bytes) {
+            let fresh = catchUp?.arrived(room: room, seq: seq, targets: targets, now: now()) ?? targets
+            chatsDeduplicated += targets.count - fresh.count
+            targets = fresh
+            guard !targets.isEmpty else { return }
+        }
+        arrived += targets.count
+        local.deliver(encoded: bytes, type: type, to: targets)
+    }
+
+    /// Every `tick_ms`: gaps open for `cluster_chat_gap_ms` read the history behind them.
+    func tick(now current: Millis) {
+        guard catchUp != nil else { return }
+        perform(catchUp?.tick(now: current) ?? [])
+    }
+
+    /// Redis is back after an outage: every room with local peers reads what the bus dropped.
+    func busRestored() {
+        guard catchUp != nil else { return }
+        perform(catchUp?.busRestored() ?? [])
+    }
+
+    /// The answer to a `readHistory`.
+    func historyRead(room: RoomID, _ result: Result<[ChatMessage], HistoryReadFailure>, hasMore: Bool) {
+        switch result {
+        case .success(let messages): perform(catchUp?.fetched(room: room, messages: messages, hasMore: hasMore, now: now()) ?? [])
+        case .failure: catchUp?.fetchFailed(room: room, now: now())
+        }
+    }
+
+    struct HistoryReadFailure: Error {}
+
+    private func perform(_ effects: [ChatCatchUp.Effect]) {
+        for effect in effects {
+            switch effect {
+            case .fetch(let room, let sinceSeq, let limit):
+                if let readHistory { readHistory(room, sinceSeq, limit) } else { catchUp?.fetchFailed(room: room, now: now()) }
+            case .deliver(let message, let targets):
+                chatsFilled += targets.count
+                local.deliver(message.frame, to: targets)
+            }
+        }
+    }
+
+    private func welcomed(_ frame: Frame, _ targets: [ConnectionID]) {
+        guard let payload = frame.payload, case .string(let room)? = payload["room_id"], case .string(let peer)? = payload["peer_id"],
+            case .int(let lastSeq)? = payload["last_seq"]
+        else { return }
+        let current = now()
+        for target in targets where !ClusterMembership.isRemote(target) {
+            catchUp?.joined(room: RoomID(room), peer: PeerID(peer), connection: target, lastSeq: lastSeq, now: current)
+        }
+    }
+
+    /// `payload.seq` of an encoded chat frame.
+    static func chatSeq(_ bytes: [UInt8]) -> Int64? {
+        guard let value = try? JSONParser.parse(bytes), case .int(let seq)? = value["payload"]?["seq"] else { return nil }
+        return seq
     }
 
     private func submit(_ effects: [ClusterEffect]) {
@@ -153,6 +233,8 @@ final class ClusterLink: @unchecked Sendable {
     private let logger: Logger
     private(set) var isSynced = false
     private var lastError: String?
+    /// Redis was lost since the last complete resync.
+    private var lostBus = false
 
     init(router: ClusterRouter, rooms: SignalingService, presence: PresenceEndpoint, logger: Logger) {
         self.router = router
@@ -169,8 +251,26 @@ final class ClusterLink: @unchecked Sendable {
     }
 
     func start() {
+        // Weak: the router keeps this closure, and the link keeps the router.
+        router.readHistory = { [weak self] room, sinceSeq, limit in
+            guard let self else { return }
+            rooms.chats.history(room: room, sinceSeq: sinceSeq, limit: limit) { [weak self] result in
+                self?.rooms.context.post { [weak self] in
+                    guard let router = self?.router else { return }
+                    switch result {
+                    case .success(let page):
+                        router.historyRead(room: room, .success(page.messages.map(ChatMessage.init(record:))), hasMore: page.hasMore)
+                    case .failure:
+                        router.historyRead(room: room, .failure(ClusterRouter.HistoryReadFailure()), hasMore: false)
+                    }
+                }
+            }
+        }
         router.driver.start { [self] events in handle(events) }
     }
+
+    /// Every `tick_ms`, service thread.
+    func tick(now: Millis) { router.tick(now: now) }
 
     func stop() { router.driver.stop() }
 
@@ -182,6 +282,7 @@ final class ClusterLink: @unchecked Sendable {
                 apply(router.handle(.connected))
             case .disconnected(let error):
                 isSynced = false
+                lostBus = true
                 lastError = error
                 apply(router.handle(.disconnected))
                 presence.clusterLost()
@@ -190,6 +291,11 @@ final class ClusterLink: @unchecked Sendable {
             case .snapshot(let seats, let everyNode, let complete):
                 if everyNode { isSynced = true }
                 apply(router.handle(.snapshot(seats, complete: complete)))
+                // Frames to other nodes were dropped while Redis was away; everyone has re-seated now.
+                if everyNode, lostBus {
+                    lostBus = false
+                    router.busRestored()
+                }
             case .liveness(let registered, let alive):
                 apply(router.handle(.liveness(registered: registered, alive: alive)))
                 presence.nodesAlive(alive)
@@ -251,6 +357,10 @@ final class ClusterLink: @unchecked Sendable {
         line("calling_cluster_commands_dropped_total", "counter", "Commands dropped because Redis was unreachable.", router.driver.dropped)
         line("calling_cluster_frames_forwarded_total", "counter", "Frame deliveries published to peers on other nodes.", router.forwarded)
         line("calling_cluster_frames_arrived_total", "counter", "Frame deliveries from other nodes handed to local peers.", router.arrived)
+        line("calling_cluster_chat_gap_fills_total", "counter",
+             "Chats handed to local peers from the shared store because the bus had not brought them (database_url).", router.chatsFilled)
+        line("calling_cluster_chat_duplicates_dropped_total", "counter",
+             "Chats from other nodes not handed to a local peer that had them already (database_url).", router.chatsDeduplicated)
         return out
     }
 }

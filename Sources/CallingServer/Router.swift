@@ -28,6 +28,12 @@ protocol Router: AnyObject {
     /// Whether `connection` is this node's (a socket or an HTTP session) rather than a seat
     /// standing for a peer on another node. Webhooks and call bookkeeping follow local seats only.
     func isLocal(_ connection: ConnectionID) -> Bool
+    /// This node stored `message` (not a retry) and its hub is handing it to the room.
+    func committed(_ message: ChatMessage)
+}
+
+extension Router {
+    func committed(_ message: ChatMessage) {}
 }
 
 /// A room member that is not a socket of the transport: an HTTP session's seat (HTTPSessions.swift).

@@ -79,7 +79,9 @@ public final class ServerApp: @unchecked Sendable {
                                                        heartbeatMs: config.clusterHeartbeatMs, nodeTTLMs: config.clusterNodeTTLMs,
                                                        timeoutMs: config.clusterRedisTimeoutMs)
             let driver = RedisClusterDriver(settings: settings, logger: logger.labeled("cluster"), post: context.post)
-            clusterRouter = ClusterRouter(local: localRouter, driver: driver)
+            // Seqs are cluster-wide only in a shared store; with each node's SQLite they are not comparable.
+            let catchUp = config.databaseURL.isEmpty ? nil : ChatCatchUp(settings: ChatCatchUp.Settings(gapMs: Int64(config.clusterChatGapMs)))
+            clusterRouter = ClusterRouter(local: localRouter, driver: driver, catchUp: catchUp, now: context.now)
             logger.info("cluster mode", ["node": node, "redis": settings.endpoint.description])
         }
         router = clusterRouter ?? localRouter
@@ -104,7 +106,7 @@ public final class ServerApp: @unchecked Sendable {
     }
 
     /// Every `tick_ms` on the service thread, in this order: presence timers, the hub's timers, the
-    /// calls' sweep and stats batch, HTTP session deadlines, room token expiry.
+    /// calls' sweep and stats batch, HTTP session deadlines, room token expiry, the cluster's chat gaps.
     private func tick() {
         let now = context.now()
         presence.tick(now: now)
@@ -112,6 +114,7 @@ public final class ServerApp: @unchecked Sendable {
         calls.tick(now: now)
         httpSessions.tick(now: now)
         roomEndpoint.tick(now: now)
+        cluster?.tick(now: now)
     }
 
     /// The SQLite store itself, or a PostgreSQL store for `database_url` (its chat migrations applied).

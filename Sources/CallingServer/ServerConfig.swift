@@ -133,6 +133,9 @@ public struct ServerConfig: Sendable, Equatable {
     public var clusterNodeTTLMs = 3_000
     /// Connect, read and write timeout of each Redis call.
     public var clusterRedisTimeoutMs = 1_000
+    /// With `database_url`: how long a local peer may miss a chat seq another node stored before
+    /// this node reads the history behind the gap and hands it the missing messages.
+    public var clusterChatGapMs = 1_000
 
     public init() {}
 
@@ -361,6 +364,8 @@ public struct ServerConfig: Sendable, Equatable {
         .int("cluster_node_ttl_ms", "heartbeat lifetime: a node silent this long (plus a heartbeat) is gone and its peers leave",
              \.clusterNodeTTLMs, 100...600_000),
         .int("cluster_redis_timeout_ms", "connect, read and write timeout of each Redis call", \.clusterRedisTimeoutMs, 50...60_000),
+        .int("cluster_chat_gap_ms", "with database_url: a chat seq a local peer still misses after this long is read from the store and delivered",
+             \.clusterChatGapMs, 10...600_000),
     ]
 
     /// Names that are secrets: never a config-file key, never a flag.

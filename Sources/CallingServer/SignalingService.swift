@@ -259,6 +259,7 @@ final class SignalingService: @unchecked Sendable {
                 case .stored(_, _, let duplicate): if duplicate { metrics.chatDuplicates += 1 } else { metrics.chatStored += 1 }
                 case .failed: metrics.storeFailures += 1
                 }
+                if case .stored(let message, _, false) = outcome { router.committed(message) }
                 apply(hub.handle(.chatStored(outcome), now: now()))
                 metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- received)
                 if case .stored(let message, _, false) = outcome, webhooks.wants(.chatMessage) {

@@ -1,6 +1,7 @@
 """Cluster mode: three real calling-server processes sharing one real redis-server
 (docs/operations.md, "Running a cluster"). Redis runs on a free loopback port in the test's temp
-folder, without persistence, and is killed after the test."""
+folder, without persistence, and is killed after the test. The chat tests add one PostgreSQL
+database all three nodes share (`database_url`, the session's `postgres` fixture)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -507,3 +509,369 @@ def test_when_the_presence_leader_dies_another_node_takes_the_lease_and_presence
                 break
 
     run(body(), timeout=40)
+
+
+# ---- chat across nodes: one PostgreSQL database (`database_url`) shared by all three nodes ----
+
+CHAT_SKIP = ("peer-joined", "peer-left", "typing", "read")
+
+
+@pytest.fixture
+def chat_cluster(start_server, redis, postgres):
+    """Three nodes on one Redis and one PostgreSQL database: chat is cluster-wide."""
+    url = postgres.create_database()
+    nodes = [start_node(start_server, redis, name, database_url=url, max_frames_per_second=100_000, frame_burst=100_000)
+             for name in ("node-a", "node-b", "node-c")]
+    for node in nodes:
+        wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
+    return nodes, url
+
+
+class ChatPeer:
+    """A peer whose frames are read by one background task: chats and other frames are collected,
+    chat-acks complete the sender's futures by client_id, so sending and receiving overlap."""
+
+    def __init__(self, peer: Peer, name: str):
+        self.peer = peer
+        self.name = name
+        self.chats: list[dict] = []
+        self.frames: list[dict] = []
+        self.acks: dict[str, asyncio.Future] = {}
+        self.closed = asyncio.Event()
+        self.task = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def connect(cls, server, room: str, name: str, **query) -> "ChatPeer":
+        return cls(await Peer.connect(server, server.token(room, name), name, **query), name)
+
+    async def _read(self):
+        try:
+            async for message in self.peer.ws:
+                frame = json.loads(message)
+                if frame["type"] == "chat":
+                    self.chats.append(frame)
+                elif frame["type"] == "chat-ack":
+                    future = self.acks.pop(frame["payload"]["client_id"], None)
+                    if future is not None and not future.done():
+                        future.set_result(frame)
+                    else:
+                        self.frames.append(frame)
+                else:
+                    self.frames.append(frame)
+        except Exception:  # the connection went away (a killed node); the frames so far stay
+            pass
+        finally:
+            self.closed.set()
+
+    async def send_chat(self, client_id: str, text: str, timeout: float = 10.0) -> dict:
+        future = asyncio.get_running_loop().create_future()
+        self.acks[client_id] = future
+        await self.peer.send({"type": "chat", "payload": {"client_id": client_id, "text": text}})
+        return await asyncio.wait_for(future, timeout)
+
+    def seqs(self) -> list[int]:
+        return [frame["payload"]["seq"] for frame in self.chats]
+
+    async def wait_frame(self, frame_type: str, predicate=lambda frame: True, timeout: float = 5.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            for frame in self.frames:
+                if frame["type"] == frame_type and predicate(frame):
+                    self.frames.remove(frame)
+                    return frame
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: no {frame_type} within {timeout}s; frames {self.frames}")
+            await asyncio.sleep(0.01)
+
+    async def wait_chats(self, count: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.chats) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: {len(self.chats)} chats, expected {count}")
+            await asyncio.sleep(0.01)
+
+    async def close(self):
+        await self.peer.close()
+        await self.closed.wait()
+
+
+def room_history(server, room: str) -> list[dict]:
+    token = server.token(room, "history-reader")
+    messages, since = [], 0
+    while True:
+        status, _, body = server.get_json(f"/v1/rooms/{room}/messages?since_seq={since}&limit=200", token)
+        assert status == 200, body
+        messages += body["messages"]
+        since = body["next_since_seq"]
+        if not body["has_more"]:
+            return messages
+
+
+def postgres_rows(postgres, url: str, room: str) -> str:
+    """`count,max(seq),rooms.last_seq` of a room's messages in the database."""
+    return postgres.psql(url, f"SELECT count(*) || ',' || max(seq) || ',' || (SELECT last_seq FROM rooms WHERE room_id = '{room}') "
+                              f"FROM chat_messages WHERE room_id = '{room}'")
+
+
+def test_chat_across_three_nodes_one_gap_free_seq_delivered_once_retry_history_typing_read(chat_cluster, postgres):
+    nodes, url = chat_cluster
+    per_sender = 25
+
+    async def body():
+        peers = []
+        for n, node in enumerate(nodes):
+            for i in range(2):
+                peers.append(await ChatPeer.connect(node, "talk", f"n{n}p{i}"))
+        await wait_remote(nodes, [4, 4, 4])
+
+        async def sender(peer: ChatPeer) -> dict[str, int]:
+            acked = {}
+            for k in range(per_sender):
+                ack = await peer.send_chat(f"{peer.name}-{k}", f"{peer.name} says {k}")
+                assert "error" not in ack, ack
+                acked[ack["payload"]["client_id"]] = ack["payload"]["seq"]
+            return acked
+
+        results = await asyncio.gather(*(sender(peer) for peer in peers))
+        acks = {client: seq for result in results for client, seq in result.items()}
+        total = len(peers) * per_sender
+        assert sorted(acks.values()) == list(range(1, total + 1)), "one gap-free seq across three nodes"
+        for result in results:  # each sender's own messages keep their order
+            assert list(result.values()) == sorted(result.values())
+
+        # Every peer gets every other peer's chat exactly once (stored once, forwarded once per node).
+        for peer in peers:
+            await peer.wait_chats(total - per_sender)
+        await asyncio.sleep(0.3)  # nothing more arrives: no copy per node
+        for peer in peers:
+            seqs = peer.seqs()
+            assert len(seqs) == len(set(seqs)) == total - per_sender, (peer.name, len(seqs), len(set(seqs)))
+            own = {seq for client, seq in acks.items() if client.startswith(peer.name + "-")}
+            assert set(seqs) == set(range(1, total + 1)) - own, peer.name
+            for frame in peer.chats:
+                assert acks[frame["payload"]["client_id"]] == frame["payload"]["seq"]
+                assert frame["from"] == frame["payload"]["client_id"].split("-")[0]
+
+        # A retry of a message stored through node a, sent through node c: the original ack, no new
+        # seq, nothing broadcast. (The same peer id on node c takes the seat over: 4400 on node a.)
+        first = peers[0]
+        again = await ChatPeer.connect(nodes[2], "talk", first.name)
+        await first.closed.wait()
+        assert first.peer.ws.close_code == 4400
+        ack = await again.send_chat(f"{first.name}-7", "changed text")
+        assert ack["payload"]["seq"] == acks[f"{first.name}-7"] and "error" not in ack, ack
+        await asyncio.sleep(0.3)
+        for peer in peers[1:]:
+            assert len(peer.chats) == total - per_sender, f"{peer.name} got a copy of the retry"
+
+        # typing and read across nodes: one sender on node b, heard on a and c (once each).
+        typer = peers[2]
+        await typer.peer.send({"type": "typing", "payload": {"typing": True}})
+        for peer in (peers[1], peers[3], peers[4], peers[5], again):
+            frame = await peer.wait_frame("typing", lambda f: f["from"] == typer.name)
+            assert frame["payload"] == {"typing": True}
+        # A peer joining on another node meanwhile gets the indicator right after its welcome.
+        late = await ChatPeer.connect(nodes[0], "talk", "late")
+        frame = await late.wait_frame("typing", lambda f: f["from"] == typer.name)
+        assert frame["payload"] == {"typing": True}
+        await typer.peer.send({"type": "read", "payload": {"seq": total}})
+        for peer in (peers[1], peers[3], peers[4], peers[5], again, late):
+            frame = await peer.wait_frame("read", lambda f: f["from"] == typer.name)
+            assert frame["payload"]["seq"] == total, frame
+        await asyncio.sleep(0.2)
+        for peer in peers[1:] + [again, late]:
+            extra = [f for f in peer.frames if f["type"] in ("typing", "read") and f["from"] == typer.name]
+            assert extra == [], (peer.name, extra)  # each once, not once per node
+
+        # History from any node: complete, in seq order, as acked.
+        for node in nodes:
+            messages = room_history(node, "talk")
+            assert [m["seq"] for m in messages] == list(range(1, total + 1))
+            assert {m["client_id"]: m["seq"] for m in messages} == acks
+        # Resume on any node after last_seq: exactly the messages after it.
+        for node in nodes:
+            resumed = await Peer.connect(node, node.token("talk", "resumer"), "resumer", last_seq=total - 4)
+            payload = resumed.welcome["payload"]
+            assert payload["recovered"] is True and payload["replay_count"] == 4 and payload["last_seq"] == total, payload
+            assert [(await resumed.recv())["payload"]["seq"] for _ in range(4)] == list(range(total - 3, total + 1))
+            await resumed.close()
+        for peer in peers[1:] + [again, late]:
+            await peer.close()
+        return total
+
+    total = run(body(), timeout=120)
+    # The database, not any node, holds the rows: once each.
+    assert postgres_rows(postgres, url, "talk") == f"{total},{total},{total}"
+
+
+def test_a_killed_node_mid_chat_loses_no_acked_chat_and_its_peer_resumes_on_another_node(chat_cluster, postgres):
+    nodes, url = chat_cluster
+    a, b, c = nodes
+    bound = (NODE_TTL_MS + HEARTBEAT_MS) / 1000  # docs/operations.md, "What each failure does"
+
+    async def body():
+        alice = await ChatPeer.connect(a, "mid", "alice")
+        bob = await ChatPeer.connect(b, "mid", "bob")
+        carol = await ChatPeer.connect(c, "mid", "carol")
+        await wait_remote(nodes, [2, 2, 2])
+        acked: dict[str, int] = {}
+
+        async def talk(peer: ChatPeer, prefix: str, count: int):
+            for k in range(count):
+                ack = await peer.send_chat(f"{prefix}{k}", f"{peer.name} {prefix}{k}")
+                assert "error" not in ack, ack
+                acked[f"{peer.name}:{prefix}{k}"] = ack["payload"]["seq"]
+
+        await asyncio.gather(talk(alice, "before-", 10), talk(bob, "before-", 10), talk(carol, "before-", 10))
+        await bob.wait_chats(20)
+
+        # bob sends one more without waiting; node b dies with it in flight (acked or not).
+        await bob.peer.send({"type": "chat", "payload": {"client_id": "in-flight", "text": "maybe stored"}})
+        b.kill()  # SIGKILL: no leave is published, its PostgreSQL connections just drop
+        killed = time.monotonic()
+        talking = asyncio.ensure_future(asyncio.gather(talk(alice, "during-", 10), talk(carol, "during-", 10)))
+        for peer in (alice, carol):
+            await peer.wait_frame("peer-left", lambda f: f["from"] == "bob", timeout=bound + 3)
+        elapsed = time.monotonic() - killed
+        assert elapsed < bound + HEARTBEAT_MS / 1000 + 1.0, f"peer-left after {elapsed:.2f}s, bound {bound}s"
+        await talking
+        await bob.closed.wait()
+
+        # bob's last contiguous seq: what he saw, and his own acked messages.
+        seen = set(bob.seqs()) | {seq for key, seq in acked.items() if key.startswith("bob:")}
+        last_seq = 0
+        while last_seq + 1 in seen:
+            last_seq += 1
+        assert last_seq >= 30, last_seq
+
+        bob2 = await Peer.connect(c, c.token("mid", "bob"), "bob-on-c", last_seq=last_seq)
+        payload = bob2.welcome["payload"]
+        history = room_history(a, "mid")
+        top = history[-1]["seq"]
+        assert [m["seq"] for m in history] == list(range(1, top + 1))
+        assert payload["recovered"] is True and payload["last_seq"] == top, payload
+        assert payload["replay_count"] == top - last_seq, (payload, last_seq)
+        replay = [await bob2.recv() for _ in range(payload["replay_count"])]
+        assert [f["payload"]["seq"] for f in replay] == list(range(last_seq + 1, top + 1))
+
+        # No acked chat lost: every ack is in the history with its seq, and the in-flight one is
+        # there at most once; its retry on node c answers with its seq (the original, or a new one).
+        stored = {(m["from"], m["client_id"]): m["seq"] for m in history}
+        for key, seq in acked.items():
+            peer, client = key.split(":", 1)
+            assert stored[(peer, client)] == seq, key
+        await bob2.send({"type": "chat", "payload": {"client_id": "in-flight", "text": "maybe stored"}})
+        retry = await bob2.recv_type("chat-ack", timeout=10, skip=CHAT_SKIP + ("chat",))
+        assert "error" not in retry, retry
+        if ("bob", "in-flight") in stored:
+            assert retry["payload"]["seq"] == stored[("bob", "in-flight")]
+        else:
+            assert retry["payload"]["seq"] == top + 1
+        final = room_history(c, "mid")
+        assert [m["seq"] for m in final] == list(range(1, len(final) + 1))
+        assert sum(1 for m in final if m["client_id"] == "in-flight") == 1
+        for peer in (alice, carol):
+            await peer.wait_frame("peer-joined", lambda f: f["from"] == "bob")
+        return elapsed
+
+    elapsed = run(body(), timeout=60)
+    print(f"node loss noticed after {elapsed:.2f}s (bound {bound}s)")
+    assert postgres.psql(url, "SELECT count(*) = count(DISTINCT seq) FROM chat_messages WHERE room_id = 'mid'") == "t"
+
+
+def test_chats_stored_while_redis_is_down_reach_the_other_nodes_peers_once_it_is_back(chat_cluster, redis):
+    nodes, url = chat_cluster
+    a, b, c = nodes
+
+    async def body():
+        alice = await ChatPeer.connect(a, "outage", "alice")
+        bob = await ChatPeer.connect(b, "outage", "bob")
+        await wait_remote(nodes, [1, 1, 2])
+        for k in range(3):
+            await alice.send_chat(f"a{k}", f"before {k}")
+        await bob.wait_chats(3)
+
+        redis.stop()
+        wait_for(lambda: all(health(n)["cluster"]["redis"] == "down" for n in nodes), what="Redis down everywhere")
+        # PostgreSQL is up: chats are stored and acked on each node, but the bus cannot carry them.
+        during = {}
+        for k in range(4):
+            during[f"a-during{k}"] = (await alice.send_chat(f"a-during{k}", f"alice during {k}"))["payload"]["seq"]
+            during[f"b-during{k}"] = (await bob.send_chat(f"b-during{k}", f"bob during {k}"))["payload"]["seq"]
+        assert sorted(during.values()) == list(range(4, 12))
+        await asyncio.sleep(0.3)
+        assert bob.seqs() == [1, 2, 3] and alice.seqs() == []
+
+        redis.start()
+        wait_for(lambda: all(health(n)["cluster"]["synced"] for n in nodes), timeout=10, what="reconnected")
+        # Each peer gets the other's chats from the outage from the store, once.
+        await alice.wait_chats(4)
+        await bob.wait_chats(7)
+        after = await alice.send_chat("a-after", "after")
+        assert after["payload"]["seq"] == 12
+        await bob.wait_chats(8)
+        await asyncio.sleep(0.3)
+        assert sorted(alice.seqs()) == [seq for client, seq in sorted(during.items(), key=lambda kv: kv[1]) if client.startswith("b-")]
+        assert sorted(bob.seqs()) == [1, 2, 3] + [seq for client, seq in during.items() if client.startswith("a-")] + [12]
+        assert len(bob.seqs()) == len(set(bob.seqs())) and len(alice.seqs()) == len(set(alice.seqs()))
+        for peer in (alice, bob):
+            for frame in peer.chats:
+                assert frame["from"] != peer.name
+
+    run(body(), timeout=60)
+    assert a.metrics()["calling_cluster_chat_gap_fills_total"] == 4
+    assert b.metrics()["calling_cluster_chat_gap_fills_total"] == 4
+
+
+def test_without_database_url_chat_is_per_node_and_no_seq_is_taken_for_another_node_s(cluster):
+    a, b, _ = cluster
+
+    async def body():
+        alice = await ChatPeer.connect(a, "local-chat", "alice")
+        bob = await ChatPeer.connect(b, "local-chat", "bob")
+        await wait_remote(cluster, [1, 1, 2])
+        assert [(await alice.send_chat(f"a{k}", "hi"))["payload"]["seq"] for k in range(2)] == [1, 2]
+        # Node b's SQLite has its own sequence: bob's first chat is seq 1 there.
+        assert (await bob.send_chat("b0", "hello"))["payload"]["seq"] == 1
+        await bob.wait_chats(2)
+        await alice.wait_chats(1)
+        # Forwarded as it is: a seq alice "has" (her own 1) does not hide bob's 1 from her.
+        assert bob.seqs() == [1, 2] and alice.seqs() == [1] and alice.chats[0]["from"] == "bob"
+        assert [m["client_id"] for m in room_history(a, "local-chat")] == ["a0", "a1"]
+        assert [m["client_id"] for m in room_history(b, "local-chat")] == ["b0"]
+
+    run(body(), timeout=30)
+    assert a.metrics().get("calling_cluster_chat_gap_fills_total", 0) == 0
+
+
+def test_a_chat_stored_before_its_node_heard_of_a_new_seat_still_reaches_that_peer_once(chat_cluster, redis):
+    nodes, url = chat_cluster
+    a, _, c = nodes
+
+    async def body():
+        alice = await ChatPeer.connect(a, "race", "alice")
+        await wait_remote(nodes, [0, 1, 1])
+        assert (await alice.send_chat("first", "before bob"))["payload"]["seq"] == 1
+        # A slow bus: Redis paused (shorter than the heartbeat lifetime and the Redis timeouts), so
+        # bob's seat on node c has not reached node a when alice's next chat commits there.
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        try:
+            bob = await ChatPeer.connect(c, "race", "bob", last_seq=1)
+            assert bob.peer.welcome["payload"]["last_seq"] == 1
+            ack = await alice.send_chat("second", "while bob's seat is on its way")
+            assert ack["payload"]["seq"] == 2
+            await asyncio.sleep(0.4)
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        await alice.wait_frame("peer-joined", lambda f: f["from"] == "bob")
+        # Node a never forwarded seq 2 to bob; node c reads it for him (once cluster_chat_gap_ms
+        # after his join), and the last chat of the room shows no gap by itself.
+        await bob.wait_chats(1, timeout=5)
+        await asyncio.sleep(0.5)
+        assert bob.seqs() == [2], bob.chats
+        ack = await alice.send_chat("third", "after")
+        await bob.wait_chats(2)
+        assert bob.seqs() == [2, 3]
+
+    run(body(), timeout=30)
+    assert c.metrics()["calling_cluster_chat_gap_fills_total"] == 1
