@@ -33,12 +33,15 @@ let package = Package(
         // The value types apps see through the SDK (JSONValue, PeerID/RoomID/CallID, StatsSample).
         .target(name: "CallingValues"),
         .target(name: "CallingProtocol", dependencies: ["CallingValues"]),
-        .target(name: "CallingCore", dependencies: ["CallingProtocol"]),
+        // The Logger every layer writes through (server, transport, SDK); JSON lines via CallingProtocol's writer.
+        .target(name: "CallingLogging", dependencies: ["CallingProtocol"]),
+        // Server logic (Hub, presence, lifecycle, limits); neither the SDK nor CallingMedia links it.
+        .target(name: "CallingCore", dependencies: ["CallingProtocol", "CallingLogging"]),
         .target(name: "CallingStore", dependencies: ["CSQLite", "CallingCore"], resources: [.copy("schema")]),
         // Shared chat history in PostgreSQL (`database_url`), behind CallingStore's ChatPersistence.
         .target(name: "CallingPostgres", dependencies: ["CPostgres", "CallingStore", "CallingCore"]),
         .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingCore"]),
-        .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingCore"]),
+        .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingProtocol", "CallingLogging"]),
         // Cluster mode's Redis client (hiredis); only CallingServer's cluster driver uses it.
         .target(name: "CallingRedis", dependencies: ["CHiredis"]),
         .target(
@@ -50,8 +53,8 @@ let package = Package(
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
         .executableTarget(name: "calling-fuzz", dependencies: ["CallingServer", "CallingProtocol", "CallingCore", "CallingAuth",
                                                                 "CallingTransport"]),
-        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingCore", "CallingTransport"]),
-        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingCore", "CallingAuth"]),
+        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingLogging", "CallingTransport"]),
+        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
         // The voice agent of docs/sdk.md ("Example: voice agent"): the SDK with CallingMedia.
@@ -67,6 +70,7 @@ let package = Package(
         .executableTarget(name: "calling-bench", dependencies: ["CallingBench"]),
 
         .testTarget(name: "CallingProtocolTests", dependencies: ["CallingProtocol"], resources: [.copy("Fixtures")]),
+        .testTarget(name: "CallingLoggingTests", dependencies: ["CallingLogging"]),
         .testTarget(name: "CallingCoreTests", dependencies: ["CallingCore", "CallingTesting"]),
         .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth", "CallingTesting"]),
         .testTarget(

@@ -1,4 +1,4 @@
-import CallingCore
+import CallingProtocol
 import CallingTransport
 import Dispatch
 import Foundation
