@@ -41,7 +41,12 @@ let package = Package(
         // Shared chat history in PostgreSQL (`database_url`), behind CallingStore's ChatPersistence.
         .target(name: "CallingPostgres", dependencies: ["CPostgres", "CallingStore", "CallingCore"]),
         .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingCore"]),
-        .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingProtocol", "CallingLogging"]),
+        // The libwebsockets adapter: the WebSocket codec and loop pieces both ends share (messages,
+        // queues, framing, TLS options and contexts, the log hook) and the client loop the SDK runs.
+        .target(name: "CallingWebSocket", dependencies: ["CLibWebSockets", "CallingProtocol", "CallingLogging"]),
+        // The server part: WebSocketServer (HTTP, upgrades, budgets, TLS server contexts) and the HTTP
+        // message types. The SDK does not link it.
+        .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingWebSocket", "CallingProtocol", "CallingLogging"]),
         // Cluster mode's Redis client (hiredis); only CallingServer's cluster driver uses it.
         .target(name: "CallingRedis", dependencies: ["CHiredis"]),
         .target(
@@ -53,7 +58,7 @@ let package = Package(
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
         .executableTarget(name: "calling-fuzz", dependencies: ["CallingServer", "CallingProtocol", "CallingCore", "CallingAuth",
                                                                 "CallingTransport"]),
-        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingLogging", "CallingTransport"]),
+        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingLogging", "CallingWebSocket"]),
         .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
@@ -77,6 +82,7 @@ let package = Package(
             name: "CallingClientTests",
             dependencies: ["CallingClient", "CallingProtocol", "CallingServer", "CallingTesting", "CallingAuth"]
         ),
+        .testTarget(name: "CallingWebSocketTests", dependencies: ["CallingWebSocket", "CallingTransport", "CallingTesting", "CallingCore"]),
         .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
         .testTarget(name: "CallingBenchTests", dependencies: ["CallingBench"]),
         .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),

@@ -1,5 +1,5 @@
 import CallingLogging
-import CallingTransport
+import CallingWebSocket
 import Foundation
 
 /// How severe an SDK log line is.

@@ -1,5 +1,5 @@
 import CallingProtocol
-import CallingTransport
+import CallingWebSocket
 import Dispatch
 import Foundation
 
