@@ -46,7 +46,7 @@ let package = Package(
         .target(name: "CallingWebSocket", dependencies: ["CLibWebSockets", "CallingProtocol", "CallingLogging"]),
         // The server part: WebSocketServer (HTTP, upgrades, budgets, TLS server contexts) and the HTTP
         // message types. The SDK does not link it.
-        .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingWebSocket", "CallingProtocol", "CallingLogging"]),
+        .target(name: "CallingTransport", dependencies: ["CallingWebSocket", "CallingProtocol", "CallingLogging"]),
         // Cluster mode's Redis client (hiredis); only CallingServer's cluster driver uses it.
         .target(name: "CallingRedis", dependencies: ["CHiredis"]),
         .target(
