@@ -83,7 +83,6 @@ let package = Package(
             dependencies: ["CallingClient", "CallingProtocol", "CallingServer", "CallingTesting", "CallingAuth"]
         ),
         .testTarget(name: "CallingWebSocketTests", dependencies: ["CallingWebSocket", "CallingTransport", "CallingTesting", "CallingCore"]),
-        .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
         .testTarget(name: "CallingBenchTests", dependencies: ["CallingBench"]),
         .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),
         .testTarget(name: "CallingPostgresTests", dependencies: ["CallingPostgres", "CallingStore", "CallingTesting"]),
