@@ -88,7 +88,7 @@ package enum LWSWriteMode: Sendable {
     /// The last HTTP body bytes of a response.
     case httpFinal
 
-    var protocolValue: lws_write_protocol {
+    @usableFromInline var protocolValue: lws_write_protocol {
         switch self {
         case .text: LWS_WRITE_TEXT
         case .http: LWS_WRITE_HTTP
@@ -263,7 +263,7 @@ package enum LWS {
     package static func destroy(_ context: OpaquePointer) { lws_context_destroy(context) }
 
     /// `lws_cancel_service`: wakes the loop; the one lws call that is safe from any thread.
-    package static func cancelService(_ context: OpaquePointer) { lws_cancel_service(context) }
+    @inlinable package static func cancelService(_ context: OpaquePointer) { lws_cancel_service(context) }
 
     /// The default vhost's listening port, or nil without a default vhost.
     package static func listenPort(_ context: OpaquePointer) -> Int? {
@@ -313,15 +313,15 @@ package enum LWS {
     // MARK: connections (service thread)
 
     /// `lws_callback_on_writable`.
-    package static func callbackOnWritable(_ wsi: OpaquePointer) { _ = lws_callback_on_writable(wsi) }
+    @inlinable package static func callbackOnWritable(_ wsi: OpaquePointer) { _ = lws_callback_on_writable(wsi) }
 
     /// `lws_write`; `bytes` must have `OutboundMessage.headroom` writable bytes in front.
-    package static func write(_ wsi: OpaquePointer, _ bytes: UnsafeMutablePointer<UInt8>, _ count: Int, _ mode: LWSWriteMode) -> Int32 {
+    @inlinable package static func write(_ wsi: OpaquePointer, _ bytes: UnsafeMutablePointer<UInt8>, _ count: Int, _ mode: LWSWriteMode) -> Int32 {
         lws_write(wsi, bytes, count, mode.protocolValue)
     }
 
     /// `lws_set_timeout` with the first user reason: lws drops the socket after `seconds`.
-    package static func setUserTimeout(_ wsi: OpaquePointer, seconds: Int) {
+    @inlinable package static func setUserTimeout(_ wsi: OpaquePointer, seconds: Int) {
         lws_set_timeout(wsi, pending_timeout(rawValue: PENDING_TIMEOUT_USER_REASON_BASE.rawValue + 1), Int32(seconds))
     }
 
@@ -341,10 +341,10 @@ package enum LWS {
 
     // MARK: WebSocket receive (service thread, in a `receive` callback)
 
-    package static func isFirstFragment(_ wsi: OpaquePointer) -> Bool { lws_is_first_fragment(wsi) != 0 }
-    package static func isBinaryFrame(_ wsi: OpaquePointer) -> Bool { lws_frame_is_binary(wsi) != 0 }
+    @inlinable package static func isFirstFragment(_ wsi: OpaquePointer) -> Bool { lws_is_first_fragment(wsi) != 0 }
+    @inlinable package static func isBinaryFrame(_ wsi: OpaquePointer) -> Bool { lws_frame_is_binary(wsi) != 0 }
     /// The message is complete: final fragment and no payload left of it.
-    package static func isMessageEnd(_ wsi: OpaquePointer) -> Bool {
+    @inlinable package static func isMessageEnd(_ wsi: OpaquePointer) -> Bool {
         lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0
     }
 

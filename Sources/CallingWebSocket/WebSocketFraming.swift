@@ -1,7 +1,7 @@
 /// RFC 6455 §5.2 framing for unmasked server-to-client text frames.
 package enum WebSocketFraming {
     /// Writes the header for one final text frame of `length` bytes; returns the header size.
-    package static func writeTextHeader(length: Int, into pointer: UnsafeMutableRawPointer) -> Int {
+    @inlinable package static func writeTextHeader(length: Int, into pointer: UnsafeMutableRawPointer) -> Int {
         let bytes = pointer.assumingMemoryBound(to: UInt8.self)
         bytes[0] = 0x81  // FIN + text opcode
         if length < 126 {
