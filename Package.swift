@@ -33,12 +33,20 @@ let package = Package(
         // The value types apps see through the SDK (JSONValue, PeerID/RoomID/CallID, StatsSample).
         .target(name: "CallingValues"),
         .target(name: "CallingProtocol", dependencies: ["CallingValues"]),
-        .target(name: "CallingCore", dependencies: ["CallingProtocol"]),
+        // The Logger every layer writes through (server, transport, SDK); JSON lines via CallingProtocol's writer.
+        .target(name: "CallingLogging", dependencies: ["CallingProtocol"]),
+        // Server logic (Hub, presence, lifecycle, limits); neither the SDK nor CallingMedia links it.
+        .target(name: "CallingCore", dependencies: ["CallingProtocol", "CallingLogging"]),
         .target(name: "CallingStore", dependencies: ["CSQLite", "CallingCore"], resources: [.copy("schema")]),
         // Shared chat history in PostgreSQL (`database_url`), behind CallingStore's ChatPersistence.
         .target(name: "CallingPostgres", dependencies: ["CPostgres", "CallingStore", "CallingCore"]),
-        .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingCore"]),
-        .target(name: "CallingTransport", dependencies: ["CLibWebSockets", "CallingCore"]),
+        .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingValues"]),
+        // The libwebsockets adapter: the WebSocket codec and loop pieces both ends share (messages,
+        // queues, framing, TLS options and contexts, the log hook) and the client loop the SDK runs.
+        .target(name: "CallingWebSocket", dependencies: ["CLibWebSockets", "CallingProtocol", "CallingLogging"]),
+        // The server part: WebSocketServer (HTTP, upgrades, budgets, TLS server contexts) and the HTTP
+        // message types. The SDK does not link it.
+        .target(name: "CallingTransport", dependencies: ["CallingWebSocket", "CallingProtocol", "CallingLogging"]),
         // Cluster mode's Redis client (hiredis); only CallingServer's cluster driver uses it.
         .target(name: "CallingRedis", dependencies: ["CHiredis"]),
         .target(
@@ -50,8 +58,8 @@ let package = Package(
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
         .executableTarget(name: "calling-fuzz", dependencies: ["CallingServer", "CallingProtocol", "CallingCore", "CallingAuth",
                                                                 "CallingTransport"]),
-        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingCore", "CallingTransport"]),
-        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingCore", "CallingAuth"]),
+        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingLogging", "CallingWebSocket"]),
+        .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
         // The voice agent of docs/sdk.md ("Example: voice agent"): the SDK with CallingMedia.
@@ -67,13 +75,14 @@ let package = Package(
         .executableTarget(name: "calling-bench", dependencies: ["CallingBench"]),
 
         .testTarget(name: "CallingProtocolTests", dependencies: ["CallingProtocol"], resources: [.copy("Fixtures")]),
+        .testTarget(name: "CallingLoggingTests", dependencies: ["CallingLogging"]),
         .testTarget(name: "CallingCoreTests", dependencies: ["CallingCore", "CallingTesting"]),
         .testTarget(name: "CallingAuthTests", dependencies: ["CallingAuth", "CallingTesting"]),
         .testTarget(
             name: "CallingClientTests",
             dependencies: ["CallingClient", "CallingProtocol", "CallingServer", "CallingTesting", "CallingAuth"]
         ),
-        .testTarget(name: "CallingTransportTests", dependencies: ["CallingTransport", "CallingTesting"]),
+        .testTarget(name: "CallingWebSocketTests", dependencies: ["CallingWebSocket", "CallingTransport", "CallingTesting", "CallingCore"]),
         .testTarget(name: "CallingBenchTests", dependencies: ["CallingBench"]),
         .testTarget(name: "CallingMediaTests", dependencies: ["CallingMedia", "CallingAuth"]),
         .testTarget(name: "CallingPostgresTests", dependencies: ["CallingPostgres", "CallingStore", "CallingTesting"]),

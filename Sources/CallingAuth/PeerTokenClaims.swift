@@ -1,4 +1,4 @@
-import CallingCore
+import CallingValues
 import Foundation
 
 /// What a verified peer token says about its bearer.

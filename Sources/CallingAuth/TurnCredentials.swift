@@ -1,4 +1,4 @@
-import CallingCore
+import CallingValues
 import COpenSSL
 import Foundation
 

@@ -1,5 +1,5 @@
-import CallingCore
-import CallingTransport
+import CallingLogging
+import CallingWebSocket
 import Foundation
 
 /// How severe an SDK log line is.

@@ -1,5 +1,5 @@
-import CallingCore
-import CallingTransport
+import CallingProtocol
+import CallingWebSocket
 import Dispatch
 import Foundation
 

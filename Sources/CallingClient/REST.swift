@@ -1,5 +1,5 @@
 import CallingProtocol
-import CallingTransport
+import CallingWebSocket
 import Foundation
 
 /// Reads claims from a JWT without verifying it (the server verifies; the SDK only needs the

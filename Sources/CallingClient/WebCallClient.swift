@@ -1,5 +1,5 @@
 import CallingProtocol
-import CallingTransport
+import CallingWebSocket
 import Foundation
 
 /// Settings of a `WebCallClient`.

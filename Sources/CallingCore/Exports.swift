@@ -1,1 +1,3 @@
+// CallingCore's users see the protocol and the logger as their own (docs/architecture.md).
+@_exported import CallingLogging
 @_exported import CallingProtocol

@@ -1,5 +1,5 @@
 import CallingClient
-import CallingCore
+import CallingProtocol
 
 /// The SDP facts the media engine reads and the one line it rewrites.
 enum MediaSDP {

@@ -1,6 +1,6 @@
 import CGStreamer
 import CallingClient
-import CallingCore
+import CallingProtocol
 import Dispatch
 import Foundation
 

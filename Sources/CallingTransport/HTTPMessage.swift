@@ -1,4 +1,4 @@
-import CallingCore
+import CallingProtocol
 
 public enum HTTPMethod: String, Sendable {
     case get = "GET", post = "POST", put = "PUT", patch = "PATCH", delete = "DELETE", options = "OPTIONS", head = "HEAD"

@@ -1,5 +1,5 @@
-import CLibWebSockets
-import CallingCore
+import CallingLogging
+import CallingProtocol
 import Foundation
 import Synchronization
 
@@ -101,10 +101,8 @@ public final class WebSocketServer: @unchecked Sendable {
         var thread: Thread?
     }
 
-    private var protocols: UnsafeMutablePointer<lws_protocols>?
-    private var retryPolicy: UnsafeMutablePointer<lws_retry_bo_t>?
-    private var tokenLimits: UnsafeMutablePointer<lws_token_limits>?
-    private var cStrings: [UnsafeMutablePointer<CChar>] = []
+    /// What the lws context points into (CallingWebSocket's binding); lives as long as the server.
+    private let contextResources = LWSServerContextResources()
 
     /// Accepted sockets of every kind (HTTP, WebSocket, not yet known) this process allows at
     /// once: the open-file limit minus `reservedFileDescriptors`. Beyond it new connections are
@@ -118,13 +116,6 @@ public final class WebSocketServer: @unchecked Sendable {
     public init(settings: TransportSettings, logger: Logger) {
         self.settings = settings
         self.logger = logger
-    }
-
-    deinit {
-        protocols?.deallocate()
-        retryPolicy?.deallocate()
-        tokenLimits?.deallocate()
-        for string in cStrings { free(string) }
     }
 
     private func withLifecycle<T>(_ body: (inout Lifecycle) -> T) -> T {
@@ -145,8 +136,8 @@ public final class WebSocketServer: @unchecked Sendable {
         capacity = max(1, socketBudget - settings.healthReservedSockets)
         // lws's own notices go to stderr unformatted; keep only its warnings and errors, and turn
         // the few it reports only as log lines into state (shim.h).
-        cs_lws_install_log_hook()
-        cs_lws_reserve_spare_fd()
+        LWS.installLogHook()
+        LWS.reserveSpareDescriptor()
         let ready = DispatchSemaphore(value: 0)
         let outcome = Mutex<Result<Int, TransportError>?>(nil)
         let thread = Thread { [self] in
@@ -157,15 +148,14 @@ public final class WebSocketServer: @unchecked Sendable {
                 ready.signal()
                 return
             }
-            let vhost = lws_get_vhost_by_name(context, "default")
-            if settings.tls != nil, vhost.flatMap(Self.servedCertificateExpiry) == nil {
+            if settings.tls != nil, LWS.servedCertificateExpiry(context) == nil {
                 // lws starts a vhost whose certificate did not load (it only logs); never serve so.
-                lws_context_destroy(context)
+                LWS.destroy(context)
                 outcome.withLock { $0 = .failure(.tlsSetupFailed("libwebsockets did not load the certificate")) }
                 ready.signal()
                 return
             }
-            let port = vhost.map { Int(lws_get_vhost_listen_port($0)) } ?? settings.port
+            let port = LWS.listenPort(context) ?? settings.port
             withLifecycle {
                 $0.context = context
                 $0.port = port
@@ -190,20 +180,18 @@ public final class WebSocketServer: @unchecked Sendable {
     private func runLoop(_ context: OpaquePointer) {
         var clock = clockid_t()
         if pthread_getcpuclockid(pthread_self(), &clock) == 0 { serviceClock.store(clock, ordering: .relaxed) }
-        let hook = cs_lws_thread_hook()
-        hook.pointee.context = Unmanaged.passUnretained(self).toOpaque()
-        hook.pointee.on_header_overflow = { context in
+        LWS.setHeaderOverflowHook(context: Unmanaged.passUnretained(self).toOpaque()) { context in
             guard let context else { return }
             Unmanaged<WebSocketServer>.fromOpaque(context).takeUnretainedValue().headerTableOverflowed()
         }
-        defer { hook.pointee.on_header_overflow = nil }
+        defer { LWS.setHeaderOverflowHook(context: nil, nil) }
         while withLifecycle({ $0.running }) {
             // With the libev loop lws_service only returns once the loop is stopped by the first
             // stage of lws_context_destroy; with poll() it returns after each wakeup.
-            if lws_service(context, 0) < 0 { break }
+            if LWS.service(context) < 0 { break }
         }
         withLifecycle { $0.context = nil }
-        lws_context_destroy(context)
+        LWS.destroy(context)
         withLifecycle { $0.running = false }
     }
 
@@ -223,7 +211,7 @@ public final class WebSocketServer: @unchecked Sendable {
             withLifecycle { $0.running = false }
             // First stage from inside the loop: closes every socket and stops the event loop,
             // which makes lws_service return; runLoop then performs the final destroy.
-            if let context = withLifecycle({ $0.context }) { lws_context_destroy(context) }
+            if let context = withLifecycle({ $0.context }) { LWS.destroy(context) }
         }
         let thread = withLifecycle { $0.thread }
         let deadline = Date().addingTimeInterval(grace + 2)
@@ -240,7 +228,7 @@ public final class WebSocketServer: @unchecked Sendable {
         inboxLock.unlock()
         guard wasEmpty else { return }  // a wake-up is already pending
         withLifecycle { life in
-            if let context = life.context { lws_cancel_service(context) }
+            if let context = life.context { LWS.cancelService(context) }
         }
     }
 
@@ -256,9 +244,8 @@ public final class WebSocketServer: @unchecked Sendable {
         post { [self] in
             defer { done.signal() }
             guard let context = withLifecycle({ $0.context }) else { return }
-            // lws matches vhosts by the path strings they were created with, so pass the same ones.
-            _ = lws_tls_cert_updated(context, tls.certificateChainFile, tls.privateKeyFile, nil, 0, nil, 0)
-            let expiry = lws_get_vhost_by_name(context, "default").flatMap(Self.servedCertificateExpiry)
+            LWS.certificateUpdated(context, certificateChainFile: tls.certificateChainFile, privateKeyFile: tls.privateKeyFile)
+            let expiry = LWS.servedCertificateExpiry(context)
             if expiry != nil { state.counters.tlsCertificateReloads += 1 }
             result.withLock { $0 = expiry }
         }
@@ -271,19 +258,10 @@ public final class WebSocketServer: @unchecked Sendable {
         post { [self] in state.counters.tlsCertificateNotAfter = notAfter }
     }
 
-    /// The `notAfter` lws reports for the certificate `vhost` serves, or nil when it has none; only
-    /// good as "a certificate is loaded": lws 4.1.6's ASN.1 time parser is a day early and reads
-    /// the time as local (lws_tls_openssl_asn1time_to_unix). Service thread.
-    private static func servedCertificateExpiry(_ vhost: OpaquePointer) -> Int64? {
-        var info = lws_tls_cert_info_results()
-        guard lws_tls_vhost_cert_info(vhost, LWS_TLS_CERT_INFO_VALIDITY_TO, &info, 0) == 0 else { return nil }
-        return Int64(info.time)
-    }
-
     /// Wakes the loop without work: the watchdog's liveness probe.
     func probe() {
         withLifecycle { life in
-            if let context = life.context { lws_cancel_service(context) }
+            if let context = life.context { LWS.cancelService(context) }
         }
     }
 
@@ -335,7 +313,7 @@ public final class WebSocketServer: @unchecked Sendable {
             // It has already shown it does not read: no point waiting long for a Close answer.
             armCloseDeadline(conn, seconds: 1)
         }
-        lws_callback_on_writable(conn.wsi)
+        LWS.callbackOnWritable(conn.wsi)
     }
 
     /// Closes after the frames already queued have been written.
@@ -343,7 +321,7 @@ public final class WebSocketServer: @unchecked Sendable {
         guard let conn = state.connections[connection], conn.closeCode == nil else { return }
         conn.closeCode = code.rawValue
         armCloseDeadline(conn)
-        lws_callback_on_writable(conn.wsi)
+        LWS.callbackOnWritable(conn.wsi)
     }
 
     /// The close normally happens in the connection's own WRITEABLE callback, but a peer that has
@@ -351,117 +329,68 @@ public final class WebSocketServer: @unchecked Sendable {
     /// every close also arms an lws timeout: if WRITEABLE has not come by then, lws drops the
     /// socket from its own timer processing (no close frame can be sent to such a peer anyway).
     private func armCloseDeadline(_ conn: WSConnection, seconds: Int? = nil) {
-        lws_set_timeout(conn.wsi, pending_timeout(rawValue: PENDING_TIMEOUT_USER_REASON_BASE.rawValue + 1),
-                        Int32(seconds ?? settings.closeTimeoutSeconds))
+        LWS.setUserTimeout(conn.wsi, seconds: seconds ?? settings.closeTimeoutSeconds)
     }
 
     func respond(exchangeID: UInt64, _ response: HTTPResponse) {
         guard let exchange = state.exchangesByID[exchangeID], exchange.response == nil else { return }
         exchange.response = response
-        lws_callback_on_writable(exchange.wsi)
+        LWS.callbackOnWritable(exchange.wsi)
     }
 
     // MARK: context
 
     private func createContext() -> OpaquePointer? {
-        let name = strdup("calling")!
-        cStrings.append(name)
-        let protocolList = UnsafeMutablePointer<lws_protocols>.allocate(capacity: 2)
-        protocolList.initialize(repeating: lws_protocols(), count: 2)
-        protocolList[0].name = UnsafePointer(name)
-        protocolList[0].callback = serviceCallback
-        protocolList[0].per_session_data_size = MemoryLayout<UInt64>.size
-        // Both at least the largest frame: lws-notes.md, the #2889 guard.
-        protocolList[0].rx_buffer_size = settings.maxFrameBytes + 1024
-        protocolList[0].tx_packet_size = settings.maxFrameBytes + 1024
-        protocols = protocolList
-
-        let policy = UnsafeMutablePointer<lws_retry_bo_t>.allocate(capacity: 1)
-        policy.initialize(to: lws_retry_bo_t())
-        policy.pointee.secs_since_valid_ping = UInt16(clamping: settings.idlePingSeconds)
-        policy.pointee.secs_since_valid_hangup = UInt16(clamping: settings.idleHangupSeconds)
-        retryPolicy = policy
-
-        var info = lws_context_creation_info()
-        info.port = Int32(settings.port)
-        let iface = strdup(settings.host)!
-        cStrings.append(iface)
-        info.iface = UnsafePointer(iface)
-        info.protocols = UnsafePointer(protocolList)
-        info.gid = -1
-        info.uid = -1
-        info.user = Unmanaged.passUnretained(self).toOpaque()
-        // The header table holds the whole request head as lws keeps it: the target, every header
-        // value, and the names of fields lws does not know. Each known field is cut at its limit
-        // + 1 instead of failing, so an oversized target still reaches LWS_CALLBACK_HTTP and gets
-        // its 414. A head larger than the table fails the parse, and lws then closes without a
-        // callback; the log hook catches that moment (headerTableOverflowed) to answer 431.
-        let limits = UnsafeMutablePointer<lws_token_limits>.allocate(capacity: 1)
-        limits.initialize(to: lws_token_limits())
-        cs_lws_fill_token_limits(limits, UInt16(clamping: settings.maxHeaderBytes + 1), UInt16(clamping: effectiveURLLimit + 1))
-        tokenLimits = limits
-        info.token_limits = UnsafePointer(limits)
-        info.max_http_header_data = UInt16(clamping: settings.maxHeaderBytes)
-        info.pt_serv_buf_size = 16_384
-        info.timeout_secs = UInt32(settings.httpTimeoutSeconds)
-        info.retry_and_idle_policy = UnsafePointer(policy)
-        // The whole open-file limit, not our smaller socket budget (`admit` enforces that): below
+        let tls = settings.tls.map {
+            LWSServerOptions.TLS(certificateChainFile: $0.certificateChainFile, privateKeyFile: $0.privateKeyFile,
+                                 cipherList: $0.cipherList, tls13Only: $0.minimumVersion == .tls13)
+        }
+        // Each known header is cut at its limit + 1 instead of failing, so an oversized target
+        // still reaches LWS_CALLBACK_HTTP and gets its 414 (framingProblem). fd_limit_per_thread is
+        // the whole open-file limit, not our smaller socket budget (`admit` enforces that): below
         // the limit lws 4.1.6 flags its fd table as "unrelated to ulimit" and then finds the wsi of
         // every socket event by scanning the whole table (wsi_from_fd), a cost that grew with every
         // open connection (a third of the service thread with 8,000 idle peers).
-        info.fd_limit_per_thread = UInt32(clamping: max(1024, socketBudget + settings.reservedFileDescriptors))
-        let server = strdup("calling-server")!
-        cStrings.append(server)
-        info.server_string = UnsafePointer(server)
-        if settings.eventLoop == .libev { info.options |= cs_lws_option_libev() }
-        if !settings.host.contains(":") { info.options |= cs_lws_option_disable_ipv6() }
-        info.options |= cs_lws_option_fallback_to_raw()
-        if let tls = settings.tls {
-            // Without ALLOW_NON_SSL_ON_SSL_PORT a plaintext client is refused, never served.
-            for text in [tls.certificateChainFile, tls.privateKeyFile, tls.cipherList] { cStrings.append(strdup(text)!) }
-            let count = cStrings.count
-            info.ssl_cert_filepath = UnsafePointer(cStrings[count - 3])
-            info.ssl_private_key_filepath = UnsafePointer(cStrings[count - 2])
-            info.ssl_cipher_list = UnsafePointer(cStrings[count - 1])
-            info.ssl_options_set = cs_lws_tls_server_options(tls.minimumVersion == .tls13 ? 1 : 0)
-            // Handshake start/done arrive as LWS_CALLBACK_SSL_INFO: how failures are counted.
-            info.ssl_info_event_mask = cs_lws_ssl_cb_handshake_start() | cs_lws_ssl_cb_handshake_done()
-            // Adds DO_SSL_GLOBAL_INIT where lws 4.1.6 needs it (see the factory's comment).
-            return TLSContextFactory.createContext(info)
-        }
-        return lws_create_context(&info)
+        let options = LWSServerOptions(
+            host: settings.host, port: settings.port, bufferBytes: settings.maxFrameBytes + 1024,
+            idlePingSeconds: settings.idlePingSeconds, idleHangupSeconds: settings.idleHangupSeconds,
+            headerTokenLimit: settings.maxHeaderBytes + 1, uriTokenLimit: effectiveURLLimit + 1,
+            maxHeaderBytes: settings.maxHeaderBytes, httpTimeoutSeconds: settings.httpTimeoutSeconds,
+            fdLimitPerThread: max(1024, socketBudget + settings.reservedFileDescriptors),
+            libev: settings.eventLoop == .libev, tls: tls)
+        return contextResources.createContext(options, handler: self)
     }
 
     // MARK: callback (service thread)
 
-    fileprivate func handle(_ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
-                            _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
+    package func handle(_ wsi: OpaquePointer, _ reason: LWSServerEvent, _ user: UnsafeMutableRawPointer?,
+                        _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
     {
-        if reason != LWS_CALLBACK_EVENT_WAIT_CANCELLED { loopCallbacks.add(1, ordering: .relaxed) }
+        if reason != .eventWaitCancelled { loopCallbacks.add(1, ordering: .relaxed) }
         switch reason {
-        case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        case .eventWaitCancelled:
             drainInbox()
             return 0
 
-        case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+        case .filterNetworkConnection:
             return admit()
 
-        case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+        case .serverNewClientInstantiated:
             return adopted(wsi)
 
-        case LWS_CALLBACK_WSI_DESTROY:
+        case .wsiDestroy:
             if let socket = state.sockets.removeValue(forKey: wsi) { socket.closed = true }
-            cs_lws_reserve_spare_fd()
+            LWS.reserveSpareDescriptor()
             if state.tlsHandshakes.removeValue(forKey: wsi) == false { state.counters.tlsHandshakeFailures += 1 }
             return 0
 
-        case LWS_CALLBACK_RAW_ADOPT:
+        case .rawAdopt:
             // Only requests lws cannot parse as HTTP get here (see cs_lws_option_fallback_to_raw):
             // an unknown method, or CONNECT, which lws would otherwise hold open as a raw tunnel.
             state.sockets[wsi]?.idle = false
             return 0
 
-        case LWS_CALLBACK_RAW_RX:
+        case .rawRx:
             let head = input.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: min(length, 16)), as: UTF8.self) }
             if head?.hasPrefix("CONNECT ") == true {
                 return rejectAndClose(wsi, .problem(405, code: "method_not_allowed", detail: "CONNECT is not supported",
@@ -470,23 +399,23 @@ public final class WebSocketServer: @unchecked Sendable {
             return rejectAndClose(wsi, .problem(501, code: "method_not_implemented",
                                                 detail: "the request method is not one this server implements"))
 
-        case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        case .httpConfirmUpgrade:
             return confirmUpgrade(wsi, input: input)
 
-        case LWS_CALLBACK_SSL_INFO:
+        case .sslInfo:
             // A TLS connection is pending from its handshake's start until it is done; one
             // destroyed while pending failed its handshake. (TLS 1.3 reports a start/done pair
             // again for the session tickets after the handshake; a done connection stays done.)
             guard let input else { return 0 }
-            let where_ = input.load(as: lws_ssl_info.self).where
-            if where_ & cs_lws_ssl_cb_handshake_done() != 0 {
+            let event = LWS.sslHandshakeEvent(input)
+            if event.done {
                 state.tlsHandshakes[wsi] = true
-            } else if where_ & cs_lws_ssl_cb_handshake_start() != 0, state.tlsHandshakes[wsi] == nil {
+            } else if event.started, state.tlsHandshakes[wsi] == nil {
                 state.tlsHandshakes[wsi] = false
             }
             return 0
 
-        case LWS_CALLBACK_ESTABLISHED:
+        case .established:
             guard let user, let context = state.pendingUpgrades.removeValue(forKey: wsi) else { return -1 }
             state.nextConnection += 1
             let id = ConnectionID(state.nextConnection)
@@ -496,22 +425,22 @@ public final class WebSocketServer: @unchecked Sendable {
             delegate?.server(self, didOpen: id, context: context)
             return 0
 
-        case LWS_CALLBACK_RECEIVE:
+        case .receive:
             guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
             let id = ConnectionID(user.load(as: UInt64.self))
             receive(conn, id: id, wsi: wsi, input: input, length: length)
             return 0
 
-        case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        case .peerInitiatedClose:
             // Our Close already went out: this is the client's answer, so close without an echo.
             guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
             return conn.closeFrameSent ? 1 : 0
 
-        case LWS_CALLBACK_SERVER_WRITEABLE:
+        case .serverWriteable:
             guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
             return writeNext(conn, wsi: wsi)
 
-        case LWS_CALLBACK_CLOSED:
+        case .closed:
             state.pendingUpgrades[wsi] = nil
             guard let user else { return 0 }
             let id = ConnectionID(user.load(as: UInt64.self))
@@ -520,10 +449,10 @@ public final class WebSocketServer: @unchecked Sendable {
             if state.shuttingDown, state.connections.isEmpty { state.onDrained?() }
             return 0
 
-        case LWS_CALLBACK_HTTP:
+        case .http:
             return beginHTTP(wsi, input: input, length: length)
 
-        case LWS_CALLBACK_HTTP_BODY:
+        case .httpBody:
             // A request already dispatched has no body to read. lws 4.1.6 can still deliver one for
             // it when requests are pipelined behind a bodiless POST, from a buffer it has already
             // freed (AddressSanitizer, found by the http fuzz target): never touch `input` then.
@@ -535,16 +464,16 @@ public final class WebSocketServer: @unchecked Sendable {
             }
             return 0
 
-        case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        case .httpBodyCompletion:
             guard let exchange = state.exchanges[wsi] else { return 0 }
             dispatchHTTP(exchange)
             return 0
 
-        case LWS_CALLBACK_HTTP_WRITEABLE:
+        case .httpWriteable:
             guard let exchange = state.exchanges[wsi] else { return 0 }
             return writeHTTP(exchange, wsi: wsi)
 
-        case LWS_CALLBACK_CLOSED_HTTP:
+        case .closedHTTP:
             state.pendingUpgrades[wsi] = nil
             if let exchange = state.exchanges.removeValue(forKey: wsi) {
                 state.exchangesByID[exchange.id] = nil
@@ -565,11 +494,11 @@ public final class WebSocketServer: @unchecked Sendable {
             input.storeBytes(of: UInt8(ascii: "-"), as: UInt8.self)
             return 0
         }
-        let path = copyHeader(wsi, WSI_TOKEN_GET_URI) ?? "/"
+        let path = LWS.header(wsi, .getURI) ?? "/"
         if let rejection = framingProblem(wsi, path: path, upgrade: true) { return rejectAndClose(wsi, rejection) }
         guard var request = readRequest(wsi, method: .get) else { return -1 }
         request.path = path
-        if copyHeader(wsi, WSI_TOKEN_VERSION) != "13" {
+        if LWS.header(wsi, .version) != "13" {
             // RFC 6455 §4.4: refuse other versions and name the one we speak.
             return writeImmediate(wsi, .problem(426, code: "unsupported_websocket_version",
                                                 detail: "only WebSocket version 13 (RFC 6455) is supported",
@@ -601,7 +530,7 @@ public final class WebSocketServer: @unchecked Sendable {
     /// lws buffers whatever the socket does not take at once.
     private func writeImmediate(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Int32 {
         let message = OutboundMessage(Self.immediateBytes(response))
-        if lws_write(wsi, message.payloadPointer, message.count, LWS_WRITE_HTTP_FINAL) < 0 { return -1 }
+        if LWS.write(wsi, message.payloadPointer, message.count, .httpFinal) < 0 { return -1 }
         return 1
     }
 
@@ -624,9 +553,9 @@ public final class WebSocketServer: @unchecked Sendable {
         }
         // What the client already sent is unread; closing over it would send RST, and the client
         // might lose this answer. Bounded: a peer streaming forever is cut off anyway.
-        cs_drain_socket(lws_get_socket_fd(wsi), 1 << 20)
+        LWS.drainSocket(wsi, limit: 1 << 20)
         let message = OutboundMessage(Self.immediateBytes(response))
-        _ = lws_write(wsi, message.payloadPointer, message.count, LWS_WRITE_HTTP_FINAL)
+        _ = LWS.write(wsi, message.payloadPointer, message.count, .httpFinal)
         return -1
     }
 
@@ -664,7 +593,7 @@ public final class WebSocketServer: @unchecked Sendable {
     fileprivate func headerTableOverflowed() {
         var culprit: (OpaquePointer, AcceptedSocket, UInt64)?
         for (wsi, socket) in state.sockets where socket.idle && !socket.answered {
-            let received = cs_tcp_bytes_received(lws_get_socket_fd(wsi)) &- socket.bytesAtIdle
+            let received = LWS.tcpBytesReceived(wsi) &- socket.bytesAtIdle
             if received > culprit?.2 ?? UInt64(settings.maxHeaderBytes) { culprit = (wsi, socket, received) }
         }
         guard let (wsi, _, _) = culprit else { return }
@@ -675,7 +604,7 @@ public final class WebSocketServer: @unchecked Sendable {
     private func markIdle(_ wsi: OpaquePointer, _ socket: AcceptedSocket, fresh: Bool = false) {
         socket.idle = true
         // A fresh socket's first request may already be in the kernel: it all counts.
-        socket.bytesAtIdle = fresh ? 0 : cs_tcp_bytes_received(lws_get_socket_fd(wsi))
+        socket.bytesAtIdle = fresh ? 0 : LWS.tcpBytesReceived(wsi)
         state.nextIdle += 1
         socket.idleSerial = state.nextIdle
         state.idleOrder.append((wsi, socket.idleSerial, socket))
@@ -697,7 +626,7 @@ public final class WebSocketServer: @unchecked Sendable {
             socket.idle = false
             state.counters.socketsEvicted += 1
             state.pressure.evicted += 1
-            lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_KEEPALIVE_IDLE, LWS_TO_KILL_ASYNC)
+            LWS.killAsync(wsi)
             return true
         }
         return false
@@ -726,11 +655,11 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Why a parsed request cannot be served as it stands, or nil. Checked before any route
     /// sees it; every answer here also closes the connection.
     private func framingProblem(_ wsi: OpaquePointer, path: String, upgrade: Bool) -> HTTPResponse? {
-        let sizes = cs_lws_header_sizes(wsi)
-        if Int(sizes.uri) > effectiveURLLimit {
+        let sizes = LWS.headerSizes(wsi)
+        if sizes.uri > effectiveURLLimit {
             return .problem(414, code: "uri_too_long", detail: "request targets are limited to \(effectiveURLLimit) bytes")
         }
-        if Int(sizes.longest) > settings.maxHeaderBytes || Int(sizes.total) > settings.maxHeaderBytes {
+        if sizes.longest > settings.maxHeaderBytes || sizes.total > settings.maxHeaderBytes {
             return .problem(431, code: "headers_too_large",
                             detail: "the request head is limited to \(settings.maxHeaderBytes) bytes")
         }
@@ -740,14 +669,14 @@ public final class WebSocketServer: @unchecked Sendable {
                             headers: [("retry-after", "5")])
         }
         if upgrade { return nil }
-        let lengths = cs_lws_fragment_count(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH)
-        let transferEncoding = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0
+        let lengths = LWS.fragmentCount(wsi, .contentLength)
+        let transferEncoding = LWS.headerLength(wsi, .transferEncoding) > 0
         if lengths > 0 {
             if transferEncoding {
                 return .problem(400, code: "conflicting_framing",
                                 detail: "Content-Length and Transfer-Encoding must not both be present (RFC 9112 §6.3)")
             }
-            guard lengths == 1, let value = copyHeader(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH),
+            guard lengths == 1, let value = LWS.header(wsi, .contentLength),
                   HTTPFraming.contentLength(value) != nil
             else {
                 return .problem(400, code: "invalid_content_length",
@@ -765,10 +694,10 @@ public final class WebSocketServer: @unchecked Sendable {
     {
         // After our Close only the client's Close matters (RFC 6455 §5.5.1).
         if conn.closeFrameSent { return }
-        if lws_is_first_fragment(wsi) != 0 {
+        if LWS.isFirstFragment(wsi) {
             conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536)
             conn.rxDiscarded = 0
-            conn.rxBinary = lws_frame_is_binary(wsi) != 0
+            conn.rxBinary = LWS.isBinaryFrame(wsi)
         }
         if conn.rxDiscarded > 0 || conn.rx.count + length > settings.maxFrameBytes {
             // Too large: stop buffering, count the rest, and answer once the message ends.
@@ -777,7 +706,7 @@ public final class WebSocketServer: @unchecked Sendable {
         } else if let input, length > 0 {
             conn.rx.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
         }
-        guard lws_is_final_fragment(wsi) != 0, lws_remaining_packet_payload(wsi) == 0 else { return }
+        guard LWS.isMessageEnd(wsi) else { return }
         let message: InboundMessage
         if conn.rxDiscarded > 0 {
             state.counters.oversizeMessages += 1
@@ -801,14 +730,14 @@ public final class WebSocketServer: @unchecked Sendable {
         conn.queuedBytes -= first.count
         let written: Int32
         if conn.queue.isEmpty {
-            written = lws_write(wsi, first.payloadPointer, first.count, LWS_WRITE_TEXT) < first.count ? -1 : 0
+            written = LWS.write(wsi, first.payloadPointer, first.count, .text) < first.count ? -1 : 0
             state.counters.framesOut += 1
             state.counters.bytesOut += first.count
         } else {
             written = writeCoalesced(first, conn, wsi: wsi)
         }
         if written < 0 { return -1 }
-        if !conn.queue.isEmpty || conn.closeCode != nil { lws_callback_on_writable(wsi) }
+        if !conn.queue.isEmpty || conn.closeCode != nil { LWS.callbackOnWritable(wsi) }
         return 0
     }
 
@@ -828,7 +757,7 @@ public final class WebSocketServer: @unchecked Sendable {
         armCloseDeadline(conn, seconds: code == CloseCode.slowConsumer.rawValue ? 1 : nil)
         let length = frame.count - OutboundMessage.headroom
         let written = frame.withUnsafeMutableBufferPointer { buffer in
-            lws_write(wsi, buffer.baseAddress! + OutboundMessage.headroom, length, LWS_WRITE_HTTP)
+            LWS.write(wsi, buffer.baseAddress! + OutboundMessage.headroom, length, .http)
         }
         return written < length ? -1 : 0
     }
@@ -858,7 +787,7 @@ public final class WebSocketServer: @unchecked Sendable {
         }
         let length = offset - OutboundMessage.headroom
         let start = (buffer + OutboundMessage.headroom).assumingMemoryBound(to: UInt8.self)
-        guard lws_write(wsi, start, length, LWS_WRITE_HTTP) >= length else { return -1 }
+        guard LWS.write(wsi, start, length, .http) >= length else { return -1 }
         state.counters.framesOut += frames
         state.counters.bytesOut += length
         return 0
@@ -880,7 +809,7 @@ public final class WebSocketServer: @unchecked Sendable {
         // framingProblem has vouched for it: one plain decimal number, no Transfer-Encoding.
         let declaredLength = request.headers["content-length"].flatMap(HTTPFraming.contentLength) ?? 0
         if declaredLength > 0, let socket = state.sockets[wsi], socket.served > 0,
-           cs_tcp_bytes_received(lws_get_socket_fd(wsi)) == socket.bytesAtDispatch
+           LWS.tcpBytesReceived(wsi) == socket.bytesAtDispatch
         {
             // Nothing arrived since the previous request was handed to its route, before its
             // answer went out: this one had been pipelined behind it. lws 4.1.6 loops forever on the body of such a request
@@ -902,7 +831,7 @@ public final class WebSocketServer: @unchecked Sendable {
     private func dispatchHTTP(_ exchange: HTTPExchange) {
         guard !exchange.dispatched else { return }
         exchange.dispatched = true
-        state.sockets[exchange.wsi]?.bytesAtDispatch = cs_tcp_bytes_received(lws_get_socket_fd(exchange.wsi))
+        state.sockets[exchange.wsi]?.bytesAtDispatch = LWS.tcpBytesReceived(exchange.wsi)
         if exchange.bodyTooLarge {
             respond(exchangeID: exchange.id, .problem(413, code: "body_too_large",
                                                       detail: "request bodies are limited to \(settings.maxBodyBytes) bytes"))
@@ -921,17 +850,17 @@ public final class WebSocketServer: @unchecked Sendable {
             exchange.headersSent = true
             guard writeHeaders(wsi, response) else { return -1 }
             if response.body.isEmpty || exchange.request.method == .head { return completeHTTP(exchange, wsi: wsi) }
-            lws_callback_on_writable(wsi)
+            LWS.callbackOnWritable(wsi)
             return 0
         }
         let chunkSize = 16_384
         let end = min(response.body.count, exchange.bodyOffset + chunkSize)
         let chunk = OutboundMessage(response.body[exchange.bodyOffset..<end])
         let final = end == response.body.count
-        if lws_write(wsi, chunk.payloadPointer, chunk.count, final ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < 0 { return -1 }
+        if LWS.write(wsi, chunk.payloadPointer, chunk.count, final ? .httpFinal : .http) < 0 { return -1 }
         exchange.bodyOffset = end
         if final { return completeHTTP(exchange, wsi: wsi) }
-        lws_callback_on_writable(wsi)
+        LWS.callbackOnWritable(wsi)
         return 0
     }
 
@@ -943,114 +872,48 @@ public final class WebSocketServer: @unchecked Sendable {
             markIdle(wsi, socket)
         }
         // Keep-alive: lws waits for the next request on this socket, or tells us to close it.
-        return lws_http_transaction_completed(wsi) != 0 ? -1 : 0
+        return LWS.transactionCompleted(wsi) != 0 ? -1 : 0
     }
 
     private func writeHeaders(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Bool {
-        var headerBytes = 512
-        for (name, value) in response.headers { headerBytes += name.utf8.count + value.utf8.count + 8 }
-        let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: OutboundMessage.headroom + headerBytes)
-        defer { buffer.deallocate() }
-        let start = buffer + OutboundMessage.headroom
-        var cursor: UnsafeMutablePointer<UInt8>? = start
-        let end = start + headerBytes
-        if lws_add_http_header_status(wsi, UInt32(response.status), &cursor, end) != 0 { return false }
-        for (name, value) in response.headers {
-            let headerName = Array((name.lowercased() + ":").utf8) + [0]
-            let headerValue = Array(value.utf8)
-            let failed = headerName.withUnsafeBufferPointer { namePointer in
-                headerValue.withUnsafeBufferPointer { valuePointer in
-                    lws_add_http_header_by_name(wsi, namePointer.baseAddress, valuePointer.baseAddress,
-                                                Int32(valuePointer.count), &cursor, end) != 0
-                }
-            }
-            if failed { return false }
-        }
-        if lws_add_http_header_content_length(wsi, UInt64(response.body.count), &cursor, end) != 0 { return false }
-        if lws_finalize_http_header(wsi, &cursor, end) != 0 { return false }
-        guard let cursor else { return false }
-        return lws_write(wsi, start, cursor - start, LWS_WRITE_HTTP_HEADERS) >= 0
+        LWS.writeResponseHead(wsi, status: response.status, headers: response.headers, contentLength: response.body.count)
     }
 
     private func requestMethod(_ wsi: OpaquePointer) -> HTTPMethod? {
-        let candidates: [(lws_token_indexes, HTTPMethod)] = [
-            (WSI_TOKEN_GET_URI, .get), (WSI_TOKEN_POST_URI, .post), (WSI_TOKEN_PATCH_URI, .patch),
-            (WSI_TOKEN_DELETE_URI, .delete), (WSI_TOKEN_OPTIONS_URI, .options), (WSI_TOKEN_PUT_URI, .put),
-            (WSI_TOKEN_HEAD_URI, .head),
+        let candidates: [(LWSHeader, HTTPMethod)] = [
+            (.getURI, .get), (.postURI, .post), (.patchURI, .patch), (.deleteURI, .delete), (.optionsURI, .options),
+            (.putURI, .put), (.headURI, .head),
         ]
-        return candidates.first { lws_hdr_total_length(wsi, $0.0) > 0 }?.1
+        return candidates.first { LWS.headerLength(wsi, $0.0) > 0 }?.1
     }
 
-    private static let copiedHeaders: [(lws_token_indexes, String)] = [
-        (WSI_TOKEN_HTTP_AUTHORIZATION, "authorization"), (WSI_TOKEN_HTTP_CONTENT_TYPE, "content-type"),
-        (WSI_TOKEN_HTTP_CONTENT_LENGTH, "content-length"), (WSI_TOKEN_HTTP_IF_MATCH, "if-match"),
-        (WSI_TOKEN_HTTP_ACCEPT, "accept"), (WSI_TOKEN_ORIGIN, "origin"),
-        (WSI_TOKEN_HTTP_TRANSFER_ENCODING, "transfer-encoding"), (WSI_TOKEN_X_FORWARDED_FOR, "x-forwarded-for"),
-        (WSI_TOKEN_HTTP_USER_AGENT, "user-agent"), (WSI_TOKEN_HOST, "host"),
-        (WSI_TOKEN_HTTP_IF_NONE_MATCH, "if-none-match"),
+    private static let copiedHeaders: [(LWSHeader, String)] = [
+        (.authorization, "authorization"), (.contentType, "content-type"), (.contentLength, "content-length"),
+        (.ifMatch, "if-match"), (.accept, "accept"), (.origin, "origin"), (.transferEncoding, "transfer-encoding"),
+        (.xForwardedFor, "x-forwarded-for"), (.userAgent, "user-agent"), (.host, "host"), (.ifNoneMatch, "if-none-match"),
     ]
 
     private func readRequest(_ wsi: OpaquePointer, method: HTTPMethod) -> HTTPRequest? {
         var headers: [String: String] = [:]
         for (token, name) in Self.copiedHeaders {
-            if let value = copyHeader(wsi, token) { headers[name] = value }
+            if let value = LWS.header(wsi, token) { headers[name] = value }
         }
-        if let apiKey = copyCustomHeader(wsi, "x-api-key:") { headers["x-api-key"] = apiKey }
+        if let apiKey = LWS.customHeader(wsi, "x-api-key:") { headers["x-api-key"] = apiKey }
         // CORS preflights name the method they ask for; lws has no token for it.
-        if let method = copyCustomHeader(wsi, "access-control-request-method:") { headers["access-control-request-method"] = method }
+        if let method = LWS.customHeader(wsi, "access-control-request-method:") { headers["access-control-request-method"] = method }
         var query: [String: String] = [:]
-        let queryBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: 8192)
-        defer { queryBuffer.deallocate() }
-        let queryLength = cs_lws_copy_query(wsi, queryBuffer, 8192)
-        if queryLength > 0 {
-            let raw = String(decoding: UnsafeRawBufferPointer(start: queryBuffer, count: Int(queryLength)), as: UTF8.self)
+        if let raw = LWS.query(wsi) {
             for pair in raw.split(separator: "\u{1f}") {
                 let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 query[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
             }
         }
-        var peer = [CChar](repeating: 0, count: 64)
-        let remote = peer.withUnsafeMutableBufferPointer { buffer -> String in
-            guard let address = lws_get_peer_simple(wsi, buffer.baseAddress, buffer.count) else { return "" }
-            return String(cString: address)
-        }
+        let remote = LWS.peerAddress(wsi)
         return HTTPRequest(method: method, path: "/", query: query, headers: headers, remoteAddress: remote)
     }
-
-    private func copyHeader(_ wsi: OpaquePointer, _ token: lws_token_indexes) -> String? {
-        let length = Int(lws_hdr_total_length(wsi, token))
-        guard length > 0 else { return nil }
-        var buffer = [CChar](repeating: 0, count: length + 1)
-        let copied = buffer.withUnsafeMutableBufferPointer { lws_hdr_copy(wsi, $0.baseAddress, Int32($0.count), token) }
-        guard copied >= 0 else { return nil }
-        return String(decoding: buffer.prefix(Int(copied)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    private func copyCustomHeader(_ wsi: OpaquePointer, _ name: String) -> String? {
-        let nameBytes = Array(name.utf8CString)
-        let length = nameBytes.withUnsafeBufferPointer { lws_hdr_custom_length(wsi, $0.baseAddress, Int32(name.utf8.count)) }
-        guard length > 0 else { return nil }
-        var buffer = [CChar](repeating: 0, count: Int(length) + 1)
-        let copied = buffer.withUnsafeMutableBufferPointer { out in
-            nameBytes.withUnsafeBufferPointer {
-                lws_hdr_custom_copy(wsi, out.baseAddress, Int32(out.count), $0.baseAddress, Int32(name.utf8.count))
-            }
-        }
-        guard copied >= 0 else { return nil }
-        return String(decoding: buffer.prefix(Int(copied)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
 }
 
-/// The C entry point. lws calls it on the service thread; the server is recovered from the
-/// context's user pointer, which `start` set to an unretained reference that outlives the context.
-private func serviceCallback(
-    _ wsi: OpaquePointer?, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
-    _ input: UnsafeMutableRawPointer?, _ length: Int
-) -> Int32 {
-    guard let wsi, let context = lws_get_context(wsi), let owner = lws_context_user(context) else { return 0 }
-    let server = Unmanaged<WebSocketServer>.fromOpaque(owner).takeUnretainedValue()
-    return server.handle(wsi, reason, user, input, length)
-}
+extension WebSocketServer: LWSServerHandler {}
 
 /// Service-thread-only state. Not Sendable on purpose: nothing else may hold it.
 private final class ServiceState {
@@ -1144,61 +1007,5 @@ private final class HTTPExchange {
         self.id = id
         self.wsi = wsi
         self.request = request
-    }
-}
-
-/// Array-backed queue with amortised O(1) pops.
-struct FIFO<Element> {
-    private var items: [Element] = []
-    private var head = 0
-
-    var isEmpty: Bool { head == items.count }
-    var count: Int { items.count - head }
-
-    mutating func append(_ item: Element) { items.append(item) }
-
-    mutating func popFirst() -> Element? {
-        guard head < items.count else { return nil }
-        let item = items[head]
-        head += 1
-        if head == items.count {
-            // Drained: let go of the delivered elements now. A connection that goes quiet (an idle
-            // peer after its welcome) kept its last frames alive until 64 more had been popped.
-            items.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head >= 64 && head * 2 >= items.count {
-            items.removeFirst(head)
-            head = 0
-        }
-        return item
-    }
-
-    mutating func removeAll() {
-        items.removeAll()
-        head = 0
-    }
-
-    func peekFirst() -> Element? { head < items.count ? items[head] : nil }
-}
-
-/// RFC 6455 §5.2 framing for unmasked server-to-client text frames.
-enum WebSocketFraming {
-    /// Writes the header for one final text frame of `length` bytes; returns the header size.
-    static func writeTextHeader(length: Int, into pointer: UnsafeMutableRawPointer) -> Int {
-        let bytes = pointer.assumingMemoryBound(to: UInt8.self)
-        bytes[0] = 0x81  // FIN + text opcode
-        if length < 126 {
-            bytes[1] = UInt8(length)
-            return 2
-        }
-        if length <= 0xFFFF {
-            bytes[1] = 126
-            bytes[2] = UInt8(length >> 8)
-            bytes[3] = UInt8(length & 0xFF)
-            return 4
-        }
-        bytes[1] = 127
-        for index in 0..<8 { bytes[2 + index] = UInt8((UInt64(length) >> (56 - 8 * UInt64(index))) & 0xFF) }
-        return 10
     }
 }

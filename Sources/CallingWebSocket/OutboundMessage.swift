@@ -5,9 +5,9 @@ import CLibWebSockets
 /// is safe to share because every `lws_write` happens on the service thread, one at a time, and
 /// lws copies any unsent remainder into its own buffer before returning.
 public final class OutboundMessage: @unchecked Sendable {
-    static let headroom = Int(cs_lws_pre())
+    @usableFromInline package static let headroom = Int(cs_lws_pre())
 
-    let storage: UnsafeMutableRawBufferPointer
+    @usableFromInline let storage: UnsafeMutableRawBufferPointer
     public let count: Int
 
     /// Copies `payload` with one memcpy (a generic element-wise copy showed up in profiles).
@@ -27,7 +27,7 @@ public final class OutboundMessage: @unchecked Sendable {
     }
 
     /// Pointer to the payload, with `LWS_PRE` writable bytes before it.
-    var payloadPointer: UnsafeMutablePointer<UInt8> {
+    @inlinable package var payloadPointer: UnsafeMutablePointer<UInt8> {
         storage.baseAddress!.advanced(by: Self.headroom).assumingMemoryBound(to: UInt8.self)
     }
 

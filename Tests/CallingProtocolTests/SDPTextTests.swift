@@ -1,4 +1,4 @@
-import CallingCore
+import CallingProtocol
 import XCTest
 
 /// The SDP reading the HTTP session bridge relies on: mids give sdpMLineIndex, fragments give

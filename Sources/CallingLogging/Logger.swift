@@ -1,3 +1,4 @@
+import CallingProtocol
 import Foundation
 import Synchronization
 

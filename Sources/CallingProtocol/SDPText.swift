@@ -1,6 +1,7 @@
-/// The few SDP facts the HTTP session bridge needs (RFC 8866 lines, RFC 8839 ICE attributes,
-/// RFC 8840 `application/trickle-ice-sdpfrag`). The server relays SDP; it never negotiates media,
-/// so this reads and rewrites lines and nothing more.
+/// The few SDP facts the HTTP session bridge and CallingMedia need (RFC 8866 lines, RFC 8839 ICE
+/// attributes, RFC 8840 `application/trickle-ice-sdpfrag`). The server relays SDP; it never
+/// negotiates media, so this reads and rewrites lines and nothing more. It lives here, not in
+/// CallingCore, so the media library links no server logic.
 public enum SDPText {
     /// Lines without their CR/LF.
     public static func lines(_ sdp: String) -> [Substring] {

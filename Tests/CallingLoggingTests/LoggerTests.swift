@@ -1,4 +1,4 @@
-import CallingCore
+import CallingLogging
 import Dispatch
 import XCTest
 

@@ -17,14 +17,14 @@ import Foundation
 /// to build the vhost's server and client SSL_CTX. The price: lws frees a vhost's SSL_CTX only when
 /// its *context* has the flag (`lws_ssl_destroy`), so each later context leaks its SSL_CTX (a few
 /// KiB) when destroyed. Servers and SDK loops live for the process, so that is tests only.
-enum TLSContextFactory {
+package enum TLSContextFactory {
     private static let lock = NSLock()
     // nonisolated(unsafe): only read and written under `lock`, which also serialises the
     // lws_create_context calls that reassign the indexes.
     nonisolated(unsafe) private static var globalInitDone = false
 
     /// Service thread of the new context. `info` describes the context and its default vhost.
-    static func createContext(_ info: lws_context_creation_info) -> OpaquePointer? {
+    package static func createContext(_ info: lws_context_creation_info) -> OpaquePointer? {
         lock.lock()
         defer { lock.unlock() }
         var withInit = info

@@ -1,5 +1,6 @@
 import CLibWebSockets
-import CallingCore
+import CallingLogging
+import CallingProtocol
 import Foundation
 import Synchronization  // Atomic
 

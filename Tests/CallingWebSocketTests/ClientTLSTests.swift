@@ -1,9 +1,10 @@
 import CallingCore
 import CallingTesting
+import CallingTransport
 import Foundation
 import XCTest
 
-@testable import CallingTransport
+@testable import CallingWebSocket
 
 /// URL → endpoint mapping, without a network.
 final class ClientEndpointTests: XCTestCase {
