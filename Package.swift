@@ -64,7 +64,7 @@ let package = Package(
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
         // The voice agent of docs/sdk.md ("Example: voice agent"): the SDK with CallingMedia.
         .executableTarget(name: "VoiceAgent", dependencies: ["CallingClient", "CallingMedia"], path: "Examples/VoiceAgent"),
-        .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingTransport"]),
+        .target(name: "CallingTesting", dependencies: ["CallingCore", "CallingStore", "CallingTransport"]),
         // Load generators and the benchmark suite (bench/README.md). Neither the server library nor
         // the SDK links it; `calling-server bench` hands over to the calling-bench executable.
         .target(

@@ -43,17 +43,16 @@ public struct PresenceOptions: Sendable {
 ///
 /// Threading: a pure `PresenceSession` run under one lock, as in `SignalingClient`.
 public final class PresenceClient: @unchecked Sendable {
-    // @unchecked: `connection` is touched only under the driver's lock; `let`s are immutable.
+    // @unchecked: `socket` is touched only under the driver's lock; `let`s are immutable.
     public let url: URL
     /// The settings given to `init`.
     public let options: PresenceOptions
 
     private let driver: SessionDriver<PresenceSession, PresenceAction, PresenceTimer, PresenceOutcome>
-    private let loop: WebSocketClientLoop
     private let endpoint: Result<ClientEndpoint, CallingError>
     private let sink: EventSink<PresenceEvent>
     private let callbackQueue: DispatchQueue
-    private var connection: WebSocketClientConnection?
+    private let socket: SessionSocket
 
     /// `url` is `ws://host:port` or `wss://host[:port]` (a path other than `/` replaces
     /// `/v1/presence`; other schemes make `connect()` throw `unsupportedURL`); `token` needs
@@ -62,9 +61,12 @@ public final class PresenceClient: @unchecked Sendable {
         CallingLog.install()
         self.url = url
         self.options = options
-        loop = options.loop ?? SignalingClient.sharedLoop
+        let loop = options.loop ?? SignalingClient.sharedLoop
         endpoint = Result { () throws(CallingError) in try REST.endpoint(for: url) }
         sink = EventSink(limit: options.eventBufferLimit)
+        socket = SessionSocket(loop: loop, endpoint: endpoint,
+                               tls: TLSClientOptions(caFile: options.tlsCAFile,
+                                                     insecureSkipVerification: options.insecureSkipTLSVerification))
         callbackQueue = options.callbackQueue ?? DispatchQueue(label: "calling-presence.callbacks")
         var settings = PresenceSession.Settings()
         var path = url.path.isEmpty || url.path == "/" ? "/v1/presence" : url.path
@@ -84,7 +86,7 @@ public final class PresenceClient: @unchecked Sendable {
     }
 
     deinit {
-        connection?.close(code: CloseCode.normal.rawValue, reason: "normal")
+        socket.close(code: CloseCode.normal.rawValue, reason: "normal")
         sink.finish()
     }
 
@@ -160,21 +162,13 @@ public final class PresenceClient: @unchecked Sendable {
     private func perform(_ action: PresenceAction) {
         switch action {
         case .openSocket(let id, let path, let token):
-            connection?.abort()
-            connection = nil
-            guard case .success(let endpoint) = endpoint else { return }
-            connection = loop.connect(host: endpoint.host, port: endpoint.port, path: path,
-                                      headers: ["Authorization": "Bearer \(token)"],
-                                      tls: endpoint.usesTLS ? tls : nil) { [weak self] event in
-                self?.socketEvent(event, socket: id)
-            }
+            socket.open(path: path, token: token) { [weak self] event in self?.socketEvent(event, socket: id) }
         case .closeSocket(let code, let reason):
-            connection?.close(code: code, reason: reason)
+            socket.close(code: code, reason: reason)
         case .abortSocket:
-            connection?.abort()
-            connection = nil
+            socket.abort()
         case .send(let frame):
-            connection?.send(bytes: frame.encoded(), binary: false)
+            socket.send(frame)
         case .arm(let timer, let delay):
             driver.arm(timer, after: delay)
         case .cancel(let timer):
@@ -199,10 +193,6 @@ public final class PresenceClient: @unchecked Sendable {
         }
     }
 
-    private var tls: TLSClientOptions {
-        TLSClientOptions(caFile: options.tlsCAFile, insecureSkipVerification: options.insecureSkipTLSVerification)
-    }
-
     private func socketEvent(_ event: WebSocketClientEvent, socket: UInt64) {
         let input: PresenceInput
         switch event {
@@ -212,7 +202,7 @@ public final class PresenceClient: @unchecked Sendable {
         case .failed(let status, let code, let message): input = .socketFailed(socket, status: status, code: code, message: message)
         }
         driver.run { session in
-            if event.isTerminal, session.socket == socket { connection = nil }
+            if event.isTerminal, session.socket == socket { self.socket.ended() }
             return session.handle(input)
         }
     }

@@ -100,7 +100,7 @@ public final class SignalingClient: @unchecked Sendable {
     private let sink: EventSink<CallingEvent>
 
     private weak var delegateStorage: (any SignalingClientDelegate)?
-    private var connection: WebSocketClientConnection?
+    private let socket: SessionSocket
     /// The last media operation queued for each peer (see `enqueueMedia`), numbered so that it
     /// removes itself when it finishes last.
     private var mediaTasks: [PeerID: (number: UInt64, task: Task<Void, Never>)] = [:]
@@ -119,6 +119,7 @@ public final class SignalingClient: @unchecked Sendable {
         loop = options.loop ?? SignalingClient.sharedLoop
         callbackQueue = options.callbackQueue ?? DispatchQueue(label: "calling-client.callbacks")
         sink = EventSink(limit: options.eventBufferLimit)
+        socket = SessionSocket(loop: loop, endpoint: endpoint, tls: options.tls)
         var settings = SignalingSession.Settings()
         settings.path = (url.path.isEmpty || url.path == "/") ? "/v1/ws" : url.path
         if case .success(let endpoint) = endpoint {
@@ -144,7 +145,7 @@ public final class SignalingClient: @unchecked Sendable {
     }
 
     deinit {
-        connection?.close(code: CloseCode.normal.rawValue, reason: "normal")
+        socket.close(code: CloseCode.normal.rawValue, reason: "normal")
         sink.finish()
     }
 
@@ -342,10 +343,10 @@ public final class SignalingClient: @unchecked Sendable {
     }
 
     /// Stops reading the socket (tests: make acks late without losing them).
-    func pauseReadingForTesting() { driver.withLock { connection?.pauseReading() } }
-    func resumeReadingForTesting() { driver.withLock { connection?.resumeReading() } }
+    func pauseReadingForTesting() { driver.withLock { socket.connection?.pauseReading() } }
+    func resumeReadingForTesting() { driver.withLock { socket.connection?.resumeReading() } }
     /// Drops the TCP connection without a close frame (tests: a network drop).
-    func dropConnectionForTesting() { driver.withLock { connection?.abort() } }
+    func dropConnectionForTesting() { driver.withLock { socket.connection?.abort() } }
 
     // MARK: driver
 
@@ -362,22 +363,14 @@ public final class SignalingClient: @unchecked Sendable {
     private func perform(_ action: SessionAction) {
         switch action {
         case .openSocket(let id, let path, let token):
-            connection?.abort()
-            connection = nil
-            guard case .success(let endpoint) = endpoint else { return }  // connect() refused it already
-            connection = loop.connect(host: endpoint.host, port: endpoint.port, path: path,
-                                      headers: ["Authorization": "Bearer \(token)"],
-                                      tls: endpoint.usesTLS ? options.tls : nil) { [weak self] event in
-                // lws service thread: one input per event, in order.
-                self?.socketEvent(event, socket: id)
-            }
+            // The lws service thread calls back: one input per event, in order.
+            socket.open(path: path, token: token) { [weak self] event in self?.socketEvent(event, socket: id) }
         case .closeSocket(let code, let reason):
-            connection?.close(code: code, reason: reason)
+            socket.close(code: code, reason: reason)
         case .abortSocket:
-            connection?.abort()
-            connection = nil
+            socket.abort()
         case .send(let frame):
-            connection?.send(bytes: frame.encoded(), binary: false)
+            socket.send(frame)
         case .arm(let timer, let delay):
             driver.arm(timer, after: delay)
         case .cancel(let timer):
@@ -437,7 +430,7 @@ public final class SignalingClient: @unchecked Sendable {
 
     private func socketEnded(_ socket: UInt64, _ input: SessionInput) {
         driver.run { session in
-            if session.socket == socket { connection = nil }
+            if session.socket == socket { self.socket.ended() }
             return session.handle(input)
         }
     }

@@ -1,6 +1,7 @@
 import CallingCore
 import CallingPostgres
 import CallingStore
+import CallingTesting
 import Dispatch
 import XCTest
 

@@ -1,4 +1,5 @@
 import CallingStore
+import CallingTesting
 import Dispatch
 import Foundation
 import XCTest

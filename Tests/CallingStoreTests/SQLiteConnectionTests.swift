@@ -1,5 +1,6 @@
 import CallingCore
 import CallingStore
+import CallingTesting
 import Foundation
 import XCTest
 

@@ -1,11 +1,12 @@
 import CallingCore
 import CallingStore
+import CallingTesting
 import Dispatch
 import Foundation
 import XCTest
 
-// Helpers for this target only. They live here rather than in CallingTesting because they are about
-// SQLite files and completion handlers, which no other target's tests need.
+// Helpers for this target only: SQLite files and codes. The blocking forms of the store calls, which
+// the PostgreSQL tests use too, are in CallingTesting (StoreWaiting.swift).
 
 /// SQLite result codes the tests assert on (the test target does not import the C module).
 enum SQLiteCode {
@@ -15,11 +16,6 @@ enum SQLiteCode {
     static let constraint: Int32 = 19
     static let misuse: Int32 = 21
     static let constraintUnique: Int32 = 2067
-}
-
-struct TimedOut: Error, CustomStringConvertible {
-    var what: String
-    var description: String { "timed out waiting for \(what)" }
 }
 
 extension XCTestCase {
@@ -43,73 +39,6 @@ extension XCTestCase {
         addTeardownBlock { store.close() }
         return store
     }
-}
-
-/// Thread-safe list the completions append to.
-final class Collector<Element: Sendable>: @unchecked Sendable {
-    // @unchecked Sendable: `items` is only touched while `lock` is held.
-    private let lock = NSLock()
-    private var items: [Element] = []
-
-    func append(_ item: Element) {
-        lock.lock()
-        items.append(item)
-        lock.unlock()
-    }
-
-    var all: [Element] {
-        lock.lock()
-        defer { lock.unlock() }
-        return items
-    }
-}
-
-/// Starts a completion-style store call and waits for its result.
-func awaitResult<Value: Sendable>(
-    _ what: String = #function, timeout: TimeInterval = 10,
-    _ start: (@escaping @Sendable (Result<Value, StoreError>) -> Void) -> Void
-) throws -> Value {
-    let result = Collector<Result<Value, StoreError>>()
-    let done = DispatchSemaphore(value: 0)
-    start { outcome in
-        result.append(outcome)
-        done.signal()
-    }
-    guard done.wait(timeout: .now() + timeout) == .success, let outcome = result.all.first else {
-        throw TimedOut(what: what)
-    }
-    return try outcome.get()
-}
-
-extension ChatPersistence {
-    /// `appendChat`, waiting for the ack.
-    func appendAndWait(_ draft: ChatDraft) throws -> ChatAppendResult {
-        try awaitResult { appendChat(draft, completion: $0) }
-    }
-
-    /// Appends `count` messages from `sender` to `room`, one after the other.
-    @discardableResult
-    func appendMany(_ count: Int, room: RoomID, sender: PeerID, prefix: String = "m") throws -> [ChatAppendResult] {
-        try (0..<count).map { index in
-            try appendAndWait(ChatDraft(
-                room: room, sender: sender, clientID: "\(prefix)-\(sender)-\(index)",
-                text: "message \(index)", timestampMs: 1_000 + Int64(index)
-            ))
-        }
-    }
-
-    func historyAndWait(room: RoomID, sinceSeq: Int64, limit: Int) throws -> HistoryPage {
-        try awaitResult { history(room: room, sinceSeq: sinceSeq, limit: limit, completion: $0) }
-    }
-
-    func markReadAndWait(room: RoomID, peer: PeerID, seq: Int64, nowMs: Int64) throws -> ReadMarkerResult {
-        try awaitResult { markRead(room: room, peer: peer, seq: seq, nowMs: nowMs, completion: $0) }
-    }
-
-    func summaryAndWait(room: RoomID, peer: PeerID) throws -> RoomSummary {
-        try awaitResult { roomSummary(room: room, peer: peer, completion: $0) }
-    }
-
 }
 
 extension ChatStore {
