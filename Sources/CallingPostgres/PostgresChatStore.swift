@@ -21,7 +21,8 @@ import Foundation
 public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     // @unchecked Sendable: `connection` and `lastReconnectNs` are touched only on `queue` (blocks
     // submitted with `queue.async`, and `sync`/`close` through `queue.sync` or inline when already on
-    // it); `appends` and `counters`, the only state touched from callers' threads, are `Locked`.
+    // it); `appends` (a `GroupCommitInbox`) and `counters`, the only state touched from callers'
+    // threads, are behind locks.
     // Everything else is an immutable `let`.
 
     public struct Options: Sendable, Equatable {
@@ -52,7 +53,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     private let connection: PostgresConnection
     /// Uptime of the last reconnect attempt; used only on `queue`.
     private var lastReconnectNs: UInt64 = 0
-    private let appends = Locked(AppendQueue())
+    private let appends = GroupCommitInbox<PendingAppend>()
     private let counters = Locked(ChatStoreMetrics())
 
     private struct PendingAppend: Sendable {
@@ -60,11 +61,6 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         var completion: @Sendable (Result<ChatAppendResult, StoreError>) -> Void
     }
 
-    private struct AppendQueue: Sendable {
-        var pending: [PendingAppend] = []
-        var drainScheduled = false
-        var closed = false
-    }
 
     private init(connection: PostgresConnection, migrationsApplied: [String], options: Options) {
         self.connection = connection
@@ -87,15 +83,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     public func appendChat(
         _ draft: ChatDraft, completion: @escaping @Sendable (Result<ChatAppendResult, StoreError>) -> Void
     ) {
-        enum Admission { case queued, queuedAndSchedule, refused }
-        let admission = appends.withLock { state -> Admission in
-            guard !state.closed else { return .refused }
-            state.pending.append(PendingAppend(draft: draft, completion: completion))
-            if state.drainScheduled { return .queued }
-            state.drainScheduled = true
-            return .queuedAndSchedule
-        }
-        switch admission {
+        switch appends.admit(PendingAppend(draft: draft, completion: completion)) {
         case .queued: break
         case .queuedAndSchedule: queue.async { self.drain() }
         case .refused: queue.async { completion(.failure(.closed)) }
@@ -104,12 +92,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
 
     /// On `queue`: writes every pending draft (all of them, for the ordering reason in `ChatStore.drain`).
     private func drain() {
-        let drafts = appends.withLock { state -> [PendingAppend] in
-            state.drainScheduled = false
-            let taken = state.pending
-            state.pending = []
-            return taken
-        }
+        let drafts = appends.takeForDrain()
         write(inBatchesOf: drafts)
     }
 
@@ -214,7 +197,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     /// apply it twice: reads and read markers may; an append may not.
     private func run<Value>(mayRepeat: (PostgresError) -> Bool = { _ in true },
                             _ work: (PostgresConnection) throws -> Value) -> Result<Value, StoreError> {
-        if appends.withLock({ $0.closed }) && !connection.isConnected { return .failure(.closed) }
+        if appends.isClosed && !connection.isConnected { return .failure(.closed) }
         if !connection.checkConnection() {
             let now = DispatchTime.now().uptimeNanoseconds
             guard now &- lastReconnectNs >= UInt64(options.reconnectIntervalMs) * 1_000_000 else {
@@ -269,13 +252,9 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     /// Stops accepting appends, writes every draft already accepted, waits for everything queued before
     /// it, then closes the connection. Later calls complete with `.closed`. Idempotent.
     public func close() {
-        appends.withLock { $0.closed = true }
+        appends.close()
         sync { connection in
-            let drafts = appends.withLock { state -> [PendingAppend] in
-                let taken = state.pending
-                state.pending = []
-                return taken
-            }
+            let drafts = appends.takeRemaining()
             write(inBatchesOf: drafts)
             connection.close()
         }

@@ -28,7 +28,6 @@ final class SignalingService: @unchecked Sendable {
     private let metrics: Metrics
     private let logger: Logger
     private let webhooks: Webhooks
-    private let store: ChatStore
     private let now: @Sendable () -> Millis
 
     init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallsAPI) {
@@ -37,7 +36,6 @@ final class SignalingService: @unchecked Sendable {
         self.metrics = context.metrics
         self.logger = context.logger
         self.webhooks = context.webhooks
-        self.store = context.store
         self.now = context.now
         self.router = router
         self.chats = chats

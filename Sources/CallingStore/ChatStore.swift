@@ -24,7 +24,8 @@ public final class ChatStore: @unchecked Sendable {
     // - `connection` (not Sendable) is touched only on `queue`: by blocks submitted with `queue.async`, and
     //   by `sync` and `close`, which run their body through `queue.sync` or inline when already on
     //   `queue`. A serial queue runs one block at a time, so the connection is never used concurrently.
-    // - `appends` and `counters`, the only state touched from callers' threads, are `Locked`.
+    // - `appends` (a `GroupCommitInbox`) and `counters`, the only state touched from callers' threads,
+    //   are behind locks.
     // Everything else is an immutable `let`: plain values, the queue and its specific key (Dispatch
     // objects are safe to use from any thread).
 
@@ -55,7 +56,7 @@ public final class ChatStore: @unchecked Sendable {
     private let maxBatchSize: Int
     /// Used only on `queue`.
     private let connection: SQLiteConnection
-    private let appends = Locked(AppendQueue())
+    private let appends = GroupCommitInbox<PendingAppend>()
     private let counters = Locked(ChatStoreMetrics())
     /// Checkpoints the WAL off the commit path; nil for an in-memory database (no WAL).
     private let checkpointer: WALCheckpointer?
@@ -65,13 +66,6 @@ public final class ChatStore: @unchecked Sendable {
         var completion: @Sendable (Result<ChatAppendResult, StoreError>) -> Void
     }
 
-    private struct AppendQueue: Sendable {
-        var pending: [PendingAppend] = []
-        /// A drain block is on the queue and has not yet taken its batch: a new draft will be in it, so
-        /// no second drain needs scheduling.
-        var drainScheduled = false
-        var closed = false
-    }
 
     private init(path: String, connection: SQLiteConnection, checkpointer: WALCheckpointer?, migrationsApplied: [String],
                  options: Options)
@@ -110,15 +104,7 @@ public final class ChatStore: @unchecked Sendable {
     public func appendChat(
         _ draft: ChatDraft, completion: @escaping @Sendable (Result<ChatAppendResult, StoreError>) -> Void
     ) {
-        enum Admission { case queued, queuedAndSchedule, refused }
-        let admission = appends.withLock { state -> Admission in
-            guard !state.closed else { return .refused }
-            state.pending.append(PendingAppend(draft: draft, completion: completion))
-            if state.drainScheduled { return .queued }
-            state.drainScheduled = true
-            return .queuedAndSchedule
-        }
-        switch admission {
+        switch appends.admit(PendingAppend(draft: draft, completion: completion)) {
         case .queued:
             break
         case .queuedAndSchedule:
@@ -135,13 +121,7 @@ public final class ChatStore: @unchecked Sendable {
     /// this one block: re-queueing the rest would let an operation submitted after them (a `history`
     /// right after an `appendChat`) run before they are written.
     private func drain() {
-        let drafts = appends.withLock { state -> [PendingAppend] in
-            // Drafts arriving from now on are not ours: the next one schedules a new drain.
-            state.drainScheduled = false
-            let taken = state.pending
-            state.pending = []
-            return taken
-        }
+        let drafts = appends.takeForDrain()
         write(inBatchesOf: drafts)
     }
 
@@ -271,14 +251,10 @@ public final class ChatStore: @unchecked Sendable {
     /// waits for everything queued before it, then closes the connection. Later calls complete with
     /// `.closed`. Blocks like `sync`: call it at shutdown, not from the service thread. Idempotent.
     public func close() {
-        appends.withLock { $0.closed = true }
+        appends.close()
         sync { connection in
             // Drain blocks still on the queue will find nothing left; the drafts are written here.
-            let drafts = appends.withLock { state -> [PendingAppend] in
-                let taken = state.pending
-                state.pending = []
-                return taken
-            }
+            let drafts = appends.takeRemaining()
             write(inBatchesOf: drafts)
             connection.close()
         }
