@@ -42,6 +42,8 @@ struct pss {
 	struct pss *prev;
 	struct msg **queue; /* ring */
 	unsigned int head, count, cap;
+	unsigned char *rx; /* a frame lws delivered in pieces, until its last one */
+	size_t rx_len, rx_cap;
 	char peer[128];
 };
 
@@ -217,6 +219,16 @@ static int write_queued(struct lws *wsi, struct pss *p)
 	return lws_write(wsi, batch + LWS_PRE, used, LWS_WRITE_HTTP) < (int)used ? -1 : 0;
 }
 
+static void handle_frame(struct pss *p, const char *in, size_t len)
+{
+	if (len >= 15 && !memcmp(in, "{\"type\":\"ping\"", 14))
+		enqueue(p, msg_new(in, len));
+	else if (len >= 15 && !memcmp(in, "{\"type\":\"chat\"", 14))
+		chat(p, in, len);
+	else
+		broadcast(p, msg_new(in, len));
+}
+
 static int serve_page(struct lws *wsi)
 {
 	unsigned char headers[LWS_PRE + 512], *start = headers + LWS_PRE, *pos = start, *end = headers + sizeof(headers);
@@ -263,14 +275,26 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 	}
 
 	case LWS_CALLBACK_RECEIVE:
-		if (!p->room || !lws_is_first_fragment(wsi) || !lws_is_final_fragment(wsi))
+		if (!p->room)
 			return 0;
-		if (len >= 15 && !memcmp(in, "{\"type\":\"ping\"", 14))
-			enqueue(p, msg_new(in, len));
-		else if (len >= 15 && !memcmp(in, "{\"type\":\"chat\"", 14))
-			chat(p, in, len);
-		else
-			broadcast(p, msg_new(in, len));
+		/* lws hands over a frame in pieces when it straddles two reads of the socket (pipelined
+		 * load makes that common): keep the pieces and act on the whole frame, as the server does. */
+		if (!lws_is_first_fragment(wsi) || !lws_is_final_fragment(wsi) || p->rx_len) {
+			if (p->rx_len + len > MAX_FRAME)
+				return -1;
+			if (p->rx_len + len > p->rx_cap) {
+				p->rx_cap = MAX_FRAME;
+				p->rx = realloc(p->rx, p->rx_cap);
+			}
+			memcpy(p->rx + p->rx_len, in, len);
+			p->rx_len += len;
+			if (!lws_is_final_fragment(wsi))
+				return 0;
+			handle_frame(p, (const char *)p->rx, p->rx_len);
+			p->rx_len = 0;
+			return 0;
+		}
+		handle_frame(p, in, len);
 		return 0;
 
 	case LWS_CALLBACK_SERVER_WRITEABLE:
@@ -299,6 +323,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 		}
 		free(p->queue);
 		p->queue = NULL;
+		free(p->rx);
+		p->rx = NULL;
 		return 0;
 
 	default:
