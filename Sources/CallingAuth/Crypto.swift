@@ -8,6 +8,11 @@ enum Crypto {
     /// HMAC of `data` under `key` with the digest `md` (for example `EVP_sha1()`), or nil if
     /// libcrypto fails, which with an in-memory key and a built-in digest means it is out of memory.
     static func hmac(_ md: OpaquePointer?, key: [UInt8], data: [UInt8]) -> [UInt8]? {
+        hmac(md, key: key, data: data[...])
+    }
+
+    /// The same over part of an array (a token's signing input, without copying it out).
+    static func hmac(_ md: OpaquePointer?, key: [UInt8], data: ArraySlice<UInt8>) -> [UInt8]? {
         guard let md, key.count <= Int(Int32.max) else { return nil }
         // HMAC() wants a non-NULL key pointer even for an empty key; an empty Array may have none.
         let keyBytes = key.isEmpty ? [0] : key
