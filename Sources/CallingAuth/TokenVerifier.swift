@@ -190,10 +190,11 @@ public struct TokenVerifier: Sendable {
         // RFC 7515 §4.1.11: a recipient must reject critical extensions it does not understand,
         // and we understand none.
         if header["crit"] != nil { throw .malformed }
-        // libjwt refuses a `typ` other than JWT (case-insensitively); agree with it up front.
+        // libjwt refuses a `typ` other than JWT (ASCII case-insensitively, `strcasecmp`); agree with
+        // it, for HS256 too, which libjwt no longer reads.
         switch header["typ"] {
         case nil: break
-        case .string(let type)? where type.caseInsensitiveCompare("JWT") == .orderedSame: break
+        case .string(let type)? where type.utf8.count == 3 && type.utf8.elementsEqual("jwt".utf8, by: { $0 | 0x20 == $1 }): break
         default: throw .malformed
         }
         guard case .string(let name)? = header["alg"] else { throw .malformed }

@@ -146,6 +146,13 @@ final class TokenVerifierTests: XCTestCase {
         }
         let lowercaseType = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","typ":"jwt"}"#)
         XCTAssertEqual(try hsVerifier().verify(lowercaseType, now: Fixture.now).sub, "alice")
+        // ASCII case only, as libjwt's strcasecmp: no Unicode folding, nothing around the name.
+        let mixedCase = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","typ":"jWt"}"#)
+        XCTAssertEqual(try hsVerifier().verify(mixedCase, now: Fixture.now).sub, "alice")
+        for type in ["JWT ", "ＪＷＴ", "JW", "JWTs", "*WT"] {
+            let token = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","typ":"\#(type)"}"#)
+            XCTAssertThrowsTokenError(.malformed, type) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+        }
     }
 
     func testAsymmetricTokensAreRefusedWhenNoMatchingPublicKeyIsConfigured() throws {
