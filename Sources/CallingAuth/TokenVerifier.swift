@@ -33,6 +33,9 @@ public struct TokenVerifier: Sendable {
     }
 
     private let secret: [UInt8]?
+    /// `secret` set up for HMAC-SHA-256 once; shared and immutable, so the verifier stays a value
+    /// that any number of threads may use (see `HMACKey`).
+    private let hmacKey: HMACKey?
     private let publicKey: InspectedKey?
     private let clock: @Sendable () -> Date
 
@@ -59,6 +62,7 @@ public struct TokenVerifier: Sendable {
         guard leeway.isFinite, leeway >= 0 else { throw .invalidLeeway(leeway) }
         if audience?.isEmpty == true { throw .emptyAudience }
         secret = hs256Secret
+        hmacKey = hs256Secret.flatMap { HMACKey(sha256Key: $0) }
         publicKey = try publicKeyPEM.map { pem throws(AuthConfigurationError) in try PEMKeys.inspectPublicKey(pem) }
         self.audience = audience
         self.leeway = leeway
@@ -104,9 +108,9 @@ public struct TokenVerifier: Sendable {
             // Checked here alone, in constant time (libjwt 1.10.2 compares HMACs with strcmp, whose
             // running time tells an attacker how many leading characters of a forged MAC are right).
             // libjwt's decode would only repeat this MAC and parse header and claims again.
-            guard let mac = Crypto.hmac(EVP_sha256(), key: key, data: parts.signingInput) else {
-                throw .internalError(ENOMEM)
-            }
+            // Without a prepared key (libcrypto out of memory at start-up, or now) the one-shot HMAC.
+            guard let mac = hmacKey?.mac(parts.signingInput) ?? Crypto.hmac(EVP_sha256(), key: key, data: parts.signingInput)
+            else { throw .internalError(ENOMEM) }
             guard Crypto.constantTimeEquals(Array(Base64URL.encode(mac).utf8), Array(parts.signature)) else {
                 throw .badSignature
             }
