@@ -13,8 +13,8 @@ import Foundation
 /// anything else is refused before a signature is looked at. Header and claims are parsed once, by
 /// `TokenJSON` (repeated member names refused). `exp`, `nbf`, `aud` and `sub` are checked after.
 ///
-/// A value type; `verify` allocates and frees its own libjwt handle, so one verifier can be shared
-/// by any number of threads.
+/// A value type; `verify` allocates and frees its own libjwt handle and HMAC context (copied from
+/// the immutable `HMACKey`), so one verifier can be shared by any number of threads.
 public struct TokenVerifier: Sendable {
     /// Longer inputs are refused unparsed: libjwt decodes each segment into a stack buffer
     /// (`alloca`) as long as the segment, so an unbounded token is a stack overflow.
