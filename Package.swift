@@ -40,7 +40,8 @@ let package = Package(
         .target(name: "CallingStore", dependencies: ["CSQLite", "CallingCore"], resources: [.copy("schema")]),
         // Shared chat history in PostgreSQL (`database_url`), behind CallingStore's ChatPersistence.
         .target(name: "CallingPostgres", dependencies: ["CPostgres", "CallingStore", "CallingCore"]),
-        .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingValues"]),
+        // CallingProtocol for its JSON parser, which reads token headers and claims (no second parser).
+        .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingValues", "CallingProtocol"]),
         // The libwebsockets adapter: the WebSocket codec and loop pieces both ends share (messages,
         // queues, framing, TLS options and contexts, the log hook) and the client loop the SDK runs.
         .target(name: "CallingWebSocket", dependencies: ["CLibWebSockets", "CallingProtocol", "CallingLogging"]),

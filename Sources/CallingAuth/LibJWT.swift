@@ -104,18 +104,6 @@ struct JWTHandle: ~Copyable {
         defer { cs_jwt_free_string(encoded) }
         return String(cString: encoded)
     }
-
-    /// The payload as libjwt (jansson) parsed it, re-serialised as compact JSON.
-    ///
-    /// Reading claims from this rather than from the raw segment means the claims we act on are the
-    /// ones libjwt saw: if the raw JSON repeats a key, jansson's choice is the only one.
-    func grantsJSON() throws(LibJWTError) -> [UInt8] {
-        guard let json = jwt_get_grants_json(raw, nil) else {
-            throw LibJWTError(operation: "jwt_get_grants_json", code: ENOMEM)
-        }
-        defer { cs_jwt_free_string(json) }
-        return Array(String(cString: json).utf8)
-    }
 }
 
 extension JWTAlgorithm {

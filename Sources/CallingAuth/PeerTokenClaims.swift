@@ -100,7 +100,8 @@ extension PeerTokenClaims {
         var maxPeers: Int?
         switch payload[ClaimName.maxPeers] {
         case nil, .null?: break
-        case .number(let value)? where value >= 0 && value <= 1_000_000 && value.rounded() == value: maxPeers = Int(value)
+        case .int(let value)? where value >= 0 && value <= 1_000_000: maxPeers = Int(value)
+        case .double(let value)? where value >= 0 && value <= 1_000_000 && value.rounded() == value: maxPeers = Int(value)
         default: throw .invalidClaim(ClaimName.maxPeers)
         }
         self.init(
@@ -156,16 +157,27 @@ extension PeerTokenClaims {
         }
     }
 
-    /// A NumericDate claim (seconds since the epoch, fractions allowed).
+    /// The largest NumericDate magnitude accepted, 9999-12-31T23:59:59Z in seconds. Beyond it a date
+    /// is no one's real expiry, and the server's millisecond clock arithmetic on `exp` (an `Int64`)
+    /// would overflow for values near `Int64.max` seconds.
+    static let maximumNumericDate: Double = 253_402_300_799
+
+    /// A NumericDate claim: seconds since the epoch, an integer or a fraction, within
+    /// ±`maximumNumericDate`. (Integers beyond 64 bits and non-finite numbers never get here: the
+    /// whole token is malformed, see `TokenJSON`.)
     private static func numericDate(_ name: String, in payload: [String: JSONValue]) throws(TokenError) -> Date? {
+        let seconds: Double
         switch payload[name] {
         case nil, .null?:
             return nil
-        case .number(let seconds)?:
-            guard seconds.isFinite else { throw .invalidClaim(name) }
-            return Date(timeIntervalSince1970: seconds)
+        case .int(let value)?:
+            seconds = Double(value)
+        case .double(let value)?:
+            seconds = value
         default:
             throw .invalidClaim(name)
         }
+        guard seconds.isFinite, abs(seconds) <= maximumNumericDate else { throw .invalidClaim(name) }
+        return Date(timeIntervalSince1970: seconds)
     }
 }

@@ -4,8 +4,10 @@
 /// error table, so they are stable: rename a case if you like, never change its `code`.
 /// Messages never echo the token, and claim values only by name.
 public enum TokenError: Error, Equatable, Sendable {
-    /// Not three base64url segments of JSON objects, over the size limit, or a JOSE header that is
-    /// unusable (no `alg`, a `typ` other than JWT, a `crit` extension, nesting too deep).
+    /// Not three base64url segments of JSON objects, over the size limit, a JOSE header that is
+    /// unusable (no `alg`, a `typ` other than JWT, a `crit` extension), or header or claims JSON
+    /// that breaks `TokenJSON`'s rules (a repeated member name, nesting too deep, an integer beyond
+    /// 64 bits, U+0000 in a string).
     case malformed
     /// `alg` is not one this verifier is configured for (`none`, HS512, RS256 with no public key,
     /// ES256 when the key is RSA...). Carries the header's value, truncated and made printable.
@@ -20,9 +22,11 @@ public enum TokenError: Error, Equatable, Sendable {
     case wrongAudience
     /// A required claim (`exp`, `sub`) is absent.
     case missingClaim(String)
-    /// A claim is present with the wrong JSON type or an empty value (for example `exp` as a string).
+    /// A claim is present with the wrong JSON type or an empty value (for example `exp` as a string),
+    /// or a NumericDate beyond year 9999.
     case invalidClaim(String)
-    /// libjwt failed for a reason other than the token (out of memory). Carries libjwt's code.
+    /// libjwt or OpenSSL failed for a reason other than the token (out of memory). Carries an
+    /// errno-style code (libjwt's, or `ENOMEM` when the HMAC could not be computed).
     case internalError(Int32)
 
     /// The status for an HTTP response refusing the request: 401 means "get a new token",

@@ -90,10 +90,14 @@ public struct TokenIssuer: Sendable {
         }
     }
 
-    /// A NumericDate as whole seconds, or an error for dates that are not a finite number of them.
+    /// A NumericDate as whole seconds, or an error for dates that are not a finite number of them or
+    /// lie beyond what `TokenVerifier` accepts (year 9999, `PeerTokenClaims.maximumNumericDate`).
     private static func seconds(_ date: Date, _ name: String) throws(TokenIssueError) -> Int {
         guard let seconds = Int(exactly: date.timeIntervalSince1970.rounded(.down)) else {
             throw .invalidClaim(name: name, reason: "not representable as seconds since 1970")
+        }
+        guard abs(Double(seconds)) <= PeerTokenClaims.maximumNumericDate else {
+            throw .invalidClaim(name: name, reason: "beyond 9999-12-31T23:59:59Z")
         }
         return seconds
     }

@@ -1,17 +1,20 @@
 import CJWT
 import COpenSSL
+import CallingValues
 import Foundation
 
-/// Verifies peer tokens: signature with libjwt, everything libjwt 1.10 does not check in Swift.
+/// Verifies peer tokens: HS256 MACs with OpenSSL here, RS256/ES256 signatures with libjwt, and
+/// everything libjwt 1.10 does not check in Swift.
 ///
 /// libjwt 1.10.2 trusts the token's own `alg` header and validates no claims. Handing it "the key"
 /// would let an attacker pick the algorithm: an HS256 token MAC'd with the (public!) RSA key PEM
 /// verifies if that PEM is passed as the key. So the header is parsed here first, the key is chosen
 /// by `alg` — HS256 gets only the secret, RS256/ES256 only a public key of the matching type — and
-/// anything else is refused before libjwt runs. `exp`, `nbf`, `aud` and `sub` are checked after.
+/// anything else is refused before a signature is looked at. Header and claims are parsed once, by
+/// `TokenJSON` (repeated member names refused). `exp`, `nbf`, `aud` and `sub` are checked after.
 ///
-/// A value type; `verify` allocates and frees its own libjwt handle, so one verifier can be shared
-/// by any number of threads.
+/// A value type; `verify` allocates and frees its own libjwt handle and HMAC context (copied from
+/// the immutable `HMACKey`), so one verifier can be shared by any number of threads.
 public struct TokenVerifier: Sendable {
     /// Longer inputs are refused unparsed: libjwt decodes each segment into a stack buffer
     /// (`alloca`) as long as the segment, so an unbounded token is a stack overflow.
@@ -30,6 +33,9 @@ public struct TokenVerifier: Sendable {
     }
 
     private let secret: [UInt8]?
+    /// `secret` set up for HMAC-SHA-256 once; shared and immutable, so the verifier stays a value
+    /// that any number of threads may use (see `HMACKey`).
+    private let hmacKey: HMACKey?
     private let publicKey: InspectedKey?
     private let clock: @Sendable () -> Date
 
@@ -56,6 +62,7 @@ public struct TokenVerifier: Sendable {
         guard leeway.isFinite, leeway >= 0 else { throw .invalidLeeway(leeway) }
         if audience?.isEmpty == true { throw .emptyAudience }
         secret = hs256Secret
+        hmacKey = hs256Secret.flatMap { HMACKey(sha256Key: $0) }
         publicKey = try publicKeyPEM.map { pem throws(AuthConfigurationError) in try PEMKeys.inspectPublicKey(pem) }
         self.audience = audience
         self.leeway = leeway
@@ -71,13 +78,13 @@ public struct TokenVerifier: Sendable {
     ///
     /// Any input, however broken, ends in a `TokenError` rather than a trap. Checks run in this
     /// order, so a forged token never learns more than `malformed`/`unsupportedAlgorithm`/
-    /// `badSignature`: structure and header → algorithm and key → signature (libjwt) → claim
+    /// `badSignature`: structure and header → algorithm and key → payload JSON → signature → claim
     /// presence and types → `exp` → `nbf` → `aud`.
     public func verify(_ token: String, now: Date) throws(TokenError) -> PeerTokenClaims {
         let parts = try Self.split(token)
 
-        // The header, read by us, decides the key. libjwt reads it again; see the check after decode.
-        guard let headerBytes = Base64URL.decode(parts.header), let header = JSONValue.object(from: headerBytes) else {
+        // The header, read by us, decides the key.
+        guard let headerBytes = Base64URL.decode(parts.header), let header = TokenJSON.object(from: headerBytes) else {
             throw .malformed
         }
         let algorithm = try Self.algorithm(in: header)
@@ -86,43 +93,43 @@ public struct TokenVerifier: Sendable {
         // only so that it is refused for its algorithm above, as docs/protocol.md says.
         guard !parts.signature.isEmpty else { throw .malformed }
 
-        // Only so that a broken payload is reported as malformed rather than as a bad signature.
-        guard let payloadBytes = Base64URL.decode(parts.payload), JSONValue.object(from: payloadBytes) != nil,
+        // Parsed before the signature is checked so that a broken payload is reported as malformed
+        // rather than as a bad signature. These are the claims acted on: the signed bytes, read once
+        // under `TokenJSON`'s rules (no repeated member names), so no other parser could read them
+        // differently.
+        guard let payloadBytes = Base64URL.decode(parts.payload), let payload = TokenJSON.object(from: payloadBytes),
               Base64URL.decode(parts.signature) != nil
         else {
             throw .malformed
         }
 
-        if algorithm == .hs256 {
-            // libjwt 1.10.2 compares HMACs with strcmp, whose running time tells an attacker how many
-            // leading characters of a forged MAC are right. Checking first in constant time means
-            // libjwt only ever compares MACs that are already known to match.
-            let signingInput = Array(parts.header) + [UInt8(ascii: ".")] + Array(parts.payload)
-            guard let mac = Crypto.hmac(EVP_sha256(), key: key, data: signingInput) else {
-                throw .internalError(ENOMEM)
-            }
+        switch algorithm {
+        case .hs256:
+            // Checked here alone, in constant time (libjwt 1.10.2 compares HMACs with strcmp, whose
+            // running time tells an attacker how many leading characters of a forged MAC are right).
+            // libjwt's decode would only repeat this MAC and parse header and claims again.
+            // Without a prepared key (libcrypto out of memory at start-up, or now) the one-shot HMAC.
+            guard let mac = hmacKey?.mac(parts.signingInput) ?? Crypto.hmac(EVP_sha256(), key: key, data: parts.signingInput)
+            else { throw .internalError(ENOMEM) }
             guard Crypto.constantTimeEquals(Array(Base64URL.encode(mac).utf8), Array(parts.signature)) else {
                 throw .badSignature
             }
+        case .rs256, .es256:
+            let decodedAlgorithm: jwt_alg_t
+            do throws(LibJWTError) {
+                let jwt = try JWTHandle(decoding: token, key: key)
+                decodedAlgorithm = jwt.algorithm
+            } catch let error {
+                guard error.code == EINVAL else { throw .internalError(error.code) }
+                throw .badSignature
+            }
+            // libjwt parses the header again, with jansson, and verifies with the algorithm it read.
+            // With repeated names refused above the two readings agree; this check keeps that from
+            // resting on one parser alone: had libjwt read another `alg`, the key we chose would have
+            // been used with an algorithm we did not choose it for (an HMAC keyed with the RSA public
+            // key PEM).
+            guard decodedAlgorithm == algorithm.libjwt else { throw .malformed }
         }
-
-        let decodedAlgorithm: jwt_alg_t
-        let claimsJSON: [UInt8]
-        do throws(LibJWTError) {
-            let jwt = try JWTHandle(decoding: token, key: key)
-            decodedAlgorithm = jwt.algorithm
-            claimsJSON = try jwt.grantsJSON()
-        } catch let error {
-            guard error.code == EINVAL else { throw .internalError(error.code) }
-            // For HS256 the MAC already matched above, so libjwt refused the JSON, not the signature.
-            throw algorithm == .hs256 ? .malformed : .badSignature
-        }
-        // libjwt parses the header again, with jansson. If it read a different `alg` than we did, the
-        // key we chose was checked with an algorithm we did not choose it for. This happens: for
-        // {"alg":"RS256","alg":"HS256"} Foundation keeps the first member and jansson the last, so
-        // without this check the RSA public key PEM would have served as an HMAC secret.
-        guard decodedAlgorithm == algorithm.libjwt else { throw .malformed }
-        guard let payload = JSONValue.object(from: claimsJSON) else { throw .malformed }
 
         var claims = try PeerTokenClaims(verifiedPayload: payload)
         let audiences = try PeerTokenClaims.audiences(in: payload)
@@ -144,25 +151,42 @@ public struct TokenVerifier: Sendable {
 
     private typealias Segment = ArraySlice<UInt8>
 
-    /// Three non-empty base64url segments, checked byte by byte before anything decodes them. Also
-    /// what keeps NUL bytes and non-ASCII out of libjwt's C-string handling.
-    private static func split(_ token: String) throws(TokenError) -> (header: Segment, payload: Segment, signature: Segment) {
+    /// A token cut at its two dots.
+    private struct Parts {
+        var header: Segment
+        var payload: Segment
+        var signature: Segment
+        /// `header.payload`, the bytes the signature covers (JWS Signing Input, RFC 7515 §5.1).
+        var signingInput: Segment
+    }
+
+    /// Three base64url segments, the first two non-empty, checked byte by byte before anything
+    /// decodes them. Also what keeps NUL bytes and non-ASCII out of libjwt's C-string handling.
+    private static func split(_ token: String) throws(TokenError) -> Parts {
         guard !token.isEmpty, token.utf8.count <= maximumTokenLength else { throw .malformed }
         let bytes = Array(token.utf8)
-        var segments = [Segment]()
-        var start = 0
+        var dots = (first: -1, second: -1)
         for index in bytes.indices {
             let byte = bytes[index]
             if byte == UInt8(ascii: ".") {
-                segments.append(bytes[start..<index])
-                start = index + 1
+                if dots.first < 0 {
+                    dots.first = index
+                } else if dots.second < 0 {
+                    dots.second = index
+                } else {
+                    throw .malformed
+                }
             } else if !Base64URL.isAlphabet(byte) {
                 throw .malformed
             }
         }
-        segments.append(bytes[start...])
-        guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty else { throw .malformed }
-        return (segments[0], segments[1], segments[2])
+        guard dots.second >= 0, dots.first > 0, dots.second > dots.first + 1 else { throw .malformed }
+        return Parts(
+            header: bytes[..<dots.first],
+            payload: bytes[(dots.first + 1)..<dots.second],
+            signature: bytes[(dots.second + 1)...],
+            signingInput: bytes[..<dots.second]
+        )
     }
 
     /// The header's `alg`, if it is one we implement (exact, case-sensitive spelling).
@@ -170,10 +194,11 @@ public struct TokenVerifier: Sendable {
         // RFC 7515 §4.1.11: a recipient must reject critical extensions it does not understand,
         // and we understand none.
         if header["crit"] != nil { throw .malformed }
-        // libjwt refuses a `typ` other than JWT (case-insensitively); agree with it up front.
+        // libjwt refuses a `typ` other than JWT (ASCII case-insensitively, `strcasecmp`); agree with
+        // it, for HS256 too, which libjwt no longer reads.
         switch header["typ"] {
         case nil: break
-        case .string(let type)? where type.caseInsensitiveCompare("JWT") == .orderedSame: break
+        case .string(let type)? where type.utf8.count == 3 && type.utf8.elementsEqual("jwt".utf8, by: { $0 | 0x20 == $1 }): break
         default: throw .malformed
         }
         guard case .string(let name)? = header["alg"] else { throw .malformed }

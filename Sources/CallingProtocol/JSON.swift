@@ -40,10 +40,14 @@ public struct JSONParser {
     /// to `member` in document order (a repeated key is handed over again) instead of collecting the
     /// members in a dictionary. Returns false without calling `member` when the top-level value is not
     /// an object; the caller can parse such a document with `parse` for its error or its value.
-    /// Errors are those `parse` throws for the same bytes.
-    public static func parseMembers(_ bytes: [UInt8], _ member: (String, JSONValue) -> Void) throws(JSONParseError) -> Bool {
+    /// Errors are those `parse` throws for the same bytes; `maxDepth` (at most `JSONParser.maxDepth`)
+    /// lowers the nesting limit, the top-level object counting as depth 1, for callers that accept
+    /// only shallow documents (the verifier of peer tokens: 16).
+    public static func parseMembers(
+        _ bytes: [UInt8], maxDepth: Int = JSONParser.maxDepth, _ member: (String, JSONValue) -> Void
+    ) throws(JSONParseError) -> Bool {
         try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> Bool in
-            var parser = JSONParser(bytes: buffer)
+            var parser = JSONParser(bytes: buffer, depthLimit: min(maxDepth, Self.maxDepth))
             parser.skipWhitespace()
             guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "{") else { return false }
             try parser.parseMembers(depth: 1, member)
@@ -59,8 +63,12 @@ public struct JSONParser {
 
     private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
+    private let depthLimit: Int
 
-    private init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    private init(bytes: UnsafeBufferPointer<UInt8>, depthLimit: Int = JSONParser.maxDepth) {
+        self.bytes = bytes
+        self.depthLimit = depthLimit
+    }
 
     private mutating func skipWhitespace() {
         while index < bytes.count {
@@ -96,7 +104,7 @@ public struct JSONParser {
     }
 
     private mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
-        guard depth <= Self.maxDepth else { throw .tooDeep }
+        guard depth <= depthLimit else { throw .tooDeep }
         if index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "}") {
             index += 2
             return .object([:])  // no table allocated for `{}`
@@ -111,7 +119,7 @@ public struct JSONParser {
 
     /// The members of the object starting at `index` (its `{`), each handed to `member` in order.
     private mutating func parseMembers(depth: Int, _ member: (String, JSONValue) -> Void) throws(JSONParseError) {
-        guard depth <= Self.maxDepth else { throw .tooDeep }
+        guard depth <= depthLimit else { throw .tooDeep }
         index += 1
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
@@ -140,7 +148,7 @@ public struct JSONParser {
     }
 
     private mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
-        guard depth <= Self.maxDepth else { throw .tooDeep }
+        guard depth <= depthLimit else { throw .tooDeep }
         index += 1
         var elements: [JSONValue] = []
         skipWhitespace()

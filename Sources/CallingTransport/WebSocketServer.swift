@@ -903,9 +903,16 @@ public final class WebSocketServer: @unchecked Sendable {
         if let method = LWS.customHeader(wsi, "access-control-request-method:") { headers["access-control-request-method"] = method }
         var query: [String: String] = [:]
         if let raw = LWS.query(wsi) {
-            for pair in raw.split(separator: "\u{1f}") {
-                let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-                query[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
+            // Split on the bytes: splitting the String went grapheme by grapheme over the whole
+            // query, the peer token included (~90k instructions per join under callgrind). URL query
+            // syntax is bytes; `=` is split on even where a combining mark follows it.
+            let bytes = Array(raw.utf8)
+            for pair in bytes.split(separator: 0x1F) {
+                if let equals = pair.firstIndex(of: UInt8(ascii: "=")) {
+                    query[String(decoding: pair[..<equals], as: UTF8.self)] = String(decoding: pair[(equals + 1)...], as: UTF8.self)
+                } else {
+                    query[String(decoding: pair, as: UTF8.self)] = ""
+                }
             }
         }
         let remote = LWS.peerAddress(wsi)

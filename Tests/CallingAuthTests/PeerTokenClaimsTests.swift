@@ -38,8 +38,11 @@ final class PeerTokenClaimsTests: XCTestCase {
         }
         XCTAssertEqual(try verify(#""max_peers":2,"jti":"t-1""#).maxPeers, 2)
         XCTAssertEqual(try verify(#""max_peers":0"#).maxPeers, 0)
+        XCTAssertEqual(try verify(#""max_peers":3.0"#).maxPeers, 3, "a whole number written as a fraction")
+        XCTAssertEqual(try verify(#""max_peers":1000000"#).maxPeers, 1_000_000)
         XCTAssertEqual(try verify(#""jti":"t-1""#).tokenID, "t-1")
-        for bad in [#""max_peers":-1"#, #""max_peers":1.5"#, #""max_peers":"2""#, #""jti":"""#] {
+        for bad in [#""max_peers":-1"#, #""max_peers":1.5"#, #""max_peers":"2""#, #""jti":"""#, #""max_peers":1000001"#,
+                    #""max_peers":1e300"#] {
             XCTAssertThrowsError(try verify(bad), bad)
         }
     }

@@ -135,6 +135,12 @@ final class TokenIssuerTests: XCTestCase {
         }
     }
 
+    func testTheLastSecondOfYear9999IsStillIssuedAndVerified() throws {
+        let last = Date(timeIntervalSince1970: 253_402_300_799)
+        let token = try TokenIssuer(hs256Secret: Fixture.secret).issue(PeerTokenClaims(sub: "a", expiresAt: last))
+        XCTAssertEqual(try TokenVerifier(hs256Secret: Fixture.secret).verify(token, now: Fixture.now).expiresAt, last)
+    }
+
     func testClaimsThatWouldNotReadBackAreRefused() throws {
         let issuer = try TokenIssuer(hs256Secret: Fixture.secret)
         let expiry = Fixture.now.addingTimeInterval(60)
@@ -147,6 +153,9 @@ final class TokenIssuerTests: XCTestCase {
             (PeerTokenClaims(sub: "a\u{0}b", expiresAt: expiry), "sub"),
             (PeerTokenClaims(sub: "a", expiresAt: Date(timeIntervalSince1970: .infinity)), "exp"),
             (PeerTokenClaims(sub: "a", expiresAt: expiry, notBefore: Date(timeIntervalSince1970: .nan)), "nbf"),
+            // Past 9999-12-31T23:59:59Z, which the verifier refuses as a NumericDate.
+            (PeerTokenClaims(sub: "a", expiresAt: Date(timeIntervalSince1970: 253_402_300_800)), "exp"),
+            (PeerTokenClaims(sub: "a", issuedAt: Date(timeIntervalSince1970: -1e15), expiresAt: expiry), "iat"),
         ]
         for (claims, name) in cases {
             XCTAssertThrowsError(try issuer.issue(claims)) { error in

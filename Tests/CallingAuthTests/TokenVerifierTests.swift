@@ -146,6 +146,13 @@ final class TokenVerifierTests: XCTestCase {
         }
         let lowercaseType = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","typ":"jwt"}"#)
         XCTAssertEqual(try hsVerifier().verify(lowercaseType, now: Fixture.now).sub, "alice")
+        // ASCII case only, as libjwt's strcasecmp: no Unicode folding, nothing around the name.
+        let mixedCase = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","typ":"jWt"}"#)
+        XCTAssertEqual(try hsVerifier().verify(mixedCase, now: Fixture.now).sub, "alice")
+        for type in ["JWT ", "ＪＷＴ", "JW", "JWTs", "*WT"] {
+            let token = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","typ":"\#(type)"}"#)
+            XCTAssertThrowsTokenError(.malformed, type) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+        }
     }
 
     func testAsymmetricTokensAreRefusedWhenNoMatchingPublicKeyIsConfigured() throws {
@@ -191,10 +198,10 @@ final class TokenVerifierTests: XCTestCase {
         }
     }
 
-    /// Foundation's JSON decoder keeps the first of two equal member names, jansson (inside libjwt)
-    /// the last. For the first header below we therefore select the RSA public key while libjwt
-    /// checks an HMAC with it — the alg-confusion attack again — and only the check that libjwt's
-    /// `alg` equals ours refuses it.
+    /// Parsers disagree on which of two equal member names wins (Foundation's decoder kept the
+    /// first, jansson inside libjwt the last). Were the first header below read as RS256 here and as
+    /// HS256 by libjwt, the RSA public key would be used as an HMAC secret — the alg-confusion attack
+    /// again. Repeated names are refused outright, before any key is chosen.
     func testHeaderRepeatingAlgCannotSmuggleAnotherAlgorithmPastKeySelection() throws {
         let rsa = try XCTUnwrap(Keys.rsa)
         let pemBytes = Array(rsa.publicPEM.utf8)
@@ -205,10 +212,63 @@ final class TokenVerifierTests: XCTestCase {
                 let claims = try verifier.verify(token, now: Fixture.now)
                 XCTFail("accepted \(claims.sub) with header \(header)")
             } catch {
-                // Which one depends on which duplicate each parser keeps; both refuse.
-                XCTAssertTrue([.malformed, .unsupportedAlgorithm("HS256")].contains(error), "\(header): \(error)")
+                XCTAssertEqual(error, .malformed, header)
             }
         }
+    }
+
+    /// RFC 7515 §4 and RFC 7519 §4 let a recipient refuse repeated Header Parameter and Claim
+    /// Names; we do, for every algorithm, even when the signature is genuine.
+    func testRepeatedMemberNamesInHeaderOrClaimsAreMalformed() throws {
+        let headers = [#"{"alg":"HS256","alg":"HS256"}"#, #"{"alg":"HS256","typ":"JWT","typ":"JWT"}"#,
+                       #"{"typ":"JWT","alg":"HS256","kid":"a","kid":"b"}"#]
+        for header in headers {
+            let token = try hsToken(Fixture.payload(), header: header)
+            XCTAssertThrowsTokenError(.malformed, header) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+        }
+        let payloads = [#"{"sub":"alice","sub":"mallory","exp":1700003600}"#, #"{"sub":"alice","exp":1700003600,"exp":1900000000}"#,
+                        Fixture.payload(extra: #""room_id":"r1","room_id":"r2""#), Fixture.payload(extra: #""aud":"a","aud":"b""#)]
+        for payload in payloads {
+            let token = try hsToken(payload)
+            XCTAssertThrowsTokenError(.malformed, payload) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+        }
+        // The same signed by RS256, where libjwt verifies the signature.
+        let keys = try XCTUnwrap(Keys.rsa)
+        let verifier = try TokenVerifier(hs256Secret: nil, publicKeyPEM: keys.publicPEM)
+        let rsHeader = try HandMadeJWT.rs256(header: #"{"alg":"RS256","typ":"JWT","typ":"JWT"}"#, payload: Fixture.payload(),
+                                             keyPath: keys.privateKeyPath)
+        let rsPayload = try HandMadeJWT.rs256(payload: payloads[0], keyPath: keys.privateKeyPath)
+        for token in [rsHeader, rsPayload] {
+            XCTAssertThrowsTokenError(.malformed) { () throws(TokenError) in try verifier.verify(token, now: Fixture.now) }
+        }
+        // A member repeated inside a nested object is not a repeated claim; no claim we read is nested.
+        let nested = try hsToken(Fixture.payload(extra: #""custom":{"a":1,"a":2}"#))
+        XCTAssertEqual(try plain.verify(nested, now: Fixture.now).sub, "alice")
+    }
+
+    /// jansson (libjwt's parser, which still reads RS256/ES256 tokens) refuses U+0000 in strings; so
+    /// do we, for every algorithm, so that `sub` can never carry one.
+    func testNULInAnyStringIsMalformed() throws {
+        for payload in [#"{"sub":"al\u0000ice","exp":1700003600}"#, Fixture.payload(extra: #""x\u0000":1"#),
+                        Fixture.payload(extra: #""custom":["\u0000"]"#)] {
+            let token = try hsToken(payload)
+            XCTAssertThrowsTokenError(.malformed, payload) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+        }
+        let token = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","kid":"k\u0000"}"#)
+        XCTAssertThrowsTokenError(.malformed) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+    }
+
+    /// Sixteen levels of nesting, the top-level object included, are accepted; seventeen are not.
+    func testNestingIsLimitedToSixteenLevels() throws {
+        func nested(_ levels: Int) -> String {
+            Fixture.payload(extra: #""deep":"# + String(repeating: "[", count: levels - 1) + String(repeating: "]", count: levels - 1))
+        }
+        XCTAssertEqual(try plain.verify(try hsToken(nested(16)), now: Fixture.now).sub, "alice")
+        let tooDeep = try hsToken(nested(17))
+        XCTAssertThrowsTokenError(.malformed) { () throws(TokenError) in try self.plain.verify(tooDeep, now: Fixture.now) }
+        let deepHeader = try hsToken(Fixture.payload(), header: #"{"alg":"HS256","x":"# + String(repeating: "[", count: 16)
+                                         + String(repeating: "]", count: 16) + "}")
+        XCTAssertThrowsTokenError(.malformed) { () throws(TokenError) in try self.plain.verify(deepHeader, now: Fixture.now) }
     }
 
     // MARK: - Time
@@ -243,6 +303,33 @@ final class TokenVerifierTests: XCTestCase {
         let token = try hsToken(Fixture.payload(exp: "1700003600.5"))
         XCTAssertEqual(try hsVerifier().verify(token, now: Fixture.now).expiresAt,
                        Date(timeIntervalSince1970: 1_700_003_600.5))
+    }
+
+    /// NumericDates are integers or fractions within ±253,402,300,799 s (year 9999); a number JSON
+    /// or 64 bits cannot hold makes the whole token malformed, as jansson does.
+    func testNumericDatesAreIntegersOrFractionsWithinYear9999() throws {
+        let accepted: [(String, Double)] = [("1700003600", 1_700_003_600), ("1700003600.0", 1_700_003_600),
+                                            ("1.7000036e9", 1_700_003_600), ("253402300799", 253_402_300_799)]
+        for (exp, seconds) in accepted {
+            let token = try hsToken(Fixture.payload(exp: exp))
+            XCTAssertEqual(try plain.verify(token, now: Fixture.now).expiresAt, Date(timeIntervalSince1970: seconds), exp)
+        }
+        let issued = try hsToken(Fixture.payload(extra: #""iat":1699999999.25,"nbf":-1"#))
+        let claims = try plain.verify(issued, now: Fixture.now)
+        XCTAssertEqual(claims.issuedAt, Date(timeIntervalSince1970: 1_699_999_999.25))
+        XCTAssertEqual(claims.notBefore, Date(timeIntervalSince1970: -1))
+
+        for (extra, name) in [(#""exp":253402300800"#, "exp"), (#""exp":1e300"#, "exp"), (#""exp":9223372036854775807"#, "exp"),
+                              (#""exp":-1e20"#, "exp"), (#""nbf":1e19"#, "nbf"), (#""iat":-253402300800"#, "iat")] {
+            let token = try hsToken(name == "exp" ? #"{"sub":"alice",\#(extra)}"# : Fixture.payload(extra: extra))
+            XCTAssertThrowsTokenError(.invalidClaim(name), extra) { () throws(TokenError) in
+                try self.plain.verify(token, now: Fixture.now)
+            }
+        }
+        for exp in ["1e400", "-1e400", "123456789012345678901234567890", "9223372036854775808"] {
+            let token = try hsToken(Fixture.payload(exp: exp))
+            XCTAssertThrowsTokenError(.malformed, exp) { () throws(TokenError) in try self.plain.verify(token, now: Fixture.now) }
+        }
     }
 
     // MARK: - Required and typed claims

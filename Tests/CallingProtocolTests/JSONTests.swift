@@ -243,6 +243,21 @@ final class JSONTests: XCTestCase {
         assertRejected(objects, .tooDeep)
     }
 
+    func test_members_can_be_read_with_a_lower_nesting_limit() throws {
+        var names: [String] = []
+        // The top-level object is depth 1, so with a limit of 3 two more levels fit.
+        XCTAssertTrue(try JSONParser.parseMembers(Array(#"{"a":[[1]],"a":2}"#.utf8), maxDepth: 3) { name, _ in names.append(name) })
+        XCTAssertEqual(names, ["a", "a"], "each member in order, repeats included")
+        XCTAssertThrowsError(try JSONParser.parseMembers(Array(#"{"a":[[[1]]]}"#.utf8), maxDepth: 3) { _, _ in }) { error in
+            XCTAssertEqual(error as? JSONParseError, .tooDeep)
+        }
+        // A limit above the parser's own is the parser's own.
+        let deep = "{\"a\":" + nestedArrays(JSONParser.maxDepth) + "}"
+        XCTAssertThrowsError(try JSONParser.parseMembers(Array(deep.utf8), maxDepth: 1000) { _, _ in }) { error in
+            XCTAssertEqual(error as? JSONParseError, .tooDeep)
+        }
+    }
+
     func test_hostile_nesting_fails_fast_instead_of_exhausting_the_stack() {
         assertRejected(String(repeating: "[", count: 200_000), .tooDeep)
     }

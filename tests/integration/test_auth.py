@@ -3,6 +3,8 @@ application/problem+json body BEFORE any 101, and the server keeps serving after
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import time
 
@@ -105,6 +107,40 @@ def test_bad_tokens_are_refused_before_upgrade(server):
     refused = {k: v for k, v in server.metrics().items() if k.startswith("calling_upgrades_total")}
     assert refused.get('calling_upgrades_total{result="refused_401"}', 0) >= 11, refused
     assert refused.get('calling_upgrades_total{result="refused_403"}', 0) >= 3, refused
+
+
+def sign_raw(header_json: str, payload_json: str, secret: bytes) -> str:
+    """An HS256 token over JSON text exactly as given (json.dumps cannot repeat a member name)."""
+    signing_input = b64url(header_json.encode()) + "." + b64url(payload_json.encode())
+    return signing_input + "." + b64url(hmac.new(secret, signing_input.encode(), hashlib.sha256).digest())
+
+
+def test_token_json_rules_are_held_by_the_server(server):
+    """docs/protocol.md, Tokens: repeated member names are malformed whatever the MAC; NumericDates
+    beyond year 9999 are invalid claims; integers beyond 64 bits make the token malformed."""
+    secret = server.secret()
+    exp = int(time.time()) + 600
+    base = f'"room_id":"r1","aud":"calling-server","exp":{exp}'
+    header = '{"alg":"HS256","typ":"JWT"}'
+    cases = [
+        ("repeated sub", header, f'{{"sub":"alice","sub":"mallory",{base}}}', 401, "token_malformed"),
+        ("repeated alg", '{"alg":"HS256","alg":"HS256"}', f'{{"sub":"alice",{base}}}', 401, "token_malformed"),
+        ("integer beyond 64 bits", header, f'{{"sub":"alice",{base},"n":18446744073709551616}}', 401, "token_malformed"),
+        ("exp beyond year 9999", header,
+         '{"sub":"alice","room_id":"r1","aud":"calling-server","exp":253402300800}', 401, "token_invalid_claim"),
+        ("exp 1e300", header, '{"sub":"alice","room_id":"r1","aud":"calling-server","exp":1e300}', 401,
+         "token_invalid_claim"),
+    ]
+    for label, header_json, payload_json, status, code in cases:
+        got_status, headers, body = raw_upgrade(server.port, f"/v1/ws?token={sign_raw(header_json, payload_json, secret)}")
+        try:
+            assert_problem(got_status, headers, body, status, code)
+        except AssertionError as error:
+            raise AssertionError(f"{label}: {error}") from None
+    # The same hand-written JSON without the fault is accepted, so the refusals are the rules'.
+    fine = sign_raw(header, '{"sub":"alice",' + base + "}", secret)
+    assert raw_upgrade(server.port, f"/v1/ws?token={fine}")[0] == 101
+    assert_still_serving(server, server.token("r1", "alice"))
 
 
 def test_expired_token_without_leeway(start_server):

@@ -1,0 +1,57 @@
+import CallingProtocol
+
+/// Reads a JOSE header or a claim set: the project's RFC 8259 parser (`JSONParser`) with the
+/// stricter rules a token needs, so that every reader of the same signed bytes reads the same claims.
+///
+/// - A member name may appear only once at the top level (RFC 7515 §4 and RFC 7519 §4 let a
+///   recipient reject duplicates). Parsers disagree on which duplicate wins — Foundation kept the
+///   first, jansson the last — and a token whose `alg` or `sub` reads differently in two places is
+///   the alg-confusion attack (docs/protocol.md, "Authentication").
+/// - Nesting is at most `maximumDepth` levels, the top-level object counting as one.
+/// - Integers must fit in 64 bits and strings may not contain U+0000, anywhere in the document. These
+///   are jansson's rules (the parser inside libjwt, which reads RS256/ES256 tokens too), kept so
+///   that a token does not verify here and fail there, or the other way round.
+/// - Non-finite numbers (`1e400`) are already invalid JSON to `JSONParser`.
+///
+/// Nested objects keep the parser's rule (a later duplicate replaces an earlier one); no claim the
+/// verifier reads is inside one.
+enum TokenJSON {
+    /// Deeper than this is not a token we issue.
+    static let maximumDepth = 16
+
+    /// The members of the JSON object in `bytes`, or nil for anything else: invalid UTF-8 or JSON, a
+    /// non-object, a repeated member name, nesting beyond `maximumDepth`, an integer outside `Int64`,
+    /// a string holding U+0000. Never traps.
+    static func object(from bytes: [UInt8]) -> [String: JSONValue]? {
+        var members = [String: JSONValue](minimumCapacity: 8)
+        var valid = true
+        do {
+            let isObject = try JSONParser.parseMembers(bytes, maxDepth: maximumDepth) { name, value in
+                guard valid else { return }
+                if members.updateValue(value, forKey: name) != nil || !isAcceptable(name: name, value) { valid = false }
+            }
+            guard isObject, valid else { return nil }
+        } catch {
+            return nil
+        }
+        return members
+    }
+
+    private static func isAcceptable(name: String, _ value: JSONValue) -> Bool {
+        isAcceptable(name) && isAcceptable(value)
+    }
+
+    private static func isAcceptable(_ value: JSONValue) -> Bool {
+        switch value {
+        case .null, .bool, .int, .double: true
+        case .bigInteger: false
+        case .string(let text): isAcceptable(text)
+        case .array(let elements): elements.allSatisfy(isAcceptable)
+        case .object(let members): members.allSatisfy { isAcceptable($0.key) && isAcceptable($0.value) }
+        }
+    }
+
+    private static func isAcceptable(_ text: String) -> Bool {
+        !text.utf8.contains(0)
+    }
+}
