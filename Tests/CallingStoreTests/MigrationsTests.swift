@@ -1,3 +1,4 @@
+import CallingCore
 import CallingStore
 import CallingTesting
 import Dispatch
@@ -118,5 +119,86 @@ final class MigrationsTests: XCTestCase {
         }
         XCTAssertEqual(failures.all, [])
         XCTAssertEqual(applied.all.flatMap { $0 }.sorted(), migrator.migrations.map(\.name))
+    }
+
+    /// 005 rebuilds chat_messages as a WITHOUT ROWID table: rows written under the old schema must
+    /// come through unchanged, and every constraint of 001 must still hold on the new table.
+    func testChatMessagesRebuiltWithoutRowidKeepRowsAndConstraints() throws {
+        let path = try makeDatabasePath()
+        let bundled = try Migrator.bundled()
+        let old = try SQLiteConnection(path: path)
+        try Migrator(migrations: bundled.migrations.filter { $0.version < 5 }).migrate(old)
+        XCTAssertEqual(try old.userVersion(), 4)
+        // Written as the server wrote them before 005: a room row first, then its messages.
+        try old.transaction(.immediate) {
+            for room in ["a", "b"] {
+                try old.run("INSERT INTO rooms (room_id, last_seq) VALUES (?1, 3)", [.text(room)])
+                for seq in 1...3 {
+                    try old.run(
+                        "INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        [.text(room), .integer(Int64(seq)), .text("alice"), .text("c\(seq)"), .text("hi \(room) \(seq)"),
+                         seq == 2 ? .text(#"{"k":1}"#) : .null, .integer(1_700_000_000_000 + Int64(seq))])
+                }
+            }
+            try old.run("INSERT INTO read_markers (room_id, peer_id, seq, updated_ms) VALUES ('a', 'bob', 2, 5)")
+        }
+        let allRows = "SELECT room_id, seq, sender, client_id, text, meta, ts FROM chat_messages ORDER BY room_id, seq"
+        func rows(_ db: SQLiteConnection) throws -> [String] {
+            try db.query(allRows) { row in
+                (0..<7).map { row.isNull($0) ? "NULL" : row.text($0) }.joined(separator: "|")
+            }
+        }
+        let before = try rows(old)
+        XCTAssertEqual(before.count, 6)
+        XCTAssertEqual(try old.count("SELECT wr FROM pragma_table_list WHERE name = 'chat_messages'"), 0)
+        old.close()
+
+        let store = try ChatStore.open(path: path)
+        defer { store.close() }
+        XCTAssertEqual(store.migrationsAppliedAtOpen, ["005_chat_without_rowid"])
+        try store.sync { db in
+            XCTAssertEqual(try rows(db), before, "every row and column kept")
+            XCTAssertEqual(try db.count("SELECT wr FROM pragma_table_list WHERE name = 'chat_messages'"), 1, "WITHOUT ROWID")
+            XCTAssertEqual(try db.count("SELECT strict FROM pragma_table_list WHERE name = 'chat_messages'"), 1, "STRICT")
+            XCTAssertEqual(try db.count("SELECT count(*) FROM sqlite_schema WHERE name = 'chat_messages_clustered'"), 0)
+            XCTAssertEqual(try db.queryFirst("PRAGMA integrity_check") { $0.text(0) }, "ok")
+            XCTAssertEqual(try db.count("SELECT count(*) FROM pragma_foreign_key_check"), 0)
+            XCTAssertEqual(try db.count("SELECT count(*) FROM read_markers"), 1, "other tables untouched")
+            // The history query reads the clustered key, not a second index.
+            let plan = try db.query("EXPLAIN QUERY PLAN SELECT seq FROM chat_messages WHERE room_id = 'a' AND seq > 1 ORDER BY seq") {
+                $0.text(3)
+            }
+            XCTAssertEqual(plan, ["SEARCH chat_messages USING PRIMARY KEY (room_id=? AND seq>?)"])
+
+            func insert(_ room: String, _ seq: Int64, _ sender: String, _ clientID: String) throws {
+                try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, text, ts) VALUES (?1, ?2, ?3, ?4, 'x', 1)",
+                           [.text(room), .integer(seq), .text(sender), .text(clientID)])
+            }
+            XCTAssertThrowsError(try insert("nowhere", 1, "alice", "new"), "foreign key to rooms")
+            XCTAssertThrowsError(try insert("a", 3, "alice", "new"), "primary key (room_id, seq)")
+            XCTAssertThrowsError(try insert("a", 4, "alice", "c1"), "unique (room_id, sender, client_id)")
+            XCTAssertThrowsError(try insert("a", 0, "alice", "new"), "CHECK (seq > 0)")
+            XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, text, ts) VALUES ('a', 4, 'alice', 'n', 'x', 'soon')"),
+                                 "STRICT")
+            XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, ts) VALUES ('a', 4, 'alice', 'n', 1)"),
+                                 "text NOT NULL")
+        }
+
+        // The store carries on from the migrated rows: the next seq, and a retry of an old client_id.
+        let appended = Collector<Result<ChatAppendResult, StoreError>>()
+        let done = DispatchGroup()
+        for clientID in ["c9", "c1"] {
+            done.enter()
+            store.appendChat(ChatDraft(room: RoomID("a"), sender: PeerID("alice"), clientID: clientID, text: "after",
+                                       meta: nil, timestampMs: 9)) {
+                appended.append($0)
+                done.leave()
+            }
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        let results = try appended.all.map { try $0.get() }
+        XCTAssertEqual(results.map(\.message.seq), [4, 1])
+        XCTAssertEqual(results.map(\.duplicate), [false, true])
+        XCTAssertEqual(results.last?.message.text, "hi a 1")
     }
 }
