@@ -29,19 +29,29 @@ struct ChatRepository {
                 ON CONFLICT (room_id, sender, client_id) DO NOTHING
                 """
             )
+            // Checked once here; the loop binds by index, every parameter every time, so it resets the
+            // statement without clearing its bindings (SQLite then reuses each text's buffer).
+            guard insert.parameterCount == 7 else {
+                throw SQLiteError.misuse("chat insert has \(insert.parameterCount) parameters, not 7", sql: insert.sql)
+            }
+            defer { insert.reset() }
             for draft in drafts {
-                let seq = try (lastSeqByRoom[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
+                // One hash of the room id per chat once its room has been seen in this batch.
+                let seen = lastSeqByRoom.index(forKey: draft.room)
+                let seq = try (seen.map { lastSeqByRoom.values[$0] } ?? lastSeqCreatingRoom(draft.room)) + 1
                 // The unique (room, sender, client_id) index is the dedup check: a retry inserts nothing
                 // (also when its first copy is earlier in this batch: the transaction sees its own rows),
                 // and only then is the original looked up. A separate SELECT before every insert cost
                 // a second index search per message for the rare retry.
-                do {
-                    defer { insert.reset() }
-                    try insert.bind([.text(draft.room.rawValue), .integer(seq), .text(draft.sender.rawValue),
-                                     .text(draft.clientID), .text(draft.text), SQLiteValue(draft.meta),
-                                     .integer(draft.timestampMs)])
-                    while try insert.step() {}
-                }
+                insert.resetKeepingBindings()
+                try insert.bind(.text(draft.room.rawValue), at: 1)
+                try insert.bind(.integer(seq), at: 2)
+                try insert.bind(.text(draft.sender.rawValue), at: 3)
+                try insert.bind(.text(draft.clientID), at: 4)
+                try insert.bind(.text(draft.text), at: 5)
+                try insert.bind(SQLiteValue(draft.meta), at: 6)
+                try insert.bind(.integer(draft.timestampMs), at: 7)
+                while try insert.step() {}
                 if db.changes == 0 {
                     let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
                     guard let original = try findMessage(key) else {
@@ -50,7 +60,7 @@ struct ChatRepository {
                     results.append(ChatAppendResult(message: original, duplicate: true))
                     continue
                 }
-                lastSeqByRoom[draft.room] = seq
+                if let seen { lastSeqByRoom.values[seen] = seq } else { lastSeqByRoom[draft.room] = seq }
                 let record = ChatRecord(
                     room: draft.room, seq: seq, sender: draft.sender, clientID: draft.clientID,
                     text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs

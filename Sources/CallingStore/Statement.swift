@@ -80,6 +80,25 @@ public final class Statement {
         sqlite3_clear_bindings(handle)
     }
 
+    /// Resets the statement so it can run again, keeping its bindings. For a loop that binds every
+    /// parameter anew each time: `sqlite3_clear_bindings` would free the copied text of each one only
+    /// for the next bind to allocate it again.
+    func resetKeepingBindings() {
+        guard let handle else { return }
+        sqlite3_reset(handle)
+    }
+
+    /// The number of `?` parameters. `bind(_:at:)` callers check it once, then bind by index.
+    var parameterCount: Int {
+        handle.map { Int(sqlite3_bind_parameter_count($0)) } ?? 0
+    }
+
+    /// Binds one value to parameter `index` (1-based), without the array `bind(_:)` takes: the batch
+    /// insert binds seven values per chat.
+    func bind(_ value: SQLiteValue, at index: Int32) throws(SQLiteError) {
+        try bind(value, at: index, live())
+    }
+
     /// Binds `values` to parameters 1...n. The count must match the statement's parameters exactly:
     /// a missing value would otherwise silently become NULL.
     public func bind(_ values: [SQLiteValue]) throws(SQLiteError) {
