@@ -30,7 +30,7 @@ struct ChatRepository {
                 """
             )
             // Checked once here; the loop binds by index, every parameter every time, so it resets the
-            // statement without clearing its bindings (SQLite then reuses each text's buffer).
+            // statement without clearing its bindings.
             guard insert.parameterCount == 7 else {
                 throw SQLiteError.misuse("chat insert has \(insert.parameterCount) parameters, not 7", sql: insert.sql)
             }
@@ -43,15 +43,26 @@ struct ChatRepository {
                 // (also when its first copy is earlier in this batch: the transaction sees its own rows),
                 // and only then is the original looked up. A separate SELECT before every insert cost
                 // a second index search per message for the rare retry.
+                // The text is bound in place (no copy into SQLite) for as long as the row is stepped.
                 insert.resetKeepingBindings()
-                try insert.bind(.text(draft.room.rawValue), at: 1)
                 try insert.bind(.integer(seq), at: 2)
-                try insert.bind(.text(draft.sender.rawValue), at: 3)
-                try insert.bind(.text(draft.clientID), at: 4)
-                try insert.bind(.text(draft.text), at: 5)
-                try insert.bind(SQLiteValue(draft.meta), at: 6)
                 try insert.bind(.integer(draft.timestampMs), at: 7)
-                while try insert.step() {}
+                try insert.withText(draft.room.rawValue, at: 1) { () throws(SQLiteError) in
+                    try insert.withText(draft.sender.rawValue, at: 3) { () throws(SQLiteError) in
+                        try insert.withText(draft.clientID, at: 4) { () throws(SQLiteError) in
+                            try insert.withText(draft.text, at: 5) { () throws(SQLiteError) in
+                                if let meta = draft.meta {
+                                    try insert.withText(meta, at: 6) { () throws(SQLiteError) in
+                                        while try insert.step() {}
+                                    }
+                                } else {
+                                    try insert.bind(.null, at: 6)
+                                    while try insert.step() {}
+                                }
+                            }
+                        }
+                    }
+                }
                 if db.changes == 0 {
                     let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
                     guard let original = try findMessage(key) else {
