@@ -17,73 +17,175 @@ struct ChatRepository {
     /// even against another process writing the same file.
     func append(_ drafts: [ChatDraft]) throws -> [ChatAppendResult] {
         try db.transaction(.immediate) {
-            var lastSeqByRoom: [RoomID: Int64] = [:]
-            var results: [ChatAppendResult] = []
-            results.reserveCapacity(drafts.count)
-
-            // Looked up once per batch, not per row: the cache is keyed by the SQL text, hashed on every lookup.
-            let insert = try db.cachedStatement(
-                """
-                INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                ON CONFLICT (room_id, sender, client_id) DO NOTHING
-                """
-            )
-            // Checked once here; the loop binds by index, every parameter every time, so it resets the
-            // statement without clearing its bindings.
-            guard insert.parameterCount == 7 else {
-                throw SQLiteError.misuse("chat insert has \(insert.parameterCount) parameters, not 7", sql: insert.sql)
+            var batch = BatchState()
+            batch.results.reserveCapacity(drafts.count)
+            var index = drafts.startIndex
+            while index < drafts.endIndex {
+                let remaining = drafts.endIndex - index
+                if let rows = Self.chunkSizes.first(where: { $0 <= remaining }) {
+                    let chunk = drafts[index..<(index + rows)]
+                    if try !insertChunk(chunk, &batch) {
+                        // A retry (or a second copy within the chunk) hit the dedup key: the chunk's
+                        // statement was rolled back on its own, and the rows go one by one instead.
+                        for draft in chunk { try insertOne(draft, &batch) }
+                    }
+                    index += rows
+                } else {
+                    try insertOne(drafts[index], &batch)
+                    index += 1
+                }
             }
+            // One counter update per room per batch rather than per message.
+            for (room, lastSeq) in batch.lastSeqByRoom {
+                try db.run("UPDATE rooms SET last_seq = ?2 WHERE room_id = ?1", [.text(room.rawValue), .integer(lastSeq)])
+            }
+            return batch.results
+        }
+    }
+
+    /// What the rows of one batch have done so far.
+    private struct BatchState {
+        /// The last seq given out per room in this batch; written to `rooms` at its end.
+        var lastSeqByRoom: [RoomID: Int64] = [:]
+        var results: [ChatAppendResult] = []
+    }
+
+    /// Rows per multi-row INSERT, largest first; a batch is cut into these and the last few rows go
+    /// one by one. Few sizes, so the statement cache holds few of them.
+    private static let chunkSizes = [64, 16, 4]
+
+    /// `INSERT … VALUES (…), (…), …` for `rows` rows, parameters 7 per row in column order.
+    private static let chunkSQL: [Int: String] = Dictionary(uniqueKeysWithValues: chunkSizes.map { rows in
+        let values = (0..<rows).map { row in
+            "(" + (1...7).map { "?\(row * 7 + $0)" }.joined(separator: ", ") + ")"
+        }
+        return (rows, "INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts) VALUES "
+            + values.joined(separator: ", "))
+    })
+
+    /// Inserts `chunk` with one statement and returns true, or returns false with nothing inserted and
+    /// nothing given out when a constraint refused it (the caller then goes row by row, which finds
+    /// the duplicate or reports the real error).
+    ///
+    /// One statement for many rows: SQLite's per-statement work (starting it, the statement journal
+    /// an insert into two B-trees needs, ending it) is paid once per chunk instead of once per row.
+    /// Without `ON CONFLICT … DO NOTHING`, a duplicate aborts the statement (and only it) instead of
+    /// being skipped, which is what keeps seq gap-free: the seqs of the chunk are handed out only if
+    /// all of its rows went in.
+    private func insertChunk(_ chunk: ArraySlice<ChatDraft>, _ batch: inout BatchState) throws -> Bool {
+        guard let sql = Self.chunkSQL[chunk.count] else { return false }
+        var seqs: [Int64] = []
+        seqs.reserveCapacity(chunk.count)
+        var next = batch.lastSeqByRoom
+        for draft in chunk {
+            let seq = try (next[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
+            next[draft.room] = seq
+            seqs.append(seq)
+        }
+        // Every text of the chunk in one buffer, bound in place: it outlives the step.
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(chunk.count * 64)
+        var spans: [Range<Int>] = []
+        spans.reserveCapacity(chunk.count * 5)
+        func add(_ text: String) {
+            let start = bytes.count
+            bytes.append(contentsOf: text.utf8)
+            spans.append(start..<bytes.count)
+        }
+        for draft in chunk {
+            add(draft.room.rawValue); add(draft.sender.rawValue); add(draft.clientID); add(draft.text)
+            if let meta = draft.meta { add(meta) }
+        }
+        let insert = try db.cachedStatement(sql)
+        let inserted: Bool = try bytes.withUnsafeBufferPointer { buffer throws(SQLiteError) -> Bool in
             defer { insert.reset() }
-            for draft in drafts {
-                // One hash of the room id per chat once its room has been seen in this batch.
-                let seen = lastSeqByRoom.index(forKey: draft.room)
-                let seq = try (seen.map { lastSeqByRoom.values[$0] } ?? lastSeqCreatingRoom(draft.room)) + 1
-                // The unique (room, sender, client_id) index is the dedup check: a retry inserts nothing
-                // (also when its first copy is earlier in this batch: the transaction sees its own rows),
-                // and only then is the original looked up. A separate SELECT before every insert cost
-                // a second index search per message for the rare retry.
-                // The text is bound in place (no copy into SQLite) for as long as the row is stepped.
-                insert.resetKeepingBindings()
-                try insert.bind(.integer(seq), at: 2)
-                try insert.bind(.integer(draft.timestampMs), at: 7)
-                try insert.withText(draft.room.rawValue, at: 1) { () throws(SQLiteError) in
-                    try insert.withText(draft.sender.rawValue, at: 3) { () throws(SQLiteError) in
-                        try insert.withText(draft.clientID, at: 4) { () throws(SQLiteError) in
-                            try insert.withText(draft.text, at: 5) { () throws(SQLiteError) in
-                                if let meta = draft.meta {
-                                    try insert.withText(meta, at: 6) { () throws(SQLiteError) in
-                                        while try insert.step() {}
-                                    }
-                                } else {
-                                    try insert.bind(.null, at: 6)
-                                    while try insert.step() {}
-                                }
+            var span = 0
+            func text(_ parameter: Int32) throws(SQLiteError) {
+                try insert.bindTextInPlace(UnsafeBufferPointer(rebasing: buffer[spans[span]]), at: parameter)
+                span += 1
+            }
+            for (row, draft) in chunk.enumerated() {
+                let base = Int32(row * 7)
+                try text(base + 1)
+                try insert.bind(.integer(seqs[row]), at: base + 2)
+                try text(base + 3)
+                try text(base + 4)
+                try text(base + 5)
+                if draft.meta != nil { try text(base + 6) } else { try insert.bind(.null, at: base + 6) }
+                try insert.bind(.integer(draft.timestampMs), at: base + 7)
+            }
+            do throws(SQLiteError) {
+                while try insert.step() {}
+                return true
+            } catch {
+                guard error.code == SQLITE_CONSTRAINT else { throw error }
+                return false
+            }
+        }
+        guard inserted else { return false }
+        batch.lastSeqByRoom = next
+        for (row, draft) in chunk.enumerated() {
+            let record = ChatRecord(
+                room: draft.room, seq: seqs[row], sender: draft.sender, clientID: draft.clientID,
+                text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs
+            )
+            batch.results.append(ChatAppendResult(message: record, duplicate: false))
+        }
+        return true
+    }
+
+    /// One row: a retry of a stored (room, sender, client_id) yields the original, marked duplicate.
+    private func insertOne(_ draft: ChatDraft, _ batch: inout BatchState) throws {
+        // Looked up per row, not per batch, since the batch is mostly chunks: the cache is keyed by the
+        // SQL text, hashed on every lookup (~100 instructions for this one).
+        let insert = try db.cachedStatement(
+            """
+            INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            ON CONFLICT (room_id, sender, client_id) DO NOTHING
+            """
+        )
+        defer { insert.reset() }
+        // One hash of the room id per chat once its room has been seen in this batch.
+        let seen = batch.lastSeqByRoom.index(forKey: draft.room)
+        let seq = try (seen.map { batch.lastSeqByRoom.values[$0] } ?? lastSeqCreatingRoom(draft.room)) + 1
+        // The unique (room, sender, client_id) index is the dedup check: a retry inserts nothing
+        // (also when its first copy is earlier in this batch: the transaction sees its own rows),
+        // and only then is the original looked up. A separate SELECT before every insert cost
+        // a second index search per message for the rare retry.
+        // The text is bound in place (no copy into SQLite) for as long as the row is stepped.
+        try insert.bind(.integer(seq), at: 2)
+        try insert.bind(.integer(draft.timestampMs), at: 7)
+        try insert.withText(draft.room.rawValue, at: 1) { () throws(SQLiteError) in
+            try insert.withText(draft.sender.rawValue, at: 3) { () throws(SQLiteError) in
+                try insert.withText(draft.clientID, at: 4) { () throws(SQLiteError) in
+                    try insert.withText(draft.text, at: 5) { () throws(SQLiteError) in
+                        if let meta = draft.meta {
+                            try insert.withText(meta, at: 6) { () throws(SQLiteError) in
+                                while try insert.step() {}
                             }
+                        } else {
+                            try insert.bind(.null, at: 6)
+                            while try insert.step() {}
                         }
                     }
                 }
-                if db.changes == 0 {
-                    let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
-                    guard let original = try findMessage(key) else {
-                        throw SQLiteError(code: SQLITE_INTERNAL, message: "chat insert ignored, but no original row")
-                    }
-                    results.append(ChatAppendResult(message: original, duplicate: true))
-                    continue
-                }
-                if let seen { lastSeqByRoom.values[seen] = seq } else { lastSeqByRoom[draft.room] = seq }
-                let record = ChatRecord(
-                    room: draft.room, seq: seq, sender: draft.sender, clientID: draft.clientID,
-                    text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs
-                )
-                results.append(ChatAppendResult(message: record, duplicate: false))
             }
-            // One counter update per room per batch rather than per message.
-            for (room, lastSeq) in lastSeqByRoom {
-                try db.run("UPDATE rooms SET last_seq = ?2 WHERE room_id = ?1", [.text(room.rawValue), .integer(lastSeq)])
-            }
-            return results
         }
+        if db.changes == 0 {
+            let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
+            guard let original = try findMessage(key) else {
+                throw SQLiteError(code: SQLITE_INTERNAL, message: "chat insert ignored, but no original row")
+            }
+            batch.results.append(ChatAppendResult(message: original, duplicate: true))
+            return
+        }
+        if let seen { batch.lastSeqByRoom.values[seen] = seq } else { batch.lastSeqByRoom[draft.room] = seq }
+        let record = ChatRecord(
+            room: draft.room, seq: seq, sender: draft.sender, clientID: draft.clientID,
+            text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs
+        )
+        batch.results.append(ChatAppendResult(message: record, duplicate: false))
     }
 
     private struct DedupKey {

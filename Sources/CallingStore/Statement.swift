@@ -135,6 +135,22 @@ public final class Statement {
         return try outcome.get()
     }
 
+    /// Binds `bytes` (UTF-8) to parameter `index` without SQLite copying them. The caller must keep
+    /// the bytes alive and unchanged until it has stepped the statement and called `reset()` (which
+    /// clears every binding): the multi-row chat insert binds many rows' text from one buffer this way.
+    public func bindTextInPlace(_ bytes: UnsafeBufferPointer<UInt8>, at index: Int32) throws(SQLiteError) {
+        let handle = try live()
+        let resultCode: Int32
+        if let start = bytes.baseAddress, bytes.count > 0 {
+            resultCode = start.withMemoryRebound(to: CChar.self, capacity: bytes.count) { chars in
+                sqlite3_bind_text64(handle, index, chars, UInt64(bytes.count), cs_sqlite_static(), UInt8(SQLITE_UTF8))
+            }
+        } else {
+            resultCode = sqlite3_bind_text64(handle, index, "", 0, cs_sqlite_transient(), UInt8(SQLITE_UTF8))
+        }
+        try check(resultCode, db: sqlite3_db_handle(handle), sql: sql)
+    }
+
     /// Binds `values` to parameters 1...n. The count must match the statement's parameters exactly:
     /// a missing value would otherwise silently become NULL.
     public func bind(_ values: [SQLiteValue]) throws(SQLiteError) {

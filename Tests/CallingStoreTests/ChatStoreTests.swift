@@ -37,6 +37,60 @@ final class ChatStoreTests: XCTestCase {
         XCTAssertEqual(seenByAnotherConnection.all, [1])
     }
 
+    /// One batch of 101 drafts goes in as multi-row INSERTs of 64, 16 and 4 rows and single rows. A
+    /// retry of a stored message and a second copy inside a chunk make that chunk fall back to one
+    /// row at a time; either way seqs stay gap-free and every duplicate gets its original.
+    func testALargeBatchWithRetriesInsideChunksKeepsSeqsGapFreeAndFindsOriginals() throws {
+        let store = try makeStore()
+        let first = try store.appendAndWait(draft("r", "alice", "old", text: "original"))
+        XCTAssertEqual(first.message.seq, 1)
+        // Hold the queue so that every draft below is pending when the drain takes its batch.
+        let release = DispatchSemaphore(value: 0)
+        store.perform({ _ in release.wait() }, completion: { _ in })
+        var drafts: [ChatDraft] = []
+        for index in 0..<101 {
+            let room: RoomID = index % 3 == 0 ? "s" : "r"
+            switch index {
+            case 10: drafts.append(draft("r", "alice", "old"))  // a retry of the stored row, in the 64-row chunk
+            case 70: drafts.append(draft(room, "bob", "b65"))  // a second copy inside the first 16-row chunk
+            default: drafts.append(draft(room, "bob", "b\(index)", text: "t\(index)", ts: Int64(index)))
+            }
+        }
+        drafts[95] = ChatDraft(room: "r", sender: "bob", clientID: "m95", text: "with meta", meta: #"{"k":[1]}"#, timestampMs: 95)
+        let results = Collector<Result<ChatAppendResult, StoreError>>()
+        let done = DispatchGroup()
+        for item in drafts {
+            done.enter()
+            store.appendChat(item) {
+                results.append($0)
+                done.leave()
+            }
+        }
+        release.signal()
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        let acks = try results.all.map { try $0.get() }
+        XCTAssertEqual(acks.count, 101)
+        XCTAssertEqual(store.metrics.largestBatch, 101, "one batch")
+        XCTAssertEqual(acks[10].duplicate, true)
+        XCTAssertEqual(acks[10].message.seq, 1)
+        XCTAssertEqual(acks[10].message.text, "original")
+        XCTAssertEqual(acks[70].duplicate, true)
+        XCTAssertEqual(acks[70].message, acks[65].message)
+        XCTAssertEqual(acks[95].message.meta, #"{"k":[1]}"#)
+        for room: RoomID in ["r", "s"] {
+            let fresh = acks.filter { !$0.duplicate && $0.message.room == room }.map(\.message.seq)
+            let expected = room == "r" ? Array(Int64(2)...Int64(fresh.count + 1)) : Array(Int64(1)...Int64(fresh.count))
+            XCTAssertEqual(fresh, expected, "gap-free, in submission order, in \(room)")
+        }
+        try store.sync { db in
+            XCTAssertEqual(try db.count("SELECT count(*) FROM chat_messages"), 100)
+            XCTAssertEqual(try db.count("SELECT last_seq FROM rooms WHERE room_id = 'r'"), 66)
+            XCTAssertEqual(try db.count("SELECT last_seq FROM rooms WHERE room_id = 's'"), 34)
+            XCTAssertEqual(try db.count("SELECT count(*) FROM chat_messages WHERE room_id = 'r' AND seq = 50 AND text LIKE 't%'"), 1)
+            XCTAssertEqual(try db.queryFirst("SELECT meta FROM chat_messages WHERE client_id = 'm95'") { $0.text(0) }, #"{"k":[1]}"#)
+        }
+    }
+
     func testSyncFromInsideACompletionRunsInlineInsteadOfDeadlocking() throws {
         let store = try makeStore()
         let count = try awaitResult { (completion: @escaping @Sendable (Result<Int64, StoreError>) -> Void) in
