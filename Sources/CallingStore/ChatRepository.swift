@@ -55,12 +55,12 @@ struct ChatRepository {
     private static let chunkSizes = [64, 16, 4]
 
     /// `INSERT … VALUES (…), (…), …` for `rows` rows, parameters 7 per row in column order.
-    private static let chunkSQL: [Int: String] = Dictionary(uniqueKeysWithValues: chunkSizes.map { rows in
+    private static let chunkSQL: [Int: SQLiteStatementKey] = Dictionary(uniqueKeysWithValues: chunkSizes.map { rows in
         let values = (0..<rows).map { row in
             "(" + (1...7).map { "?\(row * 7 + $0)" }.joined(separator: ", ") + ")"
         }
-        return (rows, "INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts) VALUES "
-            + values.joined(separator: ", "))
+        return (rows, SQLiteStatementKey("INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts) VALUES "
+            + values.joined(separator: ", ")))
     })
 
     /// Inserts `chunk` with one statement and returns true, or returns false with nothing inserted and
@@ -73,12 +73,14 @@ struct ChatRepository {
     /// being skipped, which is what keeps seq gap-free: the seqs of the chunk are handed out only if
     /// all of its rows went in.
     private func insertChunk(_ chunk: ArraySlice<ChatDraft>, _ batch: inout BatchState) throws -> Bool {
-        guard let sql = Self.chunkSQL[chunk.count] else { return false }
+        guard let key = Self.chunkSQL[chunk.count] else { return false }
         var seqs: [Int64] = []
         seqs.reserveCapacity(chunk.count)
-        var next = batch.lastSeqByRoom
+        // The chunk's own counters, merged into the batch's only if the chunk goes in (not a copy of
+        // the batch's: with 1,000 rooms that would be a copy of 1,000 entries per chunk).
+        var next: [RoomID: Int64] = [:]
         for draft in chunk {
-            let seq = try (next[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
+            let seq = try (next[draft.room] ?? batch.lastSeqByRoom[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
             next[draft.room] = seq
             seqs.append(seq)
         }
@@ -96,7 +98,7 @@ struct ChatRepository {
             add(draft.room.rawValue); add(draft.sender.rawValue); add(draft.clientID); add(draft.text)
             if let meta = draft.meta { add(meta) }
         }
-        let insert = try db.cachedStatement(sql)
+        let insert = try db.cachedStatement(key)
         let inserted: Bool = try bytes.withUnsafeBufferPointer { buffer throws(SQLiteError) -> Bool in
             defer { insert.reset() }
             var span = 0
@@ -123,7 +125,7 @@ struct ChatRepository {
             }
         }
         guard inserted else { return false }
-        batch.lastSeqByRoom = next
+        batch.lastSeqByRoom.merge(next) { $1 }
         for (row, draft) in chunk.enumerated() {
             let record = ChatRecord(
                 room: draft.room, seq: seqs[row], sender: draft.sender, clientID: draft.clientID,

@@ -84,6 +84,22 @@ final class SQLiteConnectionTests: XCTestCase {
         XCTAssertEqual(db.cachedStatementCount, before + 2)
     }
 
+    func testStatementsAreCachedPerKeyIdentity() throws {
+        let db = try SQLiteConnection(path: try makeDatabasePath())
+        let plus = SQLiteStatementKey("SELECT ?1 + 1")
+        let same = SQLiteStatementKey("SELECT ?1 + 1")
+        XCTAssertTrue(try db.cachedStatement(plus) === db.cachedStatement(plus))
+        XCTAssertFalse(try db.cachedStatement(plus) === db.cachedStatement(same), "by identity, not by text")
+        for value in Int64(0)..<3 {
+            let statement = try db.cachedStatement(plus)
+            try statement.bind([.integer(value)])
+            XCTAssertTrue(try statement.step())
+            XCTAssertEqual(statement.int64(0), value + 1)
+        }
+        db.close()
+        XCTAssertThrowsError(try db.cachedStatement(plus), "closed")
+    }
+
     func testTransactionCommitsOnReturnAndRollsBackOnThrow() throws {
         struct Boom: Error {}
         let db = try SQLiteConnection(path: try makeDatabasePath())
