@@ -80,18 +80,6 @@ public final class Statement {
         sqlite3_clear_bindings(handle)
     }
 
-    /// Resets the statement so it can run again, keeping its bindings. For a loop that binds every
-    /// parameter anew each time, where clearing them first is wasted work.
-    public func resetKeepingBindings() {
-        guard let handle else { return }
-        sqlite3_reset(handle)
-    }
-
-    /// The number of `?` parameters. `bind(_:at:)` callers check it once, then bind by index.
-    public var parameterCount: Int {
-        handle.map { Int(sqlite3_bind_parameter_count($0)) } ?? 0
-    }
-
     /// Binds one value to parameter `index` (1-based), without the array `bind(_:)` takes: the batch
     /// insert binds seven values per chat.
     public func bind(_ value: SQLiteValue, at index: Int32) throws(SQLiteError) {

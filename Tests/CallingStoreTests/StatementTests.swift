@@ -22,10 +22,9 @@ final class StatementTests: XCTestCase {
     func testTextBoundInPlaceRoundTripsAndIsClearedAfterwards() throws {
         let db = try makeTable()
         let insert = try db.prepare("INSERT INTO t (id, s) VALUES (?1, ?2)")
-        XCTAssertEqual(insert.parameterCount, 2)
         let samples = ["", "short", "héllo 👋🏽 مرحبا", "a\u{0}b", String(repeating: "x", count: 100_000)]
         for (id, text) in samples.enumerated() {
-            insert.resetKeepingBindings()
+            // `withText` leaves the statement reset, ready for the next row's binds.
             try insert.bind(.integer(Int64(id)), at: 1)
             try insert.withText(text, at: 2) { () throws(SQLiteError) in
                 while try insert.step() {}
@@ -34,16 +33,30 @@ final class StatementTests: XCTestCase {
         XCTAssertEqual(try db.query("SELECT s FROM t ORDER BY id") { $0.text(0) }, samples)
         XCTAssertEqual(try db.queryFirst("SELECT typeof(s) FROM t WHERE id = 0") { $0.text(0) }, "text")
         // Outside `withText` the parameter is NULL again: the statement keeps no pointer to the string.
-        insert.resetKeepingBindings()
         try insert.bind(.integer(99), at: 1)
         while try insert.step() {}
         XCTAssertEqual(try db.queryFirst("SELECT s IS NULL FROM t WHERE id = 99") { $0.int64(0) }, 1)
         // A failing step inside the body is reported as thrown.
-        insert.resetKeepingBindings()
+        insert.reset()
         try insert.bind(.integer(0), at: 1)
         XCTAssertThrowsError(try insert.withText("again", at: 2) { () throws(SQLiteError) in
             while try insert.step() {}
         }, "duplicate primary key")
+    }
+
+    func testTextBoundInPlaceFromABufferRoundTrips() throws {
+        let db = try makeTable()
+        let insert = try db.prepare("INSERT INTO t (id, s) VALUES (?1, ?2), (?3, ?4)")
+        let bytes = Array("héllo👋".utf8) + Array("".utf8)
+        try bytes.withUnsafeBufferPointer { buffer in
+            defer { insert.reset() }
+            try insert.bind(.integer(1), at: 1)
+            try insert.bindTextInPlace(UnsafeBufferPointer(rebasing: buffer[0..<bytes.count]), at: 2)
+            try insert.bind(.integer(2), at: 3)
+            try insert.bindTextInPlace(UnsafeBufferPointer(rebasing: buffer[bytes.count..<bytes.count]), at: 4)
+            while try insert.step() {}
+        }
+        XCTAssertEqual(try db.query("SELECT s FROM t ORDER BY id") { $0.optionalText(0) }, ["héllo👋", ""])
     }
 
     func testNilBindsNullAndReadsBackAsNil() throws {
