@@ -15,6 +15,9 @@ struct ChatRepository {
     /// when the first copy is earlier in the same batch); otherwise it gets the room's last_seq + 1.
     /// Because the seq is read and bumped inside the same write transaction, seqs are gap-free per room
     /// even against another process writing the same file.
+    ///
+    /// The rows go in as multi-row INSERTs of `chunkSizes` rows (`insertChunk`) and the last few one
+    /// by one (`insertOne`); a chunk that meets a duplicate is redone one row at a time.
     func append(_ drafts: [ChatDraft]) throws -> [ChatAppendResult] {
         try db.transaction(.immediate) {
             var batch = BatchState()
