@@ -460,7 +460,7 @@ public struct Hub: Sendable {
         else { return [] }
         switch message {
         case .relay(let kind, let to, let payload):
-            let frame = Frame(kind.frameType, from: peer.rawValue, to: to?.rawValue, payload: payload)
+            let frame = Frame(kind.frameType, from: peer.rawValue, to: to?.rawValue, rawPayload: payload)
             if let to {
                 guard to != peer, let target = room.members[to] else {
                     return [.send([connection], Frame.error(

@@ -4,7 +4,8 @@ public struct Frame: Sendable, Equatable {
     public var from: String?
     public var to: String?
     /// The payload as JSON. Chat and chat-ack frames (`Frame.chat`, `Frame.chatAck`) keep their
-    /// fields typed and build this value only when it is read: `encoded()` writes them directly.
+    /// fields typed, and relayed frames (`init(_:from:to:rawPayload:)`) the sender's bytes; both
+    /// build this value only when it is read: `encoded()` writes them directly.
     public var payload: JSONValue? {
         get { body.json }
         set { body = .json(newValue) }
@@ -16,6 +17,8 @@ public struct Frame: Sendable, Equatable {
     /// looking its keys up again to encode it, was a fifth of the service thread's time at saturation.
     private enum Body: Sendable {
         case json(JSONValue?)
+        /// A relayed payload as its sender wrote it (docs/protocol.md, "Envelope").
+        case raw(RawJSON)
         case chatAck(clientID: String, seq: Int64, timestamp: Int64)
         case chat(clientID: String, meta: JSONValue?, seq: Int64, text: String, timestamp: Int64)
 
@@ -23,6 +26,8 @@ public struct Frame: Sendable, Equatable {
             switch self {
             case .json(let value):
                 return value
+            case .raw(let raw):
+                return raw.value
             case .chatAck(let clientID, let seq, let timestamp):
                 return ["client_id": .string(clientID), "seq": .int(seq), "ts": .int(timestamp)]
             case .chat(let clientID, let meta, let seq, let text, let timestamp):
@@ -42,6 +47,12 @@ public struct Frame: Sendable, Equatable {
 
     public init(_ type: FrameType, from: String? = nil, to: String? = nil, payload: JSONValue? = nil, error: WireError? = nil) {
         self.init(type: type.rawValue, from: from, to: to, payload: payload, error: error)
+    }
+
+    /// A relayed frame: `payload`'s bytes go out as they are, inside the envelope the server writes.
+    public init(_ type: FrameType, from: String? = nil, to: String? = nil, rawPayload: RawJSON?) {
+        self.init(type: type.rawValue, from: from, to: to)
+        if let rawPayload { body = .raw(rawPayload) }
     }
 
     /// A successful `chat-ack`: payload `{client_id, seq, ts}`.
@@ -84,6 +95,7 @@ public struct Frame: Sendable, Equatable {
 
     /// The same bytes as `JSONWriter.bytes(json)` (keys in sorted order), written directly: the
     /// envelope is encoded for every frame sent, so it skips building and sorting a dictionary.
+    /// A raw payload (a relayed frame's) is the exception: its bytes are written as they are.
     public func encoded() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(160)
@@ -110,6 +122,10 @@ public struct Frame: Sendable, Equatable {
         case .json(let payload?):
             JSONWriter.writeRaw(#""payload":"#, into: &out)
             JSONWriter.write(payload, into: &out)
+            out.append(UInt8(ascii: ","))
+        case .raw(let raw):
+            JSONWriter.writeRaw(#""payload":"#, into: &out)
+            out.append(contentsOf: raw.bytes)
             out.append(UInt8(ascii: ","))
         case .chatAck(let clientID, let seq, let timestamp):
             JSONWriter.writeRaw(#""payload":{"client_id":"#, into: &out)

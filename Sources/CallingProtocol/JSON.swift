@@ -26,14 +26,22 @@ public struct JSONParser {
     public static let maxDepth = 64
 
     public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
-        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
-            var parser = JSONParser(bytes: buffer)
-            parser.skipWhitespace()
-            let value = try parser.parseValue(depth: 0)
-            parser.skipWhitespace()
-            if parser.index != buffer.count { throw .trailingData(offset: parser.index) }
-            return value
-        }
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in try parse(buffer) }
+    }
+
+    /// `parse` of part of a buffer (a relayed payload inside its frame); offsets in errors count
+    /// from the slice's start.
+    public static func parse(_ bytes: ArraySlice<UInt8>) throws(JSONParseError) -> JSONValue {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in try parse(buffer) }
+    }
+
+    static func parse(_ buffer: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> JSONValue {
+        var parser = JSONParser(bytes: buffer)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        if parser.index != buffer.count { throw .trailingData(offset: parser.index) }
+        return value
     }
 
     /// Parses `bytes` as one JSON document and, when its top level is an object, hands each member
