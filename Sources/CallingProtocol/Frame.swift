@@ -51,8 +51,13 @@ public struct Frame: Sendable, Equatable {
 
     /// A relayed frame: `payload`'s bytes go out as they are, inside the envelope the server writes.
     public init(_ type: FrameType, from: String? = nil, to: String? = nil, rawPayload: RawJSON?) {
-        self.init(type: type.rawValue, from: from, to: to)
-        if let rawPayload { body = .raw(rawPayload) }
+        // Every field once: going through `init(type:…)` and then replacing `body` cost ~900
+        // instructions per relayed frame under callgrind.
+        self.type = type.rawValue
+        self.from = from
+        self.to = to
+        self.error = nil
+        self.body = rawPayload.map(Body.raw) ?? .json(nil)
     }
 
     /// A successful `chat-ack`: payload `{client_id, seq, ts}`.

@@ -73,7 +73,7 @@ final class LocalRouter: Router {
         encodeBuffer.removeAll(keepingCapacity: true)
         frame.encode(into: &encodeBuffer)
         let message = OutboundMessage(encodeBuffer[...])
-        metrics.framesOut[frame.type, default: 0] += targets.count
+        metrics.framesOut.count(named: frame.type, by: targets.count)
         for target in targets {
             // A virtual connection is an HTTP session: its frames go to the session, never to a socket.
             if HTTPSessions.isVirtual(target) {
@@ -120,7 +120,7 @@ final class LocalRouter: Router {
     /// an HTTP session gets the frame parsed back.
     func deliver(encoded bytes: [UInt8], type: String, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        metrics.framesOut[type, default: 0] += targets.count
+        metrics.framesOut.count(named: type, by: targets.count)
         var message: OutboundMessage?
         var frame: Frame??
         for target in targets {
