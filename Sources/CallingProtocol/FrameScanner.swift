@@ -48,8 +48,6 @@ struct FrameScanner {
     private let base: UnsafePointer<UInt8>
     private let count: Int
     private var index = 0
-    /// A string held a byte above 0x7F: the frame's UTF-8 is checked once the scan is done.
-    private var sawNonASCII = false
 
     private init(base: UnsafePointer<UInt8>, count: Int) {
         self.base = base
@@ -66,7 +64,9 @@ struct FrameScanner {
         guard scanner.scanEnvelope(into: &result) else { return nil }
         scanner.skipWhitespace()
         guard scanner.index == scanner.count else { return nil }
-        if scanner.sawNonASCII, !UTF8Check.isValid(buffer) { return nil }
+        // Bytes above 0x7F can only be inside strings here (anywhere else the scan refused them);
+        // the common all-ASCII frame is told apart eight bytes at a time.
+        if !UTF8Check.isASCII(buffer), !UTF8Check.isValid(buffer) { return nil }
         return result
     }
 
@@ -261,26 +261,23 @@ struct FrameScanner {
     }
 
     /// A string from its opening quote; whether it has an escape, or nil when it is malformed.
+    /// Bytes above 0x7F pass here; `scan` checks the frame's UTF-8 once at the end.
     private mutating func skipString() -> Bool? {
-        index += 1
+        var position = index + 1
         var escaped = false
         while true {
-            index = PlainRun.end(in: base, from: index, to: count, stoppingAtNonASCII: !sawNonASCII)
-            guard index < count else { return nil }
-            let byte = base[index]
-            switch byte {
-            case UInt8(ascii: "\""):
-                index += 1
+            position = PlainRun.end(in: base, from: position, to: count, stoppingAtNonASCII: false)
+            guard position < count else { return nil }
+            let byte = base[position]
+            if byte == UInt8(ascii: "\"") {
+                index = position + 1
                 return escaped
-            case UInt8(ascii: "\\"):
-                escaped = true
-                guard skipEscape() else { return nil }
-            case 0x80...:
-                sawNonASCII = true
-                index += 1
-            default:
-                return nil  // a control character
             }
+            guard byte == UInt8(ascii: "\\") else { return nil }  // a control character
+            escaped = true
+            index = position
+            guard skipEscape() else { return nil }
+            position = index
         }
     }
 
@@ -383,6 +380,22 @@ struct FrameScanner {
 /// UTF-8 well-formedness as Unicode 15 §3.9 table 3-7 defines it (no overlong forms, no surrogates,
 /// nothing past U+10FFFF): what `String(validating:)` accepts, without making a string.
 enum UTF8Check {
+    /// No byte above 0x7F.
+    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = bytes.baseAddress else { return true }
+        var index = 0
+        var high: UInt64 = 0
+        while index + 8 <= bytes.count {
+            high |= UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+            index += 8
+        }
+        while index < bytes.count {
+            high |= UInt64(base[index])
+            index += 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
+    }
+
     static func isValid(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         var index = 0
         let count = bytes.count

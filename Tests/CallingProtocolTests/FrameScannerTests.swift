@@ -161,6 +161,29 @@ final class FrameScannerTests: XCTestCase {
         }
     }
 
+    /// `PlainRun` (shared by the scan, the parser and the writer) against the obvious loop: both
+    /// the scan and the parser rest on it, so the mutation test above cannot catch its faults.
+    func test_plain_run_finds_the_first_special_byte_like_a_byte_by_byte_search() {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet: [UInt8] = [0x41, 0x61, 0x20, 0x7E, 0x7F, 0x22, 0x5C, 0x00, 0x1F, 0x21, 0x23, 0x5B, 0x5D, 0x80, 0xC3, 0xFF]
+        for _ in 0..<20_000 {
+            let length = Int.random(in: 0...40, using: &generator)
+            let bytes = (0..<length).map { _ in
+                Bool.random(using: &generator) ? UInt8(ascii: "x") : alphabet.randomElement(using: &generator)!
+            }
+            let start = length == 0 ? 0 : Int.random(in: 0...length, using: &generator)
+            for ascii in [false, true] {
+                let expected = bytes[start...].firstIndex {
+                    $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || (ascii && $0 >= 0x80)
+                } ?? length
+                let found = bytes.withUnsafeBufferPointer { buffer in
+                    buffer.baseAddress.map { PlainRun.end(in: $0, from: start, to: length, stoppingAtNonASCII: ascii) } ?? 0
+                }
+                XCTAssertEqual(found, expected, "\(bytes) from \(start), stopping at non-ASCII: \(ascii)")
+            }
+        }
+    }
+
     func test_a_relayed_payload_is_the_senders_bytes() throws {
         let text = #"{"type":"data","to":"bob","payload" :  { "z":1.0,"a" : [1e2, 12345678901234567890123] }  ,"from":"x"}"#
         guard case .relay(.data, let to, let payload?) = try ClientFrameDecoder.decode(Array(text.utf8)) else {
