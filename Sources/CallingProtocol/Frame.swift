@@ -108,6 +108,71 @@ public struct Frame: Sendable, Equatable {
         return out
     }
 
+    /// For a relayed frame (`init(_:from:to:rawPayload:)`) whose `from`, `to` and `type` need no
+    /// escaping, which is every one the hub makes from a peer id: the exact length of `encoded()`.
+    /// Nil for any other frame. With `writePlainRelayed(to:)` the router writes such a frame
+    /// straight into the message it sends, in one pass, without an intermediate buffer.
+    public var plainRelayedLength: Int? {
+        guard case .raw(let raw) = body, error == nil, let from,
+            let fromCount = Self.plainCount(from), let typeCount = Self.plainCount(type)
+        else { return nil }
+        var length = Self.relayedPieces.from.utf8CodeUnitCount + fromCount + Self.relayedPieces.payload.utf8CodeUnitCount
+            + raw.bytes.count + Self.relayedPieces.type.utf8CodeUnitCount + typeCount + Self.relayedPieces.end.utf8CodeUnitCount
+        if let to {
+            guard let toCount = Self.plainCount(to) else { return nil }
+            length += Self.relayedPieces.to.utf8CodeUnitCount + toCount + Self.relayedPieces.toEnd.utf8CodeUnitCount
+        }
+        return length
+    }
+
+    /// Writes `encoded()`'s bytes to `destination`, which holds `plainRelayedLength` bytes; only
+    /// for a frame whose `plainRelayedLength` is not nil.
+    public func writePlainRelayed(to destination: UnsafeMutablePointer<UInt8>) {
+        guard case .raw(let raw) = body, let from else { preconditionFailure("not a plain relayed frame") }
+        var cursor = destination
+        func put(_ literal: StaticString) {
+            cursor.update(from: literal.utf8Start, count: literal.utf8CodeUnitCount)
+            cursor += literal.utf8CodeUnitCount
+        }
+        func put(_ string: String) {
+            string.utf8.withContiguousStorageIfAvailable { bytes in
+                guard let base = bytes.baseAddress else { return }
+                cursor.update(from: base, count: bytes.count)
+                cursor += bytes.count
+            }
+        }
+        put(Self.relayedPieces.from)
+        put(from)
+        put(Self.relayedPieces.payload)
+        raw.bytes.withUnsafeBufferPointer { bytes in
+            guard let base = bytes.baseAddress else { return }
+            cursor.update(from: base, count: bytes.count)
+            cursor += bytes.count
+        }
+        if let to {
+            put(Self.relayedPieces.to)
+            put(to)
+            put(Self.relayedPieces.toEnd)
+        }
+        put(Self.relayedPieces.type)
+        put(type)
+        put(Self.relayedPieces.end)
+    }
+
+    /// The literal bytes around the strings of `{"from":"…","payload":…,"to":"…","type":"…"}`.
+    private static let relayedPieces: (from: StaticString, payload: StaticString, to: StaticString, toEnd: StaticString,
+                                       type: StaticString, end: StaticString) =
+        (#"{"from":""#, #"","payload":"#, #","to":""#, #"""#, #","type":""#, #""}"#)
+
+    /// The UTF-8 length of `string` when JSON carries it as it is (no `"`, `\` or control
+    /// character) and its bytes are contiguous; else nil.
+    private static func plainCount(_ string: String) -> Int? {
+        string.utf8.withContiguousStorageIfAvailable { bytes -> Int? in
+            guard let base = bytes.baseAddress else { return 0 }
+            return PlainRun.end(in: base, from: 0, to: bytes.count, stoppingAtNonASCII: false) == bytes.count ? bytes.count : nil
+        } ?? nil
+    }
+
     /// Appends `encoded()`'s bytes to `out`, so a caller can encode straight into the buffer it sends.
     public func encode(into out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))

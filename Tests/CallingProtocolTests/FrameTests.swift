@@ -64,6 +64,32 @@ final class FrameTests: XCTestCase {
         }
     }
 
+    /// The router writes relayed frames through `writePlainRelayed`: the same bytes as `encoded()`.
+    func test_a_plain_relayed_frame_is_written_as_encoded() throws {
+        let payloads: [RawJSON?] = [nil, ["sdp": "v=0"], RawJSON(.array([1, "é", nil])), RawJSON(.string("\u{1}\"x"))]
+        for payload in payloads {
+            for to in [nil, "bob", "b é"] as [String?] {
+                for from in ["alice", "ä", ""] {
+                    let frame = Frame(.candidate, from: from, to: to, rawPayload: payload)
+                    if payload == nil {
+                        XCTAssertNil(frame.plainRelayedLength, "a frame without a raw payload takes the general path")
+                        continue
+                    }
+                    let length = try XCTUnwrap(frame.plainRelayedLength)
+                    let written = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
+                        frame.writePlainRelayed(to: buffer.baseAddress!)
+                        count = length
+                    }
+                    XCTAssertEqual(String(decoding: written, as: UTF8.self), String(decoding: frame.encoded(), as: UTF8.self))
+                }
+            }
+        }
+        // A string that needs escaping sends the frame down the general path.
+        XCTAssertNil(Frame(.data, from: "a\"b", rawPayload: ["k": 1]).plainRelayedLength)
+        XCTAssertNil(Frame(.data, from: "a", to: "b\n", rawPayload: ["k": 1]).plainRelayedLength)
+        XCTAssertNil(Frame(.data, rawPayload: ["k": 1]).plainRelayedLength, "no from")
+    }
+
     func test_golden_server_frames_are_valid_json_that_decodes_to_the_same_frame() throws {
         for url in try Fixtures.files(in: "server-frames", suffix: ".json") {
             let name = Fixtures.name(of: url, dropping: ".json")
