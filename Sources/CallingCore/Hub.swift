@@ -455,19 +455,22 @@ public struct Hub: Sendable {
     // MARK: frames
 
     private mutating func handle(_ message: ClientMessage, from connection: ConnectionID, now: Millis) -> [HubEffect] {
-        guard let (roomID, peer) = connections[connection], let room = rooms[roomID],
-            let sender = room.members[peer]
-        else { return [] }
+        guard let (roomID, peer) = connections[connection] else { return [] }
+        if case .relay(let kind, let to, let payload) = message, let to {
+            // The most frequent frame of all (ICE candidates): the target's seat is read straight
+            // from the rooms table, without a copy of the room or the sender's entry, which a
+            // seated connection always has.
+            guard to != peer, let target = rooms[roomID]?.members[to]?.connection else {
+                return [.send([connection], Frame.error(
+                    .peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue))]
+            }
+            return [.send([target], Frame(kind.frameType, from: peer.rawValue, to: to.rawValue, rawPayload: payload))]
+        }
+        guard let room = rooms[roomID], let sender = room.members[peer] else { return [] }
         switch message {
         case .relay(let kind, let to, let payload):
-            let frame = Frame(kind.frameType, from: peer.rawValue, to: to?.rawValue, payload: payload)
-            if let to {
-                guard to != peer, let target = room.members[to] else {
-                    return [.send([connection], Frame.error(
-                        .peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue))]
-                }
-                return [.send([target.connection], frame)]
-            }
+            // Broadcast (`to` absent; addressed relays were handled above).
+            let frame = Frame(kind.frameType, from: peer.rawValue, to: to?.rawValue, rawPayload: payload)
             let others = room.connections(excluding: peer)
             return others.isEmpty ? [] : [.send(others, frame)]
         case .ping(let payload):

@@ -68,12 +68,17 @@ final class LocalRouter: Router {
 
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        // Encoded into a buffer kept for the purpose, then copied once into the message every
-        // target shares: no array allocated per frame.
-        encodeBuffer.removeAll(keepingCapacity: true)
-        frame.encode(into: &encodeBuffer)
-        let message = OutboundMessage(encodeBuffer[...])
-        metrics.framesOut[frame.type, default: 0] += targets.count
+        // A relayed frame is written straight into the message every target shares; others are
+        // encoded into a buffer kept for the purpose, then copied once: no array per frame.
+        let message: OutboundMessage
+        if let length = frame.plainRelayedLength {
+            message = OutboundMessage(count: length) { frame.writePlainRelayed(to: $0) }
+        } else {
+            encodeBuffer.removeAll(keepingCapacity: true)
+            frame.encode(into: &encodeBuffer)
+            message = OutboundMessage(encodeBuffer[...])
+        }
+        metrics.framesOut.count(named: frame.type, by: targets.count)
         for target in targets {
             // A virtual connection is an HTTP session: its frames go to the session, never to a socket.
             if HTTPSessions.isVirtual(target) {
@@ -120,7 +125,7 @@ final class LocalRouter: Router {
     /// an HTTP session gets the frame parsed back.
     func deliver(encoded bytes: [UInt8], type: String, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        metrics.framesOut[type, default: 0] += targets.count
+        metrics.framesOut.count(named: type, by: targets.count)
         var message: OutboundMessage?
         var frame: Frame??
         for target in targets {

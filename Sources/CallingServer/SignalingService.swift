@@ -207,7 +207,8 @@ final class SignalingService: @unchecked Sendable {
         for effect in effects {
             switch effect {
             case .send(let targets, let frame):
-                if frame.type == FrameType.error.rawValue, let code = frame.error?.code, let name = ErrorCode(rawValue: code)?.name {
+                // `error` first: a relayed frame has none, so it skips the type comparison.
+                if let code = frame.error?.code, frame.type == FrameType.error.rawValue, let name = ErrorCode(rawValue: code)?.name {
                     metrics.errors[name, default: 0] += targets.count
                 }
                 router.deliver(frame, to: targets)

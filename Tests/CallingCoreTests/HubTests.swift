@@ -222,7 +222,7 @@ final class HubTests: XCTestCase {
             send(bob, .relay(.answer, to: "alice", payload: ["sdp": "v=0"])),
             [.send([alice], Frame(.answer, from: "bob", to: "alice", payload: ["sdp": "v=0"]))])
         XCTAssertEqual(
-            send(bob, .relay(.candidate, to: "alice", payload: candidate)),
+            send(bob, .relay(.candidate, to: "alice", payload: RawJSON(candidate))),
             [.send([alice], Frame(.candidate, from: "bob", to: "alice", payload: candidate))])
         XCTAssertEqual(
             send(carol, .relay(.data, to: "bob", payload: ["kind": "reject"])),
