@@ -204,7 +204,7 @@ public final class WebSocketServer: @unchecked Sendable {
             state.shuttingDown = true
             state.onDrained = { drained.signal() }
             if state.connections.isEmpty { drained.signal() }
-            for id in state.connections.keys.sorted() { close(id, code: .goingAway) }
+            for id in state.connections.storedKeys.sorted() { close(ConnectionID(id), code: .goingAway) }
         }
         _ = drained.wait(timeout: .now() + grace)
         post { [self] in
@@ -301,7 +301,7 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Queues `message` for `connection`. A connection whose queue passes `maxQueueBytes` is closed
     /// as a slow consumer from its own WRITEABLE callback (lws-notes.md: the #2889 guard).
     public func send(_ message: OutboundMessage, to connection: ConnectionID) {
-        guard let conn = state.connections[connection], conn.closeCode == nil else { return }
+        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
         conn.queue.append(message)
         conn.queuedBytes += message.count
         if conn.queuedBytes > settings.maxQueueBytes {
@@ -328,7 +328,7 @@ public final class WebSocketServer: @unchecked Sendable {
 
     /// Closes after the frames already queued have been written.
     public func close(_ connection: ConnectionID, code: CloseCode) {
-        guard let conn = state.connections[connection], conn.closeCode == nil else { return }
+        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
         conn.closeCode = code.rawValue
         armCloseDeadline(conn)
         requestWritable(conn)
@@ -439,7 +439,7 @@ public final class WebSocketServer: @unchecked Sendable {
             // (unretained; `connections` owns it, and `.closed` clears the pointer before letting
             // go). Its socket no longer needs the HTTP bookkeeping: only the budget's count.
             LWSSession.store(user, id: id.rawValue, object: Unmanaged.passUnretained(conn).toOpaque())
-            state.connections[id] = conn
+            state.connections.insert(conn, for: id.rawValue)
             if let socket = state.sockets.removeValue(forKey: wsi) { socket.closed = true }
             state.upgradedSockets += 1
             state.counters.accepted += 1
@@ -466,7 +466,7 @@ public final class WebSocketServer: @unchecked Sendable {
             guard let user else { return 0 }
             let id = ConnectionID(LWSSession.id(user))
             LWSSession.store(user, id: id.rawValue, object: nil)
-            guard state.connections.removeValue(forKey: id) != nil else { return 0 }
+            guard state.connections.removeValue(for: id.rawValue) != nil else { return 0 }
             delegate?.server(self, didClose: id)
             if state.shuttingDown, state.connections.isEmpty { state.onDrained?() }
             return 0
@@ -952,7 +952,8 @@ extension WebSocketServer: LWSServerHandler {}
 /// them is held across a call that could reach them again (delegate calls happen after the
 /// lookup returns), so there is nothing for the check to find.
 private final class ServiceState {
-    @exclusivity(unchecked) var connections: [ConnectionID: WSConnection] = [:]
+    /// Open WebSockets by connection id (ids count up from 1 and are never reused).
+    @exclusivity(unchecked) var connections = IDTable<WSConnection>()
     var pendingUpgrades: [OpaquePointer: any Sendable] = [:]
     var exchanges: [OpaquePointer: HTTPExchange] = [:]
     var exchangesByID: [UInt64: HTTPExchange] = [:]
