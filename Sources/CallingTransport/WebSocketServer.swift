@@ -807,9 +807,9 @@ public final class WebSocketServer: @unchecked Sendable {
             (buffer + offset).copyMemory(from: message.payloadPointer, byteCount: message.count)
             offset += message.count
             frames += 1
-            guard let candidate = conn.queue.peekFirst(), offset - OutboundMessage.headroom + candidate.count + 10 <= settings.maxCoalescedBytes
-            else { break }
-            _ = conn.queue.popFirst()
+            let used = offset - OutboundMessage.headroom
+            let limit = settings.maxCoalescedBytes
+            guard let candidate = conn.queue.popFirst(if: { used + $0.count + 10 <= limit }) else { break }
             conn.queuedBytes -= candidate.count
             next = candidate
         }

@@ -13,7 +13,9 @@ public struct FIFO<Element> {
     /// The oldest element, when it is not in `items`; set only while `items[head...]` is empty,
     /// so it always comes before everything in the array.
     @usableFromInline var front: Element?
-    @usableFromInline var items: [Element] = []
+    /// Taken elements are moved out (`take()`), leaving nil: popping costs no reference-count
+    /// traffic, and releasing drained storage has nothing left to release.
+    @usableFromInline var items: [Element?] = []
     @usableFromInline var head = 0
 
     /// Nothing queued.
@@ -44,7 +46,7 @@ public struct FIFO<Element> {
             return item
         }
         guard head < items.count else { return nil }
-        let item = items[head]
+        let item = items[head].take()
         head += 1
         if head == items.count {
             // Drained: let go of the delivered elements and the storage. An idle peer after its
@@ -69,5 +71,16 @@ public struct FIFO<Element> {
     @inlinable public func peekFirst() -> Element? {
         if let front { return front }
         return head < items.count ? items[head] : nil
+    }
+
+    /// Takes the oldest element if `accept` says so when shown it (borrowed: no copy is made to
+    /// decide), else nil and the queue is unchanged.
+    @inlinable public mutating func popFirst(if accept: (borrowing Element) -> Bool) -> Element? {
+        if let front {
+            guard accept(front) else { return nil }
+        } else {
+            guard head < items.count, let next = items[head], accept(next) else { return nil }
+        }
+        return popFirst()
     }
 }

@@ -61,4 +61,17 @@ final class FIFOTests: XCTestCase {
         queue.removeAll()
         XCTAssertTrue(queue.isEmpty)
     }
+
+    func test_pop_if_takes_only_what_is_accepted_in_order() {
+        var queue = FIFO<Int>()
+        XCTAssertNil(queue.popFirst(if: { _ in true }))
+        for value in [1, 2, 30, 4] { queue.append(value) }
+        XCTAssertEqual(queue.popFirst(if: { $0 < 10 }), 1, "from the inline slot")
+        XCTAssertEqual(queue.popFirst(if: { $0 < 10 }), 2, "from the array")
+        XCTAssertNil(queue.popFirst(if: { $0 < 10 }), "30 is refused and stays first")
+        XCTAssertEqual(queue.count, 2)
+        XCTAssertEqual(queue.popFirst(), 30)
+        XCTAssertEqual(queue.popFirst(if: { _ in true }), 4)
+        XCTAssertTrue(queue.isEmpty)
+    }
 }
