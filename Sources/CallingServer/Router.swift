@@ -58,6 +58,10 @@ final class LocalRouter: Router {
     private struct WeakHandler { weak var handler: (any VirtualConnection)? }
     private var virtuals: [ConnectionID: WeakHandler] = [:]
     private var seats: [RoomID: [PeerID: ConnectionID]] = [:]
+    /// When set, where `connection(of:in:)` reads seats from instead of `seats`, which then stays
+    /// empty: a single node's hub seats exactly its connections (ServerApp). A cluster's local
+    /// router keeps its own table, since its hub also seats other nodes' peers.
+    var seatSource: ((PeerID, RoomID) -> ConnectionID?)?
     /// Scratch space `deliver` encodes each frame into.
     private var encodeBuffer: [UInt8] = []
 
@@ -106,17 +110,19 @@ final class LocalRouter: Router {
     }
 
     func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool) {
+        guard seatSource == nil else { return }
         seats[identity.room, default: [:]][identity.peer] = connection
     }
 
     func left(_ identity: PeerIdentity, from connection: ConnectionID) {
-        guard seats[identity.room]?[identity.peer] == connection else { return }
+        guard seatSource == nil, seats[identity.room]?[identity.peer] == connection else { return }
         seats[identity.room]?[identity.peer] = nil
         if seats[identity.room]?.isEmpty == true { seats[identity.room] = nil }
     }
 
     func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? {
-        seats[room]?[peer]
+        if let seatSource { return seatSource(peer, room) }
+        return seats[room]?[peer]
     }
 
     func isLocal(_ connection: ConnectionID) -> Bool { true }
