@@ -36,14 +36,50 @@ public struct PeerIdentity: Sendable, Equatable {
 /// A token's identity: its `jti` when it has one, else `sub`, `room_id`, `iat` and `exp` together
 /// (two tokens minted for the same peer in the same second are then the same credential). A kicked
 /// credential is refused until `expiresAt`, after which the token is refused as expired anyway.
+///
+/// Without a `jti` only `iat` and `exp` are kept here: `sub` and `room_id` are the identity's peer
+/// and room, so the key is put together only when a credential is banned or checked against bans
+/// (every seated peer carried a ~60-byte key string before).
 public struct TokenCredential: Sendable, Hashable {
-    public var id: String
+    /// What tells this token from others besides the identity it belongs to.
+    public enum Key: Sendable, Hashable {
+        /// An opaque id that names the token on its own (the `jti`).
+        case id(String)
+        /// No `jti`: the token's `iat` and `exp` (Unix seconds), with its `sub` and `room_id`.
+        case issued(at: Int64, expires: Int64)
+    }
+
+    public var key: Key
     /// `exp` plus the verifier's leeway, in ms.
     public var expiresAt: Millis
 
+    /// A credential named by `id` alone (a token's `jti`).
     public init(id: String, expiresAt: Millis) {
-        self.id = id
+        self.key = .id(id)
         self.expiresAt = expiresAt
+    }
+
+    /// A token without a `jti`, known by `iat` and `exp` (Unix seconds) with its `sub` and `room_id`.
+    public init(issuedAt: Int64, expires: Int64, expiresAt: Millis) {
+        self.key = .issued(at: issuedAt, expires: expires)
+        self.expiresAt = expiresAt
+    }
+}
+
+/// What a ban is keyed by: the same for every identity presenting the same token.
+struct BanKey: Hashable, Sendable {
+    enum Kind: Hashable, Sendable {
+        case id(String)
+        case issued(peer: PeerID, room: RoomID, at: Int64, expires: Int64)
+    }
+
+    var kind: Kind
+
+    init(_ credential: TokenCredential, of identity: PeerIdentity) {
+        switch credential.key {
+        case .id(let id): kind = .id(id)
+        case .issued(let at, let expires): kind = .issued(peer: identity.peer, room: identity.room, at: at, expires: expires)
+        }
     }
 }
 
@@ -188,46 +224,120 @@ public struct Hub: Sendable {
         var typingUntil: Millis?
     }
 
-    struct Room: Sendable {
-        private(set) var members: [PeerID: Member] = [:]
-        /// Join order, so rosters and broadcasts are deterministic.
-        private(set) var order: [PeerID] = []
-        /// Each member's connection, in join order (`connections[i]` is `order[i]`'s): a broadcast
-        /// copies it instead of looking every member up by peer id, a String hash per recipient.
-        private(set) var connections: [ConnectionID] = []
-        var meter: Meter?
+    /// A room's members in join order (so rosters and broadcasts are deterministic), found by peer
+    /// id with a scan while the room is small and through an index once it is larger than
+    /// `indexedAbove`. Most rooms hold a handful of peers; a dictionary per room cost ~340 bytes
+    /// per seated peer at 19,000 peers in rooms of 4 (its buckets), an array of members ~150.
+    struct MemberList: Sendable {
+        private(set) var all: [Member] = []
+        /// Position in `all` by peer id; nil while the room has at most `indexedAbove` members.
+        private var index: [PeerID: Int]?
 
-        /// Seats `member`; a peer id already seated keeps its place in the order (a takeover).
-        mutating func seat(_ member: Member) {
-            let peer = member.identity.peer
-            if members.updateValue(member, forKey: peer) == nil {
-                order.append(peer)
-                connections.append(member.connection)
-            } else if let index = order.firstIndex(of: peer) {
-                connections[index] = member.connection
+        static var indexedAbove: Int { 8 }
+
+        var isEmpty: Bool { all.isEmpty }
+        var count: Int { all.count }
+
+        /// The member seated on `connection` (a scan: rooms are small, and a large one is scanned
+        /// once per inbound frame, 8 bytes compared per member).
+        func member(on connection: ConnectionID) -> Member? {
+            all.first { $0.connection == connection }
+        }
+
+        func position(of peer: PeerID) -> Int? {
+            if let index { return index[peer] }
+            return all.firstIndex { $0.identity.peer == peer }
+        }
+
+        subscript(peer: PeerID) -> Member? {
+            position(of: peer).map { all[$0] }
+        }
+
+        /// Seats `member` last, or in place of the member with its peer id; true when it is new.
+        mutating func upsert(_ member: Member) -> Bool {
+            if let position = position(of: member.identity.peer) {
+                all[position] = member
+                return false
             }
+            all.append(member)
+            if index != nil {
+                index?[member.identity.peer] = all.count - 1
+            } else if all.count > Self.indexedAbove {
+                reindex()
+            }
+            return true
         }
 
-        mutating func unseat(_ peer: PeerID) {
-            guard members.removeValue(forKey: peer) != nil, let index = order.firstIndex(of: peer) else { return }
-            order.remove(at: index)
-            connections.remove(at: index)
-        }
-
-        mutating func unseatAll() {
-            members = [:]
-            order = []
-            connections = []
+        mutating func remove(_ peer: PeerID) -> Member? {
+            guard let position = position(of: peer) else { return nil }
+            let member = all.remove(at: position)
+            if index != nil { reindex() }
+            return member
         }
 
         mutating func setTyping(_ peer: PeerID, until: Millis?) {
-            members[peer]?.typingUntil = until
+            guard let position = position(of: peer) else { return }
+            all[position].typingUntil = until
+        }
+
+        private mutating func reindex() {
+            guard all.count > Self.indexedAbove / 2 else {
+                index = nil
+                return
+            }
+            var positions: [PeerID: Int] = [:]
+            positions.reserveCapacity(all.count)
+            for (position, member) in all.enumerated() { positions[member.identity.peer] = position }
+            index = positions
+        }
+    }
+
+    struct Room: Sendable {
+        private(set) var members = MemberList()
+        /// Each member's connection, in join order, collected from `members` (a scan, no lookup by
+        /// peer id): a broadcast builds its target list once per frame either way, and a second
+        /// array per room kept ~20 bytes per seated peer.
+        var connections: [ConnectionID] { members.all.map(\.connection) }
+        /// Kept out of line: most rooms never have a meter, and inline it made every room's entry
+        /// in `rooms` ~80 bytes larger (an indirect case is an immutable heap box, so the hub keeps
+        /// its value semantics; a meter changes at most once a tick).
+        private var meterStorage: MeterBox?
+        var meter: Meter? {
+            get { if case .some(let meter)? = meterStorage { return meter } else { return nil } }
+            set { meterStorage = newValue.map(MeterBox.some) }
+        }
+
+        indirect enum MeterBox: Sendable {
+            case some(Meter)
+        }
+
+        /// Peer ids in join order.
+        var order: [PeerID] { members.all.map(\.identity.peer) }
+
+        /// Seats `member`; a peer id already seated keeps its place in the order (a takeover).
+        mutating func seat(_ member: Member) {
+            _ = members.upsert(member)
+        }
+
+        mutating func unseat(_ peer: PeerID) {
+            _ = members.remove(peer)
+        }
+
+        mutating func unseatAll() {
+            members = MemberList()
+        }
+
+        mutating func setTyping(_ peer: PeerID, until: Millis?) {
+            members.setTyping(peer, until: until)
         }
 
         /// Every member's connection but `peer`'s, in join order.
         func connections(excluding peer: PeerID) -> [ConnectionID] {
             guard let excluded = members[peer]?.connection else { return connections }
-            return connections.filter { $0 != excluded }
+            var others: [ConnectionID] = []
+            others.reserveCapacity(members.count - 1)
+            for member in members.all where member.connection != excluded { others.append(member.connection) }
+            return others
         }
     }
 
@@ -237,11 +347,14 @@ public struct Hub: Sendable {
     var meteredRooms: Set<RoomID> = []
     /// Rooms where a member's typing indicator may be on; `expireTyping` drops a room once none is.
     private var typingRooms: Set<RoomID> = []
-    private var connections: [ConnectionID: (room: RoomID, peer: PeerID)] = [:]
+    /// The room each seated connection is in; its member is found by a scan of that room
+    /// (`MemberList.member(on:)`). With the peer id as well every entry was 16 bytes larger, ~28
+    /// bytes per seated peer, for a lookup that costs a scan of one room.
+    private var connections: [ConnectionID: RoomID] = [:]
     /// Seats promised by `admit` to joiners whose join has not arrived yet, until when.
     private var holds: [RoomID: [PeerID: Millis]] = [:]
     /// Kicked credentials, refused until the stored time (their expiry).
-    private var banned: [String: Millis] = [:]
+    private var banned: [BanKey: Millis] = [:]
     /// Set by `.setDraining`: `admit` refuses new seats while rooms already open go on.
     public private(set) var isDraining = false
 
@@ -261,14 +374,14 @@ public struct Hub: Sendable {
     public func isSeated(_ connection: ConnectionID) -> Bool { connections[connection] != nil }
 
     public func identity(of connection: ConnectionID) -> PeerIdentity? {
-        guard let (room, peer) = connections[connection] else { return nil }
-        return rooms[room]?.members[peer]?.identity
+        guard let room = connections[connection] else { return nil }
+        return rooms[room]?.members.member(on: connection)?.identity
     }
 
     /// Who is in `room`, longest present first; the HTTP session bridge picks its answering peer here.
     public func identities(in room: RoomID) -> [PeerIdentity] {
         guard let state = rooms[room] else { return [] }
-        return state.order.compactMap { state.members[$0]?.identity }
+        return state.members.all.map(\.identity)
     }
 
     /// Decides, before the upgrade, whether `identity` gets a seat in its room, and holds the seat
@@ -276,7 +389,9 @@ public struct Hub: Sendable {
     /// or held in the room is a takeover, not a new seat. Returns nil when admitted.
     public mutating func admit(_ identity: PeerIdentity, now: Millis) -> JoinRefusal? {
         if identity.peer == Self.serverPeerID { return .reservedPeerID }
-        if let credential = identity.credential, let until = banned[credential.id], until > now { return .kicked }
+        if !banned.isEmpty, let credential = identity.credential, let until = banned[BanKey(credential, of: identity)], until > now {
+            return .kicked
+        }
         let room = rooms[identity.room]
         let seated = room?.members[identity.peer] != nil
         let held = (holds[identity.room]?[identity.peer] ?? .min) > now
@@ -333,7 +448,7 @@ public struct Hub: Sendable {
             return [.close(member.connection, .kicked)] + leave(member.connection, now: now)
         case .endRoom(let roomID):
             guard let room = rooms[roomID] else { return [] }
-            let seated = room.order.compactMap { room.members[$0] }
+            let seated = room.members.all
             for member in seated {
                 ban(member.identity)
                 connections[member.connection] = nil
@@ -359,7 +474,8 @@ public struct Hub: Sendable {
 
     private mutating func ban(_ identity: PeerIdentity) {
         guard let credential = identity.credential else { return }
-        banned[credential.id] = max(banned[credential.id] ?? .min, credential.expiresAt)
+        let key = BanKey(credential, of: identity)
+        banned[key] = max(banned[key] ?? .min, credential.expiresAt)
     }
 
     private mutating func releaseHold(_ room: RoomID, _ peer: PeerID) {
@@ -392,9 +508,9 @@ public struct Hub: Sendable {
             effects.append(.close(takeover.connection, .replaced))
         }
         room.seat(Member(identity: identity, connection: connection, typingUntil: takeover?.typingUntil))
-        connections[connection] = (identity.room, identity.peer)
+        connections[connection] = identity.room
 
-        let roster = room.order.filter { $0 != identity.peer }.compactMap { room.members[$0]?.identity.rosterEntry }
+        let roster = room.members.all.filter { $0.identity.peer != identity.peer }.map(\.identity.rosterEntry)
         var welcome: [String: JSONValue] = [
             "peer_id": .string(identity.peer.rawValue),
             "room_id": .string(identity.room.rawValue),
@@ -423,9 +539,9 @@ public struct Hub: Sendable {
             }
         }
         // Typing state of the others, so a joiner does not miss an indicator that is already on.
-        for peer in room.order where peer != identity.peer {
-            if let member = room.members[peer], let until = member.typingUntil, until > now {
-                effects.append(.send([connection], Frame(.typing, from: peer.rawValue, payload: ["typing": true])))
+        for member in room.members.all where member.identity.peer != identity.peer {
+            if let until = member.typingUntil, until > now {
+                effects.append(.send([connection], Frame(.typing, from: member.identity.peer.rawValue, payload: ["typing": true])))
             }
         }
         rooms[identity.room] = room
@@ -434,10 +550,12 @@ public struct Hub: Sendable {
     }
 
     private mutating func leave(_ connection: ConnectionID, now: Millis) -> [HubEffect] {
-        guard let (roomID, peer) = connections.removeValue(forKey: connection), var room = rooms[roomID] else { return [] }
-        guard let member = room.members[peer], member.connection == connection else { return [] }
+        guard let roomID = connections.removeValue(forKey: connection), var room = rooms[roomID],
+              let member = room.members.member(on: connection)
+        else { return [] }
+        let peer = member.identity.peer
         room.unseat(peer)
-        if room.order.isEmpty {
+        if room.members.isEmpty {
             rooms[roomID] = nil
             return meterAfterLeave(roomID, remaining: room, now: now)
         }
@@ -455,19 +573,23 @@ public struct Hub: Sendable {
     // MARK: frames
 
     private mutating func handle(_ message: ClientMessage, from connection: ConnectionID, now: Millis) -> [HubEffect] {
-        guard let (roomID, peer) = connections[connection], let room = rooms[roomID],
-            let sender = room.members[peer]
-        else { return [] }
+        guard let roomID = connections[connection] else { return [] }
+        if case .relay(let kind, let to, let payload) = message, let to {
+            // The most frequent frame of all (ICE candidates): sender and target are read in place
+            // from the rooms table, without a copy of the room.
+            guard let peer = rooms[roomID]?.members.member(on: connection)?.identity.peer else { return [] }
+            guard to != peer, let target = rooms[roomID]?.members[to]?.connection else {
+                return [.send([connection], Frame.error(
+                    .peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue))]
+            }
+            return [.send([target], Frame(kind.frameType, from: peer.rawValue, to: to.rawValue, rawPayload: payload))]
+        }
+        guard let room = rooms[roomID], let sender = room.members.member(on: connection) else { return [] }
+        let peer = sender.identity.peer
         switch message {
         case .relay(let kind, let to, let payload):
-            let frame = Frame(kind.frameType, from: peer.rawValue, to: to?.rawValue, payload: payload)
-            if let to {
-                guard to != peer, let target = room.members[to] else {
-                    return [.send([connection], Frame.error(
-                        .peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue))]
-                }
-                return [.send([target.connection], frame)]
-            }
+            // Broadcast (`to` absent; addressed relays were handled above).
+            let frame = Frame(kind.frameType, from: peer.rawValue, to: to?.rawValue, rawPayload: payload)
             let others = room.connections(excluding: peer)
             return others.isEmpty ? [] : [.send(others, frame)]
         case .ping(let payload):
@@ -552,10 +674,10 @@ public struct Hub: Sendable {
                 continue
             }
             var stillTyping = false
-            for peer in room.order {
-                guard let until = room.members[peer]?.typingUntil else { continue }
+            for member in room.members.all {
+                guard let until = member.typingUntil else { continue }
                 if until <= now {
-                    effects += setTyping(false, room: roomID, peer: peer, now: now)
+                    effects += setTyping(false, room: roomID, peer: member.identity.peer, now: now)
                 } else {
                     stillTyping = true
                 }

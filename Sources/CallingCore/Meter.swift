@@ -172,9 +172,9 @@ extension Hub {
     /// After a leave, with `room` as it is now (possibly empty and already removed): fewer than two
     /// participants pause the meter, and the paused state is persisted.
     mutating func meterAfterLeave(_ roomID: RoomID, remaining room: Room, now: Millis) -> [HubEffect] {
-        if room.order.isEmpty { meteredRooms.remove(roomID) }
-        guard var meter = room.meter, room.order.count < 2, let snapshot = meter.pause(now: now) else { return [] }
-        if !room.order.isEmpty { rooms[roomID]?.meter = meter }
+        if room.members.isEmpty { meteredRooms.remove(roomID) }
+        guard var meter = room.meter, room.members.count < 2, let snapshot = meter.pause(now: now) else { return [] }
+        if !room.members.isEmpty { rooms[roomID]?.meter = meter }
         return [.storeMeter(roomID, snapshot)]
     }
 
@@ -190,7 +190,7 @@ extension Hub {
     }
 
     private mutating func resumeMeterIfPaired(_ roomID: RoomID, now: Millis) -> [HubEffect] {
-        guard let room = rooms[roomID], room.order.count >= 2, let snapshot = rooms[roomID]?.meter?.resume(now: now) else {
+        guard let room = rooms[roomID], room.members.count >= 2, let snapshot = rooms[roomID]?.meter?.resume(now: now) else {
             return []
         }
         return snapshot.state == .ended ? endConsultation(in: roomID, snapshot) : announce(snapshot, in: roomID)

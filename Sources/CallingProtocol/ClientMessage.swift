@@ -1,7 +1,8 @@
 /// A client frame after envelope and payload validation: everything the hub acts on is typed.
 public enum ClientMessage: Sendable, Equatable {
-    /// offer / answer / candidate / data, relayed with `from` stamped by the server.
-    case relay(RelayKind, to: PeerID?, payload: JSONValue?)
+    /// offer / answer / candidate / data, relayed with `from` stamped by the server. The payload
+    /// is its text as the sender wrote it, which the relayed frame carries unchanged.
+    case relay(RelayKind, to: PeerID?, payload: RawJSON?)
     case chat(ChatSubmission)
     case typing(Bool)
     case read(seq: Int64)
@@ -155,6 +156,8 @@ public enum ClientFrameDecoder {
     public static func decode(_ bytes: [UInt8], limits: FrameLimits = FrameLimits()) throws(FrameError)
         -> ClientMessage
     {
+        if let message = try decodeScanned(bytes, limits: limits) { return message }
+        // Refused by the scan (or by a relay rule): the parser's path, which says why.
         guard let members = try FrameEnvelope.parseMembers(bytes) else {
             return try decode(FrameEnvelope.parse(bytes), limits: limits)  // not an object: refused there
         }
@@ -198,7 +201,7 @@ public enum ClientFrameDecoder {
             guard let sdp = payload?["sdp"]?.stringValue, !sdp.isEmpty else {
                 throw invalid("\(typeName) payload needs a non-empty string 'sdp'")
             }
-            return .relay(type == .offer ? .offer : .answer, to: to, payload: payload)
+            return .relay(type == .offer ? .offer : .answer, to: to, payload: payload.map(RawJSON.init))
         case .candidate:
             guard let to else { throw invalid("candidate needs 'to'") }
             guard let body = payload?.objectValue, body["candidate"]?.stringValue != nil else {
@@ -210,9 +213,9 @@ public enum ClientFrameDecoder {
             if let index = body["sdpMLineIndex"], index.int64Value == nil, !index.isNull {
                 throw invalid("'sdpMLineIndex' must be an integer or null")
             }
-            return .relay(.candidate, to: to, payload: payload)
+            return .relay(.candidate, to: to, payload: payload.map(RawJSON.init))
         case .data:
-            return .relay(.data, to: to, payload: payload)
+            return .relay(.data, to: to, payload: payload.map(RawJSON.init))
         case .chat:
             guard let body = payload?.objectValue else { throw invalid("chat payload must be an object") }
             guard let clientID = body["client_id"]?.stringValue, !clientID.isEmpty,
@@ -236,6 +239,88 @@ public enum ClientFrameDecoder {
         default:
             throw FrameError(.unknownType, "unknown frame type '\(typeName)'", type: typeName)
         }
+    }
+
+    /// The fast path: the frame scanned without building a tree (`FrameScanner`). A relayed
+    /// frame's payload is checked in place and kept as its bytes; other types parse only their
+    /// payload and go through the same rules as the parser's path. Nil when the scan refuses the
+    /// frame or a relay rule fails: the parser's path then finds the same fault and reports it.
+    static func decodeScanned(_ bytes: [UInt8], limits: FrameLimits) throws(FrameError) -> ClientMessage? {
+        let scanned = bytes.withUnsafeBufferPointer { FrameScanner.scan($0) }
+        guard let scanned, let typeToken = scanned.type, case .string(let typeEscaped) = typeToken.kind else { return nil }
+        func text(_ token: FrameScanner.Token) -> String? {
+            if case .string(false) = token.kind {
+                return String(decoding: bytes[(token.start + 1)..<(token.end - 1)], as: UTF8.self)
+            }
+            return (try? JSONParser.parse(bytes[token.start..<token.end]))?.stringValue
+        }
+        let kind: RelayKind?
+        if typeEscaped {
+            kind = text(typeToken).flatMap(RelayKind.init(rawValue:))
+        } else {
+            kind = bytes.withUnsafeBufferPointer { buffer in
+                Self.relayKind(UnsafeBufferPointer(rebasing: buffer[(typeToken.start + 1)..<(typeToken.end - 1)]))
+            }
+        }
+        guard let kind else {
+            // Not relayed: the payload as a tree, then the rules every decoder shares.
+            var members = FrameEnvelope.Members()
+            members.type = text(typeToken).map(JSONValue.string)
+            do {
+                members.to = try scanned.to.map { token throws(JSONParseError) in try JSONParser.parse(bytes[token.start..<token.end]) }
+                members.payload = try scanned.payload.map { token throws(JSONParseError) in
+                    try JSONParser.parse(bytes[token.start..<token.end])
+                }
+            } catch {
+                return nil  // not reached: the scan accepted these bytes
+            }
+            return try decode(members, limits: limits)
+        }
+        var to: PeerID?
+        if let token = scanned.to, token.kind != .null {
+            guard case .string = token.kind, let name = text(token), !name.isEmpty, name.utf8.count <= limits.maxPeerIDBytes
+            else { return nil }
+            to = PeerID(name)
+        }
+        var payload: RawJSON?
+        if let token = scanned.payload, token.kind != .null {
+            payload = RawJSON(validated: bytes[token.start..<token.end])
+        }
+        let isObject = scanned.payload?.kind == .object
+        switch kind {
+        case .offer, .answer:
+            // A non-empty string: more than its two quotes (an escape is at least one character).
+            guard to != nil, isObject, let sdp = scanned.sdp, case .string = sdp.kind, sdp.end - sdp.start > 2 else { return nil }
+        case .candidate:
+            guard to != nil, isObject, let candidate = scanned.candidate, case .string = candidate.kind else { return nil }
+            if let mid = scanned.sdpMid {
+                switch mid.kind {
+                case .string, .null: break
+                default: return nil
+                }
+            }
+            if let index = scanned.sdpMLineIndex {
+                switch index.kind {
+                case .integer, .null: break
+                case .number:
+                    // `3.0` counts as an integer, a 20-digit one does not: the parser's reading decides.
+                    guard (try? JSONParser.parse(bytes[index.start..<index.end]))?.int64Value != nil else { return nil }
+                default: return nil
+                }
+            }
+        case .data:
+            break
+        }
+        return .relay(kind, to: to, payload: payload)
+    }
+
+    /// The relayed type a `type` string's bytes spell, or nil.
+    private static func relayKind(_ name: UnsafeBufferPointer<UInt8>) -> RelayKind? {
+        if FrameScanner.equals(name, "candidate") { return .candidate }
+        if FrameScanner.equals(name, "offer") { return .offer }
+        if FrameScanner.equals(name, "answer") { return .answer }
+        if FrameScanner.equals(name, "data") { return .data }
+        return nil
     }
 
     /// Ranges are generous physical bounds: anything outside is a broken client, not a bad network.

@@ -4,7 +4,8 @@ public struct Frame: Sendable, Equatable {
     public var from: String?
     public var to: String?
     /// The payload as JSON. Chat and chat-ack frames (`Frame.chat`, `Frame.chatAck`) keep their
-    /// fields typed and build this value only when it is read: `encoded()` writes them directly.
+    /// fields typed, and relayed frames (`init(_:from:to:rawPayload:)`) the sender's bytes; both
+    /// build this value only when it is read: `encoded()` writes them directly.
     public var payload: JSONValue? {
         get { body.json }
         set { body = .json(newValue) }
@@ -16,6 +17,8 @@ public struct Frame: Sendable, Equatable {
     /// looking its keys up again to encode it, was a fifth of the service thread's time at saturation.
     private enum Body: Sendable {
         case json(JSONValue?)
+        /// A relayed payload as its sender wrote it (docs/protocol.md, "Envelope").
+        case raw(RawJSON)
         case chatAck(clientID: String, seq: Int64, timestamp: Int64)
         case chat(clientID: String, meta: JSONValue?, seq: Int64, text: String, timestamp: Int64)
 
@@ -23,6 +26,8 @@ public struct Frame: Sendable, Equatable {
             switch self {
             case .json(let value):
                 return value
+            case .raw(let raw):
+                return raw.value
             case .chatAck(let clientID, let seq, let timestamp):
                 return ["client_id": .string(clientID), "seq": .int(seq), "ts": .int(timestamp)]
             case .chat(let clientID, let meta, let seq, let text, let timestamp):
@@ -42,6 +47,17 @@ public struct Frame: Sendable, Equatable {
 
     public init(_ type: FrameType, from: String? = nil, to: String? = nil, payload: JSONValue? = nil, error: WireError? = nil) {
         self.init(type: type.rawValue, from: from, to: to, payload: payload, error: error)
+    }
+
+    /// A relayed frame: `payload`'s bytes go out as they are, inside the envelope the server writes.
+    public init(_ type: FrameType, from: String? = nil, to: String? = nil, rawPayload: RawJSON?) {
+        // Every field once: going through `init(type:…)` and then replacing `body` cost ~900
+        // instructions per relayed frame under callgrind.
+        self.type = type.rawValue
+        self.from = from
+        self.to = to
+        self.error = nil
+        self.body = rawPayload.map(Body.raw) ?? .json(nil)
     }
 
     /// A successful `chat-ack`: payload `{client_id, seq, ts}`.
@@ -84,11 +100,77 @@ public struct Frame: Sendable, Equatable {
 
     /// The same bytes as `JSONWriter.bytes(json)` (keys in sorted order), written directly: the
     /// envelope is encoded for every frame sent, so it skips building and sorting a dictionary.
+    /// A raw payload (a relayed frame's) is the exception: its bytes are written as they are.
     public func encoded() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(160)
         encode(into: &out)
         return out
+    }
+
+    /// For a relayed frame (`init(_:from:to:rawPayload:)`) whose `from`, `to` and `type` need no
+    /// escaping, which is every one the hub makes from a peer id: the exact length of `encoded()`.
+    /// Nil for any other frame. With `writePlainRelayed(to:)` the router writes such a frame
+    /// straight into the message it sends, in one pass, without an intermediate buffer.
+    public var plainRelayedLength: Int? {
+        guard case .raw(let raw) = body, error == nil, let from,
+            let fromCount = Self.plainCount(from), let typeCount = Self.plainCount(type)
+        else { return nil }
+        var length = Self.relayedPieces.from.utf8CodeUnitCount + fromCount + Self.relayedPieces.payload.utf8CodeUnitCount
+            + raw.bytes.count + Self.relayedPieces.type.utf8CodeUnitCount + typeCount + Self.relayedPieces.end.utf8CodeUnitCount
+        if let to {
+            guard let toCount = Self.plainCount(to) else { return nil }
+            length += Self.relayedPieces.to.utf8CodeUnitCount + toCount + Self.relayedPieces.toEnd.utf8CodeUnitCount
+        }
+        return length
+    }
+
+    /// Writes `encoded()`'s bytes to `destination`, which holds `plainRelayedLength` bytes; only
+    /// for a frame whose `plainRelayedLength` is not nil.
+    public func writePlainRelayed(to destination: UnsafeMutablePointer<UInt8>) {
+        guard case .raw(let raw) = body, let from else { preconditionFailure("not a plain relayed frame") }
+        var cursor = destination
+        func put(_ literal: StaticString) {
+            cursor.update(from: literal.utf8Start, count: literal.utf8CodeUnitCount)
+            cursor += literal.utf8CodeUnitCount
+        }
+        func put(_ string: String) {
+            string.utf8.withContiguousStorageIfAvailable { bytes in
+                guard let base = bytes.baseAddress else { return }
+                cursor.update(from: base, count: bytes.count)
+                cursor += bytes.count
+            }
+        }
+        put(Self.relayedPieces.from)
+        put(from)
+        put(Self.relayedPieces.payload)
+        raw.bytes.withUnsafeBufferPointer { bytes in
+            guard let base = bytes.baseAddress else { return }
+            cursor.update(from: base, count: bytes.count)
+            cursor += bytes.count
+        }
+        if let to {
+            put(Self.relayedPieces.to)
+            put(to)
+            put(Self.relayedPieces.toEnd)
+        }
+        put(Self.relayedPieces.type)
+        put(type)
+        put(Self.relayedPieces.end)
+    }
+
+    /// The literal bytes around the strings of `{"from":"…","payload":…,"to":"…","type":"…"}`.
+    private static let relayedPieces: (from: StaticString, payload: StaticString, to: StaticString, toEnd: StaticString,
+                                       type: StaticString, end: StaticString) =
+        (#"{"from":""#, #"","payload":"#, #","to":""#, #"""#, #","type":""#, #""}"#)
+
+    /// The UTF-8 length of `string` when JSON carries it as it is (no `"`, `\` or control
+    /// character) and its bytes are contiguous; else nil.
+    private static func plainCount(_ string: String) -> Int? {
+        string.utf8.withContiguousStorageIfAvailable { bytes -> Int? in
+            guard let base = bytes.baseAddress else { return 0 }
+            return PlainRun.end(in: base, from: 0, to: bytes.count, stoppingAtNonASCII: false) == bytes.count ? bytes.count : nil
+        } ?? nil
     }
 
     /// Appends `encoded()`'s bytes to `out`, so a caller can encode straight into the buffer it sends.
@@ -110,6 +192,10 @@ public struct Frame: Sendable, Equatable {
         case .json(let payload?):
             JSONWriter.writeRaw(#""payload":"#, into: &out)
             JSONWriter.write(payload, into: &out)
+            out.append(UInt8(ascii: ","))
+        case .raw(let raw):
+            JSONWriter.writeRaw(#""payload":"#, into: &out)
+            out.append(contentsOf: raw.bytes)
             out.append(UInt8(ascii: ","))
         case .chatAck(let clientID, let seq, let timestamp):
             JSONWriter.writeRaw(#""payload":{"client_id":"#, into: &out)

@@ -26,14 +26,22 @@ public struct JSONParser {
     public static let maxDepth = 64
 
     public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
-        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
-            var parser = JSONParser(bytes: buffer)
-            parser.skipWhitespace()
-            let value = try parser.parseValue(depth: 0)
-            parser.skipWhitespace()
-            if parser.index != buffer.count { throw .trailingData(offset: parser.index) }
-            return value
-        }
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in try parse(buffer) }
+    }
+
+    /// `parse` of part of a buffer (a relayed payload inside its frame); offsets in errors count
+    /// from the slice's start.
+    public static func parse(_ bytes: ArraySlice<UInt8>) throws(JSONParseError) -> JSONValue {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in try parse(buffer) }
+    }
+
+    static func parse(_ buffer: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> JSONValue {
+        var parser = JSONParser(bytes: buffer)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        if parser.index != buffer.count { throw .trailingData(offset: parser.index) }
+        return value
     }
 
     /// Parses `bytes` as one JSON document and, when its top level is an object, hands each member
@@ -435,7 +443,8 @@ public enum JSONWriter {
 /// control character (below 0x20), optionally also the first non-ASCII byte. Eight bytes are tested
 /// at a time with the usual bit tricks (a byte is zero exactly when `(x - 0x01) & ~x & 0x80` is set
 /// in it, summed over the word; below 0x20 likewise with 0x20): string contents are most of the
-/// bytes of every frame parsed and written. The tail is checked byte by byte.
+/// bytes of every frame parsed and written. The word that holds the first special byte gives its
+/// position directly; only a tail shorter than eight bytes is checked byte by byte.
 enum PlainRun {
     @inline(__always)
     static func end(in base: UnsafePointer<UInt8>, from start: Int, to end: Int, stoppingAtNonASCII: Bool) -> Int {
@@ -443,13 +452,15 @@ enum PlainRun {
         let highs: UInt64 = 0x8080_8080_8080_8080
         var index = start
         while index + 8 <= end {
-            let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
-            if stoppingAtNonASCII && word & highs != 0 { break }
+            let word = UInt64(littleEndian: UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self))
             let control = (word &- 0x20 &* ones) & ~word & highs
             let quote = word ^ (0x22 &* ones)
             let backslash = word ^ (0x5C &* ones)
-            let special = control | ((quote &- ones) & ~quote & highs) | ((backslash &- ones) & ~backslash & highs)
-            if special != 0 { break }
+            var special = control | ((quote &- ones) & ~quote & highs) | ((backslash &- ones) & ~backslash & highs)
+            if stoppingAtNonASCII { special |= word & highs }
+            // A borrow can only mark bytes above a byte that really matches, so the lowest mark is
+            // the first special byte: found without going through the word byte by byte.
+            if special != 0 { return index + special.trailingZeroBitCount / 8 }
             index += 8
         }
         while index < end {

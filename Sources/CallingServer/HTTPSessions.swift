@@ -512,7 +512,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     }
 
     private func relay(_ kind: RelayKind, from session: Session, payload: JSONValue) {
-        rooms.handle(.message(session.connection, .relay(kind, to: session.answerer, payload: payload)))
+        rooms.handle(.message(session.connection, .relay(kind, to: session.answerer, payload: RawJSON(payload))))
     }
 
     private func finishPending(_ session: Session, _ outcome: AnswerOutcome) {

@@ -20,19 +20,38 @@ struct JoinTicket: Sendable {
 final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     /// A class, not a struct: every inbound frame updates its rate limiter, and a struct in the
     /// dictionary was copied out and back (its ticket's strings, the early queue) each time.
+    /// Small on purpose (one per open peer): what only the join needs lives in `Pending`, which
+    /// goes once the peer is seated (the hub keeps the identity from then on).
     final class Session {
-        let ticket: JoinTicket
+        /// The token's `exp`, for the expiry close.
+        let expiresAt: Date
         var limiter: RateLimiter
-        var joined = false
+        /// Until the join completes: the ticket, and the frames that arrived meanwhile.
+        private(set) var pending: Pending?
         /// Set once the expiry close is under way, so it is counted and sent once.
         var expired = false
+
+        var joined: Bool { pending == nil }
+
+        init(ticket: JoinTicket, limiter: RateLimiter) {
+            self.expiresAt = ticket.expiresAt
+            self.limiter = limiter
+            self.pending = Pending(ticket: ticket)
+        }
+
+        /// Marks the session joined; returns the frames that arrived before.
+        func seat() -> [ClientMessage] {
+            defer { pending = nil }
+            return pending?.early ?? []
+        }
+    }
+
+    final class Pending {
+        let ticket: JoinTicket
         /// Frames that arrived before the join finished loading chat state, in order.
         var early: [ClientMessage] = []
 
-        init(ticket: JoinTicket, limiter: RateLimiter) {
-            self.ticket = ticket
-            self.limiter = limiter
-        }
+        init(ticket: JoinTicket) { self.ticket = ticket }
     }
 
     private let context: ServiceContext
@@ -152,19 +171,17 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             context.logger.error("chat state unavailable at join", ["room.id": ticket.identity.room.rawValue, "error": "\(error)"])
             state = ChatResume(complete: false, requested: ticket.resumeAfter != nil)
         }
-        sessions[connection]?.joined = true
+        let early = sessions[connection]?.seat() ?? []
         rooms.join(connection, ticket.identity, resume: state)
-        let early = sessions[connection]?.early ?? []
-        sessions[connection]?.early = []
         for message in early { rooms.handle(.message(connection, message)) }
     }
 
     func didClose(_ connection: ConnectionID) {
         guard let session = sessions.removeValue(forKey: connection) else { return }
-        if session.joined {
-            rooms.handle(.disconnect(connection))
+        if let pending = session.pending {
+            rooms.abandonSeat(connection, pending.ticket.identity)
         } else {
-            rooms.abandonSeat(connection, session.ticket.identity)
+            rooms.handle(.disconnect(connection))
         }
     }
 
@@ -178,8 +195,8 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             return gate.sendError(error, to: connection)
         }
         metrics.framesIn.count(decoded.frameType)
-        guard session.joined else {
-            session.early.append(decoded)
+        if let pending = session.pending {
+            pending.early.append(decoded)
             return
         }
         rooms.handle(.message(connection, decoded))
@@ -192,7 +209,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         let nowDate = Date(timeIntervalSince1970: Double(current) / 1000)
         for connection in Array(sessions.keys) {
             guard let session = liveSession(connection), !session.expired,
-                session.ticket.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate
+                session.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate
             else { continue }
             session.expired = true
             metrics.closes[CloseCode.tokenExpired.reason, default: 0] += 1

@@ -58,6 +58,10 @@ final class LocalRouter: Router {
     private struct WeakHandler { weak var handler: (any VirtualConnection)? }
     private var virtuals: [ConnectionID: WeakHandler] = [:]
     private var seats: [RoomID: [PeerID: ConnectionID]] = [:]
+    /// When set, where `connection(of:in:)` reads seats from instead of `seats`, which then stays
+    /// empty: a single node's hub seats exactly its connections (ServerApp). A cluster's local
+    /// router keeps its own table, since its hub also seats other nodes' peers.
+    var seatSource: ((PeerID, RoomID) -> ConnectionID?)?
     /// Scratch space `deliver` encodes each frame into.
     private var encodeBuffer: [UInt8] = []
 
@@ -68,12 +72,17 @@ final class LocalRouter: Router {
 
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        // Encoded into a buffer kept for the purpose, then copied once into the message every
-        // target shares: no array allocated per frame.
-        encodeBuffer.removeAll(keepingCapacity: true)
-        frame.encode(into: &encodeBuffer)
-        let message = OutboundMessage(encodeBuffer[...])
-        metrics.framesOut[frame.type, default: 0] += targets.count
+        // A relayed frame is written straight into the message every target shares; others are
+        // encoded into a buffer kept for the purpose, then copied once: no array per frame.
+        let message: OutboundMessage
+        if let length = frame.plainRelayedLength {
+            message = OutboundMessage(count: length) { frame.writePlainRelayed(to: $0) }
+        } else {
+            encodeBuffer.removeAll(keepingCapacity: true)
+            frame.encode(into: &encodeBuffer)
+            message = OutboundMessage(encodeBuffer[...])
+        }
+        metrics.framesOut.count(named: frame.type, by: targets.count)
         for target in targets {
             // A virtual connection is an HTTP session: its frames go to the session, never to a socket.
             if HTTPSessions.isVirtual(target) {
@@ -101,17 +110,19 @@ final class LocalRouter: Router {
     }
 
     func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool) {
+        guard seatSource == nil else { return }
         seats[identity.room, default: [:]][identity.peer] = connection
     }
 
     func left(_ identity: PeerIdentity, from connection: ConnectionID) {
-        guard seats[identity.room]?[identity.peer] == connection else { return }
+        guard seatSource == nil, seats[identity.room]?[identity.peer] == connection else { return }
         seats[identity.room]?[identity.peer] = nil
         if seats[identity.room]?.isEmpty == true { seats[identity.room] = nil }
     }
 
     func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? {
-        seats[room]?[peer]
+        if let seatSource { return seatSource(peer, room) }
+        return seats[room]?[peer]
     }
 
     func isLocal(_ connection: ConnectionID) -> Bool { true }
@@ -120,7 +131,7 @@ final class LocalRouter: Router {
     /// an HTTP session gets the frame parsed back.
     func deliver(encoded bytes: [UInt8], type: String, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        metrics.framesOut[type, default: 0] += targets.count
+        metrics.framesOut.count(named: type, by: targets.count)
         var message: OutboundMessage?
         var frame: Frame??
         for target in targets {

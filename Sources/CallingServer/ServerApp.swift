@@ -89,6 +89,11 @@ public final class ServerApp: @unchecked Sendable {
         calls = CallsAPI(context: context, logger: logger.labeled("calls"))
         let rooms = SignalingService(context: context, router: router, chats: chat, calls: calls)
         self.rooms = rooms
+        if clusterRouter == nil {
+            // One node: the hub seats exactly this node's connections, so the router reads seats
+            // there instead of keeping a table that mirrors it (a dictionary per room).
+            localRouter.seatSource = { [unowned rooms] peer, room in rooms.connection(of: peer, in: room) }
+        }
         httpSessions = HTTPSessions(context: context, rooms: rooms, router: router, logger: logger.labeled("sessions"))
         let admin = AdminAPI(context: context, rooms: rooms, calls: calls, httpSessions: httpSessions, logger: logger.labeled("admin"))
         roomEndpoint = RoomEndpoint(context: context, rooms: rooms, gate: gate, router: router)
@@ -100,6 +105,7 @@ public final class ServerApp: @unchecked Sendable {
         let routes = HTTPRoutes(context: context, rooms: rooms, calls: calls, admin: admin, httpSessions: httpSessions,
                                 transport: transport, staticFiles: staticFiles, cluster: cluster)
         endpoints = WebSocketEndpoints(context: context, endpoints: ["/v1/ws": roomEndpoint, "/v1/presence": presence],
+                                       primaryPath: "/v1/ws",
                                        routes: routes)
         transport.delegate = endpoints
         if let tlsSummary { transport.setTLSCertificateExpiry(tlsSummary.notAfter) }

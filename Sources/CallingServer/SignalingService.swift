@@ -49,6 +49,9 @@ final class SignalingService: @unchecked Sendable {
     /// kicked, room closed) even while its socket is still closing.
     func isSeated(_ connection: ConnectionID) -> Bool { hub.isSeated(connection) }
 
+    /// The connection seated as `peer` in `room`, if any (local or standing for another node's).
+    func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? { hub.connection(of: peer, in: room) }
+
     /// Feeds the hub an input (a frame, a meter loaded from the store, an HTTP session's join or
     /// leave, an admin action). Service thread.
     func handle(_ input: HubInput) {
@@ -207,7 +210,8 @@ final class SignalingService: @unchecked Sendable {
         for effect in effects {
             switch effect {
             case .send(let targets, let frame):
-                if frame.type == FrameType.error.rawValue, let code = frame.error?.code, let name = ErrorCode(rawValue: code)?.name {
+                // `error` first: a relayed frame has none, so it skips the type comparison.
+                if let code = frame.error?.code, frame.type == FrameType.error.rawValue, let name = ErrorCode(rawValue: code)?.name {
                     metrics.errors[name, default: 0] += targets.count
                 }
                 router.deliver(frame, to: targets)
@@ -295,10 +299,12 @@ extension PeerIdentity {
     /// The identity a verified token proves in `room`, with its seat limit and credential.
     init(claims: PeerTokenClaims, room: RoomID, call: CallID? = nil, defaultRole: String, leewaySeconds: Double) {
         let exp = Millis((claims.expiresAt.timeIntervalSince1970 + leewaySeconds) * 1_000)
-        let id = claims.tokenID.map { "jti:" + $0 }
-            ?? "sub:\(claims.sub.rawValue)|room:\(room.rawValue)|iat:\(Int64(claims.issuedAt?.timeIntervalSince1970 ?? 0))|exp:\(Int64(claims.expiresAt.timeIntervalSince1970))"
+        // Without a jti the token is its sub, room_id (this identity's peer and room), iat and exp.
+        let credential = claims.tokenID.map { TokenCredential(id: $0, expiresAt: exp) }
+            ?? TokenCredential(issuedAt: Int64(claims.issuedAt?.timeIntervalSince1970 ?? 0),
+                               expires: Int64(claims.expiresAt.timeIntervalSince1970), expiresAt: exp)
         self.init(peer: claims.sub, room: room, call: call ?? claims.callID, role: claims.role ?? defaultRole, name: claims.name,
-                  maxPeers: claims.maxPeers, credential: TokenCredential(id: id, expiresAt: exp))
+                  maxPeers: claims.maxPeers, credential: credential)
     }
 }
 

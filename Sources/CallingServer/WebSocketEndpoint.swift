@@ -76,11 +76,21 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
     private let routes: HTTPRoutes
     /// `allowed_origins`, applied to every WebSocket upgrade.
     private let cors: CORSPolicy
+    /// The endpoint at `primaryPath`, which nearly every connection uses (the room protocol): its
+    /// connections are not recorded in `byConnection`, which saves an entry per peer and a lookup
+    /// per frame. It is also what an unknown connection's frames and close go to, which an endpoint
+    /// ignores for a connection it never opened.
+    private let primary: any WebSocketEndpoint
+    private let primaryPath: String
+    /// The connections of every other endpoint.
     private var byConnection: [ConnectionID: any WebSocketEndpoint] = [:]
 
-    init(context: ServiceContext, endpoints: [String: any WebSocketEndpoint], routes: HTTPRoutes) {
+    /// `endpoints` must contain `primaryPath`.
+    init(context: ServiceContext, endpoints: [String: any WebSocketEndpoint], primaryPath: String, routes: HTTPRoutes) {
         self.context = context
         self.endpoints = endpoints
+        self.primaryPath = primaryPath
+        self.primary = endpoints[primaryPath]!
         self.routes = routes
         self.cors = CORSPolicy(allowedOrigins: context.config.allowedOrigins)
         self.metrics = context.metrics
@@ -117,16 +127,21 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
             server.close(connection, code: .internalError)
             return
         }
-        byConnection[connection] = endpoint
+        if ticket.path != primaryPath { byConnection[connection] = endpoint }
         endpoint.didOpen(connection, context: ticket.context)
     }
 
+    private func endpoint(of connection: ConnectionID) -> any WebSocketEndpoint {
+        if byConnection.isEmpty { return primary }
+        return byConnection[connection] ?? primary
+    }
+
     func server(_ server: WebSocketServer, didReceive message: InboundMessage, on connection: ConnectionID) {
-        byConnection[connection]?.didReceive(message, on: connection)
+        endpoint(of: connection).didReceive(message, on: connection)
     }
 
     func server(_ server: WebSocketServer, didClose connection: ConnectionID) {
-        byConnection.removeValue(forKey: connection)?.didClose(connection)
+        (byConnection.removeValue(forKey: connection) ?? primary).didClose(connection)
     }
 
     func server(_ server: WebSocketServer, handle request: HTTPRequest, responder: HTTPResponder) {

@@ -204,7 +204,7 @@ public final class WebSocketServer: @unchecked Sendable {
             state.shuttingDown = true
             state.onDrained = { drained.signal() }
             if state.connections.isEmpty { drained.signal() }
-            for id in state.connections.keys.sorted() { close(id, code: .goingAway) }
+            for id in state.connections.storedKeys.sorted() { close(ConnectionID(id), code: .goingAway) }
         }
         _ = drained.wait(timeout: .now() + grace)
         post { [self] in
@@ -301,7 +301,7 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Queues `message` for `connection`. A connection whose queue passes `maxQueueBytes` is closed
     /// as a slow consumer from its own WRITEABLE callback (lws-notes.md: the #2889 guard).
     public func send(_ message: OutboundMessage, to connection: ConnectionID) {
-        guard let conn = state.connections[connection], conn.closeCode == nil else { return }
+        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
         conn.queue.append(message)
         conn.queuedBytes += message.count
         if conn.queuedBytes > settings.maxQueueBytes {
@@ -313,15 +313,25 @@ public final class WebSocketServer: @unchecked Sendable {
             // It has already shown it does not read: no point waiting long for a Close answer.
             armCloseDeadline(conn, seconds: 1)
         }
+        requestWritable(conn)
+    }
+
+    /// Asks lws for a WRITEABLE callback unless one is already due. Each `lws_callback_on_writable`
+    /// re-arms the socket's write watcher in the event loop even when POLLOUT is already set; a
+    /// fan-out queues several frames per recipient between two writes.
+    @inline(__always)
+    private func requestWritable(_ conn: WSConnection) {
+        if conn.writablePending { return }
+        conn.writablePending = true
         LWS.callbackOnWritable(conn.wsi)
     }
 
     /// Closes after the frames already queued have been written.
     public func close(_ connection: ConnectionID, code: CloseCode) {
-        guard let conn = state.connections[connection], conn.closeCode == nil else { return }
+        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
         conn.closeCode = code.rawValue
         armCloseDeadline(conn)
-        LWS.callbackOnWritable(conn.wsi)
+        requestWritable(conn)
     }
 
     /// The close normally happens in the connection's own WRITEABLE callback, but a peer that has
@@ -379,7 +389,12 @@ public final class WebSocketServer: @unchecked Sendable {
             return adopted(wsi)
 
         case .wsiDestroy:
-            if let socket = state.sockets.removeValue(forKey: wsi) { socket.closed = true }
+            if let socket = state.sockets.removeValue(forKey: wsi) {
+                socket.closed = true
+            } else if let user, LWSSession.id(user) != 0 {
+                // A WebSocket: its socket left `sockets` when it was established.
+                state.upgradedSockets -= 1
+            }
             LWS.reserveSpareDescriptor()
             if state.tlsHandshakes.removeValue(forKey: wsi) == false { state.counters.tlsHandshakeFailures += 1 }
             return 0
@@ -419,32 +434,39 @@ public final class WebSocketServer: @unchecked Sendable {
             guard let user, let context = state.pendingUpgrades.removeValue(forKey: wsi) else { return -1 }
             state.nextConnection += 1
             let id = ConnectionID(state.nextConnection)
-            user.storeBytes(of: id.rawValue, as: UInt64.self)
-            state.connections[id] = WSConnection(wsi: wsi)
+            let conn = WSConnection(wsi: wsi)
+            // The connection's own state is reached from the callbacks' `user` memory from now on
+            // (unretained; `connections` owns it, and `.closed` clears the pointer before letting
+            // go). Its socket no longer needs the HTTP bookkeeping: only the budget's count.
+            LWSSession.store(user, id: id.rawValue, object: Unmanaged.passUnretained(conn).toOpaque())
+            state.connections.insert(conn, for: id.rawValue)
+            if let socket = state.sockets.removeValue(forKey: wsi) { socket.closed = true }
+            state.upgradedSockets += 1
             state.counters.accepted += 1
             delegate?.server(self, didOpen: id, context: context)
             return 0
 
         case .receive:
-            guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
-            let id = ConnectionID(user.load(as: UInt64.self))
-            receive(conn, id: id, wsi: wsi, input: input, length: length)
+            guard let user, let conn = Self.connection(user) else { return 0 }
+            receive(conn, id: ConnectionID(LWSSession.id(user)), wsi: wsi, input: input, length: length)
             return 0
 
         case .peerInitiatedClose:
             // Our Close already went out: this is the client's answer, so close without an echo.
-            guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
+            guard let user, let conn = Self.connection(user) else { return 0 }
             return conn.closeFrameSent ? 1 : 0
 
         case .serverWriteable:
-            guard let user, let conn = state.connections[ConnectionID(user.load(as: UInt64.self))] else { return 0 }
+            guard let user, let conn = Self.connection(user) else { return 0 }
+            conn.writablePending = false
             return writeNext(conn, wsi: wsi)
 
         case .closed:
             state.pendingUpgrades[wsi] = nil
             guard let user else { return 0 }
-            let id = ConnectionID(user.load(as: UInt64.self))
-            guard state.connections.removeValue(forKey: id) != nil else { return 0 }
+            let id = ConnectionID(LWSSession.id(user))
+            LWSSession.store(user, id: id.rawValue, object: nil)
+            guard state.connections.removeValue(for: id.rawValue) != nil else { return 0 }
             delegate?.server(self, didClose: id)
             if state.shuttingDown, state.connections.isEmpty { state.onDrained?() }
             return 0
@@ -565,7 +587,7 @@ public final class WebSocketServer: @unchecked Sendable {
     /// close it at once: what keeps the process below its open-file limit (lws would otherwise
     /// meet EMFILE in accept() and retry it on every loop turn).
     private func admit() -> Int32 {
-        guard state.sockets.count >= socketBudget else { return 0 }
+        guard state.openSockets >= socketBudget else { return 0 }
         state.counters.socketsRefused += 1
         state.pressure.refused += 1
         _ = evictOldestIdle(except: nil)
@@ -580,7 +602,7 @@ public final class WebSocketServer: @unchecked Sendable {
         let socket = AcceptedSocket(serial: state.nextSocket)
         state.sockets[wsi] = socket
         markIdle(wsi, socket, fresh: true)
-        if state.sockets.count > capacity, evictOldestIdle(except: wsi) {
+        if state.openSockets > capacity, evictOldestIdle(except: wsi) {
             logPressure()
         }
         return 0
@@ -636,7 +658,7 @@ public final class WebSocketServer: @unchecked Sendable {
     private func logPressure() {
         let now = Date()
         guard now.timeIntervalSince(state.pressure.lastLog) >= Self.pressureLogInterval else { return }
-        logger.warning("socket budget full", ["sockets": "\(state.sockets.count)", "budget": "\(socketBudget)",
+        logger.warning("socket budget full", ["sockets": "\(state.openSockets)", "budget": "\(socketBudget)",
                                               "refused": "\(state.pressure.refused)", "evicted": "\(state.pressure.evicted)",
                                               "interval_seconds": "\(Int(Self.pressureLogInterval))"])
         state.pressure = Pressure(lastLog: now)
@@ -663,7 +685,7 @@ public final class WebSocketServer: @unchecked Sendable {
             return .problem(431, code: "headers_too_large",
                             detail: "the request head is limited to \(settings.maxHeaderBytes) bytes")
         }
-        if state.sockets.count > capacity, !Self.headroomPaths.contains(path) {
+        if state.openSockets > capacity, !Self.headroomPaths.contains(path) {
             state.counters.rejectedAtCapacity += 1
             return .problem(503, code: "at_capacity", detail: "the server holds as many connections as it can",
                             headers: [("retry-after", "5")])
@@ -737,8 +759,14 @@ public final class WebSocketServer: @unchecked Sendable {
             written = writeCoalesced(first, conn, wsi: wsi)
         }
         if written < 0 { return -1 }
-        if !conn.queue.isEmpty || conn.closeCode != nil { LWS.callbackOnWritable(wsi) }
+        if !conn.queue.isEmpty || conn.closeCode != nil { requestWritable(conn) }
         return 0
+    }
+
+    /// The connection whose `user` memory this is, while it is open (see `.established`).
+    @inline(__always)
+    private static func connection(_ user: UnsafeMutableRawPointer) -> WSConnection? {
+        LWSSession.object(user).map { Unmanaged<WSConnection>.fromOpaque($0).takeUnretainedValue() }
     }
 
     /// Starts the closing handshake (RFC 6455 §7.1.1): our Close goes out, the socket stays open
@@ -779,9 +807,9 @@ public final class WebSocketServer: @unchecked Sendable {
             (buffer + offset).copyMemory(from: message.payloadPointer, byteCount: message.count)
             offset += message.count
             frames += 1
-            guard let candidate = conn.queue.peekFirst(), offset - OutboundMessage.headroom + candidate.count + 10 <= settings.maxCoalescedBytes
-            else { break }
-            _ = conn.queue.popFirst()
+            let used = offset - OutboundMessage.headroom
+            let limit = settings.maxCoalescedBytes
+            guard let candidate = conn.queue.popFirst(if: { used + $0.count + 10 <= limit }) else { break }
             conn.queuedBytes -= candidate.count
             next = candidate
         }
@@ -923,20 +951,33 @@ public final class WebSocketServer: @unchecked Sendable {
 extension WebSocketServer: LWSServerHandler {}
 
 /// Service-thread-only state. Not Sendable on purpose: nothing else may hold it.
+///
+/// `@exclusivity(unchecked)` on the properties touched once or more per delivered frame: each
+/// access to a class's stored property is otherwise checked at run time for overlapping access
+/// (`swift_beginAccess`/`swift_endAccess`, a thread-local lookup each), ~370 instructions per
+/// fan-out delivery under callgrind. They are only touched on the service thread, and no access to
+/// them is held across a call that could reach them again (delegate calls happen after the
+/// lookup returns), so there is nothing for the check to find.
 private final class ServiceState {
-    var connections: [ConnectionID: WSConnection] = [:]
+    /// Open WebSockets by connection id (ids count up from 1 and are never reused).
+    @exclusivity(unchecked) var connections = IDTable<WSConnection>()
     var pendingUpgrades: [OpaquePointer: any Sendable] = [:]
     var exchanges: [OpaquePointer: HTTPExchange] = [:]
     var exchangesByID: [UInt64: HTTPExchange] = [:]
     var nextConnection: UInt64 = 0
     var nextExchange: UInt64 = 0
-    var counters = TransportCounters()
+    @exclusivity(unchecked) var counters = TransportCounters()
     /// TLS connections by wsi: false while their handshake runs, true once it is done.
     var tlsHandshakes: [OpaquePointer: Bool] = [:]
     var shuttingDown = false
     var onDrained: (() -> Void)?
-    /// Every socket lws accepted and has not destroyed yet: the socket budget's count.
+    /// Every socket lws accepted and has not destroyed yet, until it becomes a WebSocket.
     var sockets: [OpaquePointer: AcceptedSocket] = [:]
+    /// Established WebSockets lws has not destroyed yet: they left `sockets` (and the idle
+    /// order) at `.established`, since an open WebSocket needs none of the HTTP bookkeeping.
+    var upgradedSockets = 0
+    /// The socket budget's count.
+    var openSockets: Int { sockets.count + upgradedSockets }
     /// Sockets waiting for a request, oldest first (entries go stale; see `evictOldestIdle`).
     var idleOrder = FIFO<(OpaquePointer, UInt64, AcceptedSocket)>()
     var nextSocket: UInt64 = 0
@@ -985,17 +1026,21 @@ private final class AcceptedSocket {
     init(serial: UInt64) { self.serial = serial }
 }
 
+/// One open WebSocket. Its properties are unchecked for exclusivity for the reason given at
+/// `ServiceState`: service thread only, touched per frame.
 private final class WSConnection {
     let wsi: OpaquePointer
-    var queue = FIFO<OutboundMessage>()
-    var queuedBytes = 0
-    var rx: [UInt8] = []
-    var rxDiscarded = 0
-    var rxBinary = false
+    @exclusivity(unchecked) var queue = FIFO<OutboundMessage>()
+    @exclusivity(unchecked) var queuedBytes = 0
+    @exclusivity(unchecked) var rx: [UInt8] = []
+    @exclusivity(unchecked) var rxDiscarded = 0
+    @exclusivity(unchecked) var rxBinary = false
     /// Set once: the close code to send after the queue drains (slow consumers close at once).
-    var closeCode: UInt16?
+    @exclusivity(unchecked) var closeCode: UInt16?
     /// Our Close frame is out; waiting for the client's.
-    var closeFrameSent = false
+    @exclusivity(unchecked) var closeFrameSent = false
+    /// A WRITEABLE callback has been asked for and has not come yet.
+    @exclusivity(unchecked) var writablePending = false
 
     init(wsi: OpaquePointer) { self.wsi = wsi }
 }

@@ -176,7 +176,9 @@ package final class LWSServerContextResources {
         protocolList.initialize(repeating: lws_protocols(), count: 2)
         protocolList[0].name = UnsafePointer(name)
         protocolList[0].callback = serverCallback
-        protocolList[0].per_session_data_size = MemoryLayout<UInt64>.size
+        // Per connection: its id and the server's state for it (unretained), so a callback finds
+        // that state without a lookup (LWSSession).
+        protocolList[0].per_session_data_size = LWSSession.size
         // Both at least the largest frame: lws-notes.md, the #2889 guard.
         protocolList[0].rx_buffer_size = options.bufferBytes
         protocolList[0].tx_packet_size = options.bufferBytes
@@ -232,6 +234,24 @@ package final class LWSServerContextResources {
             return TLSContextFactory.createContext(info)
         }
         return lws_create_context(&info)
+    }
+}
+
+/// What the server keeps in lws's per-session memory of a WebSocket connection (the `user` pointer
+/// of its callbacks, zeroed by lws when the connection is made): the connection's id and one
+/// unretained object reference, which the server clears before it lets the object go.
+package enum LWSSession {
+    package static let size = 2 * MemoryLayout<UInt64>.size
+
+    @inlinable package static func id(_ user: UnsafeMutableRawPointer) -> UInt64 { user.load(as: UInt64.self) }
+
+    @inlinable package static func object(_ user: UnsafeMutableRawPointer) -> UnsafeMutableRawPointer? {
+        user.load(fromByteOffset: MemoryLayout<UInt64>.size, as: UnsafeMutableRawPointer?.self)
+    }
+
+    @inlinable package static func store(_ user: UnsafeMutableRawPointer, id: UInt64, object: UnsafeMutableRawPointer?) {
+        user.storeBytes(of: id, as: UInt64.self)
+        user.storeBytes(of: object, toByteOffset: MemoryLayout<UInt64>.size, as: UnsafeMutableRawPointer?.self)
     }
 }
 

@@ -22,6 +22,15 @@ public final class OutboundMessage: @unchecked Sendable {
         self.storage = storage
     }
 
+    /// `count` bytes that `write` puts in place (all of them): a frame encoded straight into the
+    /// message, without a buffer to copy it from.
+    public init(count: Int, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
+        self.count = count
+        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.headroom + count, alignment: 16)
+        write((storage.baseAddress! + Self.headroom).bindMemory(to: UInt8.self, capacity: count))
+        self.storage = storage
+    }
+
     public convenience init(_ payload: [UInt8]) {
         self.init(payload[...])
     }

@@ -23,7 +23,13 @@ enum Targets {
     static let limits = FrameLimits()
 
     static func frame(_ bytes: [UInt8]) {
-        _ = try? ClientFrameDecoder.decode(bytes, limits: limits)
+        // The decoder's fast path (FrameScanner) must answer exactly as the tree path does: the
+        // same message, or the same error (code, message, echoed type).
+        let fast = Result { () throws(FrameError) in try ClientFrameDecoder.decode(bytes, limits: limits) }
+        let tree = Result { () throws(FrameError) in try ClientFrameDecoder.decode(FrameEnvelope.parse(bytes), limits: limits) }
+        if fast != tree {
+            fatalError("client frame decoded \(fast) but the tree path gives \(tree): \(bytes)")
+        }
         _ = try? PresenceFrameDecoder.decode(bytes)
     }
 

@@ -222,7 +222,7 @@ final class HubTests: XCTestCase {
             send(bob, .relay(.answer, to: "alice", payload: ["sdp": "v=0"])),
             [.send([alice], Frame(.answer, from: "bob", to: "alice", payload: ["sdp": "v=0"]))])
         XCTAssertEqual(
-            send(bob, .relay(.candidate, to: "alice", payload: candidate)),
+            send(bob, .relay(.candidate, to: "alice", payload: RawJSON(candidate))),
             [.send([alice], Frame(.candidate, from: "bob", to: "alice", payload: candidate))])
         XCTAssertEqual(
             send(carol, .relay(.data, to: "bob", payload: ["kind": "reject"])),
@@ -742,5 +742,55 @@ extension HubTests {
         XCTAssertEqual(one, [.send([bob], Frame(.data, from: "_server", to: "bob", payload: ["n": 1]))])
         XCTAssertEqual(hub.handle(.serverData(room, to: "nobody", payload: [:]), now: now), [])
         XCTAssertEqual(hub.admit(identity(Hub.serverPeerID), now: now), .reservedPeerID, "no token may speak as the server")
+    }
+
+    func test_a_token_without_jti_is_banned_by_its_peer_room_iat_and_exp() {
+        func token(_ peer: PeerID, room: RoomID = "room-1", iat: Int64 = 100, exp: Int64 = 1_000) -> PeerIdentity {
+            PeerIdentity(peer: peer, room: room,
+                         credential: TokenCredential(issuedAt: iat, expires: exp, expiresAt: now + 60_000))
+        }
+        XCTAssertNil(seat(alice, token("alice")))
+        XCTAssertNil(seat(bob, token("bob")))
+        _ = hub.handle(.kick(room, "bob"), now: now)
+        XCTAssertEqual(hub.admit(token("bob"), now: now), .kicked, "the same token again")
+        XCTAssertNil(hub.admit(token("bob", iat: 101), now: now), "another token of the same peer")
+        XCTAssertNil(hub.admit(token("bob", room: "room-2"), now: now), "the same times for another room")
+        XCTAssertNil(hub.admit(token("carol"), now: now), "the same times for another peer")
+    }
+
+    func test_a_large_room_keeps_join_order_lookups_and_takeovers() {
+        // More members than a room scans for a peer id: lookups go through its index, which must
+        // follow every leave (positions shift) and takeover.
+        let count = 30
+        let peers = (0..<count).map { PeerID("p\($0)") }
+        for (index, peer) in peers.enumerated() { join(ConnectionID(UInt64(100 + index)), peer) }
+        XCTAssertEqual(hub.members(of: room), peers)
+        for index in stride(from: 0, to: count, by: 3) { disconnect(ConnectionID(UInt64(100 + index))) }
+        let remaining = peers.enumerated().filter { $0.offset % 3 != 0 }
+        XCTAssertEqual(hub.members(of: room), remaining.map(\.element))
+        for (index, peer) in remaining {
+            let relayed = send(ConnectionID(100), .relay(.data, to: peer, payload: ["n": 1]))
+            XCTAssertTrue(relayed.isEmpty, "p0 left, so its connection is no longer seated")
+            let from = ConnectionID(UInt64(100 + remaining[0].offset))
+            guard peer != remaining[0].element else { continue }
+            XCTAssertEqual(frames(send(from, .relay(.data, to: peer, payload: ["n": 1])), to: ConnectionID(UInt64(100 + index))).count, 1,
+                           "\(peer) is found at its new position")
+        }
+        // A takeover keeps the peer's place and moves its frames to the new connection.
+        join(ConnectionID(500), "p10")
+        XCTAssertEqual(hub.members(of: room), remaining.map(\.element))
+        let from = ConnectionID(UInt64(100 + remaining[0].offset))
+        XCTAssertEqual(frames(send(from, .relay(.data, to: "p10", payload: nil)), to: ConnectionID(500)).count, 1)
+        let broadcast = send(from, .relay(.data, to: nil, payload: nil))
+        guard case .send(let targets, _)? = broadcast.first else { return XCTFail("no broadcast") }
+        XCTAssertEqual(targets.count, remaining.count - 1)
+        XCTAssertTrue(targets.contains(ConnectionID(500)) && !targets.contains(ConnectionID(110)))
+        // Shrinking back below the index threshold still finds everyone.
+        for (index, _) in remaining.dropFirst(4) where index != 10 { disconnect(ConnectionID(UInt64(100 + index))) }
+        disconnect(ConnectionID(500))
+        XCTAssertEqual(hub.members(of: room), remaining.prefix(4).map(\.element))
+        for (index, peer) in remaining.prefix(4).dropFirst() {
+            XCTAssertEqual(frames(send(from, .relay(.data, to: peer, payload: nil)), to: ConnectionID(UInt64(100 + index))).count, 1)
+        }
     }
 }

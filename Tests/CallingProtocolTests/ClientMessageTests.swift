@@ -6,13 +6,14 @@ final class ClientMessageTests: XCTestCase {
     // MARK: - Helpers
 
     /// One line per decoded message, the format of `Fixtures/client-valid/*.expected.txt`.
-    /// Payloads are written with the sorted-key writer, so the text is canonical.
+    /// A relayed payload is written as the bytes the relayed frame will carry (the sender's, as
+    /// sent); other payloads with the sorted-key writer, so their text is canonical.
     static func describe(_ message: ClientMessage) -> String {
         func json(_ value: JSONValue?) -> String { value.map(JSONWriter.string) ?? "-" }
         func number(_ value: Double?) -> String { value.map { "\($0)" } ?? "-" }
         switch message {
         case .relay(let kind, let to, let payload):
-            return "\(kind.rawValue) to=\(to?.rawValue ?? "-") payload=\(json(payload))"
+            return "\(kind.rawValue) to=\(to?.rawValue ?? "-") payload=\(payload.map { String(decoding: $0.bytes, as: UTF8.self) } ?? "-")"
         case .chat(let chat):
             return "chat client_id=\(json(.string(chat.clientID))) text=\(json(.string(chat.text))) meta=\(json(chat.meta))"
         case .typing(let typing):

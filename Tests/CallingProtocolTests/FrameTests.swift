@@ -5,7 +5,8 @@ final class FrameTests: XCTestCase {
     // MARK: - Golden server frames
 
     /// Every file in `Fixtures/server-frames/` is the exact byte encoding of one of these frames.
-    /// Keys are sorted by the writer, so the encoding is deterministic and SDKs can rely on it.
+    /// Envelope keys are sorted by the writer, and so are the payloads the server builds; a relayed
+    /// payload is the sender's bytes. SDKs parse frames, so neither order is something they rely on.
     private static let goldenFrames: [String: Frame] = [
         "welcome": Frame(.welcome, payload: [
             "peer_id": "alice", "room_id": "room-1", "call_id": "call-1", "role": "patient", "name": "Alice",
@@ -20,15 +21,12 @@ final class FrameTests: XCTestCase {
         ]),
         "peer-joined": Frame(.peerJoined, from: "bob", payload: ["peer_id": "bob", "role": "agent", "name": "Bob"]),
         "peer-left": Frame(.peerLeft, from: "bob", payload: ["peer_id": "bob"]),
-        "offer-relayed": Frame(.offer, from: "alice", to: "bob", payload: [
-            "type": "offer", "sdp": "v=0\r\no=- 4611 2 IN IP4 127.0.0.1\r\n",
-        ]),
-        "candidate-relayed": Frame(.candidate, from: "alice", to: "bob", payload: [
-            "candidate": "candidate:1 1 udp 2122260223 192.0.2.1 54400 typ host", "sdpMid": nil, "sdpMLineIndex": 0,
-        ]),
-        "data-broadcast": Frame(.data, from: "alice", payload: [
-            "kind": "hangup", "half": 0.5, "whole": 2.0, "big": 1e20, "tiny": 1e-7,
-        ]),
+        // Relayed frames carry the payload's bytes as the client sent them (key order, spacing and
+        // number spellings kept), inside the envelope the server writes.
+        "offer-relayed": relayed(#"{"type":"offer","to":"bob","payload":{"type":"offer","sdp":"v=0\r\no=- 4611 2 IN IP4 127.0.0.1\r\n"}}"#),
+        "candidate-relayed": relayed(
+            #"{"type":"candidate","to":"bob","payload":{"candidate":"candidate:1 1 udp 2122260223 192.0.2.1 54400 typ host","sdpMid":null,"sdpMLineIndex":0}}"#),
+        "data-broadcast": relayed(#"{"type":"data","payload": {"kind":"hangup", "half":0.5,"whole":2.0,"big":1e20,"tiny":1e-7} }"#),
         "chat": Frame(.chat, from: "alice", payload: [
             "seq": 13, "client_id": "c-1", "text": "café \"quoted\"\n😀", "meta": ["reply_to": 12], "ts": 1_700_000_000_123,
         ]),
@@ -43,6 +41,14 @@ final class FrameTests: XCTestCase {
         "error-escaping": Frame.error(.invalidPayload, "say \"hi\" \\ tab\there \u{1}\u{1F} end", inReplyTo: "chat"),
     ]
 
+    /// The frame the hub relays from "alice" for a client frame: `to` and the raw payload as decoded.
+    private static func relayed(_ client: String) -> Frame {
+        guard case .relay(let kind, let to, let payload)? = try? ClientFrameDecoder.decode(Array(client.utf8)) else {
+            preconditionFailure("not a relayed client frame: \(client)")
+        }
+        return Frame(kind.frameType, from: "alice", to: to?.rawValue, rawPayload: payload)
+    }
+
     func test_server_frames_encode_byte_for_byte_as_the_golden_files() throws {
         let files = try Fixtures.files(in: "server-frames", suffix: ".json")
         let names = Set(files.map { Fixtures.name(of: $0, dropping: ".json") })
@@ -56,6 +62,32 @@ final class FrameTests: XCTestCase {
                 String(decoding: actual, as: UTF8.self), String(decoding: expected, as: UTF8.self), "server-frames/\(name).json")
             XCTAssertEqual(actual, expected, "server-frames/\(name).json bytes")
         }
+    }
+
+    /// The router writes relayed frames through `writePlainRelayed`: the same bytes as `encoded()`.
+    func test_a_plain_relayed_frame_is_written_as_encoded() throws {
+        let payloads: [RawJSON?] = [nil, ["sdp": "v=0"], RawJSON(.array([1, "é", nil])), RawJSON(.string("\u{1}\"x"))]
+        for payload in payloads {
+            for to in [nil, "bob", "b é"] as [String?] {
+                for from in ["alice", "ä", ""] {
+                    let frame = Frame(.candidate, from: from, to: to, rawPayload: payload)
+                    if payload == nil {
+                        XCTAssertNil(frame.plainRelayedLength, "a frame without a raw payload takes the general path")
+                        continue
+                    }
+                    let length = try XCTUnwrap(frame.plainRelayedLength)
+                    let written = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
+                        frame.writePlainRelayed(to: buffer.baseAddress!)
+                        count = length
+                    }
+                    XCTAssertEqual(String(decoding: written, as: UTF8.self), String(decoding: frame.encoded(), as: UTF8.self))
+                }
+            }
+        }
+        // A string that needs escaping sends the frame down the general path.
+        XCTAssertNil(Frame(.data, from: "a\"b", rawPayload: ["k": 1]).plainRelayedLength)
+        XCTAssertNil(Frame(.data, from: "a", to: "b\n", rawPayload: ["k": 1]).plainRelayedLength)
+        XCTAssertNil(Frame(.data, rawPayload: ["k": 1]).plainRelayedLength, "no from")
     }
 
     func test_golden_server_frames_are_valid_json_that_decodes_to_the_same_frame() throws {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from support import Peer, parse_metrics, run
+from support import Peer, RawWebSocket, parse_metrics, run
 
 
 def test_welcome_and_presence(server):
@@ -118,6 +118,36 @@ def test_relay_both_ways_with_from_stamped(server):
         await zed.assert_silent(0.2)
 
     run(main())
+
+
+def test_relayed_payloads_are_forwarded_byte_for_byte(server):
+    """docs/protocol.md, "Envelope": the payload of offer/answer/candidate/data goes out as the
+    sender wrote it (spacing, key order, number spellings, escapes); only the envelope is the
+    server's, with its keys sorted."""
+    alice = RawWebSocket(server.port, server.token("raw", "alice"))
+    assert alice.recv_json()["type"] == "welcome"
+    bob = RawWebSocket(server.port, server.token("raw", "bob"))
+    assert bob.recv_json()["type"] == "welcome"
+    assert alice.recv_json()["type"] == "peer-joined"
+    try:
+        cases = [
+            ("offer", rb'{ "type" : "offer", "sdp":"v=0\r\n", "n": 1.0 }'),
+            ("answer", rb'{"sdp":"v=0\r\na=\u00e9","type":"answer","sdp":"v=0"}'),
+            ("candidate", rb'{"sdpMLineIndex":0,"sdpMid":"0","candidate":"candidate:1 1 udp 1 192.0.2.1 9 typ host"}'),
+            ("data", '{"z":[1e2,-0.50,12345678901234567890123],"a":"café \\/"}'.encode()),
+        ]
+        for kind, payload in cases:
+            alice.send_text_bytes(b'{"payload":  ' + payload + b'  ,"to":"bob","from":"mallory","type":"' + kind.encode() + b'"}')
+            opcode, frame = bob.recv_frame()
+            assert opcode == 0x1
+            assert frame == b'{"from":"alice","payload":' + payload + b',"to":"bob","type":"' + kind.encode() + b'"}', frame
+        # A payload the server builds itself (here a pong's) is still written compact and sorted.
+        alice.send_text_bytes(b'{"type":"ping","payload":{ "b":1.0, "a":2 }}')
+        opcode, frame = alice.recv_frame()
+        assert frame == b'{"payload":{"a":2,"b":1},"type":"pong"}', frame
+    finally:
+        alice.close()
+        bob.close()
 
 
 def test_takeover_by_the_same_peer_id(server):

@@ -1,0 +1,429 @@
+/// A validating scan of one client frame that builds nothing: it accepts exactly the documents
+/// `JSONParser.parse` accepts (same grammar, the same depth limit of `JSONParser.maxDepth`, UTF-8
+/// checked, numbers that overflow a double refused) and records where the envelope members and
+/// the members the relay rules read lie in the buffer. `ClientFrameDecoder` decodes from these
+/// positions, so a relayed payload is checked once and forwarded as its bytes
+/// (docs/protocol.md, "Envelope").
+///
+/// Every refusal is a plain `nil`, with no reason: the decoder then parses the frame with
+/// `JSONParser`, whose error (code, message, byte offset) is the one the client gets. The scan
+/// is the fast path for valid frames only.
+struct FrameScanner {
+    /// Where one value lies: `start..<end` in the frame, its first byte to its last.
+    struct Token {
+        var start: Int
+        var end: Int
+        var kind: Kind
+    }
+
+    enum Kind: Equatable {
+        /// `escaped`: the text has a backslash escape, so its bytes are not its characters.
+        case string(escaped: Bool)
+        case null, bool, object, array
+        /// An integer literal of at most 18 digits: always an `Int64`.
+        case integer
+        /// Any other number (a fraction, an exponent, or 19 digits and more).
+        case number
+    }
+
+    /// What a scan found. Duplicate keys: the last one wins, as in `JSONParser.parse`.
+    struct Result {
+        var type: Token?
+        var to: Token?
+        var payload: Token?
+        /// Members of `payload` when it is an object (of the last `payload`, if repeated).
+        var sdp: Token?
+        var candidate: Token?
+        var sdpMid: Token?
+        var sdpMLineIndex: Token?
+
+        fileprivate mutating func forgetPayloadMembers() {
+            sdp = nil
+            candidate = nil
+            sdpMid = nil
+            sdpMLineIndex = nil
+        }
+    }
+
+    private let base: UnsafePointer<UInt8>
+    private let count: Int
+    private var index = 0
+
+    private init(base: UnsafePointer<UInt8>, count: Int) {
+        self.base = base
+        self.count = count
+    }
+
+    /// The envelope of `buffer` when it is one valid JSON object; nil for anything else.
+    static func scan(_ buffer: UnsafeBufferPointer<UInt8>) -> Result? {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return nil }
+        var scanner = FrameScanner(base: base, count: buffer.count)
+        scanner.skipWhitespace()
+        guard scanner.index < scanner.count, base[scanner.index] == UInt8(ascii: "{") else { return nil }
+        var result = Result()
+        guard scanner.scanEnvelope(into: &result) else { return nil }
+        scanner.skipWhitespace()
+        guard scanner.index == scanner.count else { return nil }
+        // Bytes above 0x7F can only be inside strings here (anywhere else the scan refused them);
+        // the common all-ASCII frame is told apart eight bytes at a time.
+        if !UTF8Check.isASCII(buffer), !UTF8Check.isValid(buffer) { return nil }
+        return result
+    }
+
+    // MARK: the envelope and the payload
+
+    private enum Member {
+        case other, type, to, payload, sdp, candidate, sdpMid, sdpMLineIndex
+    }
+
+    /// The top-level object (depth 1), from its `{`.
+    private mutating func scanEnvelope(into result: inout Result) -> Bool {
+        index += 1
+        skipWhitespace()
+        if index < count, base[index] == UInt8(ascii: "}") {
+            index += 1
+            return true
+        }
+        while true {
+            guard let member = key(envelope: true) else { return false }
+            let start = index
+            let kind: Kind
+            if member == .payload, index < count, base[index] == UInt8(ascii: "{") {
+                result.forgetPayloadMembers()
+                guard scanPayload(into: &result) else { return false }
+                kind = .object
+            } else {
+                guard let value = skipValue(depth: 1) else { return false }
+                kind = value
+                if member == .payload { result.forgetPayloadMembers() }
+            }
+            let token = Token(start: start, end: index, kind: kind)
+            switch member {
+            case .type: result.type = token
+            case .to: result.to = token
+            case .payload: result.payload = token
+            default: break
+            }
+            guard let more = endOfMember(closing: UInt8(ascii: "}")) else { return false }
+            if !more { return true }
+        }
+    }
+
+    /// The payload object (depth 2), from its `{`, noting the members the relay rules read.
+    private mutating func scanPayload(into result: inout Result) -> Bool {
+        guard 2 <= JSONParser.maxDepth else { return false }
+        index += 1
+        skipWhitespace()
+        if index < count, base[index] == UInt8(ascii: "}") {
+            index += 1
+            return true
+        }
+        while true {
+            guard let member = key(envelope: false) else { return false }
+            let start = index
+            guard let kind = skipValue(depth: 2) else { return false }
+            let token = Token(start: start, end: index, kind: kind)
+            switch member {
+            case .sdp: result.sdp = token
+            case .candidate: result.candidate = token
+            case .sdpMid: result.sdpMid = token
+            case .sdpMLineIndex: result.sdpMLineIndex = token
+            default: break
+            }
+            guard let more = endOfMember(closing: UInt8(ascii: "}")) else { return false }
+            if !more { return true }
+        }
+    }
+
+    /// A member's key and its colon, leaving `index` on the value; which member it names.
+    private mutating func key(envelope: Bool) -> Member? {
+        skipWhitespace()
+        guard index < count, base[index] == UInt8(ascii: "\"") else { return nil }
+        let start = index
+        guard let escaped = skipString() else { return nil }
+        let end = index
+        skipWhitespace()
+        guard index < count, base[index] == UInt8(ascii: ":") else { return nil }
+        index += 1
+        skipWhitespace()
+        if escaped {
+            // A key spelt with escapes ("typ\u0065") names the same member; rare, so decoded.
+            guard case .string(let name)? = try? JSONParser.parse(UnsafeBufferPointer(start: base + start, count: end - start))
+            else { return nil }
+            var utf8 = Array(name.utf8)
+            return utf8.withUnsafeMutableBufferPointer { Self.member(UnsafeBufferPointer($0), envelope: envelope) }
+        }
+        return Self.member(UnsafeBufferPointer(start: base + start + 1, count: end - start - 2), envelope: envelope)
+    }
+
+    private static func member(_ name: UnsafeBufferPointer<UInt8>, envelope: Bool) -> Member {
+        if envelope {
+            if equals(name, "type") { return .type }
+            if equals(name, "to") { return .to }
+            if equals(name, "payload") { return .payload }
+        } else {
+            if equals(name, "sdp") { return .sdp }
+            if equals(name, "candidate") { return .candidate }
+            if equals(name, "sdpMid") { return .sdpMid }
+            if equals(name, "sdpMLineIndex") { return .sdpMLineIndex }
+        }
+        return .other
+    }
+
+    /// Whether `bytes` are exactly `literal`.
+    static func equals(_ bytes: UnsafeBufferPointer<UInt8>, _ literal: StaticString) -> Bool {
+        let length = literal.utf8CodeUnitCount
+        guard bytes.count == length else { return false }
+        let expected = literal.utf8Start
+        for offset in 0..<length where bytes[offset] != expected[offset] { return false }
+        return true
+    }
+
+    /// After a member's value: true after a `,`, false after `closing`, nil for anything else.
+    private mutating func endOfMember(closing: UInt8) -> Bool? {
+        skipWhitespace()
+        guard index < count else { return nil }
+        let byte = base[index]
+        index += 1
+        if byte == UInt8(ascii: ",") { return true }
+        if byte == closing { return false }
+        return nil
+    }
+
+    // MARK: values (JSONParser's grammar)
+
+    private mutating func skipWhitespace() {
+        while index < count {
+            switch base[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
+    }
+
+    /// One value at `depth` (containers inside it are at `depth + 1`, as in `JSONParser`).
+    private mutating func skipValue(depth: Int) -> Kind? {
+        guard index < count else { return nil }
+        switch base[index] {
+        case UInt8(ascii: "{"): return skipObject(depth: depth + 1) ? .object : nil
+        case UInt8(ascii: "["): return skipArray(depth: depth + 1) ? .array : nil
+        case UInt8(ascii: "\""): return skipString().map { .string(escaped: $0) }
+        case UInt8(ascii: "t"): return literal("true") ? .bool : nil
+        case UInt8(ascii: "f"): return literal("false") ? .bool : nil
+        case UInt8(ascii: "n"): return literal("null") ? .null : nil
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return skipNumber()
+        default: return nil
+        }
+    }
+
+    private mutating func literal(_ text: StaticString) -> Bool {
+        let length = text.utf8CodeUnitCount
+        guard index + length <= count, Self.equals(UnsafeBufferPointer(start: base + index, count: length), text) else { return false }
+        index += length
+        return true
+    }
+
+    private mutating func skipObject(depth: Int) -> Bool {
+        guard depth <= JSONParser.maxDepth else { return false }
+        index += 1
+        skipWhitespace()
+        if index < count, base[index] == UInt8(ascii: "}") {
+            index += 1
+            return true
+        }
+        while true {
+            skipWhitespace()
+            guard index < count, base[index] == UInt8(ascii: "\""), skipString() != nil else { return false }
+            skipWhitespace()
+            guard index < count, base[index] == UInt8(ascii: ":") else { return false }
+            index += 1
+            skipWhitespace()
+            guard skipValue(depth: depth) != nil else { return false }
+            guard let more = endOfMember(closing: UInt8(ascii: "}")) else { return false }
+            if !more { return true }
+        }
+    }
+
+    private mutating func skipArray(depth: Int) -> Bool {
+        guard depth <= JSONParser.maxDepth else { return false }
+        index += 1
+        skipWhitespace()
+        if index < count, base[index] == UInt8(ascii: "]") {
+            index += 1
+            return true
+        }
+        while true {
+            skipWhitespace()
+            guard skipValue(depth: depth) != nil else { return false }
+            guard let more = endOfMember(closing: UInt8(ascii: "]")) else { return false }
+            if !more { return true }
+        }
+    }
+
+    /// A string from its opening quote; whether it has an escape, or nil when it is malformed.
+    /// Bytes above 0x7F pass here; `scan` checks the frame's UTF-8 once at the end.
+    private mutating func skipString() -> Bool? {
+        var position = index + 1
+        var escaped = false
+        while true {
+            position = PlainRun.end(in: base, from: position, to: count, stoppingAtNonASCII: false)
+            guard position < count else { return nil }
+            let byte = base[position]
+            if byte == UInt8(ascii: "\"") {
+                index = position + 1
+                return escaped
+            }
+            guard byte == UInt8(ascii: "\\") else { return nil }  // a control character
+            escaped = true
+            index = position
+            guard skipEscape() else { return nil }
+            position = index
+        }
+    }
+
+    /// One escape from its backslash, with `JSONParser`'s rules for `\u` surrogates.
+    private mutating func skipEscape() -> Bool {
+        index += 1
+        guard index < count else { return false }
+        let escape = base[index]
+        index += 1
+        switch escape {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+             UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+            return true
+        case UInt8(ascii: "u"):
+            guard let code = hex4() else { return false }
+            if (0xD800...0xDBFF).contains(code) {
+                guard index + 1 < count, base[index] == UInt8(ascii: "\\"), base[index + 1] == UInt8(ascii: "u") else { return false }
+                index += 2
+                guard let low = hex4(), (0xDC00...0xDFFF).contains(low) else { return false }
+                return true
+            }
+            return !(0xDC00...0xDFFF).contains(code)
+        default:
+            return false
+        }
+    }
+
+    private mutating func hex4() -> UInt32? {
+        guard index + 4 <= count else { return nil }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = base[index]
+            let digit: UInt32
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+            default: return nil
+            }
+            value = value << 4 | digit
+            index += 1
+        }
+        return value
+    }
+
+    private func isDigit(_ offset: Int) -> Bool {
+        offset < count && base[offset] >= UInt8(ascii: "0") && base[offset] <= UInt8(ascii: "9")
+    }
+
+    /// RFC 8259 number syntax; like `JSONParser`, a non-integer that overflows a double is refused.
+    private mutating func skipNumber() -> Kind? {
+        let start = index
+        if base[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < count else { return nil }
+        let integerStart = index
+        if base[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if isDigit(index) {
+            while isDigit(index) { index += 1 }
+        } else {
+            return nil
+        }
+        // Digits before the point that count towards the magnitude ("0.5" has none).
+        let integerDigits = base[integerStart] == UInt8(ascii: "0") ? 0 : index - integerStart
+        var isInteger = true
+        if index < count, base[index] == UInt8(ascii: ".") {
+            isInteger = false
+            index += 1
+            let digits = index
+            while isDigit(index) { index += 1 }
+            guard index > digits else { return nil }
+        }
+        var exponent = 0
+        if index < count, base[index] == UInt8(ascii: "e") || base[index] == UInt8(ascii: "E") {
+            isInteger = false
+            index += 1
+            var negative = false
+            if index < count, base[index] == UInt8(ascii: "+") || base[index] == UInt8(ascii: "-") {
+                negative = base[index] == UInt8(ascii: "-")
+                index += 1
+            }
+            let digits = index
+            while isDigit(index) {
+                if exponent < 1_000_000 { exponent = exponent * 10 + Int(base[index] - UInt8(ascii: "0")) }
+                index += 1
+            }
+            guard index > digits else { return nil }
+            if negative { exponent = -exponent }
+        }
+        if isInteger { return index - integerStart <= 18 ? .integer : .number }
+        // Below 10^308 a double is finite (an underflow to 0 is too); only a literal near or past
+        // the limit is converted to find out, as `JSONParser` does for every one.
+        if integerDigits + exponent <= 308 { return .number }
+        let text = String(decoding: UnsafeBufferPointer(start: base + start, count: index - start), as: UTF8.self)
+        guard let value = Double(text), value.isFinite else { return nil }
+        return .number
+    }
+}
+
+/// UTF-8 well-formedness as Unicode 15 §3.9 table 3-7 defines it (no overlong forms, no surrogates,
+/// nothing past U+10FFFF): what `String(validating:)` accepts, without making a string.
+enum UTF8Check {
+    /// No byte above 0x7F.
+    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = bytes.baseAddress else { return true }
+        var index = 0
+        var high: UInt64 = 0
+        while index + 8 <= bytes.count {
+            high |= UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+            index += 8
+        }
+        while index < bytes.count {
+            high |= UInt64(base[index])
+            index += 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
+    }
+
+    static func isValid(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var index = 0
+        let count = bytes.count
+        while index < count {
+            let lead = bytes[index]
+            if lead < 0x80 {
+                index += 1
+                continue
+            }
+            let length: Int
+            var low: UInt8 = 0x80
+            var high: UInt8 = 0xBF
+            switch lead {
+            case 0xC2...0xDF: length = 2
+            case 0xE0: length = 3; low = 0xA0
+            case 0xE1...0xEC, 0xEE...0xEF: length = 3
+            case 0xED: length = 3; high = 0x9F
+            case 0xF0: length = 4; low = 0x90
+            case 0xF1...0xF3: length = 4
+            case 0xF4: length = 4; high = 0x8F
+            default: return false
+            }
+            guard index + length <= count else { return false }
+            let second = bytes[index + 1]
+            guard second >= low, second <= high else { return false }
+            for offset in 2..<length where bytes[index + offset] & 0xC0 != 0x80 { return false }
+            index += length
+        }
+        return true
+    }
+}
