@@ -309,14 +309,7 @@ struct FrameScanner {
         guard index + 4 <= count else { return nil }
         var value: UInt32 = 0
         for _ in 0..<4 {
-            let byte = base[index]
-            let digit: UInt32
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
-            default: return nil
-            }
+            guard let digit = JSONParser.hexDigit(base[index]) else { return nil }
             value = value << 4 | digit
             index += 1
         }

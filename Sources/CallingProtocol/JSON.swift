@@ -254,18 +254,23 @@ public struct JSONParser {
         guard index + 4 <= bytes.count else { throw .unexpectedEnd }
         var value: UInt32 = 0
         for _ in 0..<4 {
-            let byte = bytes[index]
-            let digit: UInt32
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
-            default: throw .invalidEscape(offset: index)
-            }
+            guard let digit = Self.hexDigit(bytes[index]) else { throw .invalidEscape(offset: index) }
             value = value << 4 | digit
             index += 1
         }
         return value
+    }
+
+    /// The value of one hexadecimal digit of a `\u` escape (either case), or nil. Shared with
+    /// `FrameScanner`, which must accept exactly the escapes this parser accepts.
+    @inline(__always)
+    static func hexDigit(_ byte: UInt8) -> UInt32? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return UInt32(byte - UInt8(ascii: "0"))
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return UInt32(byte - UInt8(ascii: "a") + 10)
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return UInt32(byte - UInt8(ascii: "A") + 10)
+        default: return nil
+        }
     }
 
     private mutating func parseNumber() throws(JSONParseError) -> JSONValue {

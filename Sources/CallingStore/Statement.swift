@@ -99,22 +99,13 @@ public final class Statement {
         let handle = try live()
         var text = text
         let outcome: Swift.Result<Result, SQLiteError> = text.withUTF8 { bytes in
-            let resultCode: Int32
-            if let start = bytes.baseAddress, bytes.count > 0 {
-                resultCode = start.withMemoryRebound(to: CChar.self, capacity: bytes.count) { chars in
-                    sqlite3_bind_text64(handle, index, chars, UInt64(bytes.count), cs_sqlite_static(), UInt8(SQLITE_UTF8))
-                }
-            } else {
-                // A nil pointer would bind NULL instead of "".
-                resultCode = sqlite3_bind_text64(handle, index, "", 0, cs_sqlite_transient(), UInt8(SQLITE_UTF8))
-            }
             // SQLite refuses a bind (SQLITE_MISUSE) to a statement that has been stepped and not reset.
             defer {
                 sqlite3_reset(handle)
                 sqlite3_bind_null(handle, index)
             }
             do throws(SQLiteError) {
-                try check(resultCode, db: sqlite3_db_handle(handle), sql: sql)
+                try bindTextInPlace(bytes, at: index)
                 return .success(try body())
             } catch {
                 return .failure(error)
