@@ -269,9 +269,10 @@ public final class ChatStore: @unchecked Sendable {
 /// checkpoint's copying and its two fsyncs then stall the store queue, and every ack queued behind
 /// that commit waits (at a paced 5k chats/s that was a few milliseconds every few hundred commits,
 /// the bulk of the ack p99). Here the commit only notes the WAL's size; a PASSIVE checkpoint on the
-/// other connection copies the pages while commits go on. It is triggered at the same 1000-page
-/// cadence, so the WAL is synced as often as before: with `synchronous=NORMAL` what an OS crash or
-/// power cut can lose is unchanged, and an ack still follows its own COMMIT.
+/// other connection copies the pages while commits go on. It is triggered every `everyPages` (250)
+/// pages, a quarter of SQLite's cadence: the WAL is synced at least as often as SQLite would, so
+/// with `synchronous=NORMAL` an OS crash or power cut can lose no more than before, and an ack
+/// still follows its own COMMIT.
 ///
 /// A PASSIVE checkpoint copies only the frames that were in the WAL when it started, and the writer
 /// starts the WAL over only when it finds every frame copied. Under sustained load commits land
@@ -285,15 +286,19 @@ final class WALCheckpointer: @unchecked Sendable {
     // hook calls, and `catchUpIfStarved`: both run where the writer runs, on the store queue.
     private let connection: SQLiteConnection
     private let queue = DispatchQueue(label: "calling.store.checkpoint")
-    /// SQLite's own default `wal_autocheckpoint`.
-    private let everyPages = 1_000
+    /// A quarter of SQLite's default `wal_autocheckpoint` (1000). When the server is pinned to one
+    /// core, the checkpoint's page copies take that core from the service thread and the writer, and
+    /// the acks queued behind them wait: copying 250 pages at a time instead of 1000 halved the ack
+    /// p99 at a paced 5k chats/s (docs/benchmarks.md, "Optimisation pass"). The fsyncs, four times as
+    /// many, run on the checkpoint's own thread.
+    private let everyPages = 250
     /// WAL size at which the writer stops waiting for the checkpoint connection to let it restart
     /// (64 MB at 4 KiB pages). Each catch-up holds the writer for a checkpoint's fsync, a few ms on
     /// this machine's disk; at 5k chats/s the WAL grows ~12k pages a second, so at 4000 pages the
     /// writer stalled three times a second and the ack p99 at 5k/s rose to 10–15 ms (4.7–8.5 ms
     /// at 16000).
     private let writerCatchUpPages = 16_000
-    private var nextTrigger = 1_000
+    private var nextTrigger = 250
     private var lastPages = 0
     private var writerShouldCatchUp = false
 
@@ -301,7 +306,7 @@ final class WALCheckpointer: @unchecked Sendable {
         self.connection = connection
     }
 
-    /// On the store queue, right after a commit: schedules a checkpoint for every further 1000 pages.
+    /// On the store queue, right after a commit: schedules a checkpoint for every further `everyPages`.
     func committed(walPages: Int) {
         // A smaller WAL than last time: a complete checkpoint let the writer start it over.
         if walPages < lastPages { nextTrigger = everyPages }

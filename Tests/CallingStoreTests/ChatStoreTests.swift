@@ -105,7 +105,7 @@ final class ChatStoreTests: XCTestCase {
     func testCloseLeavesEveryMessageInTheDatabaseFileAndNoWAL() throws {
         let path = try makeDatabasePath()
         let store = try ChatStore.open(path: path)
-        // Long texts, so the WAL passes the 1000 pages at which checkpoints are triggered.
+        // Long texts, so the WAL passes the 250 pages at which checkpoints are triggered, several times.
         for index in 0..<500 {
             _ = try store.appendAndWait(ChatDraft(room: "r", sender: "alice", clientID: "c\(index)",
                                                   text: String(repeating: "x", count: 4_000), meta: nil, timestampMs: 1))
