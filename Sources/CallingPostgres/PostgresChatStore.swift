@@ -149,14 +149,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
             results = written
         }
         let elapsed = DispatchTime.now().uptimeNanoseconds &- started
-        counters.withLock { metrics in
-            let duplicates = results.count { $0.duplicate }
-            metrics.batchesCommitted += 1
-            metrics.rowsInserted += results.count - duplicates
-            metrics.duplicates += duplicates
-            metrics.largestBatch = max(metrics.largestBatch, batch.count)
-            metrics.commitLatency.record(nanoseconds: elapsed)
-        }
+        counters.withLock { $0.recordCommitted(results, nanoseconds: elapsed) }
         // Only after COMMIT returned: see ChatStore.write.
         for (pending, result) in zip(batch, results) { pending.completion(.success(result)) }
     }

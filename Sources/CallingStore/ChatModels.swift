@@ -150,4 +150,14 @@ public struct ChatStoreMetrics: Sendable, Hashable {
     public var commitLatency = LatencyHistogram()
 
     public init() {}
+
+    /// Counts one committed group-commit batch: what every chat store records after its COMMIT.
+    public mutating func recordCommitted(_ results: [ChatAppendResult], nanoseconds: UInt64) {
+        let duplicates = results.count { $0.duplicate }
+        batchesCommitted += 1
+        rowsInserted += results.count - duplicates
+        self.duplicates += duplicates
+        largestBatch = max(largestBatch, results.count)
+        commitLatency.record(nanoseconds: nanoseconds)
+    }
 }

@@ -154,14 +154,7 @@ public final class ChatStore: @unchecked Sendable {
         }
         // Read outside the lock, which `appendChat` callers (the service thread) also take.
         let elapsed = DispatchTime.now().uptimeNanoseconds &- started
-        counters.withLock { metrics in
-            let duplicates = results.count { $0.duplicate }
-            metrics.batchesCommitted += 1
-            metrics.rowsInserted += results.count - duplicates
-            metrics.duplicates += duplicates
-            metrics.largestBatch = max(metrics.largestBatch, batch.count)
-            metrics.commitLatency.record(nanoseconds: elapsed)
-        }
+        counters.withLock { $0.recordCommitted(results, nanoseconds: elapsed) }
         // Only now, after COMMIT returned, may anyone learn the seq: an ack must never name a row that a
         // rollback or a process crash could still take back. (With synchronous=NORMAL an OS crash or power
         // cut can still lose the newest commits; see SQLiteConnection.)
