@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import pytest
 
@@ -120,7 +121,15 @@ def test_chromium_and_linux_peer_interoperate(lab, caller):
     assert_linux_heard(summary)
     assert FROM_LINUX in chromium_received(report), f"Chromium got no {FROM_LINUX!r}: {report['data_received']}"
     assert FROM_CHROMIUM in report.get("data_sent", []), report
-    assert_got_data(summary, "the Linux peer", FROM_CHROMIUM)
+    if report.get("resent"):
+        # peer.js sends again only when Chromium's own stats show the first send never left it.
+        warnings.warn(f"Chromium dropped {FROM_CHROMIUM!r} on its first send() and sent it again: "
+                      f"{(report.get('stats') or {}).get('data_channels')}")
+    try:
+        assert_got_data(summary, "the Linux peer", FROM_CHROMIUM)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; Chromium's data channels: {(report.get('stats') or {}).get('data_channels')}, "
+                             f"resent: {report.get('resent')}") from None
     assert report.get("hangup_reason") == "local-hangup" and report.get("sent_hangup") is True, report
     assert summary.get("hangup_reason") == "remote", f"the Linux peer's call did not end on Chromium's hangup: {summary}"
     # Routed lab: Chromium reached the Linux peer directly, host candidate to host candidate, in the lab.

@@ -8,12 +8,18 @@
 // other side hangs up) it reads getStats(), sends `data {kind:"hangup"}` unless the other side
 // ended the call, closes everything and resolves with a plain JSON report. Never rejects: failures
 // are in report.errors and report.hangup_reason.
+//
+// Chromium has once (one CI run in many, as the callee, the channel opened by the Linux peer)
+// returned from send() on an open channel and then counted messagesSent 0 for the whole call: the
+// message never reached SCTP, and the far end got nothing. So a second after
+// sending, the page reads its own stats, and only on that evidence sends once more and says so in
+// report.resent; whether the far end received it is still what the test checks.
 "use strict";
 
 function runCall(config) {
   const report = {
     role: config.call ? "caller" : "callee", peer_id: null, remote: null, connected: false, connect_ms: null,
-    connection_states: [], ice_states: [], data_sent: [], data_received: [], channels: [],
+    connection_states: [], ice_states: [], data_sent: [], data_received: [], channels: [], resent: [],
     candidates_sent: 0, candidates_received: 0, hangup_reason: null, errors: [], stats: null,
   };
   const log = (...parts) => console.log("[peer]", ...parts);
@@ -40,6 +46,7 @@ function runCall(config) {
       if (channel.label === "chat" && config.sendData) {
         channel.send(config.sendData);
         report.data_sent.push(config.sendData);
+        setTimeout(() => resendIfDropped(channel).catch((error) => report.errors.push("resend: " + error)), 1000);
       }
     };
     channel.onmessage = (event) => {
@@ -48,6 +55,20 @@ function runCall(config) {
       report.data_received.push({ label: channel.label, text });
     };
     if (channel.readyState === "open") opened(); else channel.onopen = opened;
+  }
+
+  async function resendIfDropped(channel) {
+    if (ended || !pc || channel.readyState !== "open") return;
+    let sent = null;
+    (await pc.getStats()).forEach((s) => {
+      if (s.type === "data-channel" && s.label === channel.label) sent = s.messagesSent;
+    });
+    // Not bufferedAmount: Chromium still counts a delivered message in it a second later.
+    if (sent === 0) {
+      log("resend", channel.label, "messagesSent is 0 a second after send(); bufferedAmount", channel.bufferedAmount);
+      report.resent.push({ text: config.sendData, buffered_amount: channel.bufferedAmount });
+      channel.send(config.sendData);
+    }
   }
 
   async function newPeerConnection() {
