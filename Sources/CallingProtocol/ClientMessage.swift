@@ -263,6 +263,11 @@ public enum ClientFrameDecoder {
             }
         }
         guard let kind else {
+            // A chat takes its strings from their positions: no tree of its payload. Whatever
+            // this does not accept goes on to the general path below, which says why.
+            if !typeEscaped, Self.isChat(bytes, typeToken), let submission = chat(scanned, in: bytes, text: text, limits: limits) {
+                return .chat(submission)
+            }
             // Not relayed: the payload as a tree, then the rules every decoder shares.
             var members = FrameEnvelope.Members()
             members.type = text(typeToken).map(JSONValue.string)
@@ -312,6 +317,34 @@ public enum ClientFrameDecoder {
             break
         }
         return .relay(kind, to: to, payload: payload)
+    }
+
+    /// Whether the unescaped `type` string at `token` is `chat`.
+    private static func isChat(_ bytes: [UInt8], _ token: FrameScanner.Token) -> Bool {
+        bytes.withUnsafeBufferPointer { buffer in
+            FrameScanner.equals(UnsafeBufferPointer(rebasing: buffer[(token.start + 1)..<(token.end - 1)]), "chat")
+        }
+    }
+
+    /// A scanned `chat` that meets every rule of the general path (no `to`, an object payload, a
+    /// `client_id` of 1–`maxClientIDBytes` bytes, a string `text`), decoded the same way; nil
+    /// for anything else, which the general path then refuses with its error.
+    private static func chat(_ scanned: FrameScanner.Result, in bytes: [UInt8], text: (FrameScanner.Token) -> String?,
+                             limits: FrameLimits) -> ChatSubmission?
+    {
+        if let to = scanned.to, to.kind != .null { return nil }
+        guard scanned.payload?.kind == .object,
+            let clientIDToken = scanned.clientID, case .string = clientIDToken.kind, let clientID = text(clientIDToken),
+            !clientID.isEmpty, clientID.utf8.count <= limits.maxClientIDBytes,
+            let textToken = scanned.text, case .string = textToken.kind, let body = text(textToken)
+        else { return nil }
+        var meta: JSONValue?
+        if let token = scanned.meta, token.kind != .null {
+            // Rare next to a plain chat: parsed as a value, as the general path would.
+            guard let value = try? JSONParser.parse(bytes[token.start..<token.end]) else { return nil }
+            meta = value
+        }
+        return ChatSubmission(clientID: clientID, text: body, meta: meta)
     }
 
     /// The relayed type a `type` string's bytes spell, or nil.

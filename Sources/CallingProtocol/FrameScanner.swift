@@ -1,9 +1,9 @@
 /// A validating scan of one client frame that builds nothing: it accepts exactly the documents
 /// `JSONParser.parse` accepts (same grammar, the same depth limit of `JSONParser.maxDepth`, UTF-8
 /// checked, numbers that overflow a double refused) and records where the envelope members and
-/// the members the relay rules read lie in the buffer. `ClientFrameDecoder` decodes from these
-/// positions, so a relayed payload is checked once and forwarded as its bytes
-/// (docs/protocol.md, "Envelope").
+/// the payload members the relay rules and `chat` read lie in the buffer. `ClientFrameDecoder`
+/// decodes from these positions, so a relayed payload is checked once and forwarded as its bytes
+/// (docs/protocol.md, "Envelope"), and a chat's strings are taken without a tree of its payload.
 ///
 /// Every refusal is a plain `nil`, with no reason: the decoder then parses the frame with
 /// `JSONParser`, whose error (code, message, byte offset) is the one the client gets. The scan
@@ -36,12 +36,19 @@ struct FrameScanner {
         var candidate: Token?
         var sdpMid: Token?
         var sdpMLineIndex: Token?
+        /// The members a `chat` reads.
+        var clientID: Token?
+        var text: Token?
+        var meta: Token?
 
         fileprivate mutating func forgetPayloadMembers() {
             sdp = nil
             candidate = nil
             sdpMid = nil
             sdpMLineIndex = nil
+            clientID = nil
+            text = nil
+            meta = nil
         }
     }
 
@@ -73,7 +80,7 @@ struct FrameScanner {
     // MARK: the envelope and the payload
 
     private enum Member {
-        case other, type, to, payload, sdp, candidate, sdpMid, sdpMLineIndex
+        case other, type, to, payload, sdp, candidate, sdpMid, sdpMLineIndex, clientID, text, meta
     }
 
     /// The top-level object (depth 1), from its `{`.
@@ -109,7 +116,7 @@ struct FrameScanner {
         }
     }
 
-    /// The payload object (depth 2), from its `{`, noting the members the relay rules read.
+    /// The payload object (depth 2), from its `{`, noting the members the relay rules and `chat` read.
     private mutating func scanPayload(into result: inout Result) -> Bool {
         guard 2 <= JSONParser.maxDepth else { return false }
         index += 1
@@ -128,6 +135,9 @@ struct FrameScanner {
             case .candidate: result.candidate = token
             case .sdpMid: result.sdpMid = token
             case .sdpMLineIndex: result.sdpMLineIndex = token
+            case .clientID: result.clientID = token
+            case .text: result.text = token
+            case .meta: result.meta = token
             default: break
             }
             guard let more = endOfMember(closing: UInt8(ascii: "}")) else { return false }
@@ -166,6 +176,9 @@ struct FrameScanner {
             if equals(name, "candidate") { return .candidate }
             if equals(name, "sdpMid") { return .sdpMid }
             if equals(name, "sdpMLineIndex") { return .sdpMLineIndex }
+            if equals(name, "client_id") { return .clientID }
+            if equals(name, "text") { return .text }
+            if equals(name, "meta") { return .meta }
         }
         return .other
     }
