@@ -164,6 +164,135 @@ public struct Frame: Sendable, Equatable {
                                        type: StaticString, end: StaticString) =
         (#"{"from":""#, #"","payload":"#, #","to":""#, #"""#, #","type":""#, #""}"#)
 
+    /// For a `chat-ack` (`chatAck(clientID:seq:timestamp:)`) or a stored `chat` without `meta`
+    /// (`chat(from:…)`) whose strings need no escaping, which is nearly every one: the exact length
+    /// of `encoded()`. Nil for any other frame. With `writePlainChat(to:)` the router writes such a
+    /// frame straight into the message it sends (every chat costs an ack and a broadcast).
+    public var plainChatLength: Int? {
+        guard error == nil, let typeCount = Self.plainCount(type) else { return nil }
+        typealias P = PlainChatPieces
+        var length = P.type.utf8CodeUnitCount + typeCount + P.end.utf8CodeUnitCount
+        switch body {
+        case .chatAck(let clientID, let seq, let timestamp):
+            guard let clientIDCount = Self.plainCount(clientID) else { return nil }
+            length += P.clientID.utf8CodeUnitCount + clientIDCount + P.ackSeq.utf8CodeUnitCount + Self.decimalCount(seq)
+                + P.ts.utf8CodeUnitCount + Self.decimalCount(timestamp) + P.payloadEnd.utf8CodeUnitCount
+        case .chat(let clientID, nil, let seq, let text, let timestamp):
+            guard let clientIDCount = Self.plainCount(clientID), let textCount = Self.plainCount(text) else { return nil }
+            length += P.clientID.utf8CodeUnitCount + clientIDCount + P.chatSeq.utf8CodeUnitCount + Self.decimalCount(seq)
+                + P.text.utf8CodeUnitCount + textCount + P.textEnd.utf8CodeUnitCount + Self.decimalCount(timestamp)
+                + P.payloadEnd.utf8CodeUnitCount
+        default:
+            return nil
+        }
+        if let from {
+            guard let fromCount = Self.plainCount(from) else { return nil }
+            length += P.from.utf8CodeUnitCount + fromCount + P.stringEnd.utf8CodeUnitCount
+        } else {
+            length += P.open.utf8CodeUnitCount
+        }
+        if let to {
+            guard let toCount = Self.plainCount(to) else { return nil }
+            length += P.to.utf8CodeUnitCount + toCount + P.stringEnd.utf8CodeUnitCount
+        }
+        return length
+    }
+
+    /// Writes `encoded()`'s bytes to `destination`, which holds `plainChatLength` bytes; only for
+    /// a frame whose `plainChatLength` is not nil.
+    public func writePlainChat(to destination: UnsafeMutablePointer<UInt8>) {
+        typealias P = PlainChatPieces
+        var cursor = destination
+        func put(_ literal: StaticString) {
+            cursor.update(from: literal.utf8Start, count: literal.utf8CodeUnitCount)
+            cursor += literal.utf8CodeUnitCount
+        }
+        func put(_ string: String) {
+            string.utf8.withContiguousStorageIfAvailable { bytes in
+                guard let base = bytes.baseAddress else { return }
+                cursor.update(from: base, count: bytes.count)
+                cursor += bytes.count
+            }
+        }
+        func put(_ value: Int64) {
+            cursor += Self.decimalCount(value)
+            var end = cursor
+            var magnitude = value.magnitude
+            repeat {
+                end -= 1
+                end.pointee = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if value < 0 { (end - 1).pointee = UInt8(ascii: "-") }
+        }
+        // `encode(into:)`'s order: `{`, from, payload, to, type.
+        if let from {
+            put(P.from)
+            put(from)
+            put(P.stringEnd)
+        } else {
+            put(P.open)
+        }
+        switch body {
+        case .chatAck(let clientID, let seq, let timestamp):
+            put(P.clientID)
+            put(clientID)
+            put(P.ackSeq)
+            put(seq)
+            put(P.ts)
+            put(timestamp)
+        case .chat(let clientID, _, let seq, let text, let timestamp):
+            put(P.clientID)
+            put(clientID)
+            put(P.chatSeq)
+            put(seq)
+            put(P.text)
+            put(text)
+            put(P.textEnd)
+            put(timestamp)
+        default:
+            preconditionFailure("not a plain chat frame")
+        }
+        put(P.payloadEnd)
+        if let to {
+            put(P.to)
+            put(to)
+            put(P.stringEnd)
+        }
+        put(P.type)
+        put(type)
+        put(P.end)
+    }
+
+    /// The literal bytes of `encode(into:)` around a chat's or chat-ack's values. `from`, `to`
+    /// and `payload` each start with what precedes them (`{`, or the `,` after a string).
+    private enum PlainChatPieces {
+        static let open: StaticString = "{"
+        static let from: StaticString = #"{"from":""#
+        static let stringEnd: StaticString = #"","#
+        static let clientID: StaticString = #""payload":{"client_id":""#
+        static let ackSeq: StaticString = #"","seq":"#
+        static let chatSeq: StaticString = #"","meta":null,"seq":"#
+        static let text: StaticString = #","text":""#
+        static let textEnd: StaticString = #"","ts":"#
+        static let ts: StaticString = #","ts":"#
+        static let payloadEnd: StaticString = "},"
+        static let to: StaticString = #""to":""#
+        static let type: StaticString = #""type":""#
+        static let end: StaticString = #""}"#
+    }
+
+    /// The number of bytes `JSONWriter.writeInteger` writes for `value`.
+    private static func decimalCount(_ value: Int64) -> Int {
+        var count = value < 0 ? 2 : 1
+        var magnitude = value.magnitude
+        while magnitude >= 10 {
+            magnitude /= 10
+            count += 1
+        }
+        return count
+    }
+
     /// The UTF-8 length of `string` when JSON carries it as it is (no `"`, `\` or control
     /// character) and its bytes are contiguous; else nil.
     private static func plainCount(_ string: String) -> Int? {

@@ -72,11 +72,14 @@ final class LocalRouter: Router {
 
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        // A relayed frame is written straight into the message every target shares; others are
-        // encoded into a buffer kept for the purpose, then copied once: no array per frame.
+        // A relayed frame, a chat and a chat-ack are written straight into the message every target
+        // shares; others are encoded into a buffer kept for the purpose, then copied once: no array
+        // per frame.
         let message: OutboundMessage
         if let length = frame.plainRelayedLength {
             message = OutboundMessage(count: length) { frame.writePlainRelayed(to: $0) }
+        } else if let length = frame.plainChatLength {
+            message = OutboundMessage(count: length) { frame.writePlainChat(to: $0) }
         } else {
             encodeBuffer.removeAll(keepingCapacity: true)
             frame.encode(into: &encodeBuffer)

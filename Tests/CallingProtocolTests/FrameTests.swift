@@ -90,6 +90,62 @@ final class FrameTests: XCTestCase {
         XCTAssertNil(Frame(.data, rawPayload: ["k": 1]).plainRelayedLength, "no from")
     }
 
+    /// The router writes chats and chat-acks through `writePlainChat`: the same bytes as
+    /// `encoded()` and as the sorted encoding of the frame's JSON.
+    func test_a_plain_chat_or_chat_ack_is_written_as_encoded() throws {
+        func written(_ frame: Frame) throws -> String {
+            let length = try XCTUnwrap(frame.plainChatLength, "\(frame)")
+            let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
+                frame.writePlainChat(to: buffer.baseAddress!)
+                count = length
+            }
+            XCTAssertEqual(String(decoding: bytes, as: UTF8.self), String(decoding: frame.encoded(), as: UTF8.self))
+            XCTAssertEqual(bytes, JSONWriter.bytes(frame.json))
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        let numbers: [Int64] = [0, 1, 9, 10, 99, 100, 1_700_000_000_123, -1, -10, .max, .min]
+        for seq in numbers {
+            for timestamp in [0, 1_700_000_000_123, -7, .min] as [Int64] {
+                for clientID in ["c-1", "", "é😀", String(repeating: "x", count: 40)] {
+                    var ack = Frame.chatAck(clientID: clientID, seq: seq, timestamp: timestamp)
+                    _ = try written(ack)
+                    ack.to = "bob"
+                    _ = try written(ack)
+                    ack.from = "alice"
+                    _ = try written(ack)
+                    for from in ["alice", "", "ä"] {
+                        for text in ["benchmark message", "", "café 😀 / <b>"] {
+                            var chat = Frame.chat(from: from, clientID: clientID, text: text, meta: nil, seq: seq,
+                                                  timestamp: timestamp)
+                            _ = try written(chat)
+                            chat.to = "bob"
+                            _ = try written(chat)
+                        }
+                    }
+                }
+            }
+        }
+        // The golden chat-ack, as the hub builds it.
+        let golden = try Fixtures.line(try XCTUnwrap(try Fixtures.files(in: "server-frames", suffix: ".json").first {
+            Fixtures.name(of: $0, dropping: ".json") == "chat-ack"
+        }))
+        XCTAssertEqual(try written(Frame.chatAck(clientID: "c-1", seq: 13, timestamp: 1_700_000_000_123)),
+                       String(decoding: golden, as: UTF8.self))
+        // Anything else takes the general path: a string that needs escaping, a meta, an error, another body.
+        XCTAssertNil(Frame.chatAck(clientID: "a\"b", seq: 1, timestamp: 2).plainChatLength)
+        XCTAssertNil(Frame.chat(from: "a", clientID: "c", text: "line\n", meta: nil, seq: 1, timestamp: 2).plainChatLength)
+        XCTAssertNil(Frame.chat(from: "a\\", clientID: "c", text: "t", meta: nil, seq: 1, timestamp: 2).plainChatLength)
+        XCTAssertNil(Frame.chat(from: "a", clientID: "c", text: "t", meta: ["k": 1], seq: 1, timestamp: 2).plainChatLength)
+        var refused = Frame.chatAck(clientID: "c", seq: 1, timestamp: 2)
+        refused.error = WireError(.chatEmpty, "chat text is empty")
+        XCTAssertNil(refused.plainChatLength)
+        var escapedTo = Frame.chatAck(clientID: "c", seq: 1, timestamp: 2)
+        escapedTo.to = "b\u{1}"
+        XCTAssertNil(escapedTo.plainChatLength)
+        XCTAssertNil(Frame(.chatAck, payload: ["client_id": "c", "seq": 1, "ts": 2]).plainChatLength)
+        XCTAssertNil(Frame(.candidate, from: "a", to: "b", rawPayload: ["candidate": "c"]).plainChatLength)
+    }
+
     func test_golden_server_frames_are_valid_json_that_decodes_to_the_same_frame() throws {
         for url in try Fixtures.files(in: "server-frames", suffix: ".json") {
             let name = Fixtures.name(of: url, dropping: ".json")
