@@ -600,10 +600,11 @@ public struct Hub: Sendable {
             if let error = validate(submission) {
                 return [.send([connection], Frame(.chatAck, payload: ["client_id": .string(submission.clientID)], error: error))]
             }
-            // Sending a message ends the sender's typing indicator.
-            var effects = setTyping(false, room: roomID, peer: peer, now: now)
-            effects.append(.storeChat(connection: connection, room: roomID, peer: peer, submission, timestamp: now))
-            return effects
+            let store = HubEffect.storeChat(connection: connection, room: roomID, peer: peer, submission, timestamp: now)
+            // Sending a message ends the sender's typing indicator; a sender not typing (nearly
+            // every chat) has none to end, which `setTyping` would look the member up again to find.
+            guard sender.typingUntil != nil else { return [store] }
+            return setTyping(false, room: roomID, peer: peer, now: now) + [store]
         case .read(let seq):
             return [.storeRead(room: roomID, peer: peer, seq: seq)]
         case .stats(let sample):
@@ -612,7 +613,7 @@ public struct Hub: Sendable {
     }
 
     private func validate(_ chat: ChatSubmission) -> WireError? {
-        if chat.text.allSatisfy(\.isWhitespace) { return WireError(.chatEmpty, "chat text is empty") }
+        if Self.isBlank(chat.text) { return WireError(.chatEmpty, "chat text is empty") }
         if chat.text.utf8.count > settings.chatMaxTextBytes {
             return WireError(.chatTooLong, "chat text is longer than \(settings.chatMaxTextBytes) bytes")
         }
@@ -625,6 +626,14 @@ public struct Hub: Sendable {
         return nil
     }
 
+    /// Whether every Character of `text` is whitespace (an empty text is). A Character is
+    /// whitespace when its first scalar is, so a text whose first byte is an ASCII scalar that is
+    /// not (nearly every chat) is told at once, without breaking it into Characters.
+    static func isBlank(_ text: String) -> Bool {
+        if let first = text.utf8.first, first < 0x80, !Unicode.Scalar(first).properties.isWhitespace { return false }
+        return text.allSatisfy(\.isWhitespace)
+    }
+
     private mutating func chatStored(_ outcome: ChatStoreOutcome, now: Millis) -> [HubEffect] {
         switch outcome {
         case .failed(let room, let peer, let clientID, let connection, let error):
@@ -635,9 +644,9 @@ public struct Hub: Sendable {
         case .stored(let message, let connection, let duplicate):
             var effects: [HubEffect] = []
             let ack = Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp)
-            // The sender may have reconnected on a new connection while the insert was in flight.
-            let senderConnection = rooms[message.room]?.members[message.from]?.connection
-            let ackTarget = connections[connection] != nil ? connection : senderConnection
+            // The sender may have reconnected on a new connection while the insert was in flight
+            // (looked up only then).
+            let ackTarget = connections[connection] != nil ? connection : rooms[message.room]?.members[message.from]?.connection
             if let ackTarget { effects.append(.send([ackTarget], ack)) }
             guard !duplicate, let room = rooms[message.room] else { return effects }
             let others = room.connections(excluding: message.from)

@@ -459,6 +459,25 @@ final class HubTests: XCTestCase {
         }
     }
 
+    /// Blank means every Character is whitespace (`Character.isWhitespace`), also where a text's
+    /// first byte is ASCII and what follows joins it into one Character.
+    func test_a_chat_is_blank_exactly_when_every_character_is_whitespace() {
+        joinAll()
+        let texts = ["a", "a ", " a", "\u{1C}", "\u{1F}", "\u{7F}", "\u{0}", "\u{85}", "\u{2028}", " \u{301}", "\t\u{200D}",
+                     "\r\n", "\n\u{301}x", "a\u{301}", "\u{3000}", "\u{FEFF}", "\u{200B}", "\u{0600}a", " \u{1F600}",
+                     "\u{B}\u{C}", "\u{1F1FA}\u{1F1F8}", "é", "."]
+        for (index, text) in texts.enumerated() {
+            let chat = ChatSubmission(clientID: "c-\(index)", text: text)
+            let effects = send(alice, .chat(chat))
+            if text.allSatisfy(\.isWhitespace) {
+                assertChatRefused(effects, clientID: chat.clientID, code: .chatEmpty)
+            } else {
+                XCTAssertEqual(storeEffects(effects), [.storeChat(connection: alice, room: room, peer: "alice", chat, timestamp: now)],
+                               "\(text.unicodeScalars.map(\.value))")
+            }
+        }
+    }
+
     func test_chat_longer_than_the_limit_is_refused_with_441() {
         hub = Hub(settings: HubSettings(chatMaxTextBytes: 10))
         joinAll()
