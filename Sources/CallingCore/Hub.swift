@@ -642,16 +642,20 @@ public struct Hub: Sendable {
             guard let target else { return [] }
             return [.send([target], Frame(.chatAck, payload: ["client_id": .string(clientID)], error: error))]
         case .stored(let message, let connection, let duplicate):
-            var effects: [HubEffect] = []
-            let ack = Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp)
             // The sender may have reconnected on a new connection while the insert was in flight
             // (looked up only then).
             let ackTarget = connections[connection] != nil ? connection : rooms[message.room]?.members[message.from]?.connection
-            if let ackTarget { effects.append(.send([ackTarget], ack)) }
-            guard !duplicate, let room = rooms[message.room] else { return effects }
-            let others = room.connections(excluding: message.from)
-            if !others.isEmpty { effects.append(.send(others, message.frame)) }
-            return effects
+            let ack = ackTarget.map { HubEffect.send([$0], Frame.chatAck(clientID: message.clientID, seq: message.seq,
+                                                                          timestamp: message.timestamp)) }
+            var others: [ConnectionID] = []
+            if !duplicate, let room = rooms[message.room] { others = room.connections(excluding: message.from) }
+            // Built as one literal: appending to an empty array allocated twice on every chat.
+            switch (ack, others.isEmpty) {
+            case (let ack?, false): return [ack, .send(others, message.frame)]
+            case (let ack?, true): return [ack]
+            case (nil, false): return [.send(others, message.frame)]
+            case (nil, true): return []
+            }
         }
     }
 
