@@ -103,7 +103,8 @@ final class FrameTests: XCTestCase {
             XCTAssertEqual(bytes, JSONWriter.bytes(frame.json))
             return String(decoding: bytes, as: UTF8.self)
         }
-        let numbers: [Int64] = [0, 1, 9, 10, 99, 100, 1_700_000_000_123, -1, -10, .max, .min]
+        let numbers: [Int64] = [0, 1, 9, 10, 99, 100, 101, 999, 1_000, 9_999, 10_000, 10_001, 99_999, 100_000, 1_700_000_000_123,
+                                -1, -10, -100, -10_000, .max, .min]
         for seq in numbers {
             for timestamp in [0, 1_700_000_000_123, -7, .min] as [Int64] {
                 for clientID in ["c-1", "", "é😀", String(repeating: "x", count: 40)] {
