@@ -58,7 +58,9 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     private let rooms: SignalingService
     private let gate: FrameGate
     private let router: any Router
-    private var sessions: [ConnectionID: Session] = [:]
+    /// `@exclusivity(unchecked)`: looked up on every frame; service thread only, and no access
+    /// is held across a call (see `Metrics` for the cost of the run-time check).
+    @exclusivity(unchecked) private var sessions: [ConnectionID: Session] = [:]
     private var lastExpiryCheck: Millis = 0
 
     // Stored, not read through `context` on every frame: a computed `ServerConfig` is a copy of

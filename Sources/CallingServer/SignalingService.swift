@@ -17,7 +17,11 @@ final class SignalingService: @unchecked Sendable {
     let chats: any ChatPersistence
     let calls: CallsAPI
 
-    private var hub: Hub
+    /// `@exclusivity(unchecked)`: read or changed several times per frame, and each access to a
+    /// class's stored property is otherwise checked at run time (`swift_beginAccess`, ~80
+    /// instructions). Only the service thread touches it, and every access is a call into the pure
+    /// `Hub`, which calls nothing back, so accesses never overlap.
+    @exclusivity(unchecked) private var hub: Hub
     /// Rooms' live calls for `call_started`/`call_ended` (only fed while webhooks are on).
     private var lifecycle = CallLifecycle()
     /// Why the server closed a connection, for the `call_ended` reason when it was the room's last peer.
