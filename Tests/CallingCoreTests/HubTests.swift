@@ -466,7 +466,12 @@ final class HubTests: XCTestCase {
         let texts = ["a", "a ", " a", "\u{1C}", "\u{1F}", "\u{7F}", "\u{0}", "\u{85}", "\u{2028}", " \u{301}", "\t\u{200D}",
                      "\r\n", "\n\u{301}x", "a\u{301}", "\u{3000}", "\u{FEFF}", "\u{200B}", "\u{0600}a", " \u{1F600}",
                      "\u{B}\u{C}", "\u{1F1FA}\u{1F1F8}", "é", "."]
-        for (index, text) in texts.enumerated() {
+        // Every ASCII scalar first, alone and with a combining mark after it.
+        let ascii = (0..<128).flatMap { code -> [String] in
+            let scalar = String(Unicode.Scalar(UInt8(code)))
+            return [scalar, scalar + "\u{301}", scalar + "x"]
+        }
+        for (index, text) in (texts + ascii).enumerated() {
             let chat = ChatSubmission(clientID: "c-\(index)", text: text)
             let effects = send(alice, .chat(chat))
             if text.allSatisfy(\.isWhitespace) {
