@@ -18,11 +18,14 @@ struct FrameCounts {
     }
 
     mutating func count(named name: String, by amount: Int = 1) {
-        if last < other.count, other[last].name == name {
+        // Lengths first: two different names (a chat's ack and its broadcast alternate) otherwise
+        // went through String's slow comparison, which checks for equal but differently encoded text.
+        let length = name.utf8.count
+        if last < other.count, other[last].name.utf8.count == length, other[last].name == name {
             other[last].count += amount
             return
         }
-        if let index = other.firstIndex(where: { $0.name == name }) {
+        if let index = other.firstIndex(where: { $0.name.utf8.count == length && $0.name == name }) {
             other[index].count += amount
             last = index
             return
