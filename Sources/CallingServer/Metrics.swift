@@ -45,8 +45,10 @@ struct FrameCounts {
 
 /// Counters exposed at /metrics in Prometheus text format. Owned by the service thread.
 final class Metrics {
-    var framesIn = FrameCounts()
-    var framesOut = FrameCounts()
+    /// Counted per frame in and per frame sent; unchecked for exclusivity for the reason given at
+    /// `RoomEndpoint.sessions` (service thread only, never held across a call).
+    @exclusivity(unchecked) var framesIn = FrameCounts()
+    @exclusivity(unchecked) var framesOut = FrameCounts()
     var errors: [String: Int] = [:]
     var upgrades: [String: Int] = [:]
     var closes: [String: Int] = [:]

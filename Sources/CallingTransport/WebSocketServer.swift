@@ -79,7 +79,9 @@ public final class WebSocketServer: @unchecked Sendable {
     // @unchecked: mutable state is split in two. `inbox`/`lifecycle` are lock-protected and
     // touched from any thread; `state` is only ever touched on the service thread.
     public let settings: TransportSettings
-    public weak var delegate: (any WebSocketServerDelegate)?
+    /// Set before `start`; read on the service thread for every callback that reaches the app, so
+    /// unchecked for exclusivity (see `ServiceState`).
+    @exclusivity(unchecked) public weak var delegate: (any WebSocketServerDelegate)?
     private let logger: Logger
 
     // An NSLock (pthread mutex) rather than `Mutex`: ThreadSanitizer does not see the futex
