@@ -67,7 +67,21 @@ final class SignalingService: @unchecked Sendable {
     func handle(_ input: HubInput) {
         switch input {
         case .join, .disconnect, .kick, .endRoom: membership(input)
+        case .message(let connection, .relay(let kind, let to?, let payload)):
+            // The hub's decision for an addressed relay, without the effect arrays (Hub.relay).
+            guard let (target, frame) = Self.inPlace(&hub, { $0.relay(kind, to: to, payload: payload, from: connection) }) else { return }
+            countError(frame, recipients: 1)
+            router.deliver(frame, to: target)
         default: apply(hub.handle(input, now: now()))
+        }
+    }
+
+    /// An `error` frame counts in `calling_errors_total` once per recipient.
+    @inline(__always)
+    private func countError(_ frame: Frame, recipients: Int) {
+        // `error` first: a relayed frame has none, so it skips the type comparison.
+        if let code = frame.error?.code, frame.type == FrameType.error.rawValue, let name = ErrorCode(rawValue: code)?.name {
+            metrics.errors[name, default: 0] += recipients
         }
     }
 
@@ -220,10 +234,7 @@ final class SignalingService: @unchecked Sendable {
         for effect in effects {
             switch effect {
             case .send(let targets, let frame):
-                // `error` first: a relayed frame has none, so it skips the type comparison.
-                if let code = frame.error?.code, frame.type == FrameType.error.rawValue, let name = ErrorCode(rawValue: code)?.name {
-                    metrics.errors[name, default: 0] += targets.count
-                }
+                countError(frame, recipients: targets.count)
                 router.deliver(frame, to: targets)
             case .close(let connection, let code):
                 // A remote seat's close is its node's to count (when it closes the socket).
