@@ -719,6 +719,21 @@ public final class WebSocketServer: @unchecked Sendable {
         // After our Close only the client's Close matters (RFC 6455 §5.5.1).
         if conn.closeFrameSent { return }
         if LWS.isFirstFragment(wsi) {
+            if length <= settings.maxFrameBytes, LWS.isMessageEnd(wsi) {
+                // The whole message in one callback, as nearly every one arrives: copied once from
+                // lws's buffer into the array the app gets. Through `rx` it was appended there,
+                // and `rx`, still shared with the message, was allocated anew for the next one.
+                let message: InboundMessage
+                if LWS.isBinaryFrame(wsi) {
+                    message = .binary(byteCount: length)
+                } else {
+                    message = .text(input.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: length)) } ?? [])
+                }
+                if !conn.rx.isEmpty { conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536) }
+                conn.rxDiscarded = 0
+                delegate?.server(self, didReceive: message, on: id)
+                return
+            }
             conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536)
             conn.rxDiscarded = 0
             conn.rxBinary = LWS.isBinaryFrame(wsi)
