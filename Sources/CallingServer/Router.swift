@@ -11,6 +11,9 @@ protocol Router: AnyObject {
     /// Encodes `frame` once and hands it to each target (a socket's queue, or the virtual
     /// connection attached under that id).
     func deliver(_ frame: Frame, to targets: [ConnectionID])
+    /// `deliver(frame, to: [target])`, for the one-target frames of an addressed relay: a router
+    /// may skip building the array.
+    func deliver(_ frame: Frame, to target: ConnectionID)
     /// Closes a connection with `code`: a socket gets a Close frame after its queued frames, a
     /// virtual connection its `closed(_:code:)`.
     func close(_ connection: ConnectionID, code: CloseCode)
@@ -34,6 +37,8 @@ protocol Router: AnyObject {
 
 extension Router {
     func committed(_ message: ChatMessage) {}
+
+    func deliver(_ frame: Frame, to target: ConnectionID) { deliver(frame, to: [target]) }
 }
 
 /// A room member that is not a socket of the transport: an HTTP session's seat (HTTPSessions.swift).
@@ -72,28 +77,41 @@ final class LocalRouter: Router {
 
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
         guard !targets.isEmpty else { return }
-        // A relayed frame, a chat and a chat-ack are written straight into the message every target
-        // shares; others are encoded into a buffer kept for the purpose, then copied once: no array
-        // per frame.
-        let message: OutboundMessage
-        if let length = frame.plainRelayedLength {
-            message = OutboundMessage(count: length) { frame.writePlainRelayed(to: $0) }
-        } else if let length = frame.plainChatLength {
-            message = OutboundMessage(count: length) { frame.writePlainChat(to: $0) }
-        } else {
-            encodeBuffer.removeAll(keepingCapacity: true)
-            frame.encode(into: &encodeBuffer)
-            message = OutboundMessage(encodeBuffer[...])
-        }
+        let message = encode(frame)
         metrics.framesOut.count(named: frame.type, by: targets.count)
-        for target in targets {
-            // A virtual connection is an HTTP session: its frames go to the session, never to a socket.
-            if HTTPSessions.isVirtual(target) {
-                virtuals[target]?.handler?.receive(frame, on: target)
-                continue
-            }
-            sink.send(message, to: target)
+        for target in targets { hand(frame, message, to: target) }
+    }
+
+    func deliver(_ frame: Frame, to target: ConnectionID) {
+        let message = encode(frame)
+        metrics.framesOut.count(named: frame.type, by: 1)
+        hand(frame, message, to: target)
+    }
+
+    /// A relayed frame, a chat and a chat-ack are written straight into the message every target
+    /// shares; others are encoded into a buffer kept for the purpose, then copied once: no array
+    /// per frame.
+    @inline(__always)
+    private func encode(_ frame: Frame) -> OutboundMessage {
+        if let length = frame.plainRelayedLength {
+            return OutboundMessage(count: length) { frame.writePlainRelayed(to: $0) }
         }
+        if let length = frame.plainChatLength {
+            return OutboundMessage(count: length) { frame.writePlainChat(to: $0) }
+        }
+        encodeBuffer.removeAll(keepingCapacity: true)
+        frame.encode(into: &encodeBuffer)
+        return OutboundMessage(encodeBuffer[...])
+    }
+
+    @inline(__always)
+    private func hand(_ frame: Frame, _ message: OutboundMessage, to target: ConnectionID) {
+        // A virtual connection is an HTTP session: its frames go to the session, never to a socket.
+        if HTTPSessions.isVirtual(target) {
+            virtuals[target]?.handler?.receive(frame, on: target)
+            return
+        }
+        sink.send(message, to: target)
     }
 
     func close(_ connection: ConnectionID, code: CloseCode) {

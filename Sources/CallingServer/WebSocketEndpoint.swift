@@ -83,7 +83,9 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
     private let primary: any WebSocketEndpoint
     private let primaryPath: String
     /// The connections of every other endpoint.
-    private var byConnection: [ConnectionID: any WebSocketEndpoint] = [:]
+    /// Read per inbound frame while it is not empty; unchecked for exclusivity for the reason
+    /// given at `RoomEndpoint.sessions`.
+    @exclusivity(unchecked) private var byConnection: [ConnectionID: any WebSocketEndpoint] = [:]
 
     /// `endpoints` must contain `primaryPath`.
     init(context: ServiceContext, endpoints: [String: any WebSocketEndpoint], primaryPath: String, routes: HTTPRoutes) {

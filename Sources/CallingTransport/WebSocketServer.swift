@@ -79,7 +79,9 @@ public final class WebSocketServer: @unchecked Sendable {
     // @unchecked: mutable state is split in two. `inbox`/`lifecycle` are lock-protected and
     // touched from any thread; `state` is only ever touched on the service thread.
     public let settings: TransportSettings
-    public weak var delegate: (any WebSocketServerDelegate)?
+    /// Set before `start`; read on the service thread for every callback that reaches the app, so
+    /// unchecked for exclusivity (see `ServiceState`).
+    @exclusivity(unchecked) public weak var delegate: (any WebSocketServerDelegate)?
     private let logger: Logger
 
     // An NSLock (pthread mutex) rather than `Mutex`: ThreadSanitizer does not see the futex
@@ -717,6 +719,21 @@ public final class WebSocketServer: @unchecked Sendable {
         // After our Close only the client's Close matters (RFC 6455 §5.5.1).
         if conn.closeFrameSent { return }
         if LWS.isFirstFragment(wsi) {
+            if length <= settings.maxFrameBytes, LWS.isMessageEnd(wsi) {
+                // The whole message in one callback, as nearly every one arrives: copied once from
+                // lws's buffer into the array the app gets. Through `rx` it was appended there,
+                // and `rx`, still shared with the message, was allocated anew for the next one.
+                let message: InboundMessage
+                if LWS.isBinaryFrame(wsi) {
+                    message = .binary(byteCount: length)
+                } else {
+                    message = .text(input.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: length)) } ?? [])
+                }
+                if !conn.rx.isEmpty { conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536) }
+                conn.rxDiscarded = 0
+                delegate?.server(self, didReceive: message, on: id)
+                return
+            }
             conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536)
             conn.rxDiscarded = 0
             conn.rxBinary = LWS.isBinaryFrame(wsi)

@@ -276,6 +276,26 @@ final class HubTests: XCTestCase {
         assertPeerNotFound(send(alice, .relay(.answer, to: "bob", payload: ["sdp": "v=0"])), sender: alice, type: "answer")
     }
 
+    func test_relay_decides_as_handle_does_with_one_effect() {
+        // The service's fast path for addressed relays (Hub.relay) against the hub's own answer,
+        // in a small room (members scanned) and a large one (members indexed).
+        for size in [3, 12] {
+            hub = Hub()
+            let connections = (1...size).map { ConnectionID(UInt64($0)) }
+            for (index, connection) in connections.enumerated() { join(connection, PeerID("p\(index)")) }
+            let cases: [(ConnectionID, PeerID)] = [
+                (connections[0], "p1"), (connections[size - 1], "p0"), (connections[1], "p1"), (connections[0], "nobody"),
+                (ConnectionID(99), "p0"),
+            ]
+            for (sender, target) in cases {
+                let payload: RawJSON = ["candidate": "candidate:1 1 udp 1 192.0.2.1 9 typ host"]
+                let fast = hub.relay(.candidate, to: target, payload: payload, from: sender)
+                let effects = send(sender, .relay(.candidate, to: target, payload: payload))
+                XCTAssertEqual(fast.map { [HubEffect.send([$0.target], $0.frame)] } ?? [], effects, "\(size) peers, \(sender) → \(target)")
+            }
+        }
+    }
+
     func test_frames_from_a_connection_that_never_joined_are_ignored() {
         joinAll()
         XCTAssertEqual(send(fresh, .relay(.data, to: nil, payload: nil)), [])

@@ -29,4 +29,24 @@ final class IdentifiersTests: XCTestCase {
         XCTAssertEqual([RoomID("b"), "a"].sorted(), ["a", "b"])
         XCTAssertEqual([ConnectionID(10), ConnectionID(9)].sorted(), [ConnectionID(9), ConnectionID(10)], "numeric, not textual")
     }
+
+    func test_connection_ids_key_tables_by_value() {
+        // The server's ids: consecutive, HTTP-session and other-node flag bits, and the extremes.
+        var ids = (1...5_000).map { ConnectionID(UInt64($0)) }
+        ids += (1...500).map { ConnectionID(UInt64($0) | 1 << 62) } + (1...500).map { ConnectionID(UInt64($0) | 1 << 61) }
+        ids += [ConnectionID(0), ConnectionID(.max)]
+        var table: [ConnectionID: UInt64] = [:]
+        for id in ids { table[id] = id.rawValue }
+        XCTAssertEqual(table.count, ids.count)
+        for id in ids { XCTAssertEqual(table[ConnectionID(id.rawValue)], id.rawValue) }
+        XCTAssertNil(table[ConnectionID(5_001)])
+        for id in ids.prefix(2_500) { table[id] = nil }
+        XCTAssertEqual(table.count, ids.count - 2_500)
+        XCTAssertEqual(Set(ids).count, ids.count)
+        // Equal ids hash alike in every table, whatever its seed.
+        for seed in [0, 1, -1, 0x5EED] {
+            XCTAssertEqual(ConnectionID(7)._rawHashValue(seed: seed), ConnectionID(7)._rawHashValue(seed: seed))
+        }
+        XCTAssertNotEqual(ConnectionID(7)._rawHashValue(seed: 0), ConnectionID(8)._rawHashValue(seed: 0))
+    }
 }
