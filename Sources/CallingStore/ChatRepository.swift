@@ -3,6 +3,16 @@ import CallingCore
 
 /// The chat SQL, run synchronously on a connection. `ChatStore` calls it on its queue; nothing else should
 /// (it is internal so that the queue discipline cannot be bypassed from outside the module).
+/// Something that carries a chat draft: the draft itself, or a pending append in a store's batch,
+/// so that `ChatRepository.append` reads a batch's drafts where they are.
+protocol ChatDraftCarrying {
+    var draft: ChatDraft { get }
+}
+
+extension ChatDraft: ChatDraftCarrying {
+    var draft: ChatDraft { self }
+}
+
 struct ChatRepository {
     let db: SQLiteConnection
 
@@ -19,6 +29,13 @@ struct ChatRepository {
     /// The rows go in as multi-row INSERTs of `chunkSizes` rows (`insertChunk`) and the last few one
     /// by one (`insertOne`); a chunk that meets a duplicate is redone one row at a time.
     func append(_ drafts: [ChatDraft]) throws -> [ChatAppendResult] {
+        try append(drafts[...])
+    }
+
+    /// `append(_:)` for the drafts a batch carries (`ChatStore`'s pending appends), read in place:
+    /// a copy of the batch's drafts was five string retains and releases per chat.
+    func append<Batch: RandomAccessCollection>(_ drafts: Batch) throws -> [ChatAppendResult]
+    where Batch.Element: ChatDraftCarrying, Batch.Index == Int {
         try db.transaction(.immediate) {
             var batch = BatchState()
             batch.results.reserveCapacity(drafts.count)
@@ -26,15 +43,15 @@ struct ChatRepository {
             while index < drafts.endIndex {
                 let remaining = drafts.endIndex - index
                 if let rows = Self.chunkSizes.first(where: { $0 <= remaining }) {
-                    let chunk = drafts[index..<(index + rows)]
-                    if try !insertChunk(chunk, &batch) {
+                    let chunk = index..<(index + rows)
+                    if try !insertChunk(drafts, chunk, &batch) {
                         // A retry (or a second copy within the chunk) hit the dedup key: the chunk's
                         // statement was rolled back on its own, and the rows go one by one instead.
-                        for draft in chunk { try insertOne(draft, &batch) }
+                        for row in chunk { try insertOne(drafts[row].draft, &batch) }
                     }
                     index += rows
                 } else {
-                    try insertOne(drafts[index], &batch)
+                    try insertOne(drafts[index].draft, &batch)
                     index += 1
                 }
             }
@@ -66,77 +83,102 @@ struct ChatRepository {
             + values.joined(separator: ", ")))
     })
 
-    /// Inserts `chunk` with one statement and returns true, or returns false with nothing inserted and
-    /// nothing given out when a constraint refused it (the caller then goes row by row, which finds
-    /// the duplicate or reports the real error).
+    /// Inserts the drafts at `rows` with one statement and returns true, or returns false with nothing
+    /// inserted and nothing given out when a constraint refused it (the caller then goes row by row,
+    /// which finds the duplicate or reports the real error).
     ///
     /// One statement for many rows: SQLite's per-statement work (starting it, the statement journal
     /// an insert into two B-trees needs, ending it) is paid once per chunk instead of once per row.
     /// Without `ON CONFLICT … DO NOTHING`, a duplicate aborts the statement (and only it) instead of
     /// being skipped, which is what keeps seq gap-free: the seqs of the chunk are handed out only if
     /// all of its rows went in.
-    private func insertChunk(_ chunk: ArraySlice<ChatDraft>, _ batch: inout BatchState) throws -> Bool {
-        guard let key = Self.chunkSQL[chunk.count] else { return false }
+    private func insertChunk<Batch: RandomAccessCollection>(
+        _ drafts: Batch, _ rows: Range<Int>, _ batch: inout BatchState
+    ) throws -> Bool where Batch.Element: ChatDraftCarrying, Batch.Index == Int {
+        guard let key = Self.chunkSQL[rows.count] else { return false }
+        // The seqs go straight into the batch's counters, one hash of the room id per row (a
+        // chunk-local dictionary merged afterwards hashed each row's room three times); a refused
+        // chunk takes them back (`undo`). Rooms first seen here are remembered to be removed again.
         var seqs: [Int64] = []
-        seqs.reserveCapacity(chunk.count)
-        // The chunk's own counters, merged into the batch's only if the chunk goes in (not a copy of
-        // the batch's: with 1,000 rooms that would be a copy of 1,000 entries per chunk).
-        var next: [RoomID: Int64] = [:]
-        for draft in chunk {
-            let seq = try (next[draft.room] ?? batch.lastSeqByRoom[draft.room] ?? lastSeqCreatingRoom(draft.room)) + 1
-            next[draft.room] = seq
-            seqs.append(seq)
+        seqs.reserveCapacity(rows.count)
+        var roomsAdded: [RoomID] = []
+        var textBytes = 0
+        for row in rows {
+            let draft = drafts[row].draft
+            if let seen = batch.lastSeqByRoom.index(forKey: draft.room) {
+                let seq = batch.lastSeqByRoom.values[seen] + 1
+                batch.lastSeqByRoom.values[seen] = seq
+                seqs.append(seq)
+            } else {
+                let seq = try lastSeqCreatingRoom(draft.room) + 1
+                batch.lastSeqByRoom[draft.room] = seq
+                roomsAdded.append(draft.room)
+                seqs.append(seq)
+            }
+            textBytes += draft.room.rawValue.utf8.count + draft.sender.rawValue.utf8.count
+                + draft.clientID.utf8.count + draft.text.utf8.count + (draft.meta?.utf8.count ?? 0)
         }
-        // Every text of the chunk in one buffer, bound in place: it outlives the step.
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(chunk.count * 64)
-        var spans: [Range<Int>] = []
-        spans.reserveCapacity(chunk.count * 5)
-        func add(_ text: String) {
-            let start = bytes.count
-            bytes.append(contentsOf: text.utf8)
-            spans.append(start..<bytes.count)
+        func undo() {
+            for row in rows { batch.lastSeqByRoom[drafts[row].draft.room]! -= 1 }
+            for room in roomsAdded { batch.lastSeqByRoom[room] = nil }
         }
-        for draft in chunk {
-            add(draft.room.rawValue); add(draft.sender.rawValue); add(draft.clientID); add(draft.text)
-            if let meta = draft.meta { add(meta) }
-        }
+        // Every text of the chunk in one buffer of the exact size, bound in place as it is copied
+        // (the buffer never moves): it outlives the step.
+        let buffer = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: max(textBytes, 1))
+        defer { buffer.deallocate() }
         let insert = try db.cachedStatement(key)
-        let inserted: Bool = try bytes.withUnsafeBufferPointer { buffer throws(SQLiteError) -> Bool in
-            defer { insert.reset() }
-            var span = 0
-            func text(_ parameter: Int32) throws(SQLiteError) {
-                try insert.bindTextInPlace(UnsafeBufferPointer(rebasing: buffer[spans[span]]), at: parameter)
-                span += 1
-            }
-            for (row, draft) in chunk.enumerated() {
-                let base = Int32(row * 7)
-                try text(base + 1)
-                try insert.bind(.integer(seqs[row]), at: base + 2)
-                try text(base + 3)
-                try text(base + 4)
-                try text(base + 5)
-                if draft.meta != nil { try text(base + 6) } else { try insert.bind(.null, at: base + 6) }
-                try insert.bind(.integer(draft.timestampMs), at: base + 7)
-            }
-            do throws(SQLiteError) {
-                while try insert.step() {}
-                return true
-            } catch {
-                guard error.code == SQLITE_CONSTRAINT else { throw error }
-                return false
-            }
+        let inserted: Bool
+        do throws(SQLiteError) {
+            inserted = try insertBound(insert, drafts, rows, seqs, buffer)
+        } catch {
+            undo()
+            throw error
         }
-        guard inserted else { return false }
-        batch.lastSeqByRoom.merge(next) { $1 }
-        for (row, draft) in chunk.enumerated() {
+        guard inserted else {
+            undo()
+            return false
+        }
+        for (offset, row) in rows.enumerated() {
+            let draft = drafts[row].draft
             let record = ChatRecord(
-                room: draft.room, seq: seqs[row], sender: draft.sender, clientID: draft.clientID,
+                room: draft.room, seq: seqs[offset], sender: draft.sender, clientID: draft.clientID,
                 text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs
             )
             batch.results.append(ChatAppendResult(message: record, duplicate: false))
         }
         return true
+    }
+
+    /// Binds the chunk's rows to `insert` (their text copied into `buffer`) and steps it: true when
+    /// it went in, false when a constraint refused it.
+    private func insertBound<Batch: RandomAccessCollection>(
+        _ insert: Statement, _ drafts: Batch, _ rows: Range<Int>, _ seqs: [Int64], _ buffer: UnsafeMutableBufferPointer<UInt8>
+    ) throws(SQLiteError) -> Bool where Batch.Element: ChatDraftCarrying, Batch.Index == Int {
+        defer { insert.reset() }
+        var used = 0
+        func text(_ string: String, _ parameter: Int32) throws(SQLiteError) {
+            let start = used
+            used += UnsafeMutableBufferPointer(rebasing: buffer[start...]).initialize(from: string.utf8).1
+            try insert.bindTextInPlace(UnsafeBufferPointer(rebasing: buffer[start..<used]), at: parameter)
+        }
+        for (offset, row) in rows.enumerated() {
+            let draft = drafts[row].draft
+            let base = Int32(offset * 7)
+            try text(draft.room.rawValue, base + 1)
+            try insert.bind(.integer(seqs[offset]), at: base + 2)
+            try text(draft.sender.rawValue, base + 3)
+            try text(draft.clientID, base + 4)
+            try text(draft.text, base + 5)
+            if let meta = draft.meta { try text(meta, base + 6) } else { try insert.bind(.null, at: base + 6) }
+            try insert.bind(.integer(draft.timestampMs), at: base + 7)
+        }
+        do throws(SQLiteError) {
+            while try insert.step() {}
+            return true
+        } catch {
+            guard error.code == SQLITE_CONSTRAINT else { throw error }
+            return false
+        }
     }
 
     /// One row: a retry of a stored (room, sender, client_id) yields the original, marked duplicate.

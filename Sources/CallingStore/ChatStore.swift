@@ -61,7 +61,7 @@ public final class ChatStore: @unchecked Sendable {
     /// Checkpoints the WAL off the commit path; nil for an in-memory database (no WAL).
     private let checkpointer: WALCheckpointer?
 
-    private struct PendingAppend: Sendable {
+    private struct PendingAppend: Sendable, ChatDraftCarrying {
         var draft: ChatDraft
         var completion: @Sendable (Result<ChatAppendResult, StoreError>) -> Void
     }
@@ -130,13 +130,13 @@ public final class ChatStore: @unchecked Sendable {
         var start = drafts.startIndex
         while start < drafts.endIndex {
             let end = min(start + maxBatchSize, drafts.endIndex)
-            write(Array(drafts[start..<end]))
+            write(drafts[start..<end])
             start = end
         }
     }
 
     /// On `queue`: commits `batch` in one transaction, then completes every draft in it.
-    private func write(_ batch: [PendingAppend]) {
+    private func write(_ batch: ArraySlice<PendingAppend>) {
         guard !batch.isEmpty else { return }
         guard connection.isOpen else {
             for pending in batch { pending.completion(.failure(.closed)) }
@@ -145,7 +145,7 @@ public final class ChatStore: @unchecked Sendable {
         let results: [ChatAppendResult]
         let started = DispatchTime.now().uptimeNanoseconds
         do {
-            results = try ChatRepository(db: connection).append(batch.map(\.draft))
+            results = try ChatRepository(db: connection).append(batch)
         } catch {
             counters.withLock { $0.batchesFailed += 1 }
             let failure = StoreError(error)

@@ -152,7 +152,10 @@ public final class SQLiteConnection {
     public func cachedStatement(_ key: SQLiteStatementKey) throws(SQLiteError) -> Statement {
         let db = try live()
         if let statement = keyedStatementCache[ObjectIdentifier(key)] {
-            statement.reset()
+            // Reset, but its bindings left for the caller to overwrite: the multi-row chat insert
+            // binds every parameter, resets (and clears) after its step, and clearing its 448
+            // parameters a second time here was ~85 instructions per row.
+            statement.rewind()
             return statement
         }
         let statement = try Statement(db: db, sql: key.sql, persistent: true)

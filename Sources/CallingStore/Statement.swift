@@ -80,6 +80,13 @@ public final class Statement {
         sqlite3_clear_bindings(handle)
     }
 
+    /// Resets the statement so it can run again, keeping its bindings: for a caller that binds every
+    /// parameter before the next step.
+    func rewind() {
+        guard let handle else { return }
+        sqlite3_reset(handle)
+    }
+
     /// Binds one value to parameter `index` (1-based), without the array `bind(_:)` takes: the batch
     /// insert binds seven values per chat.
     public func bind(_ value: SQLiteValue, at index: Int32) throws(SQLiteError) {
@@ -127,7 +134,7 @@ public final class Statement {
         } else {
             resultCode = sqlite3_bind_text64(handle, index, "", 0, cs_sqlite_transient(), UInt8(SQLITE_UTF8))
         }
-        try check(resultCode, db: sqlite3_db_handle(handle), sql: sql)
+        if resultCode != SQLITE_OK { try check(resultCode, db: sqlite3_db_handle(handle), sql: sql) }
     }
 
     /// Binds `values` to parameters 1...n. The count must match the statement's parameters exactly:
@@ -144,7 +151,6 @@ public final class Statement {
     }
 
     private func bind(_ value: SQLiteValue, at index: Int32, _ handle: OpaquePointer) throws(SQLiteError) {
-        let db = sqlite3_db_handle(handle)
         let resultCode: Int32
         switch value {
         case .integer(let number):
@@ -173,7 +179,7 @@ public final class Statement {
                 return sqlite3_bind_blob64(handle, index, start, UInt64(raw.count), cs_sqlite_transient())
             }
         }
-        try check(resultCode, db: db, sql: sql)
+        if resultCode != SQLITE_OK { try check(resultCode, db: sqlite3_db_handle(handle), sql: sql) }
     }
 
     /// Advances to the next row. Returns `true` when a row is available, `false` when the statement is done.
