@@ -271,7 +271,7 @@ final class SignalingService: @unchecked Sendable {
                               meta: submission.meta.map(JSONWriter.string), timestampMs: timestamp)
         // Monotonic, for the ack latency histogram: two clock reads per chat, no allocation.
         let received = DispatchTime.now().uptimeNanoseconds
-        chats.appendChat(draft) { [context] result in
+        chats.appendChat(draft) { [self] result in
             let outcome: ChatStoreOutcome
             switch result {
             case .success(let stored):
@@ -280,21 +280,28 @@ final class SignalingService: @unchecked Sendable {
                 outcome = .failed(room: room, peer: peer, clientID: submission.clientID, connection: connection,
                                   WireError(.unavailable, "chat not stored: \(error.isRetryable ? "store busy" : "store error"); retry with the same client_id"))
             }
-            context.post { [self] in
-                switch outcome {
-                case .stored(_, _, let duplicate): if duplicate { metrics.chatDuplicates += 1 } else { metrics.chatStored += 1 }
-                case .failed: metrics.storeFailures += 1
-                }
-                if case .stored(let message, _, false) = outcome { router.committed(message) }
-                apply(hub.handle(.chatStored(outcome), now: now()))
-                metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- received)
-                if case .stored(let message, _, false) = outcome, webhooks.wants(.chatMessage) {
-                    webhooks.emit(.chatMessage, key: room.rawValue, [
-                        "room_id": .string(room.rawValue), "seq": .int(message.seq), "from": .string(message.from.rawValue),
-                        "client_id": .string(message.clientID), "text": .string(message.text), "meta": message.meta ?? .null,
-                        "ts": .int(message.timestamp),
-                    ])
-                }
+            posting(outcome, room: room, received: received)
+        }
+    }
+
+    /// On the store queue: hands a chat's outcome to the service thread. `outcome` is consumed, so
+    /// the posted closure takes it over instead of a copy (and the store queue's destroy of it).
+    private func posting(_ outcome: consuming ChatStoreOutcome, room: RoomID, received: UInt64) {
+        let outcome = consume outcome
+        context.post { [self] in
+            switch outcome {
+            case .stored(_, _, let duplicate): if duplicate { metrics.chatDuplicates += 1 } else { metrics.chatStored += 1 }
+            case .failed: metrics.storeFailures += 1
+            }
+            if case .stored(let message, _, false) = outcome { router.committed(message) }
+            apply(hub.handle(.chatStored(outcome), now: now()))
+            metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- received)
+            if case .stored(let message, _, false) = outcome, webhooks.wants(.chatMessage) {
+                webhooks.emit(.chatMessage, key: room.rawValue, [
+                    "room_id": .string(room.rawValue), "seq": .int(message.seq), "from": .string(message.from.rawValue),
+                    "client_id": .string(message.clientID), "text": .string(message.text), "meta": message.meta ?? .null,
+                    "ts": .int(message.timestamp),
+                ])
             }
         }
     }
@@ -333,7 +340,9 @@ extension PeerIdentity {
 }
 
 extension ChatMessage {
-    init(record: ChatRecord) {
+    /// Borrows the record: each field is copied once, and no copy of the whole record is made and
+    /// destroyed per chat (the store completion builds one of these for every acked chat).
+    init(record: borrowing ChatRecord) {
         let meta = record.meta.flatMap { try? JSONParser.parse($0) }
         self.init(room: record.room, seq: record.seq, from: record.sender, clientID: record.clientID, text: record.text,
                   meta: meta, timestamp: record.timestampMs)
