@@ -103,20 +103,23 @@ struct ChatRepository {
         seqs.reserveCapacity(rows.count)
         var roomsAdded: [RoomID] = []
         var textBytes = 0
+        // The drafts' fields are read where they are (`drafts[row].draft.x`): a `let draft` copy
+        // of each row was five string retains and releases, in each of the three loops.
         for row in rows {
-            let draft = drafts[row].draft
-            if let seen = batch.lastSeqByRoom.index(forKey: draft.room) {
+            let room = drafts[row].draft.room
+            if let seen = batch.lastSeqByRoom.index(forKey: room) {
                 let seq = batch.lastSeqByRoom.values[seen] + 1
                 batch.lastSeqByRoom.values[seen] = seq
                 seqs.append(seq)
             } else {
-                let seq = try lastSeqCreatingRoom(draft.room) + 1
-                batch.lastSeqByRoom[draft.room] = seq
-                roomsAdded.append(draft.room)
+                let seq = try lastSeqCreatingRoom(room) + 1
+                batch.lastSeqByRoom[room] = seq
+                roomsAdded.append(room)
                 seqs.append(seq)
             }
-            textBytes += draft.room.rawValue.utf8.count + draft.sender.rawValue.utf8.count
-                + draft.clientID.utf8.count + draft.text.utf8.count + (draft.meta?.utf8.count ?? 0)
+            textBytes += room.rawValue.utf8.count + drafts[row].draft.sender.rawValue.utf8.count
+                + drafts[row].draft.clientID.utf8.count + drafts[row].draft.text.utf8.count
+                + (drafts[row].draft.meta?.utf8.count ?? 0)
         }
         func undo() {
             for row in rows { batch.lastSeqByRoom[drafts[row].draft.room]! -= 1 }
@@ -139,12 +142,11 @@ struct ChatRepository {
             return false
         }
         for (offset, row) in rows.enumerated() {
-            let draft = drafts[row].draft
-            let record = ChatRecord(
-                room: draft.room, seq: seqs[offset], sender: draft.sender, clientID: draft.clientID,
-                text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs
-            )
-            batch.results.append(ChatAppendResult(message: record, duplicate: false))
+            batch.results.append(ChatAppendResult(message: ChatRecord(
+                room: drafts[row].draft.room, seq: seqs[offset], sender: drafts[row].draft.sender,
+                clientID: drafts[row].draft.clientID, text: drafts[row].draft.text, meta: drafts[row].draft.meta,
+                timestampMs: drafts[row].draft.timestampMs
+            ), duplicate: false))
         }
         return true
     }
@@ -162,15 +164,14 @@ struct ChatRepository {
             try insert.bindTextInPlace(UnsafeBufferPointer(rebasing: buffer[start..<used]), at: parameter)
         }
         for (offset, row) in rows.enumerated() {
-            let draft = drafts[row].draft
             let base = Int32(offset * 7)
-            try text(draft.room.rawValue, base + 1)
+            try text(drafts[row].draft.room.rawValue, base + 1)
             try insert.bind(.integer(seqs[offset]), at: base + 2)
-            try text(draft.sender.rawValue, base + 3)
-            try text(draft.clientID, base + 4)
-            try text(draft.text, base + 5)
-            if let meta = draft.meta { try text(meta, base + 6) } else { try insert.bind(.null, at: base + 6) }
-            try insert.bind(.integer(draft.timestampMs), at: base + 7)
+            try text(drafts[row].draft.sender.rawValue, base + 3)
+            try text(drafts[row].draft.clientID, base + 4)
+            try text(drafts[row].draft.text, base + 5)
+            if let meta = drafts[row].draft.meta { try text(meta, base + 6) } else { try insert.bind(.null, at: base + 6) }
+            try insert.bind(.integer(drafts[row].draft.timestampMs), at: base + 7)
         }
         do throws(SQLiteError) {
             while try insert.step() {}
