@@ -166,21 +166,39 @@ struct FrameScanner {
         return Self.member(UnsafeBufferPointer(start: base + start + 1, count: end - start - 2), envelope: envelope)
     }
 
+    /// Which member a key's bytes name: told apart by length, then compared as one or two
+    /// little-endian loads (this runs for every key of every frame, so no comparison chains).
     private static func member(_ name: UnsafeBufferPointer<UInt8>, envelope: Bool) -> Member {
+        guard let bytes = name.baseAddress else { return .other }
+        let raw = UnsafeRawPointer(bytes)
         if envelope {
-            if equals(name, "type") { return .type }
-            if equals(name, "to") { return .to }
-            if equals(name, "payload") { return .payload }
-        } else {
-            if equals(name, "sdp") { return .sdp }
-            if equals(name, "candidate") { return .candidate }
-            if equals(name, "sdpMid") { return .sdpMid }
-            if equals(name, "sdpMLineIndex") { return .sdpMLineIndex }
-            if equals(name, "client_id") { return .clientID }
-            if equals(name, "text") { return .text }
-            if equals(name, "meta") { return .meta }
+            switch name.count {
+            case 2: return UInt16(littleEndian: raw.loadUnaligned(as: UInt16.self)) == 0x6f74 /* "to" */ ? .to : .other
+            case 4: return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x6570_7974 /* "type" */ ? .type : .other
+            case 7:
+                return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x6c79_6170 /* "payl" */
+                    && UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: 3, as: UInt32.self)) == 0x6461_6f6c /* "load" */ ? .payload : .other
+            default: return .other
+            }
         }
-        return .other
+        switch name.count {
+        case 3: return UInt16(littleEndian: raw.loadUnaligned(as: UInt16.self)) == 0x6473 /* "sd" */ && bytes[2] == UInt8(ascii: "p") ? .sdp : .other
+        case 4:
+            let word = UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self))
+            if word == 0x7478_6574 /* "text" */ { return .text }
+            return word == 0x6174_656d /* "meta" */ ? .meta : .other
+        case 6:
+            return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x4d70_6473 /* "sdpM" */
+                && UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: 2, as: UInt32.self)) == 0x6469_4d70 /* "pMid" */ ? .sdpMid : .other
+        case 9:
+            let head = UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self))
+            if head == 0x7461_6469_646e_6163 /* "candidat" */ { return bytes[8] == UInt8(ascii: "e") ? .candidate : .other }
+            return head == 0x695f_746e_6569_6c63 /* "client_i" */ && bytes[8] == UInt8(ascii: "d") ? .clientID : .other
+        case 13:
+            return UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self)) == 0x656e_694c_4d70_6473 /* "sdpMLine" */
+                && UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 5, as: UInt64.self)) == 0x7865_646e_4965_6e69 /* "ineIndex" */ ? .sdpMLineIndex : .other
+        default: return .other
+        }
     }
 
     /// Whether `bytes` are exactly `literal`.
