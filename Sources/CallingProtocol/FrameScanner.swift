@@ -223,7 +223,15 @@ struct FrameScanner {
 
     // MARK: values (JSONParser's grammar)
 
+    /// Frames from the SDKs have no whitespace between tokens, so the common case is one
+    /// comparison: every byte that can start or end a token is above 0x20.
+    @inline(__always)
     private mutating func skipWhitespace() {
+        if index < count, base[index] > 0x20 { return }
+        skipWhitespaceRun()
+    }
+
+    private mutating func skipWhitespaceRun() {
         while index < count {
             switch base[index] {
             case 0x20, 0x09, 0x0A, 0x0D: index += 1
