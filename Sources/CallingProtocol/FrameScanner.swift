@@ -55,6 +55,8 @@ struct FrameScanner {
     private let base: UnsafePointer<UInt8>
     private let count: Int
     private var index = 0
+    /// Whether a string held a byte above 0x7F (nowhere else can one pass the scan).
+    private var hasNonASCII = false
 
     private init(base: UnsafePointer<UInt8>, count: Int) {
         self.base = base
@@ -71,9 +73,9 @@ struct FrameScanner {
         guard scanner.scanEnvelope(into: &result) else { return nil }
         scanner.skipWhitespace()
         guard scanner.index == scanner.count else { return nil }
-        // Bytes above 0x7F can only be inside strings here (anywhere else the scan refused them);
-        // the common all-ASCII frame is told apart eight bytes at a time.
-        if !UTF8Check.isASCII(buffer), !UTF8Check.isValid(buffer) { return nil }
+        // Bytes above 0x7F can only be inside strings here (anywhere else the scan refused them),
+        // and the string scan noted whether there was one: an all-ASCII frame is not read again.
+        if scanner.hasNonASCII, !UTF8Check.isValid(buffer) { return nil }
         return result
     }
 
@@ -300,23 +302,41 @@ struct FrameScanner {
     }
 
     /// A string from its opening quote; whether it has an escape, or nil when it is malformed.
-    /// Bytes above 0x7F pass here; `scan` checks the frame's UTF-8 once at the end.
+    /// The common string (ASCII, no escape) ends at the first special byte it meets, inline;
+    /// anything else goes on in `skipStringRest`.
+    @inline(__always)
     private mutating func skipString() -> Bool? {
-        var position = index + 1
+        let position = PlainRun.end(in: base, from: index + 1, to: count, stoppingAtNonASCII: true)
+        if position < count, base[position] == UInt8(ascii: "\"") {
+            index = position + 1
+            return false
+        }
+        return skipStringRest(from: position)
+    }
+
+    /// The rest of a string from its first byte that is not plain ASCII. Bytes above 0x7F pass
+    /// here and are noted in `hasNonASCII`: `scan` then checks the frame's UTF-8 once at the end.
+    @inline(never)
+    private mutating func skipStringRest(from start: Int) -> Bool? {
+        var position = start
         var escaped = false
         while true {
-            position = PlainRun.end(in: base, from: position, to: count, stoppingAtNonASCII: false)
             guard position < count else { return nil }
             let byte = base[position]
             if byte == UInt8(ascii: "\"") {
                 index = position + 1
                 return escaped
             }
+            if byte >= 0x80 {
+                hasNonASCII = true
+                position = PlainRun.end(in: base, from: position + 1, to: count, stoppingAtNonASCII: false)
+                continue
+            }
             guard byte == UInt8(ascii: "\\") else { return nil }  // a control character
             escaped = true
             index = position
             guard skipEscape() else { return nil }
-            position = index
+            position = PlainRun.end(in: base, from: index, to: count, stoppingAtNonASCII: false)
         }
     }
 
@@ -412,22 +432,6 @@ struct FrameScanner {
 /// UTF-8 well-formedness as Unicode 15 §3.9 table 3-7 defines it (no overlong forms, no surrogates,
 /// nothing past U+10FFFF): what `String(validating:)` accepts, without making a string.
 enum UTF8Check {
-    /// No byte above 0x7F.
-    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard let base = bytes.baseAddress else { return true }
-        var index = 0
-        var high: UInt64 = 0
-        while index + 8 <= bytes.count {
-            high |= UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
-            index += 8
-        }
-        while index < bytes.count {
-            high |= UInt64(base[index])
-            index += 1
-        }
-        return high & 0x8080_8080_8080_8080 == 0
-    }
-
     static func isValid(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         var index = 0
         let count = bytes.count
