@@ -10,10 +10,21 @@
 /// is the fast path for valid frames only.
 struct FrameScanner {
     /// Where one value lies: `start..<end` in the frame, its first byte to its last.
+    /// Positions are stored as `Int32` (`scan` refuses a frame of 2 GiB or more): the result of a
+    /// scan is ten of these, set up and read once per frame, and half the width is half of that.
     struct Token {
-        var start: Int
-        var end: Int
+        private var first: Int32
+        private var last: Int32
         var kind: Kind
+
+        init(start: Int, end: Int, kind: Kind) {
+            first = Int32(truncatingIfNeeded: start)
+            last = Int32(truncatingIfNeeded: end)
+            self.kind = kind
+        }
+
+        var start: Int { Int(first) }
+        var end: Int { Int(last) }
     }
 
     enum Kind: Equatable {
@@ -65,7 +76,7 @@ struct FrameScanner {
 
     /// The envelope of `buffer` when it is one valid JSON object; nil for anything else.
     static func scan(_ buffer: UnsafeBufferPointer<UInt8>) -> Result? {
-        guard let base = buffer.baseAddress, buffer.count > 0 else { return nil }
+        guard let base = buffer.baseAddress, buffer.count > 0, buffer.count < Int(Int32.max) else { return nil }
         var scanner = FrameScanner(base: base, count: buffer.count)
         scanner.skipWhitespace()
         guard scanner.index < scanner.count, base[scanner.index] == UInt8(ascii: "{") else { return nil }
