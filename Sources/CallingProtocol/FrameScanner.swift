@@ -340,15 +340,23 @@ struct FrameScanner {
             }
             if byte >= 0x80 {
                 hasNonASCII = true
-                position = PlainRun.end(in: base, from: position + 1, to: count, stoppingAtNonASCII: false)
+                position = plainRunEnd(from: position + 1)
                 continue
             }
             guard byte == UInt8(ascii: "\\") else { return nil }  // a control character
             escaped = true
             index = position
             guard skipEscape() else { return nil }
-            position = PlainRun.end(in: base, from: index, to: count, stoppingAtNonASCII: false)
+            position = plainRunEnd(from: index)
         }
+    }
+
+    /// Where the string's plain run from `start` ends; at the first byte above 0x7F too until
+    /// `hasNonASCII` notes one (from then on the frame's UTF-8 is checked whole anyway).
+    private func plainRunEnd(from start: Int) -> Int {
+        hasNonASCII
+            ? PlainRun.end(in: base, from: start, to: count, stoppingAtNonASCII: false)
+            : PlainRun.end(in: base, from: start, to: count, stoppingAtNonASCII: true)
     }
 
     /// One escape from its backslash, with `JSONParser`'s rules for `\u` surrogates.
