@@ -159,6 +159,7 @@ struct FrameScanner {
     }
 
     /// A member's key and its colon, leaving `index` on the value; which member it names.
+    @inline(__always)
     private mutating func key(envelope: Bool) -> Member? {
         skipWhitespace()
         guard index < count, base[index] == UInt8(ascii: "\"") else { return nil }
@@ -181,6 +182,7 @@ struct FrameScanner {
 
     /// Which member a key's bytes name: told apart by length, then compared as one or two
     /// little-endian loads (this runs for every key of every frame, so no comparison chains).
+    @inline(__always)
     private static func member(_ name: UnsafeBufferPointer<UInt8>, envelope: Bool) -> Member {
         guard let bytes = name.baseAddress else { return .other }
         let raw = UnsafeRawPointer(bytes)
