@@ -113,7 +113,7 @@ struct FrameScanner {
                 guard scanPayload(into: &result) else { return false }
                 kind = .object
             } else {
-                guard let value = skipValue(depth: 1) else { return false }
+                guard let value = memberValue(depth: 1) else { return false }
                 kind = value
                 if member == .payload { result.forgetPayloadMembers() }
             }
@@ -141,7 +141,7 @@ struct FrameScanner {
         while true {
             guard let member = key(envelope: false) else { return false }
             let start = index
-            guard let kind = skipValue(depth: 2) else { return false }
+            guard let kind = memberValue(depth: 2) else { return false }
             let token = Token(start: start, end: index, kind: kind)
             switch member {
             case .sdp: result.sdp = token
@@ -253,6 +253,13 @@ struct FrameScanner {
             default: return
             }
         }
+    }
+
+    /// A member value of the envelope or the payload: a string, the common case, inline.
+    @inline(__always)
+    private mutating func memberValue(depth: Int) -> Kind? {
+        if index < count, base[index] == UInt8(ascii: "\"") { return skipString().map { .string(escaped: $0) } }
+        return skipValue(depth: depth)
     }
 
     /// One value at `depth` (containers inside it are at `depth + 1`, as in `JSONParser`).
