@@ -10,10 +10,21 @@
 /// is the fast path for valid frames only.
 struct FrameScanner {
     /// Where one value lies: `start..<end` in the frame, its first byte to its last.
+    /// Positions are stored as `Int32` (`scan` refuses a frame of 2 GiB or more): the result of a
+    /// scan is ten of these, set up and read once per frame, and half the width is half of that.
     struct Token {
-        var start: Int
-        var end: Int
+        private var first: Int32
+        private var last: Int32
         var kind: Kind
+
+        init(start: Int, end: Int, kind: Kind) {
+            first = Int32(truncatingIfNeeded: start)
+            last = Int32(truncatingIfNeeded: end)
+            self.kind = kind
+        }
+
+        var start: Int { Int(first) }
+        var end: Int { Int(last) }
     }
 
     enum Kind: Equatable {
@@ -55,6 +66,8 @@ struct FrameScanner {
     private let base: UnsafePointer<UInt8>
     private let count: Int
     private var index = 0
+    /// Whether a string held a byte above 0x7F (nowhere else can one pass the scan).
+    private var hasNonASCII = false
 
     private init(base: UnsafePointer<UInt8>, count: Int) {
         self.base = base
@@ -63,7 +76,7 @@ struct FrameScanner {
 
     /// The envelope of `buffer` when it is one valid JSON object; nil for anything else.
     static func scan(_ buffer: UnsafeBufferPointer<UInt8>) -> Result? {
-        guard let base = buffer.baseAddress, buffer.count > 0 else { return nil }
+        guard let base = buffer.baseAddress, buffer.count > 0, buffer.count < Int(Int32.max) else { return nil }
         var scanner = FrameScanner(base: base, count: buffer.count)
         scanner.skipWhitespace()
         guard scanner.index < scanner.count, base[scanner.index] == UInt8(ascii: "{") else { return nil }
@@ -71,9 +84,9 @@ struct FrameScanner {
         guard scanner.scanEnvelope(into: &result) else { return nil }
         scanner.skipWhitespace()
         guard scanner.index == scanner.count else { return nil }
-        // Bytes above 0x7F can only be inside strings here (anywhere else the scan refused them);
-        // the common all-ASCII frame is told apart eight bytes at a time.
-        if !UTF8Check.isASCII(buffer), !UTF8Check.isValid(buffer) { return nil }
+        // Bytes above 0x7F can only be inside strings here (anywhere else the scan refused them),
+        // and the string scan noted whether there was one: an all-ASCII frame is not read again.
+        if scanner.hasNonASCII, !UTF8Check.isValid(buffer) { return nil }
         return result
     }
 
@@ -100,7 +113,7 @@ struct FrameScanner {
                 guard scanPayload(into: &result) else { return false }
                 kind = .object
             } else {
-                guard let value = skipValue(depth: 1) else { return false }
+                guard let value = memberValue(depth: 1) else { return false }
                 kind = value
                 if member == .payload { result.forgetPayloadMembers() }
             }
@@ -128,7 +141,7 @@ struct FrameScanner {
         while true {
             guard let member = key(envelope: false) else { return false }
             let start = index
-            guard let kind = skipValue(depth: 2) else { return false }
+            guard let kind = memberValue(depth: 2) else { return false }
             let token = Token(start: start, end: index, kind: kind)
             switch member {
             case .sdp: result.sdp = token
@@ -146,6 +159,7 @@ struct FrameScanner {
     }
 
     /// A member's key and its colon, leaving `index` on the value; which member it names.
+    @inline(__always)
     private mutating func key(envelope: Bool) -> Member? {
         skipWhitespace()
         guard index < count, base[index] == UInt8(ascii: "\"") else { return nil }
@@ -166,21 +180,40 @@ struct FrameScanner {
         return Self.member(UnsafeBufferPointer(start: base + start + 1, count: end - start - 2), envelope: envelope)
     }
 
+    /// Which member a key's bytes name: told apart by length, then compared as one or two
+    /// little-endian loads (this runs for every key of every frame, so no comparison chains).
+    @inline(__always)
     private static func member(_ name: UnsafeBufferPointer<UInt8>, envelope: Bool) -> Member {
+        guard let bytes = name.baseAddress else { return .other }
+        let raw = UnsafeRawPointer(bytes)
         if envelope {
-            if equals(name, "type") { return .type }
-            if equals(name, "to") { return .to }
-            if equals(name, "payload") { return .payload }
-        } else {
-            if equals(name, "sdp") { return .sdp }
-            if equals(name, "candidate") { return .candidate }
-            if equals(name, "sdpMid") { return .sdpMid }
-            if equals(name, "sdpMLineIndex") { return .sdpMLineIndex }
-            if equals(name, "client_id") { return .clientID }
-            if equals(name, "text") { return .text }
-            if equals(name, "meta") { return .meta }
+            switch name.count {
+            case 2: return UInt16(littleEndian: raw.loadUnaligned(as: UInt16.self)) == 0x6f74 /* "to" */ ? .to : .other
+            case 4: return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x6570_7974 /* "type" */ ? .type : .other
+            case 7:
+                return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x6c79_6170 /* "payl" */
+                    && UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: 3, as: UInt32.self)) == 0x6461_6f6c /* "load" */ ? .payload : .other
+            default: return .other
+            }
         }
-        return .other
+        switch name.count {
+        case 3: return UInt16(littleEndian: raw.loadUnaligned(as: UInt16.self)) == 0x6473 /* "sd" */ && bytes[2] == UInt8(ascii: "p") ? .sdp : .other
+        case 4:
+            let word = UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self))
+            if word == 0x7478_6574 /* "text" */ { return .text }
+            return word == 0x6174_656d /* "meta" */ ? .meta : .other
+        case 6:
+            return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x4d70_6473 /* "sdpM" */
+                && UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: 2, as: UInt32.self)) == 0x6469_4d70 /* "pMid" */ ? .sdpMid : .other
+        case 9:
+            let head = UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self))
+            if head == 0x7461_6469_646e_6163 /* "candidat" */ { return bytes[8] == UInt8(ascii: "e") ? .candidate : .other }
+            return head == 0x695f_746e_6569_6c63 /* "client_i" */ && bytes[8] == UInt8(ascii: "d") ? .clientID : .other
+        case 13:
+            return UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self)) == 0x656e_694c_4d70_6473 /* "sdpMLine" */
+                && UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 5, as: UInt64.self)) == 0x7865_646e_4965_6e69 /* "ineIndex" */ ? .sdpMLineIndex : .other
+        default: return .other
+        }
     }
 
     /// Whether `bytes` are exactly `literal`.
@@ -205,13 +238,28 @@ struct FrameScanner {
 
     // MARK: values (JSONParser's grammar)
 
+    /// Frames from the SDKs have no whitespace between tokens, so the common case is one
+    /// comparison: every byte that can start or end a token is above 0x20.
+    @inline(__always)
     private mutating func skipWhitespace() {
+        if index < count, base[index] > 0x20 { return }
+        skipWhitespaceRun()
+    }
+
+    private mutating func skipWhitespaceRun() {
         while index < count {
             switch base[index] {
             case 0x20, 0x09, 0x0A, 0x0D: index += 1
             default: return
             }
         }
+    }
+
+    /// A member value of the envelope or the payload: a string, the common case, inline.
+    @inline(__always)
+    private mutating func memberValue(depth: Int) -> Kind? {
+        if index < count, base[index] == UInt8(ascii: "\"") { return skipString().map { .string(escaped: $0) } }
+        return skipValue(depth: depth)
     }
 
     /// One value at `depth` (containers inside it are at `depth + 1`, as in `JSONParser`).
@@ -274,24 +322,50 @@ struct FrameScanner {
     }
 
     /// A string from its opening quote; whether it has an escape, or nil when it is malformed.
-    /// Bytes above 0x7F pass here; `scan` checks the frame's UTF-8 once at the end.
+    /// The common string (ASCII, no escape) ends at the first special byte it meets, inline;
+    /// anything else goes on in `skipStringRest`.
+    @inline(__always)
     private mutating func skipString() -> Bool? {
-        var position = index + 1
+        let position = PlainRun.end(in: base, from: index + 1, to: count, stoppingAtNonASCII: true)
+        if position < count, base[position] == UInt8(ascii: "\"") {
+            index = position + 1
+            return false
+        }
+        return skipStringRest(from: position)
+    }
+
+    /// The rest of a string from its first byte that is not plain ASCII. Bytes above 0x7F pass
+    /// here and are noted in `hasNonASCII`: `scan` then checks the frame's UTF-8 once at the end.
+    @inline(never)
+    private mutating func skipStringRest(from start: Int) -> Bool? {
+        var position = start
         var escaped = false
         while true {
-            position = PlainRun.end(in: base, from: position, to: count, stoppingAtNonASCII: false)
             guard position < count else { return nil }
             let byte = base[position]
             if byte == UInt8(ascii: "\"") {
                 index = position + 1
                 return escaped
             }
+            if byte >= 0x80 {
+                hasNonASCII = true
+                position = plainRunEnd(from: position + 1)
+                continue
+            }
             guard byte == UInt8(ascii: "\\") else { return nil }  // a control character
             escaped = true
             index = position
             guard skipEscape() else { return nil }
-            position = index
+            position = plainRunEnd(from: index)
         }
+    }
+
+    /// Where the string's plain run from `start` ends; at the first byte above 0x7F too until
+    /// `hasNonASCII` notes one (from then on the frame's UTF-8 is checked whole anyway).
+    private func plainRunEnd(from start: Int) -> Int {
+        hasNonASCII
+            ? PlainRun.end(in: base, from: start, to: count, stoppingAtNonASCII: false)
+            : PlainRun.end(in: base, from: start, to: count, stoppingAtNonASCII: true)
     }
 
     /// One escape from its backslash, with `JSONParser`'s rules for `\u` surrogates.
@@ -386,22 +460,6 @@ struct FrameScanner {
 /// UTF-8 well-formedness as Unicode 15 §3.9 table 3-7 defines it (no overlong forms, no surrogates,
 /// nothing past U+10FFFF): what `String(validating:)` accepts, without making a string.
 enum UTF8Check {
-    /// No byte above 0x7F.
-    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard let base = bytes.baseAddress else { return true }
-        var index = 0
-        var high: UInt64 = 0
-        while index + 8 <= bytes.count {
-            high |= UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
-            index += 8
-        }
-        while index < bytes.count {
-            high |= UInt64(base[index])
-            index += 1
-        }
-        return high & 0x8080_8080_8080_8080 == 0
-    }
-
     static func isValid(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         var index = 0
         let count = bytes.count

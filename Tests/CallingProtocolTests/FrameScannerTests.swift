@@ -168,6 +168,13 @@ final class FrameScannerTests: XCTestCase {
             XCTAssertEqual(bytes.withUnsafeBufferPointer(UTF8Check.isValid), String(validating: bytes, as: UTF8.self) != nil,
                            "\(sequence)")
         }
+        // The scan notes a byte above 0x7F as it skips a string, wherever in the string it is:
+        // after an escape, after a valid sequence, in a long run, in a later string.
+        for sequence in sequences {
+            for (head, tail) in [(#"\n"#, ""), ("é", ""), (String(repeating: "a", count: 40), "b"), (#"","x":""#, "")] {
+                assertAgrees(prefix + Array(head.utf8) + sequence + Array(tail.utf8) + suffix)
+            }
+        }
         // Outside a string, and in a key.
         assertAgrees(Array(#"{"type":"data","payload":1}"#.utf8) + [0xC3, 0xA9])
         assertAgrees(Array(#"{"type":"data","payload":{""#.utf8) + [0xC3] + Array(#"":1}}"#.utf8))
