@@ -1,8 +1,6 @@
 import CSQLite
 import CallingCore
 
-/// The chat SQL, run synchronously on a connection. `ChatStore` calls it on its queue; nothing else should
-/// (it is internal so that the queue discipline cannot be bypassed from outside the module).
 /// Something that carries a chat draft: the draft itself, or a pending append in a store's batch,
 /// so that `ChatRepository.append` reads a batch's drafts where they are.
 protocol ChatDraftCarrying {
@@ -13,6 +11,8 @@ extension ChatDraft: ChatDraftCarrying {
     var draft: ChatDraft { self }
 }
 
+/// The chat SQL, run synchronously on a connection. `ChatStore` calls it on its queue; nothing else should
+/// (it is internal so that the queue discipline cannot be bypassed from outside the module).
 struct ChatRepository {
     let db: SQLiteConnection
 
