@@ -174,6 +174,27 @@ public struct Frame: Sendable, Equatable {
         }
     }
 
+    /// `value` in decimal: the digits `encode(into:)` writes for it.
+    @inline(__always)
+    private static func put(_ value: Int64, at cursor: inout UnsafeMutablePointer<UInt8>) {
+        cursor += decimalCount(value)
+        var end = cursor
+        var magnitude = value.magnitude
+        // Two digits per division: a timestamp has thirteen.
+        while magnitude >= 10 {
+            let pair = Int(magnitude % 100)
+            magnitude /= 100
+            end -= 2
+            end[0] = digitPairs[2 * pair]
+            end[1] = digitPairs[2 * pair + 1]
+        }
+        if magnitude > 0 || end == cursor {
+            end -= 1
+            end.pointee = UInt8(ascii: "0") + UInt8(magnitude)
+        }
+        if value < 0 { (end - 1).pointee = UInt8(ascii: "-") }
+    }
+
     /// The literal bytes around the strings of `{"from":"…","payload":…,"to":"…","type":"…"}`.
     private static let relayedPieces: (from: StaticString, payload: StaticString, to: StaticString, toEnd: StaticString,
                                        type: StaticString, end: StaticString) =
@@ -217,76 +238,45 @@ public struct Frame: Sendable, Equatable {
     /// a frame whose `plainChatLength` is not nil.
     public func writePlainChat(to destination: UnsafeMutablePointer<UInt8>) {
         typealias P = PlainChatPieces
+        // The cursor passed along, as in `writePlainRelayed`.
         var cursor = destination
-        func put(_ literal: StaticString) {
-            cursor.update(from: literal.utf8Start, count: literal.utf8CodeUnitCount)
-            cursor += literal.utf8CodeUnitCount
-        }
-        func put(_ string: String) {
-            // The closure captures a constant: one that moved `cursor` itself made every call an
-            // exclusivity check (`swift_beginAccess`), ~150 instructions for a few bytes.
-            let start = cursor
-            let count = string.utf8.withContiguousStorageIfAvailable { bytes -> Int in
-                if let base = bytes.baseAddress { start.update(from: base, count: bytes.count) }
-                return bytes.count
-            }
-            cursor += count ?? 0
-        }
-        func put(_ value: Int64) {
-            cursor += Self.decimalCount(value)
-            var end = cursor
-            var magnitude = value.magnitude
-            // Two digits per division: a timestamp has thirteen.
-            while magnitude >= 10 {
-                let pair = Int(magnitude % 100)
-                magnitude /= 100
-                end -= 2
-                end[0] = Self.digitPairs[2 * pair]
-                end[1] = Self.digitPairs[2 * pair + 1]
-            }
-            if magnitude > 0 || end == cursor {
-                end -= 1
-                end.pointee = UInt8(ascii: "0") + UInt8(magnitude)
-            }
-            if value < 0 { (end - 1).pointee = UInt8(ascii: "-") }
-        }
         // `encode(into:)`'s order: `{`, from, payload, to, type.
         if let from {
-            put(P.from)
-            put(from)
-            put(P.stringEnd)
+            Self.put(P.from, at: &cursor)
+            Self.put(from, at: &cursor)
+            Self.put(P.stringEnd, at: &cursor)
         } else {
-            put(P.open)
+            Self.put(P.open, at: &cursor)
         }
         switch body {
         case .chatAck(let clientID, let seq, let timestamp):
-            put(P.clientID)
-            put(clientID)
-            put(P.ackSeq)
-            put(seq)
-            put(P.ts)
-            put(timestamp)
+            Self.put(P.clientID, at: &cursor)
+            Self.put(clientID, at: &cursor)
+            Self.put(P.ackSeq, at: &cursor)
+            Self.put(seq, at: &cursor)
+            Self.put(P.ts, at: &cursor)
+            Self.put(timestamp, at: &cursor)
         case .chat(let clientID, _, let seq, let text, let timestamp):
-            put(P.clientID)
-            put(clientID)
-            put(P.chatSeq)
-            put(seq)
-            put(P.text)
-            put(text)
-            put(P.textEnd)
-            put(timestamp)
+            Self.put(P.clientID, at: &cursor)
+            Self.put(clientID, at: &cursor)
+            Self.put(P.chatSeq, at: &cursor)
+            Self.put(seq, at: &cursor)
+            Self.put(P.text, at: &cursor)
+            Self.put(text, at: &cursor)
+            Self.put(P.textEnd, at: &cursor)
+            Self.put(timestamp, at: &cursor)
         default:
             preconditionFailure("not a plain chat frame")
         }
-        put(P.payloadEnd)
+        Self.put(P.payloadEnd, at: &cursor)
         if let to {
-            put(P.to)
-            put(to)
-            put(P.stringEnd)
+            Self.put(P.to, at: &cursor)
+            Self.put(to, at: &cursor)
+            Self.put(P.stringEnd, at: &cursor)
         }
-        put(P.type)
-        put(type)
-        put(P.end)
+        Self.put(P.type, at: &cursor)
+        Self.put(type, at: &cursor)
+        Self.put(P.end, at: &cursor)
     }
 
     /// The literal bytes of `encode(into:)` around a chat's or chat-ack's values. `from`, `to`
