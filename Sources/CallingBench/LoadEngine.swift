@@ -73,6 +73,14 @@ final class LoadEngine {
     private var waitingToConnect: [(name: String, path: String, group: Int)] = []
     private var nextWaiting = 0
 
+    /// System calls on the data path so far, for the generator's cost per frame (the relay reports it).
+    struct SyscallCounts: Equatable {
+        var sends = 0
+        var receives = 0
+        var waits = 0
+    }
+    private(set) var syscalls = SyscallCounts()
+
     init(port: Int) throws {
         self.port = port
         poller = try Poller()
@@ -211,6 +219,7 @@ final class LoadEngine {
 
     private func flush(_ connection: Connection) throws {
         guard connection.connected, !connection.closed, connection.outStart < connection.out.count else { return }
+        syscalls.sends += 1
         let written = connection.out.withUnsafeBytes { bytes in
             Glibc.send(connection.fd, bytes.baseAddress! + connection.outStart, bytes.count - connection.outStart, Int32(MSG_NOSIGNAL))
         }
@@ -252,6 +261,7 @@ final class LoadEngine {
     func step(timeoutNanoseconds: UInt64) throws -> UInt64 {
         try startWaiting()
         try flush()
+        syscalls.waits += 1
         let count = try poller.wait(timeoutNanoseconds: timeoutNanoseconds)
         let time = Self.now()
         for slot in 0..<count {
@@ -284,6 +294,7 @@ final class LoadEngine {
     private func receive(_ connection: Connection, at time: UInt64) throws {
         guard !connection.closed else { return }
         while true {
+            syscalls.receives += 1
             let n = scratch.withUnsafeMutableBytes { Glibc.recv(connection.fd, $0.baseAddress, $0.count, 0) }
             if n == 0 {
                 return try ended(connection, "the server closed the TCP connection")

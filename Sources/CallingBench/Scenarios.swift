@@ -20,6 +20,8 @@ struct SuiteSizes {
     var chatBusyRooms = 10
     var chatManyRooms = 1_000
     var chatRate = 5_000.0
+    /// The relay's paced rate in frames/s; nil: half the server's saturated rate (`--relay-rate`).
+    var relayPacedRate: Double?
 
     static let full = SuiteSizes()
     static let quick = SuiteSizes(idlePeers: 2_000, rttIdlePeers: 1_000, rttPings: 1_000, phaseSeconds: 1,
@@ -37,6 +39,8 @@ final class Scenarios {
     let baselineBinary: String
     let targetCPU: Int?
     let sizes: SuiteSizes
+    /// Where the relay writes each paced frame's due time and latency (`--relay-trace DIR`), or nil.
+    var relayTraceDirectory: String?
 
     init(serverBinary: String, baselineBinary: String, targetCPU: Int?, sizes: SuiteSizes) {
         self.serverBinary = serverBinary
@@ -272,7 +276,8 @@ final class Scenarios {
     private func relay(_ result: inout ScenarioResult) throws {
         let pairs = sizes.relayPairs
         let seconds = sizes.phaseSeconds
-        result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, \(seconds) s paced at half the server's rate"
+        let pacedAt = sizes.relayPacedRate.map { "at \(Int($0)) frames/s (--relay-rate)" } ?? "at half the server's rate"
+        result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, \(seconds) s paced \(pacedAt)"
         var saturated: [TargetProcess.Kind: Double] = [:]
         var paced: [TargetProcess.Kind: Paced] = [:]
         var gen: [TargetProcess.Kind: Double] = [:]
@@ -296,6 +301,8 @@ final class Scenarios {
             var sentAt = [[UInt64]](repeating: [UInt64](repeating: 0, count: ringSize), count: connections.count)
             var delivered = 0
             var latencies: [Double] = []
+            let tracing = relayTraceDirectory != nil
+            var receivedAt: [UInt64] = []
             var refill: UInt64 = 0  // saturating while now < refill
             func send(_ sender: LoadEngine.Connection, at time: UInt64) throws {
                 sender.sent += 1
@@ -316,6 +323,7 @@ final class Scenarios {
                 let sender = connections[receiver.index ^ 1]
                 let slot = counter & (ringSize - 1)
                 latencies.append(Double(time &- sentAt[sender.index][slot]) / 1e3)
+                if tracing { receivedAt.append(time) }
                 sentAt[sender.index][slot] = 0
                 sender.inFlight -= 1
                 delivered += 1
@@ -323,6 +331,7 @@ final class Scenarios {
             }
             // Saturated: each side keeps `window` frames in flight towards its partner.
             let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+            var phase = GeneratorCost.Snapshot(engine, target, delivered: delivered)
             let start = LoadEngine.now()
             refill = start + UInt64(seconds * 1e9)
             for connection in connections { for _ in 0..<sizes.relayWindow { try send(connection, at: start) } }
@@ -333,21 +342,30 @@ final class Scenarios {
             let elapsed = Double(LoadEngine.now() - start) / 1e9
             let rate = Double(delivered) / elapsed
             saturated[target.kind] = rate
-            if target.kind == .server { halfRate = rate / 2 }
+            if target.kind == .server { halfRate = sizes.relayPacedRate ?? rate / 2 }
+            let afterSaturated = GeneratorCost.Snapshot(engine, target, delivered: delivered)
+            result.notes.append("\(target.kind.rawValue) saturated: " + GeneratorCost(from: phase, to: afterSaturated).text)
+            phase = afterSaturated
             // Paced: half the server's saturated rate, round-robin over every side, timed from when
             // each frame was due (a late generator must not hide its own delay).
             latencies.removeAll(keepingCapacity: true)
+            receivedAt.removeAll(keepingCapacity: true)
             let pacedDelivered = delivered
             let total = max(1, Int(halfRate * seconds))
             let interval = 1e9 / halfRate
             let pacedStart = LoadEngine.now()
             var next = 0
+            // How late the generator queued each frame (its own delay, counted in the latency).
+            var lateness: [Double] = []
+            lateness.reserveCapacity(total)
             Progress.detail = { "\(delivered - pacedDelivered)/\(total) relayed at \(Int(halfRate))/s" }
             while next < total || connections.contains(where: { $0.inFlight > 0 }) {
                 let now = LoadEngine.now()
                 guard now < pacedStart + UInt64((seconds + 30) * 1e9) else { throw LoadEngine.Failure.timedOut("paced relay") }
                 while next < total, pacedStart + UInt64(Double(next) * interval) <= now {
-                    try send(connections[next % connections.count], at: pacedStart + UInt64(Double(next) * interval))
+                    let due = pacedStart + UInt64(Double(next) * interval)
+                    lateness.append(Double(now - due) / 1e3)
+                    try send(connections[next % connections.count], at: due)
                     next += 1
                 }
                 let due = next < total ? pacedStart + UInt64(Double(next) * interval) : now + 50_000_000
@@ -355,6 +373,12 @@ final class Scenarios {
                 Progress.tick("\(target.kind.rawValue): paced")
             }
             gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+            result.notes.append("\(target.kind.rawValue) paced: " + GeneratorCost(from: phase, to: GeneratorCost.Snapshot(engine, target, delivered: delivered)).text)
+            lateness.sort()
+            result.notes.append("\(target.kind.rawValue) paced: the generator queued frames late by p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(lateness, 0.5), Stats.percentile(lateness, 0.99)) + " after their due time (counted in the latency)")
+            if let directory = relayTraceDirectory {
+                try Self.writeTrace(latencies, receivedAt: receivedAt, since: pacedStart, to: "\(directory)/relay-\(target.kind.rawValue)-paced.csv")
+            }
             latencies.sort()
             paced[target.kind] = Paced(rate: halfRate, latencies: latencies, delivered: delivered - pacedDelivered)
             let inOrder = connections.reduce(0) { $0 + $1.received }
@@ -372,6 +396,16 @@ final class Scenarios {
                                          server: paced[.server].map { Stats.percentile($0.latencies, p) } ?? .nan,
                                          baseline: paced[.baseline].map { Stats.percentile($0.latencies, p) }, higherIsBetter: false))
         }
+    }
+
+    /// One line per paced frame in arrival order: receive time since the phase began and latency, both µs.
+    private static func writeTrace(_ latencies: [Double], receivedAt: [UInt64], since start: UInt64, to path: String) throws {
+        var text = "received_us,latency_us\n"
+        for (latency, time) in zip(latencies, receivedAt) {
+            text += String(format: "%.1f,%.1f\n", Double(time &- start) / 1e3, latency)
+        }
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
     }
 
     private static let dataTemplate = Array(#"{"type":"data","payload":{"n":"0000000000"}}"#.utf8)
@@ -654,5 +688,58 @@ final class HTTPClient {
         let n = chunk.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress, $0.count, 0) }
         guard n > 0 else { throw LoadEngine.Failure.system(n == 0 ? "the server closed the connection" : "recv: \(String(cString: strerror(errno)))") }
         buffer += chunk[0..<n]
+    }
+}
+
+/// What the generator spent on one phase of a scenario: its own CPU (the whole `calling-bench`
+/// process, utime + stime), the target's, and the data-path system calls, per delivered frame.
+struct GeneratorCost: Equatable {
+    struct Snapshot: Equatable {
+        var time: UInt64
+        var generatorCPU: Double
+        var targetCPU: Double
+        var syscalls: LoadEngine.SyscallCounts
+        var delivered: Int
+
+        init(time: UInt64, generatorCPU: Double, targetCPU: Double, syscalls: LoadEngine.SyscallCounts, delivered: Int) {
+            self.time = time
+            self.generatorCPU = generatorCPU
+            self.targetCPU = targetCPU
+            self.syscalls = syscalls
+            self.delivered = delivered
+        }
+
+        init(_ engine: LoadEngine, _ target: TargetProcess, delivered: Int) {
+            self.init(time: LoadEngine.now(), generatorCPU: Machine.ownCPUSeconds(), targetCPU: target.cpuSeconds(),
+                      syscalls: engine.syscalls, delivered: delivered)
+        }
+    }
+
+    var frames: Int
+    var seconds: Double
+    /// CPU seconds per frame, in µs.
+    var generatorMicroseconds: Double
+    var targetMicroseconds: Double
+    /// The generator's CPU seconds ÷ the phase's wall-clock seconds (1 is its whole core).
+    var generatorBusy: Double
+    var sendsPerFrame: Double
+    var receivesPerFrame: Double
+    var waitsPerFrame: Double
+
+    init(from start: Snapshot, to end: Snapshot) {
+        frames = end.delivered - start.delivered
+        seconds = Double(end.time &- start.time) / 1e9
+        let perFrame = frames > 0 ? 1 / Double(frames) : .nan
+        generatorMicroseconds = (end.generatorCPU - start.generatorCPU) * 1e6 * perFrame
+        targetMicroseconds = (end.targetCPU - start.targetCPU) * 1e6 * perFrame
+        generatorBusy = seconds > 0 ? (end.generatorCPU - start.generatorCPU) / seconds : .nan
+        sendsPerFrame = Double(end.syscalls.sends - start.syscalls.sends) * perFrame
+        receivesPerFrame = Double(end.syscalls.receives - start.syscalls.receives) * perFrame
+        waitsPerFrame = Double(end.syscalls.waits - start.syscalls.waits) * perFrame
+    }
+
+    var text: String {
+        String(format: "%d frames in %.2f s; CPU per frame: generator %.2f µs (%.0f %% of its core), target %.2f µs; per frame the generator made %.2f send, %.2f recv, %.2f epoll waits",
+               frames, seconds, generatorMicroseconds, generatorBusy * 100, targetMicroseconds, sendsPerFrame, receivesPerFrame, waitsPerFrame)
     }
 }

@@ -23,11 +23,18 @@ enum Suite {
             CallingCommand.printError(BenchCommand.usage)
             return 64
         }
-        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet"])
+        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-trace"])
         let badNames = names.filter { !Scenarios.names.contains($0) }
         guard unknown.isEmpty, badNames.isEmpty else {
             CallingCommand.printError("unknown: \((unknown.map { "--\($0)" } + badNames).joined(separator: ", "))\n\(BenchCommand.usage)")
             return 64
+        }
+        if let text = flags["relay-rate"] {
+            guard let rate = Double(text), rate > 0, rate.isFinite else {
+                CallingCommand.printError("--relay-rate wants frames per second, e.g. 100000")
+                return 64
+            }
+            sizes.relayPacedRate = rate
         }
         if names.isEmpty { names = Scenarios.names }
         Progress.enabled = flags["quiet"] != "true" && isatty(2) == 1
@@ -62,6 +69,7 @@ enum Suite {
         print("")
         fflush(nil)
         let scenarios = Scenarios(serverBinary: server, baselineBinary: baseline, targetCPU: targetCPU, sizes: sizes)
+        scenarios.relayTraceDirectory = flags["relay-trace"]
         var results: [ScenarioResult] = []
         for name in names {
             FileHandle.standardError.write(Data("\(name)…\n".utf8))
