@@ -20,20 +20,21 @@ final class LoadEngine {
         var group = 0
         fileprivate var upgraded = false
         fileprivate var connected = false
-        fileprivate var out: [UInt8] = []
+        // The per-frame fields skip the run-time exclusivity check (one thread owns the engine).
+        @exclusivity(unchecked) fileprivate var out: [UInt8] = []
         fileprivate var outStart = 0
         fileprivate var wantsWrite = true
         fileprivate var pending = false
-        fileprivate var inBuffer: [UInt8] = []
+        @exclusivity(unchecked) fileprivate var inBuffer: [UInt8] = []
         let mask: (UInt8, UInt8, UInt8, UInt8)
         var welcomed = false
         var closed = false
-        var framesReceived = 0
+        @exclusivity(unchecked) var framesReceived = 0
         /// Scenario counters: the next counter this connection expects, what it sent, what is in flight.
-        var expected = 1
-        var sent = 0
-        var inFlight = 0
-        var received = 0
+        @exclusivity(unchecked) var expected = 1
+        @exclusivity(unchecked) var sent = 0
+        @exclusivity(unchecked) var inFlight = 0
+        @exclusivity(unchecked) var received = 0
 
         fileprivate init(index: Int, fd: Int32, name: String) {
             self.index = index
@@ -61,8 +62,10 @@ final class LoadEngine {
 
     private let poller: Poller
     private(set) var connections: [Connection] = []
-    private var dirty: [Int] = []
-    private var scratch = [UInt8](repeating: 0, count: 1 << 16)
+    @exclusivity(unchecked) private var dirty: [Int] = []
+    /// `dirty` swapped out while a flush works through it, so neither array is reallocated.
+    @exclusivity(unchecked) private var flushing: [Int] = []
+    @exclusivity(unchecked) private var scratch = [UInt8](repeating: 0, count: 1 << 16)
     private let port: Int
     /// A text frame arrived: (connection, payload, receive time in uptime ns).
     var onText: (Connection, UnsafeRawBufferPointer, UInt64) throws -> Void = { _, _, _ in }
@@ -79,7 +82,15 @@ final class LoadEngine {
         var receives = 0
         var waits = 0
     }
-    private(set) var syscalls = SyscallCounts()
+    @exclusivity(unchecked) private(set) var syscalls = SyscallCounts()
+
+    /// Set before the first connect: every socket asks for kernel receive timestamps, and each read
+    /// sets `kernelReceiveTime` (recvmsg instead of recv; a diagnostic, see the relay scenario).
+    var stampsReceives = false
+    /// The kernel's receive time of the last segment of the read being scanned, on the clock of
+    /// `now()`, or 0: `onText` can tell how long its frame waited in the socket before it was read.
+    @exclusivity(unchecked) private(set) var kernelReceiveTime: UInt64 = 0
+    private var realtimeOffset: Int64 = 0
 
     init(port: Int) throws {
         self.port = port
@@ -115,6 +126,7 @@ final class LoadEngine {
         guard fd >= 0 else { throw Failure.system("socket: \(String(cString: strerror(errno))) after \(connections.count) connections") }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        if stampsReceives { setsockopt(fd, SOL_SOCKET, Self.soTimestampNS, &one, socklen_t(MemoryLayout<Int32>.size)) }
         // Source addresses spread over 127.0.0.2–65: connect() picks ephemeral ports per source
         // address, and with one address the kernel's search for a free port grows slow well before
         // 19,000 connections (it prefers half the range for connect), which a join storm would
@@ -208,9 +220,9 @@ final class LoadEngine {
     /// Writes what every connection has queued, as far as the sockets take it.
     func flush() throws {
         guard !dirty.isEmpty else { return }
-        let list = dirty
-        dirty.removeAll(keepingCapacity: true)
-        for index in list {
+        swap(&dirty, &flushing)
+        defer { flushing.removeAll(keepingCapacity: true) }
+        for index in flushing {
             let connection = connections[index]
             connection.pending = false
             try flush(connection)
@@ -264,6 +276,7 @@ final class LoadEngine {
         syscalls.waits += 1
         let count = try poller.wait(timeoutNanoseconds: timeoutNanoseconds)
         let time = Self.now()
+        if stampsReceives, count > 0 { realtimeOffset = Self.realtimeMinusMonotonic() }
         for slot in 0..<count {
             let connection = connections[Int(poller.tokens[slot])]
             let events = poller.events[slot]
@@ -295,7 +308,14 @@ final class LoadEngine {
         guard !connection.closed else { return }
         while true {
             syscalls.receives += 1
-            let n = scratch.withUnsafeMutableBytes { Glibc.recv(connection.fd, $0.baseAddress, $0.count, 0) }
+            let n: Int
+            if stampsReceives {
+                let (read, stamp) = scratch.withUnsafeMutableBytes { Self.receiveStamped(connection.fd, $0) }
+                n = read
+                kernelReceiveTime = stamp > realtimeOffset ? UInt64(stamp - realtimeOffset) : 0
+            } else {
+                n = scratch.withUnsafeMutableBytes { Glibc.recv(connection.fd, $0.baseAddress, $0.count, 0) }
+            }
             if n == 0 {
                 return try ended(connection, "the server closed the TCP connection")
             }
@@ -370,6 +390,46 @@ final class LoadEngine {
         for payload in pings { sendControl(connection, opcode: 0xA, payload: payload) }
         if closing { try ended(connection, "server sent Close") }
         return consumed
+    }
+
+    // MARK: kernel receive stamps
+
+    /// SO_TIMESTAMPNS (asm-generic/socket.h, x86-64 and arm64: 35); Glibc's module does not export it.
+    static let soTimestampNS: Int32 = 35
+
+    /// recv(2) as recvmsg(2), with the kernel's receive time (CLOCK_REALTIME ns) of the last segment
+    /// read from the SCM_TIMESTAMPNS control message, or 0 when there is none.
+    static func receiveStamped(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> (Int, Int64) {
+        // One cmsghdr (length 8, level 4, type 4) and its timespec: 16 + 16 bytes (CMSG_SPACE).
+        var control = (UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        return withUnsafeMutableBytes(of: &control) { control in
+            var vector = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
+            return withUnsafeMutablePointer(to: &vector) { vector in
+                var message = msghdr()
+                message.msg_iov = vector
+                message.msg_iovlen = 1
+                message.msg_control = control.baseAddress
+                message.msg_controllen = control.count
+                let n = recvmsg(fd, &message, 0)
+                guard n > 0, message.msg_controllen >= 32 else { return (n, 0) }
+                // CMSG_FIRSTHDR only: the one option asked for gives at most one message.
+                let level = control.load(fromByteOffset: 8, as: Int32.self)
+                let type = control.load(fromByteOffset: 12, as: Int32.self)
+                guard level == SOL_SOCKET, type == soTimestampNS else { return (n, 0) }
+                let seconds = control.load(fromByteOffset: 16, as: Int64.self)
+                let nanoseconds = control.load(fromByteOffset: 24, as: Int64.self)
+                return (n, seconds * 1_000_000_000 + nanoseconds)
+            }
+        }
+    }
+
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC (the clock of `now()`), in ns.
+    static func realtimeMinusMonotonic() -> Int64 {
+        var monotonic = timespec()
+        var realtime = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &monotonic)
+        clock_gettime(CLOCK_REALTIME, &realtime)
+        return (Int64(realtime.tv_sec) - Int64(monotonic.tv_sec)) * 1_000_000_000 + Int64(realtime.tv_nsec - monotonic.tv_nsec)
     }
 
     private static func headEnd(_ bytes: [UInt8]) -> Int? {

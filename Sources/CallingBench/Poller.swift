@@ -44,6 +44,10 @@ final class Poller {
         return Int(n)
     }
 
+    /// Sets the calling thread's timer slack; false when the kernel refuses. With the default 50 µs
+    /// a timed wait may end up to 50 µs late, and a paced generator sends late by as much.
+    static func setTimerSlack(nanoseconds: UInt) -> Bool { cs_set_timer_slack(nanoseconds) == 0 }
+
     /// Pins the calling thread to `cpu`; false when the machine or the cgroup does not allow it.
     static func pinCurrentThread(to cpu: Int) -> Bool { cs_pin_current_thread(Int32(cpu)) == 0 }
 }

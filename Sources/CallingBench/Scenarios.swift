@@ -284,6 +284,7 @@ final class Scenarios {
         var halfRate = 0.0
         try both { target in
             let engine = try LoadEngine(port: target.port)
+            engine.stampsReceives = true
             for pair in 0..<pairs {
                 let room = "relay\(pair)"
                 for side in ["a", "b"] {
@@ -296,24 +297,19 @@ final class Scenarios {
             try engine.run(seconds: 60, "\(target.kind.rawValue): joining pairs") { welcomed == 2 * pairs }
             try settle(engine, seconds: 0.2)
             let connections = engine.connections
-            var frames = connections.map { Self.candidateFrame(to: connections[$0.index ^ 1].name) }
-            let ringSize = 1 << 13
-            var sentAt = [[UInt64]](repeating: [UInt64](repeating: 0, count: ringSize), count: connections.count)
-            var delivered = 0
-            var latencies: [Double] = []
+            let book = RelayBook(frames: connections.map { Self.candidateFrame(to: connections[$0.index ^ 1].name) })
+            let ringSize = RelayBook.ringSize
             let tracing = relayTraceDirectory != nil
-            var receivedAt: [UInt64] = []
-            var refill: UInt64 = 0  // saturating while now < refill
             func send(_ sender: LoadEngine.Connection, at time: UInt64) throws {
                 sender.sent += 1
-                let slot = sender.sent & (ringSize - 1)
-                guard sentAt[sender.index][slot] == 0 else { throw LoadEngine.Failure.verification("more than \(ringSize) frames in flight") }
-                sentAt[sender.index][slot] = time
+                let slot = sender.index * ringSize + (sender.sent & (ringSize - 1))
+                guard book.sentAt[slot] == 0 else { throw LoadEngine.Failure.verification("more than \(ringSize) frames in flight") }
+                book.sentAt[slot] = time
                 sender.inFlight += 1
-                Bytes.patch(sender.sent, into: &frames[sender.index].bytes, at: frames[sender.index].offset)
-                engine.send(sender, frames[sender.index].bytes)
+                Bytes.patch(sender.sent, into: &book.frames[sender.index].bytes, at: book.frames[sender.index].offset)
+                book.frames[sender.index].bytes.withUnsafeBytes { engine.send(sender, $0) }
             }
-            engine.onText = { receiver, text, time in
+            engine.onText = { [unowned engine] receiver, text, time in
                 guard let counter = Bytes.counter(after: Self.candidateMarker, in: text) else { return }
                 guard counter == receiver.expected else {
                     throw LoadEngine.Failure.verification("\(receiver.name) got candidate \(counter), expected \(receiver.expected)")
@@ -321,36 +317,39 @@ final class Scenarios {
                 receiver.expected += 1
                 receiver.received += 1
                 let sender = connections[receiver.index ^ 1]
-                let slot = counter & (ringSize - 1)
-                latencies.append(Double(time &- sentAt[sender.index][slot]) / 1e3)
-                if tracing { receivedAt.append(time) }
-                sentAt[sender.index][slot] = 0
+                let slot = sender.index * ringSize + (counter & (ringSize - 1))
+                book.latencies.append(Double(time &- book.sentAt[slot]) / 1e3)
+                let kernel = engine.kernelReceiveTime
+                book.queueWaits.append(kernel > 0 && kernel < time ? Double(time - kernel) / 1e3 : 0)
+                if tracing { book.receivedAt.append(time) }
+                book.sentAt[slot] = 0
                 sender.inFlight -= 1
-                delivered += 1
-                if time < refill { try send(sender, at: LoadEngine.now()) }
+                book.delivered += 1
+                if time < book.refill { try send(sender, at: LoadEngine.now()) }
             }
             // Saturated: each side keeps `window` frames in flight towards its partner.
             let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
-            var phase = GeneratorCost.Snapshot(engine, target, delivered: delivered)
+            var phase = GeneratorCost.Snapshot(engine, target, delivered: book.delivered)
             let start = LoadEngine.now()
-            refill = start + UInt64(seconds * 1e9)
+            book.refill = start + UInt64(seconds * 1e9)
             for connection in connections { for _ in 0..<sizes.relayWindow { try send(connection, at: start) } }
-            Progress.detail = { "\(delivered) relayed" }
+            Progress.detail = { "\(book.delivered) relayed" }
             try engine.run(seconds: seconds + 30, "\(target.kind.rawValue): saturating") {
-                LoadEngine.now() >= refill && connections.allSatisfy { $0.inFlight == 0 }
+                LoadEngine.now() >= book.refill && connections.allSatisfy { $0.inFlight == 0 }
             }
             let elapsed = Double(LoadEngine.now() - start) / 1e9
-            let rate = Double(delivered) / elapsed
+            let rate = Double(book.delivered) / elapsed
             saturated[target.kind] = rate
             if target.kind == .server { halfRate = sizes.relayPacedRate ?? rate / 2 }
-            let afterSaturated = GeneratorCost.Snapshot(engine, target, delivered: delivered)
+            let afterSaturated = GeneratorCost.Snapshot(engine, target, delivered: book.delivered)
             result.notes.append("\(target.kind.rawValue) saturated: " + GeneratorCost(from: phase, to: afterSaturated).text)
             phase = afterSaturated
             // Paced: half the server's saturated rate, round-robin over every side, timed from when
             // each frame was due (a late generator must not hide its own delay).
-            latencies.removeAll(keepingCapacity: true)
-            receivedAt.removeAll(keepingCapacity: true)
-            let pacedDelivered = delivered
+            book.latencies.removeAll(keepingCapacity: true)
+            book.receivedAt.removeAll(keepingCapacity: true)
+            book.queueWaits.removeAll(keepingCapacity: true)
+            let pacedDelivered = book.delivered
             let total = max(1, Int(halfRate * seconds))
             let interval = 1e9 / halfRate
             let pacedStart = LoadEngine.now()
@@ -358,7 +357,9 @@ final class Scenarios {
             // How late the generator queued each frame (its own delay, counted in the latency).
             var lateness: [Double] = []
             lateness.reserveCapacity(total)
-            Progress.detail = { "\(delivered - pacedDelivered)/\(total) relayed at \(Int(halfRate))/s" }
+            book.latencies.reserveCapacity(total)
+            book.queueWaits.reserveCapacity(total)
+            Progress.detail = { "\(book.delivered - pacedDelivered)/\(total) relayed at \(Int(halfRate))/s" }
             while next < total || connections.contains(where: { $0.inFlight > 0 }) {
                 let now = LoadEngine.now()
                 guard now < pacedStart + UInt64((seconds + 30) * 1e9) else { throw LoadEngine.Failure.timedOut("paced relay") }
@@ -373,19 +374,20 @@ final class Scenarios {
                 Progress.tick("\(target.kind.rawValue): paced")
             }
             gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
-            result.notes.append("\(target.kind.rawValue) paced: " + GeneratorCost(from: phase, to: GeneratorCost.Snapshot(engine, target, delivered: delivered)).text)
+            result.notes.append("\(target.kind.rawValue) paced: " + GeneratorCost(from: phase, to: GeneratorCost.Snapshot(engine, target, delivered: book.delivered)).text)
             lateness.sort()
-            result.notes.append("\(target.kind.rawValue) paced: the generator queued frames late by p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(lateness, 0.5), Stats.percentile(lateness, 0.99)) + " after their due time (counted in the latency)")
+            book.queueWaits.sort()
+            result.notes.append("\(target.kind.rawValue) paced: the generator queued frames late by p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(lateness, 0.5), Stats.percentile(lateness, 0.99)) + " after their due time (counted in the latency); delivered frames waited in its sockets before it read them p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(book.queueWaits, 0.5), Stats.percentile(book.queueWaits, 0.99)) + " (kernel receive stamps, SO_TIMESTAMPNS; also counted)")
             if let directory = relayTraceDirectory {
-                try Self.writeTrace(latencies, receivedAt: receivedAt, since: pacedStart, to: "\(directory)/relay-\(target.kind.rawValue)-paced.csv")
+                try Self.writeTrace(book.latencies, receivedAt: book.receivedAt, since: pacedStart, to: "\(directory)/relay-\(target.kind.rawValue)-paced.csv")
             }
-            latencies.sort()
-            paced[target.kind] = Paced(rate: halfRate, latencies: latencies, delivered: delivered - pacedDelivered)
+            book.latencies.sort()
+            paced[target.kind] = Paced(rate: halfRate, latencies: book.latencies, delivered: book.delivered - pacedDelivered)
             let inOrder = connections.reduce(0) { $0 + $1.received }
-            guard inOrder == delivered, connections.allSatisfy({ $0.expected == connections[$0.index ^ 1].sent + 1 }) else {
-                throw LoadEngine.Failure.verification("relayed \(inOrder) of \(delivered); some frame was lost")
+            guard inOrder == book.delivered, connections.allSatisfy({ $0.expected == connections[$0.index ^ 1].sent + 1 }) else {
+                throw LoadEngine.Failure.verification("relayed \(inOrder) of \(book.delivered); some frame was lost")
             }
-            result.verified["\(target.kind.rawValue) frames relayed in order"] = delivered
+            result.verified["\(target.kind.rawValue) frames relayed in order"] = book.delivered
             engine.closeAll()
         }
         result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
@@ -688,6 +690,27 @@ final class HTTPClient {
         let n = chunk.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress, $0.count, 0) }
         guard n > 0 else { throw LoadEngine.Failure.system(n == 0 ? "the server closed the connection" : "recv: \(String(cString: strerror(errno)))") }
         buffer += chunk[0..<n]
+    }
+}
+
+/// The relay's per-frame bookkeeping in one object: the closures that share it reach its fields
+/// without the run-time exclusivity check that every access to a captured `var` costs.
+private final class RelayBook {
+    static let ringSize = 1 << 13
+    @exclusivity(unchecked) var frames: [(bytes: [UInt8], offset: Int)]
+    /// When each frame in flight was sent (or due), `ringSize` slots per connection.
+    @exclusivity(unchecked) var sentAt: [UInt64]
+    @exclusivity(unchecked) var delivered = 0
+    @exclusivity(unchecked) var latencies: [Double] = []
+    /// How long each frame's bytes waited in the generator's socket before the read that found them.
+    @exclusivity(unchecked) var queueWaits: [Double] = []
+    @exclusivity(unchecked) var receivedAt: [UInt64] = []
+    /// Saturating while now < refill.
+    @exclusivity(unchecked) var refill: UInt64 = 0
+
+    init(frames: [(bytes: [UInt8], offset: Int)]) {
+        self.frames = frames
+        sentAt = [UInt64](repeating: 0, count: frames.count * Self.ringSize)
     }
 }
 

@@ -1,0 +1,74 @@
+import Glibc
+import XCTest
+
+@testable import CallingBench
+
+final class LoadEngineTests: XCTestCase {
+    /// A connected TCP pair on 127.0.0.1: (client, accepted).
+    private func loopbackPair() throws -> (Int32, Int32) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ready = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(listener, pointer, length) == 0 && listen(listener, 1) == 0 && getsockname(listener, pointer, &length) == 0
+            }
+        }
+        XCTAssertTrue(ready)
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
+        }
+        XCTAssertEqual(connected, 0)
+        let accepted = accept(listener, nil, nil)
+        XCTAssertGreaterThanOrEqual(accepted, 0)
+        return (client, accepted)
+    }
+
+    private static func realtime() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+
+    /// The relay's socket-wait figure rests on this stamp: the kernel's receive time, between the
+    /// write and the read, with every byte read as by recv(2).
+    func test_a_stamped_read_returns_the_bytes_and_the_kernels_receive_time() throws {
+        let (client, server) = try loopbackPair()
+        defer { close(client); close(server) }
+        var one: Int32 = 1
+        XCTAssertEqual(setsockopt(server, SOL_SOCKET, LoadEngine.soTimestampNS, &one, socklen_t(MemoryLayout<Int32>.size)), 0)
+        let before = Self.realtime()
+        XCTAssertEqual(write(client, "hello", 5), 5)
+        usleep(20_000)
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let (n, stamp) = buffer.withUnsafeMutableBytes { LoadEngine.receiveStamped(server, $0) }
+        let after = Self.realtime()
+        XCTAssertEqual(n, 5)
+        XCTAssertEqual(Array(buffer[0..<5]), Array("hello".utf8))
+        XCTAssertGreaterThanOrEqual(stamp, before)
+        XCTAssertLessThanOrEqual(stamp, after - 15_000_000, "stamped on arrival, not at the read 20 ms later")
+    }
+
+    func test_without_the_option_a_stamped_read_reports_no_stamp() throws {
+        let (client, server) = try loopbackPair()
+        defer { close(client); close(server) }
+        XCTAssertEqual(write(client, "x", 1), 1)
+        var buffer = [UInt8](repeating: 0, count: 8)
+        var result = (0, Int64(-1))
+        for _ in 0..<100 where result.0 <= 0 {
+            result = buffer.withUnsafeMutableBytes { LoadEngine.receiveStamped(server, $0) }
+        }
+        XCTAssertEqual(result.0, 1)
+        XCTAssertEqual(result.1, 0)
+    }
+
+    func test_the_realtime_offset_maps_a_realtime_stamp_onto_the_engines_clock() {
+        let offset = LoadEngine.realtimeMinusMonotonic()
+        let mapped = Self.realtime() - offset
+        XCTAssertLessThan(abs(mapped - Int64(LoadEngine.now())), 5_000_000)
+    }
+}
