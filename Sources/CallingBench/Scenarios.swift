@@ -303,7 +303,11 @@ final class Scenarios {
             func send(_ sender: LoadEngine.Connection, at time: UInt64) throws {
                 sender.sent += 1
                 let slot = sender.index * ringSize + (sender.sent & (ringSize - 1))
-                guard book.sentAt[slot] == 0 else { throw LoadEngine.Failure.verification("more than \(ringSize) frames in flight") }
+                guard book.sentAt[slot] == 0 else {
+                    // Say whether the partner is just far behind or one frame never came.
+                    let partner = connections[sender.index ^ 1]
+                    throw LoadEngine.Failure.verification("more than \(ringSize) frames in flight from \(sender.name): frame \(sender.sent - ringSize) sent \(Int(Double(LoadEngine.now() &- book.sentAt[slot]) / 1e6)) ms ago, \(partner.name) expects \(partner.expected), \(sender.inFlight) in flight")
+                }
                 book.sentAt[slot] = time
                 sender.inFlight += 1
                 Bytes.patch(sender.sent, into: &book.frames[sender.index].bytes, at: book.frames[sender.index].offset)
@@ -377,7 +381,7 @@ final class Scenarios {
             result.notes.append("\(target.kind.rawValue) paced: " + GeneratorCost(from: phase, to: GeneratorCost.Snapshot(engine, target, delivered: book.delivered)).text)
             lateness.sort()
             book.queueWaits.sort()
-            result.notes.append("\(target.kind.rawValue) paced: the generator queued frames late by p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(lateness, 0.5), Stats.percentile(lateness, 0.99)) + " after their due time (counted in the latency); delivered frames waited in its sockets before it read them p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(book.queueWaits, 0.5), Stats.percentile(book.queueWaits, 0.99)) + " (kernel receive stamps, SO_TIMESTAMPNS; also counted)")
+            result.notes.append("\(target.kind.rawValue) paced: the generator queued frames late by p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(lateness, 0.5), Stats.percentile(lateness, 0.99)) + " after their due time (counted in the latency); delivered frames waited in its sockets before it read them p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(book.queueWaits, 0.5), Stats.percentile(book.queueWaits, 0.99)) + " (kernel receive stamps, SO_TIMESTAMPNS: the last segment of each read, so a lower bound; also counted)")
             if let directory = relayTraceDirectory {
                 try Self.writeTrace(book.latencies, receivedAt: book.receivedAt, since: pacedStart, to: "\(directory)/relay-\(target.kind.rawValue)-paced.csv")
             }
