@@ -262,6 +262,14 @@ public struct Hub: Sendable {
             return (all[sender].identity.peer, position(of: peer).map { all[$0].connection })
         }
 
+        /// A chat's sender, read in place: the peer id seated on `connection` and whether it is
+        /// typing, or nil when it holds no seat here. `member(on:)` copied the whole member (its
+        /// identity's strings retained and released) for these two fields.
+        func chatSender(on connection: ConnectionID) -> (peer: PeerID, typing: Bool)? {
+            guard let sender = all.firstIndex(where: { $0.connection == connection }) else { return nil }
+            return (all[sender].identity.peer, all[sender].typingUntil != nil)
+        }
+
         /// Seats `member` last, or in place of the member with its peer id; true when it is new.
         mutating func upsert(_ member: Member) -> Bool {
             if let position = position(of: member.identity.peer) {
@@ -605,6 +613,7 @@ public struct Hub: Sendable {
         if case .relay(let kind, let to, let payload) = message, let to {
             return relay(kind, to: to, payload: payload, from: connection).map { [.send([$0.target], $0.frame)] } ?? []
         }
+        if case .chat(let submission) = message { return chat(submission, from: connection, now: now) }
         guard let roomID = connections[connection] else { return [] }
         guard let room = rooms[roomID], let sender = room.members.member(on: connection) else { return [] }
         let peer = sender.identity.peer
@@ -619,19 +628,29 @@ public struct Hub: Sendable {
         case .typing(let typing):
             return setTyping(typing, room: roomID, peer: peer, now: now)
         case .chat(let submission):
-            if let error = validate(submission) {
-                return [.send([connection], Frame(.chatAck, payload: ["client_id": .string(submission.clientID)], error: error))]
-            }
-            let store = HubEffect.storeChat(connection: connection, room: roomID, peer: peer, submission, timestamp: now)
-            // Sending a message ends the sender's typing indicator; a sender not typing (nearly
-            // every chat) has none to end, which `setTyping` would look the member up again to find.
-            guard sender.typingUntil != nil else { return [store] }
-            return setTyping(false, room: roomID, peer: peer, now: now) + [store]
+            return chat(submission, from: connection, now: now)  // not reached: taken above
         case .read(let seq):
             return [.storeRead(room: roomID, peer: peer, seq: seq)]
         case .stats(let sample):
             return [.storeStats(room: roomID, call: sender.identity.call, peer: peer, sample, timestamp: now)]
         }
+    }
+
+    /// A chat from `connection`: its store request (or the ack refusing it). The room is hashed
+    /// once and the sender read in place: the other frames' path copied the room and the sender's
+    /// member (its identity's strings retained and released) for the peer id and typing flag.
+    private mutating func chat(_ submission: ChatSubmission, from connection: ConnectionID, now: Millis) -> [HubEffect] {
+        guard let roomID = connections[connection], let index = rooms.index(forKey: roomID),
+            let (peer, typing) = rooms.values[index].members.chatSender(on: connection)
+        else { return [] }
+        if let error = validate(submission) {
+            return [.send([connection], Frame(.chatAck, payload: ["client_id": .string(submission.clientID)], error: error))]
+        }
+        let store = HubEffect.storeChat(connection: connection, room: roomID, peer: peer, submission, timestamp: now)
+        // Sending a message ends the sender's typing indicator; a sender not typing (nearly
+        // every chat) has none to end, which `setTyping` would look the member up again to find.
+        guard typing else { return [store] }
+        return setTyping(false, room: roomID, peer: peer, now: now) + [store]
     }
 
     private func validate(_ chat: ChatSubmission) -> WireError? {
@@ -669,17 +688,20 @@ public struct Hub: Sendable {
             // The sender may have reconnected on a new connection while the insert was in flight
             // (looked up only then).
             let ackTarget = connections[connection] != nil ? connection : rooms[message.room]?.members[message.from]?.connection
-            let ack = ackTarget.map { HubEffect.send([$0], Frame.chatAck(clientID: message.clientID, seq: message.seq,
-                                                                          timestamp: message.timestamp)) }
             var others: [ConnectionID] = []
-            if !duplicate, let room = rooms[message.room] { others = room.connections(excluding: message.from) }
-            // Built as one literal: appending to an empty array allocated twice on every chat.
-            switch (ack, others.isEmpty) {
-            case (let ack?, false): return [ack, .send(others, message.frame)]
-            case (let ack?, true): return [ack]
-            case (nil, false): return [.send(others, message.frame)]
-            case (nil, true): return []
+            // Read in place: `rooms[message.room]` copied the room (each of its tables retained and released).
+            if !duplicate, let index = rooms.index(forKey: message.room) {
+                others = rooms.values[index].connections(excluding: message.from)
             }
+            // Built as one literal: appending to an empty array allocated twice on every chat. The
+            // ack is built inside each literal: an `ack` effect made first was copied into the
+            // array and then destroyed (~300 instructions per chat).
+            guard let ackTarget else { return others.isEmpty ? [] : [.send(others, message.frame)] }
+            if others.isEmpty {
+                return [.send([ackTarget], Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp))]
+            }
+            return [.send([ackTarget], Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp)),
+                    .send(others, message.frame)]
         }
     }
 
