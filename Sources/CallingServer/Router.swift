@@ -14,6 +14,9 @@ protocol Router: AnyObject {
     /// `deliver(frame, to: [target])`, for the one-target frames of an addressed relay: a router
     /// may skip building the array.
     func deliver(_ frame: Frame, to target: ConnectionID)
+    /// `deliver(relayed.frame, to: target)`, for an addressed relay: a router may write the frame
+    /// from its parts without building it.
+    func deliver(_ relayed: RelayedFrame, to target: ConnectionID)
     /// Closes a connection with `code`: a socket gets a Close frame after its queued frames, a
     /// virtual connection its `closed(_:code:)`.
     func close(_ connection: ConnectionID, code: CloseCode)
@@ -39,6 +42,8 @@ extension Router {
     func committed(_ message: ChatMessage) {}
 
     func deliver(_ frame: Frame, to target: ConnectionID) { deliver(frame, to: [target]) }
+
+    func deliver(_ relayed: RelayedFrame, to target: ConnectionID) { deliver(relayed.frame, to: target) }
 }
 
 /// A room member that is not a socket of the transport: an HTTP session's seat (HTTPSessions.swift).
@@ -86,6 +91,17 @@ final class LocalRouter: Router {
         let message = encode(frame)
         metrics.framesOut.count(named: frame.type, by: 1)
         hand(frame, message, to: target)
+    }
+
+    func deliver(_ relayed: RelayedFrame, to target: ConnectionID) {
+        // A socket's frame is written from the relay's parts into the message it gets; an HTTP
+        // session, or a relay without a payload or with ids to escape, takes the `Frame` path.
+        guard !HTTPSessions.isVirtual(target), let length = relayed.plainLength else {
+            return deliver(relayed.frame, to: target)
+        }
+        let message = OutboundMessage(count: length) { relayed.writePlain(to: $0) }
+        metrics.framesOut.count(relayed.kind.frameType)
+        sink.send(message, to: target)
     }
 
     /// A relayed frame, a chat and a chat-ack are written straight into the message every target

@@ -69,10 +69,17 @@ final class SignalingService: @unchecked Sendable {
         switch input {
         case .join, .disconnect, .kick, .endRoom: membership(input)
         case .message(let connection, .relay(let kind, let to?, let payload)):
-            // The hub's decision for an addressed relay, without the effect arrays (Hub.relay).
-            guard let (target, frame) = Self.inPlace(&hub, { $0.relay(kind, to: to, payload: payload, from: connection) }) else { return }
-            countError(frame, recipients: 1)
-            router.deliver(frame, to: target)
+            // The hub's decision for an addressed relay, without the effect arrays (Hub.relay), and
+            // the relayed frame written by the router from its parts.
+            switch Self.inPlace(&hub, { $0.relay(kind, to: to, payload: payload, from: connection) }) {
+            case .deliver(let relayed, let target)?:
+                router.deliver(relayed, to: target)
+            case .answer(let frame, let sender)?:
+                countError(frame, recipients: 1)
+                router.deliver(frame, to: sender)
+            case nil:
+                return
+            }
         default: apply(hub.handle(input, now: now()))
         }
     }
