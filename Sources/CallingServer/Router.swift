@@ -55,6 +55,9 @@ protocol VirtualConnection: AnyObject {
 /// The socket side a router delivers to; `WebSocketServer` is the one in production.
 protocol ConnectionSink: AnyObject {
     func send(_ message: OutboundMessage, to connection: ConnectionID)
+    /// One frame of `count` bytes for `connection` alone, which `write` puts in place
+    /// (`WebSocketServer.send(count:to:writing:)`).
+    func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void)
     func close(_ connection: ConnectionID, code: CloseCode)
 }
 
@@ -99,9 +102,9 @@ final class LocalRouter: Router {
         guard !HTTPSessions.isVirtual(target), let length = relayed.plainLength else {
             return deliver(relayed.frame, to: target)
         }
-        let message = OutboundMessage(count: length) { relayed.writePlain(to: $0) }
         metrics.framesOut.count(relayed.kind.frameType)
-        sink.send(message, to: target)
+        // Framed straight into the target's pending bytes: no message of its own.
+        sink.send(count: length, to: target) { relayed.writePlain(to: $0) }
     }
 
     /// A relayed frame, a chat and a chat-ack are written straight into the message every target

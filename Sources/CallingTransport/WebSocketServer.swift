@@ -306,8 +306,38 @@ public final class WebSocketServer: @unchecked Sendable {
         guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
         conn.queue.append(message)
         conn.queuedBytes += message.count
+        queued(conn, connection)
+    }
+
+    /// Queues one frame of `count` bytes for `connection` alone (an addressed relay), which `write`
+    /// puts in place: framed straight into the connection's pending bytes, which its next
+    /// WRITEABLE writes at once, so no message is allocated, queued and copied per frame. Same
+    /// order, limits and slow-consumer close as `send(_:to:)`: the bytes are pending only while
+    /// nothing is queued before them, and a frame that arrives behind queued messages (or would
+    /// take the pending bytes past `maxCoalescedBytes`) is queued as a message instead.
+    public func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
+        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
+        let framed = count + (count < 126 ? 2 : count <= 0xFFFF ? 4 : 10)
+        guard conn.queue.isEmpty, conn.pendingUsed + framed <= settings.maxCoalescedBytes else {
+            return send(OutboundMessage(count: count, writing: write), to: connection)
+        }
+        let start = conn.reservePending(framed)
+        let header = WebSocketFraming.writeTextHeader(length: count, into: start)
+        write((start + header).assumingMemoryBound(to: UInt8.self))
+        conn.pendingUsed += framed
+        conn.pendingFrames += 1
+        conn.pendingPayloadBytes += count
+        conn.queuedBytes += count
+        queued(conn, connection)
+    }
+
+    /// After a frame was queued: closes a connection whose queue passed `maxQueueBytes`, else asks
+    /// for its WRITEABLE.
+    @inline(__always)
+    private func queued(_ conn: WSConnection, _ connection: ConnectionID) {
         if conn.queuedBytes > settings.maxQueueBytes {
             conn.queue.removeAll()
+            conn.dropPending()
             conn.queuedBytes = 0
             conn.closeCode = CloseCode.slowConsumer.rawValue
             state.counters.closedSlowConsumer += 1
@@ -762,8 +792,21 @@ public final class WebSocketServer: @unchecked Sendable {
 
     private func writeNext(_ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
         if conn.closeFrameSent { return 0 }
-        if let code = conn.closeCode, code == CloseCode.slowConsumer.rawValue || conn.queue.isEmpty {
+        if let code = conn.closeCode, code == CloseCode.slowConsumer.rawValue || (conn.queue.isEmpty && conn.pendingUsed == 0) {
             return sendCloseFrame(code, conn, wsi: wsi)
+        }
+        if conn.pendingUsed > 0 {
+            // Older than anything queued (see `send(count:to:writing:)`): these go first, in one
+            // write, as a coalesced batch would.
+            let length = conn.pendingUsed
+            let start = (conn.pending! + OutboundMessage.headroom).assumingMemoryBound(to: UInt8.self)
+            guard LWS.write(wsi, start, length, .http) >= length else { return -1 }
+            state.counters.framesOut += conn.pendingFrames
+            state.counters.bytesOut += length
+            conn.queuedBytes -= conn.pendingPayloadBytes
+            conn.dropPending()
+            if !conn.queue.isEmpty || conn.closeCode != nil { requestWritable(conn) }
+            return 0
         }
         guard let first = conn.queue.popFirst() else { return 0 }
         conn.queuedBytes -= first.count
@@ -798,6 +841,7 @@ public final class WebSocketServer: @unchecked Sendable {
         frame += [0x88, UInt8(payload.count)] + payload
         conn.closeFrameSent = true
         conn.queue.removeAll()
+        conn.dropPending()
         conn.queuedBytes = 0
         armCloseDeadline(conn, seconds: code == CloseCode.slowConsumer.rawValue ? 1 : nil)
         let length = frame.count - OutboundMessage.headroom
@@ -1058,8 +1102,43 @@ private final class WSConnection {
     @exclusivity(unchecked) var closeFrameSent = false
     /// A WRITEABLE callback has been asked for and has not come yet.
     @exclusivity(unchecked) var writablePending = false
+    /// Frames for this connection alone, already framed, written before `queue` by the next
+    /// WRITEABLE (`WebSocketServer.send(count:to:writing:)`): `OutboundMessage.headroom` bytes,
+    /// then `pendingUsed` bytes of frames. Allocated when the first arrives and freed once written,
+    /// so an idle connection keeps none.
+    @exclusivity(unchecked) var pending: UnsafeMutableRawPointer?
+    @exclusivity(unchecked) var pendingCapacity = 0
+    @exclusivity(unchecked) var pendingUsed = 0
+    @exclusivity(unchecked) var pendingFrames = 0
+    @exclusivity(unchecked) var pendingPayloadBytes = 0
 
     init(wsi: OpaquePointer) { self.wsi = wsi }
+
+    /// Room for `count` more pending bytes; where they go.
+    @inline(__always)
+    func reservePending(_ count: Int) -> UnsafeMutableRawPointer {
+        let needed = OutboundMessage.headroom + pendingUsed + count
+        if needed > pendingCapacity {
+            // Doubling from 1 KiB: a burst of relays grows it a few times, not once per frame.
+            var capacity = max(pendingCapacity, 1_024)
+            while capacity < needed { capacity *= 2 }
+            guard let grown = realloc(pending, capacity) else { fatalError("out of memory for \(capacity) pending bytes") }
+            pending = grown
+            pendingCapacity = capacity
+        }
+        return pending! + OutboundMessage.headroom + pendingUsed
+    }
+
+    func dropPending() {
+        free(pending)
+        pending = nil
+        pendingCapacity = 0
+        pendingUsed = 0
+        pendingFrames = 0
+        pendingPayloadBytes = 0
+    }
+
+    deinit { free(pending) }
 }
 
 private final class HTTPExchange {

@@ -10,6 +10,9 @@ final class RouterTests: XCTestCase {
         var sent: [(ConnectionID, OutboundMessage)] = []
         var closed: [(ConnectionID, CloseCode)] = []
         func send(_ message: OutboundMessage, to connection: ConnectionID) { sent.append((connection, message)) }
+        func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
+            sent.append((connection, OutboundMessage(count: count, writing: write)))
+        }
         func close(_ connection: ConnectionID, code: CloseCode) { closed.append((connection, code)) }
     }
 
