@@ -751,13 +751,18 @@ public final class WebSocketServer: @unchecked Sendable {
         if LWS.isFirstFragment(wsi) {
             if length <= settings.maxFrameBytes, LWS.isMessageEnd(wsi) {
                 // The whole message in one callback, as nearly every one arrives: copied once from
-                // lws's buffer into the array the app gets. Through `rx` it was appended there,
-                // and `rx`, still shared with the message, was allocated anew for the next one.
+                // lws's buffer into the array the app gets, the service thread's `inbound`. The app
+                // has let go of the previous message by now (a relay or chat keeps nothing of its
+                // bytes), so emptying it keeps its storage; one the app still holds is left to it
+                // (copy on write), so a kept message never changes. (Through `rx` it was appended
+                // there, and `rx`, still shared with the message, was allocated anew each time.)
                 let message: InboundMessage
                 if LWS.isBinaryFrame(wsi) {
                     message = .binary(byteCount: length)
                 } else {
-                    message = .text(input.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: length)) } ?? [])
+                    state.inbound.removeAll(keepingCapacity: state.inbound.capacity <= 65_536)
+                    if let input { state.inbound.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length)) }
+                    message = .text(state.inbound)
                 }
                 if !conn.rx.isEmpty { conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536) }
                 conn.rxDiscarded = 0
@@ -1028,6 +1033,9 @@ private final class ServiceState {
     var nextConnection: UInt64 = 0
     var nextExchange: UInt64 = 0
     @exclusivity(unchecked) var counters = TransportCounters()
+    /// The array a whole inbound text message is handed to the app in, reused from message to
+    /// message while the app keeps none of them (one for every connection, not one each).
+    @exclusivity(unchecked) var inbound: [UInt8] = []
     /// TLS connections by wsi: false while their handshake runs, true once it is done.
     var tlsHandshakes: [OpaquePointer: Bool] = [:]
     var shuttingDown = false
