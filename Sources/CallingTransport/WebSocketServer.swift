@@ -760,8 +760,10 @@ public final class WebSocketServer: @unchecked Sendable {
                 if LWS.isBinaryFrame(wsi) {
                     message = .binary(byteCount: length)
                 } else {
-                    state.inbound.removeAll(keepingCapacity: state.inbound.capacity <= 65_536)
-                    if let input { state.inbound.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length)) }
+                    if state.inbound.capacity > 65_536 { state.inbound = [] }
+                    // One call that empties and refills it (removeAll and append were two).
+                    state.inbound.replaceSubrange(state.inbound.startIndex..<state.inbound.endIndex,
+                                                  with: UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
                     message = .text(state.inbound)
                 }
                 if !conn.rx.isEmpty { conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536) }
