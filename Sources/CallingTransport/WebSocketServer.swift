@@ -806,7 +806,7 @@ public final class WebSocketServer: @unchecked Sendable {
             // Older than anything queued (see `send(count:to:writing:)`): these go first, in one
             // write, as a coalesced batch would.
             let length = conn.pendingUsed
-            let start = (conn.pending! + OutboundMessage.headroom).assumingMemoryBound(to: UInt8.self)
+            let start = conn.pendingFramesStart.assumingMemoryBound(to: UInt8.self)
             guard LWS.write(wsi, start, length, .http) >= length else { return -1 }
             state.counters.framesOut += conn.pendingFrames
             state.counters.bytesOut += length
@@ -1113,39 +1113,65 @@ private final class WSConnection {
     /// A WRITEABLE callback has been asked for and has not come yet.
     @exclusivity(unchecked) var writablePending = false
     /// Frames for this connection alone, already framed, written before `queue` by the next
-    /// WRITEABLE (`WebSocketServer.send(count:to:writing:)`): `OutboundMessage.headroom` bytes,
-    /// then `pendingUsed` bytes of frames. Allocated when the first arrives and freed once written,
-    /// so an idle connection keeps none.
-    @exclusivity(unchecked) var pending: UnsafeMutableRawPointer?
-    @exclusivity(unchecked) var pendingCapacity = 0
-    @exclusivity(unchecked) var pendingUsed = 0
-    @exclusivity(unchecked) var pendingFrames = 0
-    @exclusivity(unchecked) var pendingPayloadBytes = 0
+    /// WRITEABLE (`WebSocketServer.send(count:to:writing:)`). Allocated when the first arrives and
+    /// freed once written, so an idle connection keeps none; its counts live in the buffer's first
+    /// 16 bytes (four `Int32`s: `max_coalesced_bytes` is at most 16 MiB), so the connection's
+    /// object, which every idle peer has, grows by the pointer alone. Then `OutboundMessage.headroom`
+    /// bytes, then `pendingUsed` bytes of frames.
+    @exclusivity(unchecked) private(set) var pending: UnsafeMutableRawPointer?
+    private static let countsBytes = 16
+
+    @inline(__always)
+    private func count(_ index: Int) -> Int {
+        guard let pending else { return 0 }
+        return Int(pending.load(fromByteOffset: 4 * index, as: Int32.self))
+    }
+
+    @inline(__always)
+    private func setCount(_ index: Int, _ value: Int) {
+        pending!.storeBytes(of: Int32(value), toByteOffset: 4 * index, as: Int32.self)
+    }
+
+    private var pendingCapacity: Int { count(0) }
+    var pendingUsed: Int {
+        get { count(1) }
+        set { setCount(1, newValue) }
+    }
+    var pendingFrames: Int {
+        get { count(2) }
+        set { setCount(2, newValue) }
+    }
+    var pendingPayloadBytes: Int {
+        get { count(3) }
+        set { setCount(3, newValue) }
+    }
+
+    /// Where the pending frames start (the headroom before them is lws's).
+    var pendingFramesStart: UnsafeMutableRawPointer { pending! + Self.countsBytes + OutboundMessage.headroom }
 
     init(wsi: OpaquePointer) { self.wsi = wsi }
 
     /// Room for `count` more pending bytes; where they go.
     @inline(__always)
     func reservePending(_ count: Int) -> UnsafeMutableRawPointer {
-        let needed = OutboundMessage.headroom + pendingUsed + count
+        let used = pendingUsed
+        let needed = Self.countsBytes + OutboundMessage.headroom + used + count
         if needed > pendingCapacity {
             // Doubling from 1 KiB: a burst of relays grows it a few times, not once per frame.
             var capacity = max(pendingCapacity, 1_024)
             while capacity < needed { capacity *= 2 }
+            let fresh = pending == nil
             guard let grown = realloc(pending, capacity) else { fatalError("out of memory for \(capacity) pending bytes") }
             pending = grown
-            pendingCapacity = capacity
+            if fresh { grown.initializeMemory(as: Int32.self, repeating: 0, count: 4) }
+            setCount(0, capacity)
         }
-        return pending! + OutboundMessage.headroom + pendingUsed
+        return pendingFramesStart + used
     }
 
     func dropPending() {
         free(pending)
         pending = nil
-        pendingCapacity = 0
-        pendingUsed = 0
-        pendingFrames = 0
-        pendingPayloadBytes = 0
     }
 
     deinit { free(pending) }
