@@ -590,28 +590,28 @@ public struct Hub: Sendable {
     // MARK: frames
 
     /// An addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) from `connection`: the
-    /// frame to deliver and the one connection it goes to, or nil when `connection` holds no seat.
+    /// relayed frame and the one connection it goes to (as its parts, which the router writes
+    /// without building a `Frame`), or nil when `connection` holds no seat.
     /// The same decision `handle(.message(connection, .relay(kind, to: to, payload: payload)))`
     /// makes, as one `.send` effect; the service calls this for the most frequent frame of all (ICE
     /// candidates) to skip the effect array and the one-element target array, two allocations per
     /// relayed frame. A target not in the room gets the sender an `error` (`peer_not_found`).
-    public func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID)
-        -> (target: ConnectionID, frame: Frame)?
-    {
+    public func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
         // The room is hashed once, and sender and target are read from it without copying the
         // room or either member.
         guard let roomID = connections[connection], let index = rooms.index(forKey: roomID),
             let (peer, target) = rooms.values[index].members.route(from: connection, to: to)
         else { return nil }
         guard to != peer, let target else {
-            return (connection, Frame.error(.peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue))
+            return .answer(Frame.error(.peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue),
+                           to: connection)
         }
-        return (target, Frame(kind.frameType, from: peer.rawValue, to: to.rawValue, rawPayload: payload))
+        return .deliver(RelayedFrame(kind, from: peer, to: to, payload: payload), to: target)
     }
 
     private mutating func handle(_ message: ClientMessage, from connection: ConnectionID, now: Millis) -> [HubEffect] {
         if case .relay(let kind, let to, let payload) = message, let to {
-            return relay(kind, to: to, payload: payload, from: connection).map { [.send([$0.target], $0.frame)] } ?? []
+            return relay(kind, to: to, payload: payload, from: connection).map { [$0.effect] } ?? []
         }
         if case .chat(let submission) = message { return chat(submission, from: connection, now: now) }
         guard let roomID = connections[connection] else { return [] }
@@ -744,5 +744,21 @@ public struct Hub: Sendable {
             if !stillTyping { typingRooms.remove(roomID) }
         }
         return effects
+    }
+}
+
+/// `Hub.relay`'s answer for an addressed relay: the frame for its one target, or an error for the
+/// sender when the target is not in the room.
+public enum RelayDecision: Sendable, Equatable {
+    case deliver(RelayedFrame, to: ConnectionID)
+    /// An `error` frame (`peer_not_found`) back to the sender.
+    case answer(Frame, to: ConnectionID)
+
+    /// The same decision as the `.send` effect `Hub.handle` returns for it.
+    public var effect: HubEffect {
+        switch self {
+        case .deliver(let relayed, let target): return .send([target], relayed.frame)
+        case .answer(let frame, let sender): return .send([sender], frame)
+        }
     }
 }

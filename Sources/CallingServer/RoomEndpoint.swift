@@ -204,6 +204,9 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             pending.early.append(decoded)
             return
         }
+        if case .relay(let kind, let to?, let payload) = decoded {
+            return rooms.relay(kind, to: to, payload: payload, from: connection)
+        }
         rooms.handle(.message(connection, decoded))
     }
 

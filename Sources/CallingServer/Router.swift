@@ -14,6 +14,9 @@ protocol Router: AnyObject {
     /// `deliver(frame, to: [target])`, for the one-target frames of an addressed relay: a router
     /// may skip building the array.
     func deliver(_ frame: Frame, to target: ConnectionID)
+    /// `deliver(relayed.frame, to: target)`, for an addressed relay: a router may write the frame
+    /// from its parts without building it.
+    func deliver(_ relayed: RelayedFrame, to target: ConnectionID)
     /// Closes a connection with `code`: a socket gets a Close frame after its queued frames, a
     /// virtual connection its `closed(_:code:)`.
     func close(_ connection: ConnectionID, code: CloseCode)
@@ -39,6 +42,8 @@ extension Router {
     func committed(_ message: ChatMessage) {}
 
     func deliver(_ frame: Frame, to target: ConnectionID) { deliver(frame, to: [target]) }
+
+    func deliver(_ relayed: RelayedFrame, to target: ConnectionID) { deliver(relayed.frame, to: target) }
 }
 
 /// A room member that is not a socket of the transport: an HTTP session's seat (HTTPSessions.swift).
@@ -50,6 +55,9 @@ protocol VirtualConnection: AnyObject {
 /// The socket side a router delivers to; `WebSocketServer` is the one in production.
 protocol ConnectionSink: AnyObject {
     func send(_ message: OutboundMessage, to connection: ConnectionID)
+    /// One frame of `count` bytes for `connection` alone, which `write` puts in place
+    /// (`WebSocketServer.send(count:to:writing:)`).
+    func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void)
     func close(_ connection: ConnectionID, code: CloseCode)
 }
 
@@ -86,6 +94,17 @@ final class LocalRouter: Router {
         let message = encode(frame)
         metrics.framesOut.count(named: frame.type, by: 1)
         hand(frame, message, to: target)
+    }
+
+    func deliver(_ relayed: RelayedFrame, to target: ConnectionID) {
+        // A socket's frame is written from the relay's parts into the message it gets; an HTTP
+        // session, or a relay without a payload or with ids to escape, takes the `Frame` path.
+        guard !HTTPSessions.isVirtual(target), let length = relayed.plainLength else {
+            return deliver(relayed.frame, to: target)
+        }
+        metrics.framesOut.count(relayed.kind.frameType)
+        // Framed straight into the target's pending bytes: no message of its own.
+        sink.send(count: length, to: target) { relayed.writePlain(to: $0) }
     }
 
     /// A relayed frame, a chat and a chat-ack are written straight into the message every target

@@ -306,8 +306,38 @@ public final class WebSocketServer: @unchecked Sendable {
         guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
         conn.queue.append(message)
         conn.queuedBytes += message.count
+        queued(conn, connection)
+    }
+
+    /// Queues one frame of `count` bytes for `connection` alone (an addressed relay), which `write`
+    /// puts in place: framed straight into the connection's pending bytes, which its next
+    /// WRITEABLE writes at once, so no message is allocated, queued and copied per frame. Same
+    /// order, limits and slow-consumer close as `send(_:to:)`: the bytes are pending only while
+    /// nothing is queued before them, and a frame that arrives behind queued messages (or would
+    /// take the pending bytes past `maxCoalescedBytes`) is queued as a message instead.
+    public func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
+        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
+        let framed = count + (count < 126 ? 2 : count <= 0xFFFF ? 4 : 10)
+        guard conn.queue.isEmpty, conn.pendingUsed + framed <= settings.maxCoalescedBytes else {
+            return send(OutboundMessage(count: count, writing: write), to: connection)
+        }
+        let start = conn.reservePending(framed)
+        let header = WebSocketFraming.writeTextHeader(length: count, into: start)
+        write((start + header).assumingMemoryBound(to: UInt8.self))
+        conn.pendingUsed += framed
+        conn.pendingFrames += 1
+        conn.pendingPayloadBytes += count
+        conn.queuedBytes += count
+        queued(conn, connection)
+    }
+
+    /// After a frame was queued: closes a connection whose queue passed `maxQueueBytes`, else asks
+    /// for its WRITEABLE.
+    @inline(__always)
+    private func queued(_ conn: WSConnection, _ connection: ConnectionID) {
         if conn.queuedBytes > settings.maxQueueBytes {
             conn.queue.removeAll()
+            conn.dropPending()
             conn.queuedBytes = 0
             conn.closeCode = CloseCode.slowConsumer.rawValue
             state.counters.closedSlowConsumer += 1
@@ -721,13 +751,20 @@ public final class WebSocketServer: @unchecked Sendable {
         if LWS.isFirstFragment(wsi) {
             if length <= settings.maxFrameBytes, LWS.isMessageEnd(wsi) {
                 // The whole message in one callback, as nearly every one arrives: copied once from
-                // lws's buffer into the array the app gets. Through `rx` it was appended there,
-                // and `rx`, still shared with the message, was allocated anew for the next one.
+                // lws's buffer into the array the app gets, the service thread's `inbound`. The app
+                // has let go of the previous message by now (a relay or chat keeps nothing of its
+                // bytes), so emptying it keeps its storage; one the app still holds is left to it
+                // (copy on write), so a kept message never changes. (Through `rx` it was appended
+                // there, and `rx`, still shared with the message, was allocated anew each time.)
                 let message: InboundMessage
                 if LWS.isBinaryFrame(wsi) {
                     message = .binary(byteCount: length)
                 } else {
-                    message = .text(input.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: length)) } ?? [])
+                    if state.inbound.capacity > 65_536 { state.inbound = [] }
+                    // One call that empties and refills it (removeAll and append were two).
+                    state.inbound.replaceSubrange(state.inbound.startIndex..<state.inbound.endIndex,
+                                                  with: UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
+                    message = .text(state.inbound)
                 }
                 if !conn.rx.isEmpty { conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536) }
                 conn.rxDiscarded = 0
@@ -762,8 +799,21 @@ public final class WebSocketServer: @unchecked Sendable {
 
     private func writeNext(_ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
         if conn.closeFrameSent { return 0 }
-        if let code = conn.closeCode, code == CloseCode.slowConsumer.rawValue || conn.queue.isEmpty {
+        if let code = conn.closeCode, code == CloseCode.slowConsumer.rawValue || (conn.queue.isEmpty && conn.pendingUsed == 0) {
             return sendCloseFrame(code, conn, wsi: wsi)
+        }
+        if conn.pendingUsed > 0 {
+            // Older than anything queued (see `send(count:to:writing:)`): these go first, in one
+            // write, as a coalesced batch would.
+            let length = conn.pendingUsed
+            let start = conn.pendingFramesStart.assumingMemoryBound(to: UInt8.self)
+            guard LWS.write(wsi, start, length, .http) >= length else { return -1 }
+            state.counters.framesOut += conn.pendingFrames
+            state.counters.bytesOut += length
+            conn.queuedBytes -= conn.pendingPayloadBytes
+            conn.dropPending()
+            if !conn.queue.isEmpty || conn.closeCode != nil { requestWritable(conn) }
+            return 0
         }
         guard let first = conn.queue.popFirst() else { return 0 }
         conn.queuedBytes -= first.count
@@ -798,6 +848,7 @@ public final class WebSocketServer: @unchecked Sendable {
         frame += [0x88, UInt8(payload.count)] + payload
         conn.closeFrameSent = true
         conn.queue.removeAll()
+        conn.dropPending()
         conn.queuedBytes = 0
         armCloseDeadline(conn, seconds: code == CloseCode.slowConsumer.rawValue ? 1 : nil)
         let length = frame.count - OutboundMessage.headroom
@@ -984,6 +1035,9 @@ private final class ServiceState {
     var nextConnection: UInt64 = 0
     var nextExchange: UInt64 = 0
     @exclusivity(unchecked) var counters = TransportCounters()
+    /// The array a whole inbound text message is handed to the app in, reused from message to
+    /// message while the app keeps none of them (one for every connection, not one each).
+    @exclusivity(unchecked) var inbound: [UInt8] = []
     /// TLS connections by wsi: false while their handshake runs, true once it is done.
     var tlsHandshakes: [OpaquePointer: Bool] = [:]
     var shuttingDown = false
@@ -1058,8 +1112,69 @@ private final class WSConnection {
     @exclusivity(unchecked) var closeFrameSent = false
     /// A WRITEABLE callback has been asked for and has not come yet.
     @exclusivity(unchecked) var writablePending = false
+    /// Frames for this connection alone, already framed, written before `queue` by the next
+    /// WRITEABLE (`WebSocketServer.send(count:to:writing:)`). Allocated when the first arrives and
+    /// freed once written, so an idle connection keeps none; its counts live in the buffer's first
+    /// 16 bytes (four `Int32`s: `max_coalesced_bytes` is at most 16 MiB), so the connection's
+    /// object, which every idle peer has, grows by the pointer alone. Then `OutboundMessage.headroom`
+    /// bytes, then `pendingUsed` bytes of frames.
+    @exclusivity(unchecked) private(set) var pending: UnsafeMutableRawPointer?
+    private static let countsBytes = 16
+
+    @inline(__always)
+    private func count(_ index: Int) -> Int {
+        guard let pending else { return 0 }
+        return Int(pending.load(fromByteOffset: 4 * index, as: Int32.self))
+    }
+
+    @inline(__always)
+    private func setCount(_ index: Int, _ value: Int) {
+        pending!.storeBytes(of: Int32(value), toByteOffset: 4 * index, as: Int32.self)
+    }
+
+    private var pendingCapacity: Int { count(0) }
+    var pendingUsed: Int {
+        get { count(1) }
+        set { setCount(1, newValue) }
+    }
+    var pendingFrames: Int {
+        get { count(2) }
+        set { setCount(2, newValue) }
+    }
+    var pendingPayloadBytes: Int {
+        get { count(3) }
+        set { setCount(3, newValue) }
+    }
+
+    /// Where the pending frames start (the headroom before them is lws's).
+    var pendingFramesStart: UnsafeMutableRawPointer { pending! + Self.countsBytes + OutboundMessage.headroom }
 
     init(wsi: OpaquePointer) { self.wsi = wsi }
+
+    /// Room for `count` more pending bytes; where they go.
+    @inline(__always)
+    func reservePending(_ count: Int) -> UnsafeMutableRawPointer {
+        let used = pendingUsed
+        let needed = Self.countsBytes + OutboundMessage.headroom + used + count
+        if needed > pendingCapacity {
+            // Doubling from 1 KiB: a burst of relays grows it a few times, not once per frame.
+            var capacity = max(pendingCapacity, 1_024)
+            while capacity < needed { capacity *= 2 }
+            let fresh = pending == nil
+            guard let grown = realloc(pending, capacity) else { fatalError("out of memory for \(capacity) pending bytes") }
+            pending = grown
+            if fresh { grown.initializeMemory(as: Int32.self, repeating: 0, count: 4) }
+            setCount(0, capacity)
+        }
+        return pendingFramesStart + used
+    }
+
+    func dropPending() {
+        free(pending)
+        pending = nil
+    }
+
+    deinit { free(pending) }
 }
 
 private final class HTTPExchange {

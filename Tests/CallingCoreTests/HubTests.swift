@@ -291,7 +291,7 @@ final class HubTests: XCTestCase {
                 let payload: RawJSON = ["candidate": "candidate:1 1 udp 1 192.0.2.1 9 typ host"]
                 let fast = hub.relay(.candidate, to: target, payload: payload, from: sender)
                 let effects = send(sender, .relay(.candidate, to: target, payload: payload))
-                XCTAssertEqual(fast.map { [HubEffect.send([$0.target], $0.frame)] } ?? [], effects, "\(size) peers, \(sender) → \(target)")
+                XCTAssertEqual(fast.map { [$0.effect] } ?? [], effects, "\(size) peers, \(sender) → \(target)")
             }
         }
     }

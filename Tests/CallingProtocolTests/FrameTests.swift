@@ -90,6 +90,31 @@ final class FrameTests: XCTestCase {
         XCTAssertNil(Frame(.data, rawPayload: ["k": 1]).plainRelayedLength, "no from")
     }
 
+    /// An addressed relay is written from its parts (`RelayedFrame.writePlain`): the bytes of the
+    /// frame it stands for, for every relay kind; ids that need escaping, or no payload, take the
+    /// general path.
+    func test_a_relayed_frame_is_written_from_its_parts_as_its_frame_encodes() throws {
+        let payloads: [RawJSON] = [["sdp": "v=0"], RawJSON(.array([1, "é", nil])), RawJSON(.string("\u{1}\"x")), RawJSON(.null)]
+        for kind in [RelayKind.offer, .answer, .candidate, .data] {
+            for payload in payloads {
+                for (from, to) in [("alice", "bob"), ("ä", "b é"), ("", "x"), (String(repeating: "p", count: 40), "q")] {
+                    let relayed = RelayedFrame(kind, from: PeerID(from), to: PeerID(to), payload: payload)
+                    XCTAssertEqual(relayed.frame, Frame(kind.frameType, from: from, to: to, rawPayload: payload))
+                    let length = try XCTUnwrap(relayed.plainLength)
+                    XCTAssertEqual(length, relayed.frame.plainRelayedLength)
+                    let written = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
+                        relayed.writePlain(to: buffer.baseAddress!)
+                        count = length
+                    }
+                    XCTAssertEqual(String(decoding: written, as: UTF8.self), String(decoding: relayed.frame.encoded(), as: UTF8.self))
+                }
+            }
+        }
+        XCTAssertNil(RelayedFrame(.data, from: "a\"b", to: "c", payload: ["k": 1]).plainLength)
+        XCTAssertNil(RelayedFrame(.data, from: "a", to: "b\n", payload: ["k": 1]).plainLength)
+        XCTAssertNil(RelayedFrame(.data, from: "a", to: "b", payload: nil).plainLength, "no payload")
+    }
+
     /// The router writes chats and chat-acks through `writePlainChat`: the same bytes as
     /// `encoded()` and as the sorted encoding of the frame's JSON.
     func test_a_plain_chat_or_chat_ack_is_written_as_encoded() throws {

@@ -10,6 +10,9 @@ final class RouterTests: XCTestCase {
         var sent: [(ConnectionID, OutboundMessage)] = []
         var closed: [(ConnectionID, CloseCode)] = []
         func send(_ message: OutboundMessage, to connection: ConnectionID) { sent.append((connection, message)) }
+        func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
+            sent.append((connection, OutboundMessage(count: count, writing: write)))
+        }
         func close(_ connection: ConnectionID, code: CloseCode) { closed.append((connection, code)) }
     }
 
@@ -36,6 +39,33 @@ final class RouterTests: XCTestCase {
         XCTAssertEqual(session.frames.map(\.0), [virtual])
         XCTAssertEqual(session.frames.first?.1, frame)
         XCTAssertEqual(metrics.framesOut["peer-joined"], 3)
+    }
+
+    func test_an_addressed_relay_is_written_from_its_parts_or_handed_to_a_session_as_its_frame() {
+        let sockets = Sockets()
+        let metrics = Metrics()
+        let router = LocalRouter(sink: sockets, metrics: metrics)
+        let session = Session()
+        router.attach(virtual, to: session)
+        let relays = [
+            RelayedFrame(.candidate, from: "alice", to: "bob", payload: ["candidate": "candidate:1 1 udp 1 192.0.2.1 9 typ host"]),
+            RelayedFrame(.data, from: "alice", to: "b\"ob", payload: ["k": 1]),  // an id to escape: the general path
+            RelayedFrame(.offer, from: "alice", to: "bob", payload: nil),  // no payload: the general path
+        ]
+        for relayed in relays {
+            router.deliver(relayed, to: ConnectionID(1))
+            let message = sockets.sent.removeLast()
+            XCTAssertEqual(message.0, ConnectionID(1))
+            let bytes = Array(UnsafeBufferPointer(start: message.1.payloadPointer, count: message.1.count))
+            XCTAssertEqual(bytes, relayed.frame.encoded())
+        }
+        router.deliver(relays[0], to: virtual)
+        XCTAssertTrue(sockets.sent.isEmpty, "a virtual id never reaches the socket sink")
+        XCTAssertEqual(session.frames.map(\.0), [virtual])
+        XCTAssertEqual(session.frames.first?.1, relays[0].frame)
+        XCTAssertEqual(metrics.framesOut["candidate"], 2)
+        XCTAssertEqual(metrics.framesOut["data"], 1)
+        XCTAssertEqual(metrics.framesOut["offer"], 1)
     }
 
     func test_closes_go_to_the_socket_or_the_attached_session_and_a_detached_session_gets_nothing() {

@@ -55,6 +55,27 @@ def test_welcome_and_presence(server):
     run(body())
 
 
+def test_frames_sent_before_the_welcome_are_relayed_intact_and_in_order(server):
+    # Frames a peer sends right after its upgrade wait (decoded, their payloads kept as the bytes
+    # they arrived in) until its seat is ready; the frames after them reuse the transport's
+    # inbound buffer, which must never change a message the server still holds.
+    async def body():
+        bob = await Peer.connect(server, server.token("r1", "bob"), "bob")
+        alice = RawWebSocket(server.port, server.token("r1", "alice"))
+        try:
+            sent = [{"type": "candidate", "to": "bob", "payload": {"candidate": f"candidate:{i} 1 udp {i} 192.0.2.{i} 9 typ host",
+                                                                   "sdpMid": "0", "sdpMLineIndex": 0}} for i in range(1, 9)]
+            for frame in sent:
+                alice.send_json(frame)
+            for frame in sent:
+                got = await bob.recv_type("candidate", skip=("peer-joined",))
+                assert got == {"type": "candidate", "from": "alice", "to": "bob", "payload": frame["payload"]}
+        finally:
+            alice.close()
+
+    run(body())
+
+
 def test_relay_both_ways_with_from_stamped(server):
     async def body():
         alice = await Peer.connect(server, server.token("r1", "alice"), "alice")
