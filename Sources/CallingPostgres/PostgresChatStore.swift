@@ -55,8 +55,6 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     private var lastReconnectNs: UInt64 = 0
     private let appends = GroupCommitInbox<PendingAppend>()
     private let counters = Locked(ChatStoreMetrics())
-    /// Run on `queue` after each batch's completions (`afterAppendCompletions`).
-    private let appendsCompleted = Locked<(@Sendable () -> Void)?>(nil)
 
     private struct PendingAppend: Sendable {
         var draft: ChatDraft
@@ -88,21 +86,8 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         switch appends.admit(PendingAppend(draft: draft, completion: completion)) {
         case .queued: break
         case .queuedAndSchedule: queue.async { self.drain() }
-        case .refused:
-            queue.async {
-                completion(.failure(.closed))
-                self.completedAppends()
-            }
+        case .refused: queue.async { completion(.failure(.closed)) }
         }
-    }
-
-    public func afterAppendCompletions(_ body: @escaping @Sendable () -> Void) {
-        appendsCompleted.withLock { $0 = body }
-    }
-
-    /// On `queue`, after a batch's completions: the caller's `afterAppendCompletions` body.
-    private func completedAppends() {
-        appendsCompleted.withLock { $0 }?()
     }
 
     /// On `queue`: writes every pending draft (all of them, for the ordering reason in `ChatStore.drain`).
@@ -125,7 +110,6 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
                 storable.append(pending)
             }
         }
-        if storable.count < drafts.count { completedAppends() }
         let size = max(1, options.maxBatchSize)
         var start = storable.startIndex
         while start < storable.endIndex {
@@ -160,7 +144,6 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         case .failure(let failure):
             counters.withLock { $0.batchesFailed += 1 }
             for pending in batch { pending.completion(.failure(failure)) }
-            completedAppends()
             return
         case .success(let written):
             results = written
@@ -169,7 +152,6 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         counters.withLock { $0.recordCommitted(results, nanoseconds: elapsed) }
         // Only after COMMIT returned: see ChatStore.write.
         for (pending, result) in zip(batch, results) { pending.completion(.success(result)) }
-        completedAppends()
     }
 
     // MARK: Reads and read markers
