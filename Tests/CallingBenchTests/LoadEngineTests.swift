@@ -6,18 +6,11 @@ import XCTest
 final class LoadEngineTests: XCTestCase {
     /// A connected TCP pair on 127.0.0.1: (client, accepted).
     private func loopbackPair() throws -> (Int32, Int32) {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let listening = try XCTUnwrap(loopbackListener(backlog: 1))
+        let listener = listening.fd
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ready = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(listener, pointer, length) == 0 && listen(listener, 1) == 0 && getsockname(listener, pointer, &length) == 0
-            }
-        }
-        XCTAssertTrue(ready)
+        var address = listening.address
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }

@@ -8,19 +8,7 @@ final class RawClientSocketTests: XCTestCase {
     /// A listening socket on 127.0.0.1 that completes TCP connects (through its backlog) but never
     /// accepts, so nobody ever answers the upgrade request.
     private func silentListener() throws -> (fd: Int32, port: Int) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        XCTAssertGreaterThanOrEqual(fd, 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && listen(fd, 4) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        guard bound else {
-            close(fd)
+        guard let (fd, address) = loopbackListener(backlog: 4) else {
             throw RawClientSocket.Failure.system("listen", errno: errno)
         }
         return (fd, Int(UInt16(bigEndian: address.sin_port)))
