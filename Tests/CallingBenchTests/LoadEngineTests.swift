@@ -34,6 +34,18 @@ final class LoadEngineTests: XCTestCase {
         defer { close(client); close(server) }
         var one: Int32 = 1
         XCTAssertEqual(setsockopt(server, SOL_SOCKET, LoadEngine.soTimestampNS, &one, socklen_t(MemoryLayout<Int32>.size)), 0)
+        // When no socket on the machine asked for stamps before, Linux turns them on from a work
+        // queue (net_enable_timestamp), so the first segments after the option may carry none (a
+        // stamp of 0, which the bench leaves out). Wait until one does.
+        var warmUp = [UInt8](repeating: 0, count: 8)
+        var stamped = false
+        for _ in 0..<200 where !stamped {
+            XCTAssertEqual(write(client, "w", 1), 1)
+            usleep(5_000)
+            let (_, stamp) = warmUp.withUnsafeMutableBytes { LoadEngine.receiveStamped(server, $0) }
+            stamped = stamp > 0
+        }
+        XCTAssertTrue(stamped, "the kernel never stamped a receive")
         let before = Self.realtime()
         XCTAssertEqual(write(client, "hello", 5), 5)
         usleep(20_000)
