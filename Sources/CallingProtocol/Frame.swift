@@ -123,39 +123,57 @@ public struct Frame: Sendable, Equatable {
         guard case .raw(let raw) = body, error == nil, let from,
             let fromCount = Self.plainCount(from), let typeCount = Self.plainCount(type)
         else { return nil }
-        var length = Self.relayedPieces.from.utf8CodeUnitCount + fromCount + Self.relayedPieces.payload.utf8CodeUnitCount
-            + raw.bytes.count + Self.relayedPieces.type.utf8CodeUnitCount + typeCount + Self.relayedPieces.end.utf8CodeUnitCount
+        var toCount: Int?
         if let to {
-            guard let toCount = Self.plainCount(to) else { return nil }
-            length += Self.relayedPieces.to.utf8CodeUnitCount + toCount + Self.relayedPieces.toEnd.utf8CodeUnitCount
+            guard let count = Self.plainCount(to) else { return nil }
+            toCount = count
         }
-        return length
+        return Self.relayedLength(fromCount: fromCount, payloadCount: raw.bytes.count, toCount: toCount, typeCount: typeCount)
     }
 
     /// Writes `encoded()`'s bytes to `destination`, which holds `plainRelayedLength` bytes; only
     /// for a frame whose `plainRelayedLength` is not nil.
     public func writePlainRelayed(to destination: UnsafeMutablePointer<UInt8>) {
         guard case .raw(let raw) = body, let from else { preconditionFailure("not a plain relayed frame") }
+        Self.writeRelayed(from: from, payload: raw, to: to, type: type, at: destination)
+    }
+
+    /// The length of `{"from":"…","payload":…[,"to":"…"],"type":"…"}` from the lengths of its
+    /// plain strings and payload; `toCount` nil without `to`. `writeRelayed` writes those bytes.
+    @inline(__always)
+    fileprivate static func relayedLength(fromCount: Int, payloadCount: Int, toCount: Int?, typeCount: Int) -> Int {
+        typealias P = RelayedPieces
+        var length = P.from.utf8CodeUnitCount + fromCount + P.payload.utf8CodeUnitCount + payloadCount
+            + P.type.utf8CodeUnitCount + typeCount + P.end.utf8CodeUnitCount
+        if let toCount { length += P.to.utf8CodeUnitCount + toCount + P.toEnd.utf8CodeUnitCount }
+        return length
+    }
+
+    /// Writes a relayed frame's bytes (`encode(into:)`'s, for plain strings) to `destination`.
+    @inline(__always)
+    fileprivate static func writeRelayed(from: String, payload: RawJSON, to: String?, type: String,
+                                         at destination: UnsafeMutablePointer<UInt8>) {
+        typealias P = RelayedPieces
         // A cursor passed along rather than captured by nested functions: a captured `var` is a
         // box whose every access is checked for exclusivity (seven `swift_beginAccess` per frame,
         // ~530 instructions under callgrind).
         var cursor = destination
-        Self.put(Self.relayedPieces.from, at: &cursor)
-        Self.put(from, at: &cursor)
-        Self.put(Self.relayedPieces.payload, at: &cursor)
-        raw.bytes.withUnsafeBufferPointer { bytes in
+        put(P.from, at: &cursor)
+        put(from, at: &cursor)
+        put(P.payload, at: &cursor)
+        payload.bytes.withUnsafeBufferPointer { bytes in
             guard let base = bytes.baseAddress else { return }
             cursor.update(from: base, count: bytes.count)
             cursor += bytes.count
         }
         if let to {
-            Self.put(Self.relayedPieces.to, at: &cursor)
-            Self.put(to, at: &cursor)
-            Self.put(Self.relayedPieces.toEnd, at: &cursor)
+            put(P.to, at: &cursor)
+            put(to, at: &cursor)
+            put(P.toEnd, at: &cursor)
         }
-        Self.put(Self.relayedPieces.type, at: &cursor)
-        Self.put(type, at: &cursor)
-        Self.put(Self.relayedPieces.end, at: &cursor)
+        put(P.type, at: &cursor)
+        put(type, at: &cursor)
+        put(P.end, at: &cursor)
     }
 
     @inline(__always)
@@ -194,11 +212,6 @@ public struct Frame: Sendable, Equatable {
         }
         if value < 0 { (end - 1).pointee = UInt8(ascii: "-") }
     }
-
-    /// The literal bytes around the strings of `{"from":"…","payload":…,"to":"…","type":"…"}`.
-    private static let relayedPieces: (from: StaticString, payload: StaticString, to: StaticString, toEnd: StaticString,
-                                       type: StaticString, end: StaticString) =
-        (#"{"from":""#, #"","payload":"#, #","to":""#, #"""#, #","type":""#, #""}"#)
 
     /// For a `chat-ack` (`chatAck(clientID:seq:timestamp:)`) or a stored `chat` without `meta`
     /// (`chat(from:…)`) whose strings need no escaping, which is nearly every one: the exact length
@@ -425,43 +438,29 @@ public struct RelayedFrame: Sendable, Equatable {
     public var plainLength: Int? {
         guard let payload, let fromCount = Frame.plainCount(from.rawValue), let toCount = Frame.plainCount(to.rawValue)
         else { return nil }
-        typealias P = RelayedPieces
         // The type names are the protocol's own literals, plain by construction.
-        return P.from.utf8CodeUnitCount + fromCount + P.payload.utf8CodeUnitCount + payload.bytes.count
-            + P.to.utf8CodeUnitCount + toCount + P.type.utf8CodeUnitCount + kind.frameType.rawValue.utf8.count
-            + P.end.utf8CodeUnitCount
+        return Frame.relayedLength(fromCount: fromCount, payloadCount: payload.bytes.count, toCount: toCount,
+                                   typeCount: kind.frameType.rawValue.utf8.count)
     }
 
     /// Writes `frame.encoded()`'s bytes to `destination`, which holds `plainLength` bytes; only
     /// for a relay whose `plainLength` is not nil.
     public func writePlain(to destination: UnsafeMutablePointer<UInt8>) {
         guard let payload else { preconditionFailure("not a plain relayed frame") }
-        typealias P = RelayedPieces
-        var cursor = destination
-        Frame.put(P.from, at: &cursor)
-        Frame.put(from.rawValue, at: &cursor)
-        Frame.put(P.payload, at: &cursor)
-        payload.bytes.withUnsafeBufferPointer { bytes in
-            guard let base = bytes.baseAddress else { return }
-            cursor.update(from: base, count: bytes.count)
-            cursor += bytes.count
-        }
-        Frame.put(P.to, at: &cursor)
-        Frame.put(to.rawValue, at: &cursor)
-        Frame.put(P.type, at: &cursor)
-        Frame.put(kind.frameType.rawValue, at: &cursor)
-        Frame.put(P.end, at: &cursor)
+        Frame.writeRelayed(from: from.rawValue, payload: payload, to: to.rawValue, type: kind.frameType.rawValue,
+                           at: destination)
     }
+}
 
-    /// The literals around the strings of `{"from":"…","payload":…,"to":"…","type":"…"}`, as
-    /// computed properties: a `static let` is read through its lazy initializer's check.
-    private enum RelayedPieces {
-        static var from: StaticString { #"{"from":""# }
-        static var payload: StaticString { #"","payload":"# }
-        static var to: StaticString { #","to":""# }
-        static var type: StaticString { #"","type":""# }
-        static var end: StaticString { #""}"# }
-    }
+/// The literals around the strings of `{"from":"…","payload":…,"to":"…","type":"…"}`, as computed
+/// properties: a `static let` is read through its lazy initializer's check.
+private enum RelayedPieces {
+    static var from: StaticString { #"{"from":""# }
+    static var payload: StaticString { #"","payload":"# }
+    static var to: StaticString { #","to":""# }
+    static var toEnd: StaticString { #"""# }
+    static var type: StaticString { #","type":""# }
+    static var end: StaticString { #""}"# }
 }
 
 /// Every frame type in the protocol. `clientSendable` is what a client may send on `/v1/ws`.
