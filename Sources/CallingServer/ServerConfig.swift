@@ -270,7 +270,7 @@ public struct ServerConfig: Sendable, Equatable {
         .int("max_queue_bytes", "outbound bytes queued per connection before closing it (4000)", \.maxQueueBytes,
              4_096...1_073_741_824),
         .int("max_body_bytes", "largest HTTP request body", \.maxBodyBytes, 1_024...16_777_216),
-        .int("max_coalesced_bytes", "queued frames written together in one send (1024 disables batching)",
+        .int("max_coalesced_bytes", "most bytes of queued frames written together in one send (frames that fit together in it are batched, also at 1024)",
              \.maxCoalescedBytes, 1_024...16_777_216),
         .double("max_frames_per_second", "sustained inbound frames per connection", \.maxFramesPerSecond, 1...1_000_000),
         .double("frame_burst", "inbound frames allowed at once above the rate", \.frameBurst, 1...1_000_000),
