@@ -238,20 +238,36 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// instead of stderr; nil restores stderr. Process-wide: lws has one log for every context,
     /// the server's included.
     public static func routeLibraryLog(_ sink: (@Sendable (_ isError: Bool, _ line: String) -> Void)?) {
-        librarySink.withLock { $0 = sink }
+        let routed = sink.map(LibrarySink.init)
+        librarySink.withLock { $0 = routed }
         cs_lws_install_log_hook()
         cs_lws_set_sink(sink == nil ? nil : { level, line in
-            var text = String(cString: line)
-            // "[2026/12/01 14:40:47:4719] E: SSL error: …\n" → "SSL error: …"
-            if text.hasPrefix("["), let close = text.firstIndex(of: "]") { text = String(text[text.index(after: close)...]) }
-            text = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            if text.count > 3, text.dropFirst().hasPrefix(": ") { text = String(text.dropFirst(3)) }
-            let isError = level & LLL_ERR != 0
-            WebSocketClientLoop.librarySink.withLock { $0 }?(isError, text)
+            WebSocketClientLoop.libraryLine(level: level, line)
         })
     }
 
-    private static let librarySink = PthreadLocked<(@Sendable (Bool, String) -> Void)?>(nil)
+    /// One lws log line, for the routed sink (lws's log hook calls it on whatever thread logs).
+    static func libraryLine(level: Int32, _ line: UnsafePointer<CChar>) {
+        var text = String(cString: line)
+        // "[2026/12/01 14:40:47:4719] E: SSL error: …\n" → "SSL error: …"
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") { text = String(text[text.index(after: close)...]) }
+        text = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        if text.count > 3, text.dropFirst().hasPrefix(": ") { text = String(text.dropFirst(3)) }
+        let isError = level & LLL_ERR != 0
+        librarySink.withLock { $0 }?.deliver(isError, text)
+    }
+
+    /// The routed sink, in a class so that the lock guards a reference. Kept as an optional closure
+    /// in `PthreadLocked` and read with `withLock { $0 }`, the closure went through the generic
+    /// `inout` in its most general form and was written back wrapped in two more reabstraction
+    /// thunks on every read: every log line called the sink through a longer chain and kept three
+    /// more allocations.
+    private final class LibrarySink: Sendable {
+        let deliver: @Sendable (Bool, String) -> Void
+        init(_ deliver: @escaping @Sendable (Bool, String) -> Void) { self.deliver = deliver }
+    }
+
+    private static let librarySink = PthreadLocked<LibrarySink?>(nil)
 
     /// Queues `command` for the service thread; false once the loop no longer accepts work.
     /// Any thread.
