@@ -202,7 +202,7 @@ struct ChatRepository {
             """
             INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, text, meta, ts)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-            ON CONFLICT (room_no, sender, client_id) DO NOTHING
+            ON CONFLICT (room_no, client_id, sender) DO NOTHING
             """
         )
         defer { insert.reset() }

@@ -231,7 +231,7 @@ final class MigrationsTests: XCTestCase {
                            [.integer(roomNo), .integer(seq), .text(sender), .text(clientID)])
             }
             XCTAssertThrowsError(try insert(1, 3, "alice", "new"), "primary key (room_no, seq)")
-            XCTAssertThrowsError(try insert(1, 4, "alice", "c1"), "unique (room_no, sender, client_id)")
+            XCTAssertThrowsError(try insert(1, 4, "alice", "c1"), "unique (room_no, client_id, sender)")
             XCTAssertThrowsError(try insert(1, 0, "alice", "new"), "CHECK (seq > 0)")
             XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, text, ts) VALUES (1, 4, 'a', 'alice', 'n', 'x', 'soon')"),
                                  "STRICT")
