@@ -125,10 +125,17 @@ public enum ChatBenchmark {
     /// Every acked chat must be a committed row: the rows in each room are exactly the acked ones
     /// (the generator already checked that the acked seqs are distinct and gap-free).
     static func verifyStored(_ ackedPerRoom: [Int], store: ChatStore) throws {
+        // By room_no, the key since migration 006 (room_id alone would scan the table); by room_id in
+        // a database of an older server, so that the bench can measure one against the other.
+        let numbered = try store.sync { db in
+            try db.queryFirst("SELECT count(*) FROM pragma_table_info('chat_messages') WHERE name = 'room_no'") { $0.int64(0) }
+        } == 1
+        let sql = numbered
+            ? "SELECT count(*), coalesce(max(seq), 0) FROM chat_messages WHERE room_no = (SELECT room_no FROM rooms WHERE room_id = ?1)"
+            : "SELECT count(*), coalesce(max(seq), 0) FROM chat_messages WHERE room_id = ?1"
         for (room, acked) in ackedPerRoom.enumerated() {
             let (rows, lastSeq) = try store.sync { db in
-                try db.queryFirst("SELECT count(*), coalesce(max(seq), 0) FROM chat_messages WHERE room_id = ?1",
-                                  [.text("bench-\(room)")]) { (Int($0.int64(0)), Int($0.int64(1))) } ?? (0, 0)
+                try db.queryFirst(sql, [.text("bench-\(room)")]) { (Int($0.int64(0)), Int($0.int64(1))) } ?? (0, 0)
             }
             guard rows == acked, lastSeq == acked else {
                 throw BenchError.verification("room bench-\(room): \(acked) acked, \(rows) rows stored, last seq \(lastSeq)")

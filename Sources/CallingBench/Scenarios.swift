@@ -627,11 +627,11 @@ final class Scenarios {
         defer { store.close() }
         try store.sync { db in
             try db.transaction(.immediate) {
-                try db.run("INSERT INTO rooms (room_id, last_seq) VALUES ('history', ?1)", [.integer(Int64(rows))])
+                try db.run("INSERT INTO rooms (room_id, last_seq, room_no) VALUES ('history', ?1, 1)", [.integer(Int64(rows))])
                 try db.run("""
                     WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < ?1)
-                    INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
-                    SELECT 'history', n, 'peer-' || (n % 10), 'c' || n, 'history benchmark message number ' || n, NULL,
+                    INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, text, meta, ts)
+                    SELECT 1, n, 'history', 'peer-' || (n % 10), 'c' || n, 'history benchmark message number ' || n, NULL,
                            1796000000000 + n FROM s
                     """, [.integer(Int64(rows))])
             }

@@ -56,8 +56,8 @@ struct ChatRepository {
                 }
             }
             // One counter update per room per batch rather than per message.
-            for (room, lastSeq) in batch.lastSeqByRoom {
-                try db.run("UPDATE rooms SET last_seq = ?2 WHERE room_id = ?1", [.text(room.rawValue), .integer(lastSeq)])
+            for room in batch.rooms.values {
+                try db.run("UPDATE rooms SET last_seq = ?2 WHERE room_no = ?1", [.integer(room.number), .integer(room.lastSeq)])
             }
             return batch.results
         }
@@ -65,22 +65,32 @@ struct ChatRepository {
 
     /// What the rows of one batch have done so far.
     private struct BatchState {
-        /// The last seq given out per room in this batch; written to `rooms` at its end.
-        var lastSeqByRoom: [RoomID: Int64] = [:]
+        /// Each room's number and the last seq given out in it in this batch; written to `rooms` at its end.
+        var rooms: [RoomID: RoomCounter] = [:]
         var results: [ChatAppendResult] = []
+    }
+
+    /// A room's `rooms.room_no`, the key of its rows (migration 006), and its last seq.
+    private struct RoomCounter {
+        var number: Int64
+        var lastSeq: Int64
     }
 
     /// Rows per multi-row INSERT, largest first; a batch is cut into these and the last few rows go
     /// one by one. Few sizes, so the statement cache holds few of them.
     private static let chunkSizes = [64, 16, 4]
 
-    /// `INSERT … VALUES (…), (…), …` for `rows` rows, parameters 7 per row in column order.
+    /// Parameters per row of an insert, in column order (`insertSQL`'s columns).
+    private static let columns = 8
+
+    private static let insertSQL = "INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, text, meta, ts) VALUES "
+
+    /// `INSERT … VALUES (…), (…), …` for `rows` rows, `columns` parameters per row in column order.
     private static let chunkSQL: [Int: SQLiteStatementKey] = Dictionary(uniqueKeysWithValues: chunkSizes.map { rows in
         let values = (0..<rows).map { row in
-            "(" + (1...7).map { "?\(row * 7 + $0)" }.joined(separator: ", ") + ")"
+            "(" + (1...columns).map { "?\(row * columns + $0)" }.joined(separator: ", ") + ")"
         }
-        return (rows, SQLiteStatementKey("INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts) VALUES "
-            + values.joined(separator: ", ")))
+        return (rows, SQLiteStatementKey(insertSQL + values.joined(separator: ", ")))
     })
 
     /// Inserts the drafts at `rows` with one statement and returns true, or returns false with nothing
@@ -99,31 +109,31 @@ struct ChatRepository {
         // The seqs go straight into the batch's counters, one hash of the room id per row (a
         // chunk-local dictionary merged afterwards hashed each row's room three times); a refused
         // chunk takes them back (`undo`). Rooms first seen here are remembered to be removed again.
-        var seqs: [Int64] = []
-        seqs.reserveCapacity(rows.count)
+        var keys: [(room: Int64, seq: Int64)] = []
+        keys.reserveCapacity(rows.count)
         var roomsAdded: [RoomID] = []
         var textBytes = 0
         // The drafts' fields are read where they are (`drafts[row].draft.x`): a `let draft` copy
         // of each row was five string retains and releases, in each of the three loops.
         for row in rows {
             let room = drafts[row].draft.room
-            if let seen = batch.lastSeqByRoom.index(forKey: room) {
-                let seq = batch.lastSeqByRoom.values[seen] + 1
-                batch.lastSeqByRoom.values[seen] = seq
-                seqs.append(seq)
+            if let seen = batch.rooms.index(forKey: room) {
+                batch.rooms.values[seen].lastSeq += 1
+                keys.append((batch.rooms.values[seen].number, batch.rooms.values[seen].lastSeq))
             } else {
-                let seq = try lastSeqCreatingRoom(room) + 1
-                batch.lastSeqByRoom[room] = seq
+                var counter = try roomCreatingIt(room)
+                counter.lastSeq += 1
+                batch.rooms[room] = counter
                 roomsAdded.append(room)
-                seqs.append(seq)
+                keys.append((counter.number, counter.lastSeq))
             }
             textBytes += room.rawValue.utf8.count + drafts[row].draft.sender.rawValue.utf8.count
                 + drafts[row].draft.clientID.utf8.count + drafts[row].draft.text.utf8.count
                 + (drafts[row].draft.meta?.utf8.count ?? 0)
         }
         func undo() {
-            for row in rows { batch.lastSeqByRoom[drafts[row].draft.room]! -= 1 }
-            for room in roomsAdded { batch.lastSeqByRoom[room] = nil }
+            for row in rows { batch.rooms[drafts[row].draft.room]!.lastSeq -= 1 }
+            for room in roomsAdded { batch.rooms[room] = nil }
         }
         // Every text of the chunk in one buffer of the exact size, bound in place as it is copied
         // (the buffer never moves): it outlives the step.
@@ -132,7 +142,7 @@ struct ChatRepository {
         let insert = try db.cachedStatement(key)
         let inserted: Bool
         do throws(SQLiteError) {
-            inserted = try insertBound(insert, drafts, rows, seqs, buffer)
+            inserted = try insertBound(insert, drafts, rows, keys, buffer)
         } catch {
             undo()
             throw error
@@ -143,7 +153,7 @@ struct ChatRepository {
         }
         for (offset, row) in rows.enumerated() {
             batch.results.append(ChatAppendResult(message: ChatRecord(
-                room: drafts[row].draft.room, seq: seqs[offset], sender: drafts[row].draft.sender,
+                room: drafts[row].draft.room, seq: keys[offset].seq, sender: drafts[row].draft.sender,
                 clientID: drafts[row].draft.clientID, text: drafts[row].draft.text, meta: drafts[row].draft.meta,
                 timestampMs: drafts[row].draft.timestampMs
             ), duplicate: false))
@@ -154,7 +164,8 @@ struct ChatRepository {
     /// Binds the chunk's rows to `insert` (their text copied into `buffer`) and steps it: true when
     /// it went in, false when a constraint refused it.
     private func insertBound<Batch: RandomAccessCollection>(
-        _ insert: Statement, _ drafts: Batch, _ rows: Range<Int>, _ seqs: [Int64], _ buffer: UnsafeMutableBufferPointer<UInt8>
+        _ insert: Statement, _ drafts: Batch, _ rows: Range<Int>, _ keys: [(room: Int64, seq: Int64)],
+        _ buffer: UnsafeMutableBufferPointer<UInt8>
     ) throws(SQLiteError) -> Bool where Batch.Element: ChatDraftCarrying, Batch.Index == Int {
         defer { insert.reset() }
         var used = 0
@@ -164,14 +175,15 @@ struct ChatRepository {
             try insert.bindTextInPlace(UnsafeBufferPointer(rebasing: buffer[start..<used]), at: parameter)
         }
         for (offset, row) in rows.enumerated() {
-            let base = Int32(offset * 7)
-            try text(drafts[row].draft.room.rawValue, base + 1)
-            try insert.bind(.integer(seqs[offset]), at: base + 2)
-            try text(drafts[row].draft.sender.rawValue, base + 3)
-            try text(drafts[row].draft.clientID, base + 4)
-            try text(drafts[row].draft.text, base + 5)
-            if let meta = drafts[row].draft.meta { try text(meta, base + 6) } else { try insert.bind(.null, at: base + 6) }
-            try insert.bind(.integer(drafts[row].draft.timestampMs), at: base + 7)
+            let base = Int32(offset * Self.columns)
+            try insert.bind(.integer(keys[offset].room), at: base + 1)
+            try insert.bind(.integer(keys[offset].seq), at: base + 2)
+            try text(drafts[row].draft.room.rawValue, base + 3)
+            try text(drafts[row].draft.sender.rawValue, base + 4)
+            try text(drafts[row].draft.clientID, base + 5)
+            try text(drafts[row].draft.text, base + 6)
+            if let meta = drafts[row].draft.meta { try text(meta, base + 7) } else { try insert.bind(.null, at: base + 7) }
+            try insert.bind(.integer(drafts[row].draft.timestampMs), at: base + 8)
         }
         do throws(SQLiteError) {
             while try insert.step() {}
@@ -188,32 +200,34 @@ struct ChatRepository {
         // SQL text, hashed on every lookup (~100 instructions for this one).
         let insert = try db.cachedStatement(
             """
-            INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-            ON CONFLICT (room_id, sender, client_id) DO NOTHING
+            INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, text, meta, ts)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            ON CONFLICT (room_no, client_id, sender) DO NOTHING
             """
         )
         defer { insert.reset() }
         // One hash of the room id per chat once its room has been seen in this batch.
-        let seen = batch.lastSeqByRoom.index(forKey: draft.room)
-        let seq = try (seen.map { batch.lastSeqByRoom.values[$0] } ?? lastSeqCreatingRoom(draft.room)) + 1
+        let seen = batch.rooms.index(forKey: draft.room)
+        let room = try seen.map { batch.rooms.values[$0] } ?? roomCreatingIt(draft.room)
+        let seq = room.lastSeq + 1
         // The unique (room, sender, client_id) index is the dedup check: a retry inserts nothing
         // (also when its first copy is earlier in this batch: the transaction sees its own rows),
         // and only then is the original looked up. A separate SELECT before every insert cost
         // a second index search per message for the rare retry.
         // The text is bound in place (no copy into SQLite) for as long as the row is stepped.
+        try insert.bind(.integer(room.number), at: 1)
         try insert.bind(.integer(seq), at: 2)
-        try insert.bind(.integer(draft.timestampMs), at: 7)
-        try insert.withText(draft.room.rawValue, at: 1) { () throws(SQLiteError) in
-            try insert.withText(draft.sender.rawValue, at: 3) { () throws(SQLiteError) in
-                try insert.withText(draft.clientID, at: 4) { () throws(SQLiteError) in
-                    try insert.withText(draft.text, at: 5) { () throws(SQLiteError) in
+        try insert.bind(.integer(draft.timestampMs), at: 8)
+        try insert.withText(draft.room.rawValue, at: 3) { () throws(SQLiteError) in
+            try insert.withText(draft.sender.rawValue, at: 4) { () throws(SQLiteError) in
+                try insert.withText(draft.clientID, at: 5) { () throws(SQLiteError) in
+                    try insert.withText(draft.text, at: 6) { () throws(SQLiteError) in
                         if let meta = draft.meta {
-                            try insert.withText(meta, at: 6) { () throws(SQLiteError) in
+                            try insert.withText(meta, at: 7) { () throws(SQLiteError) in
                                 while try insert.step() {}
                             }
                         } else {
-                            try insert.bind(.null, at: 6)
+                            try insert.bind(.null, at: 7)
                             while try insert.step() {}
                         }
                     }
@@ -221,14 +235,14 @@ struct ChatRepository {
             }
         }
         if db.changes == 0 {
-            let key = DedupKey(room: draft.room, sender: draft.sender, clientID: draft.clientID)
+            let key = DedupKey(room: draft.room, roomNumber: room.number, sender: draft.sender, clientID: draft.clientID)
             guard let original = try findMessage(key) else {
                 throw SQLiteError(code: SQLITE_INTERNAL, message: "chat insert ignored, but no original row")
             }
             batch.results.append(ChatAppendResult(message: original, duplicate: true))
             return
         }
-        if let seen { batch.lastSeqByRoom.values[seen] = seq } else { batch.lastSeqByRoom[draft.room] = seq }
+        if let seen { batch.rooms.values[seen].lastSeq = seq } else { batch.rooms[draft.room] = RoomCounter(number: room.number, lastSeq: seq) }
         let record = ChatRecord(
             room: draft.room, seq: seq, sender: draft.sender, clientID: draft.clientID,
             text: draft.text, meta: draft.meta, timestampMs: draft.timestampMs
@@ -238,14 +252,15 @@ struct ChatRepository {
 
     private struct DedupKey {
         var room: RoomID
+        var roomNumber: Int64
         var sender: PeerID
         var clientID: String
     }
 
     private func findMessage(_ key: DedupKey) throws -> ChatRecord? {
         try db.queryFirst(
-            "SELECT seq, text, meta, ts FROM chat_messages WHERE room_id = ?1 AND sender = ?2 AND client_id = ?3",
-            [.text(key.room.rawValue), .text(key.sender.rawValue), .text(key.clientID)]
+            "SELECT seq, text, meta, ts FROM chat_messages WHERE room_no = ?1 AND sender = ?2 AND client_id = ?3",
+            [.integer(key.roomNumber), .text(key.sender.rawValue), .text(key.clientID)]
         ) { row in
             ChatRecord(
                 room: key.room, seq: row.int64(0), sender: key.sender, clientID: key.clientID,
@@ -254,12 +269,25 @@ struct ChatRepository {
         }
     }
 
-    /// The room's last_seq, creating its `rooms` row (last_seq 0) on its first message, so that the
-    /// message's foreign key has a parent.
-    private func lastSeqCreatingRoom(_ room: RoomID) throws -> Int64 {
-        if let lastSeq = try lastSeq(room) { return lastSeq }
-        try db.run("INSERT INTO rooms (room_id, last_seq) VALUES (?1, 0)", [.text(room.rawValue)])
-        return 0
+    /// The room's number and last_seq, creating its `rooms` row (the next number, last_seq 0) on its
+    /// first message. Inside the write transaction, so two processes cannot take the same number.
+    private func roomCreatingIt(_ room: RoomID) throws -> RoomCounter {
+        if let found = try roomCounter(room) { return found }
+        let number = try db.queryFirst(
+            """
+            INSERT INTO rooms (room_id, last_seq, room_no) VALUES (?1, 0, (SELECT coalesce(max(room_no), 0) + 1 FROM rooms))
+            RETURNING room_no
+            """, [.text(room.rawValue)]
+        ) { $0.int64(0) }
+        guard let number else { throw SQLiteError(code: SQLITE_INTERNAL, message: "rooms insert returned no room_no") }
+        return RoomCounter(number: number, lastSeq: 0)
+    }
+
+    /// The room's number and last_seq, nil before its first message.
+    private func roomCounter(_ room: RoomID) throws -> RoomCounter? {
+        try db.queryFirst("SELECT room_no, last_seq FROM rooms WHERE room_id = ?1", [.text(room.rawValue)]) {
+            RoomCounter(number: $0.int64(0), lastSeq: $0.int64(1))
+        }
     }
 
     private func lastSeq(_ room: RoomID) throws -> Int64? {
@@ -308,14 +336,17 @@ struct ChatRepository {
         let limit = min(max(limit, 0), Self.maxHistoryLimit)
         // One read transaction, so lastSeq and the rows come from the same snapshot.
         return try db.transaction(.deferred) {
-            let lastSeq = try lastSeq(room) ?? 0
+            guard let counter = try roomCounter(room) else {
+                return HistoryPage(room: room, messages: [], hasMore: false, nextSinceSeq: sinceSeq, lastSeq: 0)
+            }
+            let lastSeq = counter.lastSeq
             // One row more than asked tells whether another page follows without a COUNT.
             var messages = try db.query(
                 """
                 SELECT seq, sender, client_id, text, meta, ts FROM chat_messages
-                WHERE room_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3
+                WHERE room_no = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3
                 """,
-                [.text(room.rawValue), .integer(sinceSeq), .integer(Int64(limit) + 1)]
+                [.integer(counter.number), .integer(sinceSeq), .integer(Int64(limit) + 1)]
             ) { row in
                 ChatRecord(
                     room: room, seq: row.int64(0), sender: PeerID(row.text(1)), clientID: row.text(2),
@@ -333,13 +364,16 @@ struct ChatRepository {
 
     func summary(room: RoomID, peer: PeerID) throws -> RoomSummary {
         try db.transaction(.deferred) {
-            let lastSeq = try lastSeq(room) ?? 0
+            let counter = try roomCounter(room)
+            let lastSeq = counter?.lastSeq ?? 0
             let readSeq = try marker(room: room, peer: peer).seq
-            // Walks the (room_id, seq) primary-key range after the marker only.
-            let unread = try db.queryFirst(
-                "SELECT count(*) FROM chat_messages WHERE room_id = ?1 AND seq > ?2 AND sender <> ?3",
-                [.text(room.rawValue), .integer(readSeq), .text(peer.rawValue)]
-            ) { $0.int64(0) } ?? 0
+            // Walks the (room_no, seq) primary-key range after the marker only.
+            let unread = try counter.map { counter in
+                try db.queryFirst(
+                    "SELECT count(*) FROM chat_messages WHERE room_no = ?1 AND seq > ?2 AND sender <> ?3",
+                    [.integer(counter.number), .integer(readSeq), .text(peer.rawValue)]
+                ) { $0.int64(0) } ?? 0
+            } ?? 0
             return RoomSummary(room: room, peer: peer, lastSeq: lastSeq, readSeq: readSeq, unreadCount: Int(unread))
         }
     }

@@ -40,7 +40,7 @@ final class MigrationsTests: XCTestCase {
                        ["chat_messages", "rooms", "read_markers", "api_keys", "calls", "call_stats", "meters", "webhook_deliveries"])
         XCTAssertTrue(strict.allSatisfy { $0.1 == 1 }, "\(strict)")
         // STRICT really refuses a wrongly typed value.
-        XCTAssertThrowsError(try store.sync { try $0.run("INSERT INTO rooms VALUES ('r', 'not a number')") })
+        XCTAssertThrowsError(try store.sync { try $0.run("INSERT INTO rooms (room_id, last_seq) VALUES ('r', 'not a number')") })
     }
 
     func testMigrateWithoutMigrateOnOpenReportsWhatItApplied() throws {
@@ -121,75 +121,135 @@ final class MigrationsTests: XCTestCase {
         XCTAssertEqual(applied.all.flatMap { $0 }.sorted(), migrator.migrations.map(\.name))
     }
 
-    /// 005 rebuilds chat_messages as a WITHOUT ROWID table: rows written under the old schema must
-    /// come through unchanged, and every constraint of 001 must still hold on the new table.
-    func testChatMessagesRebuiltWithoutRowidKeepRowsAndConstraints() throws {
-        let path = try makeDatabasePath()
-        let bundled = try Migrator.bundled()
-        let old = try SQLiteConnection(path: path)
-        try Migrator(migrations: bundled.migrations.filter { $0.version < 5 }).migrate(old)
-        XCTAssertEqual(try old.userVersion(), 4)
-        // Written as the server wrote them before 005: a room row first, then its messages.
-        try old.transaction(.immediate) {
+    /// Rows as the server wrote them before 005: two rooms of three messages and a read marker.
+    private func writeRowsOfVersion4(_ db: SQLiteConnection) throws {
+        try db.transaction(.immediate) {
             for room in ["a", "b"] {
-                try old.run("INSERT INTO rooms (room_id, last_seq) VALUES (?1, 3)", [.text(room)])
+                try db.run("INSERT INTO rooms (room_id, last_seq) VALUES (?1, 3)", [.text(room)])
                 for seq in 1...3 {
-                    try old.run(
+                    try db.run(
                         "INSERT INTO chat_messages (room_id, seq, sender, client_id, text, meta, ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                         [.text(room), .integer(Int64(seq)), .text("alice"), .text("c\(seq)"), .text("hi \(room) \(seq)"),
                          seq == 2 ? .text(#"{"k":1}"#) : .null, .integer(1_700_000_000_000 + Int64(seq))])
                 }
             }
-            try old.run("INSERT INTO read_markers (room_id, peer_id, seq, updated_ms) VALUES ('a', 'bob', 2, 5)")
+            try db.run("INSERT INTO read_markers (room_id, peer_id, seq, updated_ms) VALUES ('a', 'bob', 2, 5)")
         }
-        let allRows = "SELECT room_id, seq, sender, client_id, text, meta, ts FROM chat_messages ORDER BY room_id, seq"
-        func rows(_ db: SQLiteConnection) throws -> [String] {
-            try db.query(allRows) { row in
-                (0..<7).map { row.isNull($0) ? "NULL" : row.text($0) }.joined(separator: "|")
-            }
+    }
+
+    private static let allChatRows = "SELECT room_id, seq, sender, client_id, text, meta, ts FROM chat_messages ORDER BY room_id, seq"
+
+    private func chatRows(_ db: SQLiteConnection) throws -> [String] {
+        try db.query(Self.allChatRows) { row in
+            (0..<7).map { row.isNull($0) ? "NULL" : row.text($0) }.joined(separator: "|")
         }
-        let before = try rows(old)
+    }
+
+    /// 005 rebuilds chat_messages as a WITHOUT ROWID table: rows written under the old schema must
+    /// come through unchanged, and every constraint of 001 must still hold on the new table.
+    func testChatMessagesRebuiltWithoutRowidKeepRowsAndConstraints() throws {
+        let path = try makeDatabasePath()
+        let bundled = try Migrator.bundled()
+        let db = try SQLiteConnection(path: path)
+        defer { db.close() }
+        try Migrator(migrations: bundled.migrations.filter { $0.version < 5 }).migrate(db)
+        XCTAssertEqual(try db.userVersion(), 4)
+        try writeRowsOfVersion4(db)
+        let before = try chatRows(db)
         XCTAssertEqual(before.count, 6)
-        XCTAssertEqual(try old.count("SELECT wr FROM pragma_table_list WHERE name = 'chat_messages'"), 0)
+        XCTAssertEqual(try db.count("SELECT wr FROM pragma_table_list WHERE name = 'chat_messages'"), 0)
+
+        XCTAssertEqual(try Migrator(migrations: bundled.migrations.filter { $0.version <= 5 }).migrate(db),
+                       ["005_chat_without_rowid"])
+        XCTAssertEqual(try chatRows(db), before, "every row and column kept")
+        XCTAssertEqual(try db.count("SELECT wr FROM pragma_table_list WHERE name = 'chat_messages'"), 1, "WITHOUT ROWID")
+        XCTAssertEqual(try db.count("SELECT strict FROM pragma_table_list WHERE name = 'chat_messages'"), 1, "STRICT")
+        XCTAssertEqual(try db.count("SELECT count(*) FROM sqlite_schema WHERE name = 'chat_messages_clustered'"), 0)
+        XCTAssertEqual(try db.queryFirst("PRAGMA integrity_check") { $0.text(0) }, "ok")
+        XCTAssertEqual(try db.count("SELECT count(*) FROM pragma_foreign_key_check"), 0)
+        XCTAssertEqual(try db.count("SELECT count(*) FROM read_markers"), 1, "other tables untouched")
+        // The history query reads the clustered key, not a second index.
+        let plan = try db.query("EXPLAIN QUERY PLAN SELECT seq FROM chat_messages WHERE room_id = 'a' AND seq > 1 ORDER BY seq") {
+            $0.text(3)
+        }
+        XCTAssertEqual(plan, ["SEARCH chat_messages USING PRIMARY KEY (room_id=? AND seq>?)"])
+
+        func insert(_ room: String, _ seq: Int64, _ sender: String, _ clientID: String) throws {
+            try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, text, ts) VALUES (?1, ?2, ?3, ?4, 'x', 1)",
+                       [.text(room), .integer(seq), .text(sender), .text(clientID)])
+        }
+        XCTAssertThrowsError(try insert("nowhere", 1, "alice", "new"), "foreign key to rooms")
+        XCTAssertThrowsError(try insert("a", 3, "alice", "new"), "primary key (room_id, seq)")
+        XCTAssertThrowsError(try insert("a", 4, "alice", "c1"), "unique (room_id, sender, client_id)")
+        XCTAssertThrowsError(try insert("a", 0, "alice", "new"), "CHECK (seq > 0)")
+        XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, text, ts) VALUES ('a', 4, 'alice', 'n', 'x', 'soon')"),
+                             "STRICT")
+        XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, ts) VALUES ('a', 4, 'alice', 'n', 1)"),
+                             "text NOT NULL")
+        try insert("a", 4, "alice", "new")
+        XCTAssertEqual(try db.count("SELECT count(*) FROM chat_messages"), 7, "a valid row still goes in")
+    }
+
+    /// 006 numbers the rooms and keys chat_messages by (room_no, seq) and (room_no, sender,
+    /// client_id): rows written before must come through unchanged with their room's number, every
+    /// constraint but the foreign key must hold, and the store must carry on from them.
+    func testChatMessagesKeyedByRoomNumberKeepRowsAndConstraints() throws {
+        let path = try makeDatabasePath()
+        let bundled = try Migrator.bundled()
+        let old = try SQLiteConnection(path: path)
+        try Migrator(migrations: bundled.migrations.filter { $0.version < 5 }).migrate(old)
+        try writeRowsOfVersion4(old)
+        XCTAssertEqual(try Migrator(migrations: bundled.migrations.filter { $0.version <= 5 }).migrate(old),
+                       ["005_chat_without_rowid"])
+        let before = try chatRows(old)
+        XCTAssertEqual(before.count, 6)
         old.close()
 
         let store = try ChatStore.open(path: path)
         defer { store.close() }
-        XCTAssertEqual(store.migrationsAppliedAtOpen, ["005_chat_without_rowid"])
+        XCTAssertEqual(store.migrationsAppliedAtOpen, ["006_chat_room_numbers"])
         try store.sync { db in
-            XCTAssertEqual(try rows(db), before, "every row and column kept")
+            XCTAssertEqual(try chatRows(db), before, "every row and column kept")
+            XCTAssertEqual(try db.query("SELECT room_id, room_no FROM rooms ORDER BY room_id") { "\($0.text(0))=\($0.int64(1))" },
+                           ["a=1", "b=2"], "numbered in the order the rooms were created")
+            XCTAssertEqual(try db.count("SELECT count(*) FROM chat_messages AS m JOIN rooms AS r USING (room_no) WHERE m.room_id <> r.room_id"),
+                           0, "each row carries its room's number")
             XCTAssertEqual(try db.count("SELECT wr FROM pragma_table_list WHERE name = 'chat_messages'"), 1, "WITHOUT ROWID")
             XCTAssertEqual(try db.count("SELECT strict FROM pragma_table_list WHERE name = 'chat_messages'"), 1, "STRICT")
-            XCTAssertEqual(try db.count("SELECT count(*) FROM sqlite_schema WHERE name = 'chat_messages_clustered'"), 0)
+            XCTAssertEqual(try db.count("SELECT count(*) FROM sqlite_schema WHERE name = 'chat_messages_numbered'"), 0)
             XCTAssertEqual(try db.queryFirst("PRAGMA integrity_check") { $0.text(0) }, "ok")
             XCTAssertEqual(try db.count("SELECT count(*) FROM pragma_foreign_key_check"), 0)
             XCTAssertEqual(try db.count("SELECT count(*) FROM read_markers"), 1, "other tables untouched")
             // The history query reads the clustered key, not a second index.
-            let plan = try db.query("EXPLAIN QUERY PLAN SELECT seq FROM chat_messages WHERE room_id = 'a' AND seq > 1 ORDER BY seq") {
+            let plan = try db.query("EXPLAIN QUERY PLAN SELECT seq FROM chat_messages WHERE room_no = 1 AND seq > 1 ORDER BY seq") {
                 $0.text(3)
             }
-            XCTAssertEqual(plan, ["SEARCH chat_messages USING PRIMARY KEY (room_id=? AND seq>?)"])
+            XCTAssertEqual(plan, ["SEARCH chat_messages USING PRIMARY KEY (room_no=? AND seq>?)"])
 
-            func insert(_ room: String, _ seq: Int64, _ sender: String, _ clientID: String) throws {
-                try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, text, ts) VALUES (?1, ?2, ?3, ?4, 'x', 1)",
-                           [.text(room), .integer(seq), .text(sender), .text(clientID)])
+            func insert(_ roomNo: Int64, _ seq: Int64, _ sender: String, _ clientID: String) throws {
+                try db.run("INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, text, ts) VALUES (?1, ?2, 'a', ?3, ?4, 'x', 1)",
+                           [.integer(roomNo), .integer(seq), .text(sender), .text(clientID)])
             }
-            XCTAssertThrowsError(try insert("nowhere", 1, "alice", "new"), "foreign key to rooms")
-            XCTAssertThrowsError(try insert("a", 3, "alice", "new"), "primary key (room_id, seq)")
-            XCTAssertThrowsError(try insert("a", 4, "alice", "c1"), "unique (room_id, sender, client_id)")
-            XCTAssertThrowsError(try insert("a", 0, "alice", "new"), "CHECK (seq > 0)")
-            XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, text, ts) VALUES ('a', 4, 'alice', 'n', 'x', 'soon')"),
+            XCTAssertThrowsError(try insert(1, 3, "alice", "new"), "primary key (room_no, seq)")
+            XCTAssertThrowsError(try insert(1, 4, "alice", "c1"), "unique (room_no, client_id, sender)")
+            XCTAssertThrowsError(try insert(1, 0, "alice", "new"), "CHECK (seq > 0)")
+            XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, text, ts) VALUES (1, 4, 'a', 'alice', 'n', 'x', 'soon')"),
                                  "STRICT")
-            XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_id, seq, sender, client_id, ts) VALUES ('a', 4, 'alice', 'n', 1)"),
+            XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, ts) VALUES (1, 4, 'a', 'alice', 'n', 1)"),
                                  "text NOT NULL")
+            XCTAssertThrowsError(try db.run("INSERT INTO chat_messages (seq, room_id, sender, client_id, text, ts) VALUES (4, 'a', 'alice', 'n', 'x', 1)"),
+                                 "room_no NOT NULL")
+            XCTAssertThrowsError(try db.run("UPDATE rooms SET room_no = 1 WHERE room_id = 'b'"), "unique room_no")
+            XCTAssertThrowsError(try db.run("UPDATE rooms SET room_no = 0 WHERE room_id = 'b'"), "CHECK (room_no > 0)")
         }
 
-        // The store carries on from the migrated rows: the next seq, and a retry of an old client_id.
+        // The store carries on from the migrated rows: the next seq, a retry of an old client_id,
+        // and a new room numbered after the migrated ones.
         let appended = Collector<Result<ChatAppendResult, StoreError>>()
         let done = DispatchGroup()
-        for clientID in ["c9", "c1"] {
+        for (room, clientID) in [("a", "c9"), ("a", "c1"), ("c", "c1")] {
             done.enter()
-            store.appendChat(ChatDraft(room: RoomID("a"), sender: PeerID("alice"), clientID: clientID, text: "after",
+            store.appendChat(ChatDraft(room: RoomID(room), sender: PeerID("alice"), clientID: clientID, text: "after",
                                        meta: nil, timestampMs: 9)) {
                 appended.append($0)
                 done.leave()
@@ -197,8 +257,9 @@ final class MigrationsTests: XCTestCase {
         }
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         let results = try appended.all.map { try $0.get() }
-        XCTAssertEqual(results.map(\.message.seq), [4, 1])
-        XCTAssertEqual(results.map(\.duplicate), [false, true])
-        XCTAssertEqual(results.last?.message.text, "hi a 1")
+        XCTAssertEqual(results.map(\.message.seq), [4, 1, 1])
+        XCTAssertEqual(results.map(\.duplicate), [false, true, false])
+        XCTAssertEqual(results[1].message.text, "hi a 1")
+        XCTAssertEqual(try store.sync { try $0.count("SELECT room_no FROM rooms WHERE room_id = 'c'") }, 3)
     }
 }
