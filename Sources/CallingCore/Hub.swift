@@ -658,14 +658,15 @@ public struct Hub: Sendable {
 
     // MARK: frames
 
-    /// An addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) from `connection`: the
-    /// relayed frame and the one connection it goes to (as its parts, which the router writes
-    /// without building a `Frame`), or nil when `connection` holds no seat.
-    /// The same decision `handle(.message(connection, .relay(kind, to: to, payload: payload)))`
-    /// makes, as one `.send` effect; the service calls this for the most frequent frame of all (ICE
-    /// candidates) to skip the effect array and the one-element target array, two allocations per
-    /// relayed frame. A target not in the room gets the sender an `error` (`peer_not_found`).
-    public func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
+    /// Where an addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) from
+    /// `connection` goes: the one connection seated as `to`, with the sender's peer id the relayed
+    /// frame stamps as `from`; or an `error` (`peer_not_found`) for the sender when `to` is not in
+    /// the room (or is the sender); nil when `connection` holds no seat. The service calls this
+    /// for the most frequent frame of all (ICE candidates) and writes the frame from the parts it
+    /// already holds: a decision holding the frame's parts (`relay`) was built, copied and
+    /// destroyed per relayed frame (each part retained and released, ~0.35k instructions under
+    /// callgrind), and an effect array and its one-element target array were two allocations.
+    public func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID) -> RelayRoute? {
         // The room is found by its slot, not by hashing its id, and sender and target are read
         // from it without copying the room or either member.
         guard let slot = connections[connection], let (peer, target) = rooms[slot: slot].members.route(from: connection, to: to)
@@ -674,7 +675,18 @@ public struct Hub: Sendable {
             return .answer(Frame.error(.peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue),
                            to: connection)
         }
-        return .deliver(RelayedFrame(kind, from: peer, to: to, payload: payload), to: target)
+        return .deliver(from: peer, to: target)
+    }
+
+    /// An addressed relay from `connection` as one decision: `route`'s, with the relayed frame's
+    /// parts. The same decision `handle(.message(connection, .relay(kind, to: to, payload:
+    /// payload)))` makes, as one `.send` effect.
+    public func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
+        switch route(kind, to: to, from: connection) {
+        case .deliver(let from, let target)?: return .deliver(RelayedFrame(kind, from: from, to: to, payload: payload), to: target)
+        case .answer(let frame, let sender)?: return .answer(frame, to: sender)
+        case nil: return nil
+        }
     }
 
     private mutating func handle(_ message: ClientMessage, from connection: ConnectionID, now: Millis) -> [HubEffect] {
@@ -814,6 +826,15 @@ public struct Hub: Sendable {
         }
         return effects
     }
+}
+
+/// `Hub.route`'s answer for an addressed relay: its one target and the sender's peer id, or an
+/// error for the sender when the target is not in the room. The relayed frame's other parts (its
+/// kind, `to` and payload) are the caller's already.
+public enum RelayRoute: Sendable, Equatable {
+    case deliver(from: PeerID, to: ConnectionID)
+    /// An `error` frame (`peer_not_found`) back to the sender.
+    case answer(Frame, to: ConnectionID)
 }
 
 /// `Hub.relay`'s answer for an addressed relay: the frame for its one target, or an error for the

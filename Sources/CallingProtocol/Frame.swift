@@ -436,17 +436,29 @@ public struct RelayedFrame: Sendable, Equatable {
     /// `frame.plainRelayedLength`: the exact length of `frame.encoded()` when there is a payload
     /// and neither peer id needs escaping (every id the hub seats); nil otherwise.
     public var plainLength: Int? {
-        guard let payload, let fromCount = Frame.plainCount(from.rawValue), let toCount = Frame.plainCount(to.rawValue)
-        else { return nil }
-        // The type names are the protocol's own literals, plain by construction.
-        return Frame.relayedLength(fromCount: fromCount, payloadCount: payload.bytes.count, toCount: toCount,
-                                   typeCount: kind.frameType.rawValue.utf8.count)
+        guard let payload else { return nil }
+        return Self.plainLength(kind, from: from, to: to, payload: payload)
     }
 
     /// Writes `frame.encoded()`'s bytes to `destination`, which holds `plainLength` bytes; only
     /// for a relay whose `plainLength` is not nil.
     public func writePlain(to destination: UnsafeMutablePointer<UInt8>) {
         guard let payload else { preconditionFailure("not a plain relayed frame") }
+        Self.writePlain(kind, from: from, to: to, payload: payload, at: destination)
+    }
+
+    /// `plainLength` of the relay with these parts, for a caller that holds them without a
+    /// `RelayedFrame` (which copies them in).
+    public static func plainLength(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON) -> Int? {
+        guard let fromCount = Frame.plainCount(from.rawValue), let toCount = Frame.plainCount(to.rawValue) else { return nil }
+        // The type names are the protocol's own literals, plain by construction.
+        return Frame.relayedLength(fromCount: fromCount, payloadCount: payload.bytes.count, toCount: toCount,
+                                   typeCount: kind.frameType.rawValue.utf8.count)
+    }
+
+    /// `writePlain(to:)` of the relay with these parts, whose `plainLength` is not nil.
+    public static func writePlain(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON,
+                                  at destination: UnsafeMutablePointer<UInt8>) {
         Frame.writeRelayed(from: from.rawValue, payload: payload, to: to.rawValue, type: kind.frameType.rawValue,
                            at: destination)
     }
