@@ -163,7 +163,7 @@ public struct Frame: Sendable, Equatable {
         put(P.payload, at: &cursor)
         payload.bytes.withUnsafeBufferPointer { bytes in
             guard let base = bytes.baseAddress else { return }
-            cursor.update(from: base, count: bytes.count)
+            copy(base, count: bytes.count, to: cursor)
             cursor += bytes.count
         }
         if let to {
@@ -178,7 +178,7 @@ public struct Frame: Sendable, Equatable {
 
     @inline(__always)
     fileprivate static func put(_ literal: StaticString, at cursor: inout UnsafeMutablePointer<UInt8>) {
-        cursor.update(from: literal.utf8Start, count: literal.utf8CodeUnitCount)
+        copy(literal.utf8Start, count: literal.utf8CodeUnitCount, to: cursor)
         cursor += literal.utf8CodeUnitCount
     }
 
@@ -187,8 +187,34 @@ public struct Frame: Sendable, Equatable {
         // Contiguous: `plainRelayedLength` counted it only then.
         string.utf8.withContiguousStorageIfAvailable { bytes in
             guard let base = bytes.baseAddress else { return }
-            cursor.update(from: base, count: bytes.count)
+            copy(base, count: bytes.count, to: cursor)
             cursor += bytes.count
+        }
+    }
+
+    /// Copies `count` bytes. The short runs a frame is written from (its literals, peer ids,
+    /// type names) take one or two overlapping unaligned moves: as `memcpy` calls they were ten
+    /// per relayed frame, ~30 instructions each under callgrind. Longer ones (payloads) `memcpy`.
+    @inline(__always)
+    static func copy(_ source: UnsafePointer<UInt8>, count: Int, to destination: UnsafeMutablePointer<UInt8>) {
+        let from = UnsafeRawPointer(source)
+        let to = UnsafeMutableRawPointer(destination)
+        switch count {
+        case 8...16:
+            to.storeBytes(of: from.loadUnaligned(as: UInt64.self), as: UInt64.self)
+            to.storeBytes(of: from.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self), toByteOffset: count - 8, as: UInt64.self)
+        case 4..<8:
+            to.storeBytes(of: from.loadUnaligned(as: UInt32.self), as: UInt32.self)
+            to.storeBytes(of: from.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self), toByteOffset: count - 4, as: UInt32.self)
+        case 2..<4:
+            to.storeBytes(of: from.loadUnaligned(as: UInt16.self), as: UInt16.self)
+            to.storeBytes(of: from.loadUnaligned(fromByteOffset: count - 2, as: UInt16.self), toByteOffset: count - 2, as: UInt16.self)
+        case 1:
+            destination.pointee = source.pointee
+        case ...0:
+            break
+        default:
+            destination.update(from: source, count: count)
         }
     }
 
