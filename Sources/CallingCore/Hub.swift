@@ -222,6 +222,17 @@ public struct Hub: Sendable {
         var identity: PeerIdentity
         var connection: ConnectionID
         var typingUntil: Millis?
+        /// Whether JSON carries the peer id as it is (no `"`, `\` or control character), found
+        /// once at join: a relayed frame between two such peers is written without checking
+        /// either id again (`RelayedFrame.plainLength(_:plainFrom:plainTo:payload:)`).
+        let plainID: Bool
+
+        init(identity: PeerIdentity, connection: ConnectionID, typingUntil: Millis?) {
+            self.identity = identity
+            self.connection = connection
+            self.typingUntil = typingUntil
+            self.plainID = RelayedFrame.isPlain(identity.peer)
+        }
     }
 
     /// A room's members in join order (so rosters and broadcasts are deterministic), found by peer
@@ -254,12 +265,13 @@ public struct Hub: Sendable {
         }
 
         /// An addressed relay's ends, read in place: the peer id seated on `connection` (nil when
-        /// it holds no seat here) and the connection seated as `peer`, if any. `member(on:)` and
-        /// the subscript each copy a whole member (its identity's strings): two copies per relayed
-        /// frame, ~340 instructions under callgrind.
-        func route(from connection: ConnectionID, to peer: PeerID) -> (sender: PeerID, target: ConnectionID?)? {
+        /// it holds no seat here), the connection seated as `peer`, if any, and whether both ids
+        /// are plain. `member(on:)` and the subscript each copy a whole member (its identity's
+        /// strings): two copies per relayed frame, ~340 instructions under callgrind.
+        func route(from connection: ConnectionID, to peer: PeerID) -> (sender: PeerID, target: ConnectionID?, plainIDs: Bool)? {
             guard let sender = all.firstIndex(where: { $0.connection == connection }) else { return nil }
-            return (all[sender].identity.peer, position(of: peer).map { all[$0].connection })
+            guard let target = position(of: peer) else { return (all[sender].identity.peer, nil, false) }
+            return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
         }
 
         /// A chat's sender, read in place: the peer id seated on `connection` and whether it is
@@ -669,13 +681,13 @@ public struct Hub: Sendable {
     public func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID) -> RelayRoute? {
         // The room is found by its slot, not by hashing its id, and sender and target are read
         // from it without copying the room or either member.
-        guard let slot = connections[connection], let (peer, target) = rooms[slot: slot].members.route(from: connection, to: to)
+        guard let slot = connections[connection], let (peer, target, plainIDs) = rooms[slot: slot].members.route(from: connection, to: to)
         else { return nil }
         guard to != peer, let target else {
             return .answer(Frame.error(.peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue),
                            to: connection)
         }
-        return .deliver(from: peer, to: target)
+        return .deliver(from: peer, to: target, plainIDs: plainIDs)
     }
 
     /// An addressed relay from `connection` as one decision: `route`'s, with the relayed frame's
@@ -683,7 +695,7 @@ public struct Hub: Sendable {
     /// payload)))` makes, as one `.send` effect.
     public func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
         switch route(kind, to: to, from: connection) {
-        case .deliver(let from, let target)?: return .deliver(RelayedFrame(kind, from: from, to: to, payload: payload), to: target)
+        case .deliver(let from, let target, _)?: return .deliver(RelayedFrame(kind, from: from, to: to, payload: payload), to: target)
         case .answer(let frame, let sender)?: return .answer(frame, to: sender)
         case nil: return nil
         }
@@ -832,7 +844,10 @@ public struct Hub: Sendable {
 /// error for the sender when the target is not in the room. The relayed frame's other parts (its
 /// kind, `to` and payload) are the caller's already.
 public enum RelayRoute: Sendable, Equatable {
-    case deliver(from: PeerID, to: ConnectionID)
+    /// `plainIDs`: both the sender's id and `to` are plain (`RelayedFrame.isPlain`), as seated.
+    /// The caller's `to` equals the target's id, and equal strings (canonically equivalent) have
+    /// the same `"`, `\` and control characters, none of which a decomposition produces.
+    case deliver(from: PeerID, to: ConnectionID, plainIDs: Bool)
     /// An `error` frame (`peer_not_found`) back to the sender. Indirect: a `Frame` inline made
     /// every route 152 bytes, moved with `memcpy` five times per relayed frame (~150
     /// instructions under callgrind); the box is allocated only for this rare answer.

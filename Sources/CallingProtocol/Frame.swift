@@ -482,6 +482,17 @@ public struct RelayedFrame: Sendable, Equatable {
                                    typeCount: kind.frameType.rawValue.utf8.count)
     }
 
+    /// `plainLength` of a relay whose ids are both known to be plain (`isPlain`): from their
+    /// byte counts, without checking them again.
+    public static func plainLength(_ kind: RelayKind, plainFrom from: PeerID, plainTo to: PeerID, payload: RawJSON) -> Int {
+        Frame.relayedLength(fromCount: from.rawValue.utf8.count, payloadCount: payload.bytes.count,
+                            toCount: to.rawValue.utf8.count, typeCount: kind.frameType.rawValue.utf8.count)
+    }
+
+    /// Whether JSON carries `id` as it is (no `"`, `\` or control character) and its bytes are
+    /// contiguous: what a relayed frame needs to be written from its parts.
+    public static func isPlain(_ id: PeerID) -> Bool { Frame.plainCount(id.rawValue) != nil }
+
     /// `writePlain(to:)` of the relay with these parts, whose `plainLength` is not nil.
     public static func writePlain(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON,
                                   at destination: UnsafeMutablePointer<UInt8>) {

@@ -82,8 +82,8 @@ final class SignalingService: @unchecked Sendable {
     /// without copying them into a value first.
     func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) {
         switch Self.inPlace(&hub, { $0.route(kind, to: to, from: connection) }) {
-        case .deliver(let from, let target)?:
-            router.deliverRelay(kind, from: from, to: to, payload: payload, target: target)
+        case .deliver(let from, let target, let plainIDs)?:
+            router.deliverRelay(kind, from: from, to: to, payload: payload, target: target, plainIDs: plainIDs)
         case .answer(let frame, let sender)?:
             countError(frame, recipients: 1)
             router.deliver(frame, to: sender)
