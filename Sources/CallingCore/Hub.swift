@@ -222,6 +222,17 @@ public struct Hub: Sendable {
         var identity: PeerIdentity
         var connection: ConnectionID
         var typingUntil: Millis?
+        /// Whether JSON carries the peer id as it is (no `"`, `\` or control character), found
+        /// once at join: a relayed frame between two such peers is written without checking
+        /// either id again (`RelayedFrame.plainLength(_:plainFrom:plainTo:payload:)`).
+        let plainID: Bool
+
+        init(identity: PeerIdentity, connection: ConnectionID, typingUntil: Millis?) {
+            self.identity = identity
+            self.connection = connection
+            self.typingUntil = typingUntil
+            self.plainID = RelayedFrame.isPlain(identity.peer)
+        }
     }
 
     /// A room's members in join order (so rosters and broadcasts are deterministic), found by peer
@@ -254,12 +265,13 @@ public struct Hub: Sendable {
         }
 
         /// An addressed relay's ends, read in place: the peer id seated on `connection` (nil when
-        /// it holds no seat here) and the connection seated as `peer`, if any. `member(on:)` and
-        /// the subscript each copy a whole member (its identity's strings): two copies per relayed
-        /// frame, ~340 instructions under callgrind.
-        func route(from connection: ConnectionID, to peer: PeerID) -> (sender: PeerID, target: ConnectionID?)? {
+        /// it holds no seat here), the connection seated as `peer`, if any, and whether both ids
+        /// are plain. `member(on:)` and the subscript each copy a whole member (its identity's
+        /// strings): two copies per relayed frame, ~340 instructions under callgrind.
+        func route(from connection: ConnectionID, to peer: PeerID) -> (sender: PeerID, target: ConnectionID?, plainIDs: Bool)? {
             guard let sender = all.firstIndex(where: { $0.connection == connection }) else { return nil }
-            return (all[sender].identity.peer, position(of: peer).map { all[$0].connection })
+            guard let target = position(of: peer) else { return (all[sender].identity.peer, nil, false) }
+            return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
         }
 
         /// A chat's sender, read in place: the peer id seated on `connection` and whether it is
@@ -358,16 +370,84 @@ public struct Hub: Sendable {
         }
     }
 
+    /// The open rooms by id. Each room sits in a slot that stays put while the room is open, and
+    /// `connections` keeps each seated connection's slot: a frame from a seated peer reaches its
+    /// room by index instead of hashing the room id, a String (~0.36k instructions of a relayed
+    /// frame under callgrind). A closed room's slot is reused by the next room opened.
+    struct RoomTable: Sendable {
+        /// A room by slot; a free slot holds an empty room.
+        private var slots: [Room] = []
+        /// The id of the room in each slot, nil while the slot is free.
+        private var ids: [RoomID?] = []
+        private var byID: [RoomID: Int32] = [:]
+        private var free: [Int32] = []
+
+        var count: Int { byID.count }
+        var keys: Dictionary<RoomID, Int32>.Keys { byID.keys }
+
+        /// The slot of the open room `id`, or nil.
+        func slot(of id: RoomID) -> Int32? { byID[id] }
+
+        /// The id of the room in `slot`, which is open.
+        func id(at slot: Int32) -> RoomID { ids[Int(slot)]! }
+
+        /// The room in `slot`, which is open (read in place, not copied).
+        subscript(slot slot: Int32) -> Room {
+            _read { yield slots[Int(slot)] }
+        }
+
+        /// The open room `id`; setting nil closes it and frees its slot, setting a room opens it
+        /// in a free slot when it was closed. Changed in place, like a dictionary's value: the room
+        /// is moved out of its slot while the caller changes it, so its tables are not copied.
+        subscript(id: RoomID) -> Room? {
+            get { byID[id].map { slots[Int($0)] } }
+            _modify {
+                var room: Room?
+                let slot = byID[id]
+                if let slot {
+                    room = slots[Int(slot)]
+                    slots[Int(slot)] = Room()
+                }
+                defer { store(room, id, at: slot) }
+                yield &room
+            }
+        }
+
+        private mutating func store(_ room: Room?, _ id: RoomID, at slot: Int32?) {
+            switch (room, slot) {
+            case (let room?, let slot?):
+                slots[Int(slot)] = room
+            case (let room?, nil):
+                if let reused = free.popLast() {
+                    slots[Int(reused)] = room
+                    ids[Int(reused)] = id
+                    byID[id] = reused
+                } else {
+                    byID[id] = Int32(slots.count)
+                    slots.append(room)
+                    ids.append(id)
+                }
+            case (nil, let slot?):
+                ids[Int(slot)] = nil
+                byID[id] = nil
+                free.append(slot)
+            case (nil, nil):
+                break
+            }
+        }
+    }
+
     public let settings: HubSettings
     // Internal (not private) for the meter hooks in Meter.swift.
-    var rooms: [RoomID: Room] = [:]
+    var rooms = RoomTable()
     var meteredRooms: Set<RoomID> = []
     /// Rooms where a member's typing indicator may be on; `expireTyping` drops a room once none is.
     private var typingRooms: Set<RoomID> = []
-    /// The room each seated connection is in; its member is found by a scan of that room
+    /// The slot in `rooms` of the room each seated connection is in (a seated connection's room
+    /// is open, so its slot stays put); its member is found by a scan of that room
     /// (`MemberList.member(on:)`). With the peer id as well every entry was 16 bytes larger, ~28
     /// bytes per seated peer, for a lookup that costs a scan of one room.
-    private var connections: [ConnectionID: RoomID] = [:]
+    private var connections: [ConnectionID: Int32] = [:]
     /// Seats promised by `admit` to joiners whose join has not arrived yet, until when.
     private var holds: [RoomID: [PeerID: Millis]] = [:]
     /// Kicked credentials, refused until the stored time (their expiry).
@@ -391,8 +471,8 @@ public struct Hub: Sendable {
     public func isSeated(_ connection: ConnectionID) -> Bool { connections[connection] != nil }
 
     public func identity(of connection: ConnectionID) -> PeerIdentity? {
-        guard let room = connections[connection] else { return nil }
-        return rooms[room]?.members.member(on: connection)?.identity
+        guard let slot = connections[connection] else { return nil }
+        return rooms[slot: slot].members.member(on: connection)?.identity
     }
 
     /// Who is in `room`, longest present first; the HTTP session bridge picks its answering peer here.
@@ -525,7 +605,6 @@ public struct Hub: Sendable {
             effects.append(.close(takeover.connection, .replaced))
         }
         room.seat(Member(identity: identity, connection: connection, typingUntil: takeover?.typingUntil))
-        connections[connection] = identity.room
 
         let roster = room.members.all.filter { $0.identity.peer != identity.peer }.map(\.identity.rosterEntry)
         var welcome: [String: JSONValue] = [
@@ -562,14 +641,16 @@ public struct Hub: Sendable {
             }
         }
         rooms[identity.room] = room
+        // Its slot once the room is stored (a new room gets one only then).
+        connections[connection] = rooms.slot(of: identity.room)
         effects += meterAfterJoin(room: identity.room, connection: connection, now: now)
         return effects
     }
 
     private mutating func leave(_ connection: ConnectionID, now: Millis) -> [HubEffect] {
-        guard let roomID = connections.removeValue(forKey: connection), var room = rooms[roomID],
-              let member = room.members.member(on: connection)
-        else { return [] }
+        guard let slot = connections.removeValue(forKey: connection) else { return [] }
+        let roomID = rooms.id(at: slot)
+        guard var room = rooms[roomID], let member = room.members.member(on: connection) else { return [] }
         let peer = member.identity.peer
         room.unseat(peer)
         if room.members.isEmpty {
@@ -589,24 +670,35 @@ public struct Hub: Sendable {
 
     // MARK: frames
 
-    /// An addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) from `connection`: the
-    /// relayed frame and the one connection it goes to (as its parts, which the router writes
-    /// without building a `Frame`), or nil when `connection` holds no seat.
-    /// The same decision `handle(.message(connection, .relay(kind, to: to, payload: payload)))`
-    /// makes, as one `.send` effect; the service calls this for the most frequent frame of all (ICE
-    /// candidates) to skip the effect array and the one-element target array, two allocations per
-    /// relayed frame. A target not in the room gets the sender an `error` (`peer_not_found`).
-    public func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
-        // The room is hashed once, and sender and target are read from it without copying the
-        // room or either member.
-        guard let roomID = connections[connection], let index = rooms.index(forKey: roomID),
-            let (peer, target) = rooms.values[index].members.route(from: connection, to: to)
+    /// Where an addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) from
+    /// `connection` goes: the one connection seated as `to`, with the sender's peer id the relayed
+    /// frame stamps as `from`; or an `error` (`peer_not_found`) for the sender when `to` is not in
+    /// the room (or is the sender); nil when `connection` holds no seat. The service calls this
+    /// for the most frequent frame of all (ICE candidates) and writes the frame from the parts it
+    /// already holds: a decision holding the frame's parts (`relay`) was built, copied and
+    /// destroyed per relayed frame (each part retained and released, ~0.35k instructions under
+    /// callgrind), and an effect array and its one-element target array were two allocations.
+    public func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID) -> RelayRoute? {
+        // The room is found by its slot, not by hashing its id, and sender and target are read
+        // from it without copying the room or either member.
+        guard let slot = connections[connection], let (peer, target, plainIDs) = rooms[slot: slot].members.route(from: connection, to: to)
         else { return nil }
         guard to != peer, let target else {
             return .answer(Frame.error(.peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue),
                            to: connection)
         }
-        return .deliver(RelayedFrame(kind, from: peer, to: to, payload: payload), to: target)
+        return .deliver(from: peer, to: target, plainIDs: plainIDs)
+    }
+
+    /// An addressed relay from `connection` as one decision: `route`'s, with the relayed frame's
+    /// parts. The same decision `handle(.message(connection, .relay(kind, to: to, payload:
+    /// payload)))` makes, as one `.send` effect.
+    public func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
+        switch route(kind, to: to, from: connection) {
+        case .deliver(let from, let target, _)?: return .deliver(RelayedFrame(kind, from: from, to: to, payload: payload), to: target)
+        case .answer(let frame, let sender)?: return .answer(frame, to: sender)
+        case nil: return nil
+        }
     }
 
     private mutating func handle(_ message: ClientMessage, from connection: ConnectionID, now: Millis) -> [HubEffect] {
@@ -614,7 +706,8 @@ public struct Hub: Sendable {
             return relay(kind, to: to, payload: payload, from: connection).map { [$0.effect] } ?? []
         }
         if case .chat(let submission) = message { return chat(submission, from: connection, now: now) }
-        guard let roomID = connections[connection] else { return [] }
+        guard let slot = connections[connection] else { return [] }
+        let roomID = rooms.id(at: slot)
         guard let room = rooms[roomID], let sender = room.members.member(on: connection) else { return [] }
         let peer = sender.identity.peer
         switch message {
@@ -636,13 +729,13 @@ public struct Hub: Sendable {
         }
     }
 
-    /// A chat from `connection`: its store request (or the ack refusing it). The room is hashed
-    /// once and the sender read in place: the other frames' path copied the room and the sender's
+    /// A chat from `connection`: its store request (or the ack refusing it). The room is found by
+    /// its slot and the sender read in place: the other frames' path copied the room and the sender's
     /// member (its identity's strings retained and released) for the peer id and typing flag.
     private mutating func chat(_ submission: ChatSubmission, from connection: ConnectionID, now: Millis) -> [HubEffect] {
-        guard let roomID = connections[connection], let index = rooms.index(forKey: roomID),
-            let (peer, typing) = rooms.values[index].members.chatSender(on: connection)
+        guard let slot = connections[connection], let (peer, typing) = rooms[slot: slot].members.chatSender(on: connection)
         else { return [] }
+        let roomID = rooms.id(at: slot)
         if let error = validate(submission) {
             return [.send([connection], Frame(.chatAck, payload: ["client_id": .string(submission.clientID)], error: error))]
         }
@@ -690,8 +783,8 @@ public struct Hub: Sendable {
             let ackTarget = connections[connection] != nil ? connection : rooms[message.room]?.members[message.from]?.connection
             var others: [ConnectionID] = []
             // Read in place: `rooms[message.room]` copied the room (each of its tables retained and released).
-            if !duplicate, let index = rooms.index(forKey: message.room) {
-                others = rooms.values[index].connections(excluding: message.from)
+            if !duplicate, let slot = rooms.slot(of: message.room) {
+                others = rooms[slot: slot].connections(excluding: message.from)
             }
             // Built as one literal: appending to an empty array allocated twice on every chat. The
             // ack is built inside each literal: an `ack` effect made first was copied into the
@@ -745,6 +838,20 @@ public struct Hub: Sendable {
         }
         return effects
     }
+}
+
+/// `Hub.route`'s answer for an addressed relay: its one target and the sender's peer id, or an
+/// error for the sender when the target is not in the room. The relayed frame's other parts (its
+/// kind, `to` and payload) are the caller's already.
+public enum RelayRoute: Sendable, Equatable {
+    /// `plainIDs`: both the sender's id and `to` are plain (`RelayedFrame.isPlain`), as seated.
+    /// The caller's `to` equals the target's id, and equal strings (canonically equivalent) have
+    /// the same `"`, `\` and control characters, none of which a decomposition produces.
+    case deliver(from: PeerID, to: ConnectionID, plainIDs: Bool)
+    /// An `error` frame (`peer_not_found`) back to the sender. Indirect: a `Frame` inline made
+    /// every route 152 bytes, moved with `memcpy` five times per relayed frame (~150
+    /// instructions under callgrind); the box is allocated only for this rare answer.
+    indirect case answer(Frame, to: ConnectionID)
 }
 
 /// `Hub.relay`'s answer for an addressed relay: the frame for its one target, or an error for the

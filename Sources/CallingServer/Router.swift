@@ -14,9 +14,12 @@ protocol Router: AnyObject {
     /// `deliver(frame, to: [target])`, for the one-target frames of an addressed relay: a router
     /// may skip building the array.
     func deliver(_ frame: Frame, to target: ConnectionID)
-    /// `deliver(relayed.frame, to: target)`, for an addressed relay: a router may write the frame
-    /// from its parts without building it.
-    func deliver(_ relayed: RelayedFrame, to target: ConnectionID)
+    /// `deliver(RelayedFrame(kind, from: from, to: to, payload: payload).frame, to: target)`, for
+    /// an addressed relay: a router may write the frame from its parts, borrowed from the caller,
+    /// without building it (or a `RelayedFrame`, whose parts would be copied in and destroyed).
+    /// `plainIDs`: both ids are known to be plain (`RelayedFrame.isPlain`), so neither is checked
+    /// again; false when that is not known.
+    func deliverRelay(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON?, target: ConnectionID, plainIDs: Bool)
     /// Closes a connection with `code`: a socket gets a Close frame after its queued frames, a
     /// virtual connection its `closed(_:code:)`.
     func close(_ connection: ConnectionID, code: CloseCode)
@@ -43,7 +46,15 @@ extension Router {
 
     func deliver(_ frame: Frame, to target: ConnectionID) { deliver(frame, to: [target]) }
 
-    func deliver(_ relayed: RelayedFrame, to target: ConnectionID) { deliver(relayed.frame, to: target) }
+    func deliverRelay(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON?, target: ConnectionID, plainIDs: Bool) {
+        deliver(RelayedFrame(kind, from: from, to: to, payload: payload).frame, to: target)
+    }
+
+    /// `deliverRelay` with the parts of `relayed`.
+    func deliver(_ relayed: RelayedFrame, to target: ConnectionID) {
+        deliverRelay(relayed.kind, from: relayed.from, to: relayed.to, payload: relayed.payload, target: target,
+                     plainIDs: RelayedFrame.isPlain(relayed.from) && RelayedFrame.isPlain(relayed.to))
+    }
 }
 
 /// A room member that is not a socket of the transport: an HTTP session's seat (HTTPSessions.swift).
@@ -96,15 +107,16 @@ final class LocalRouter: Router {
         hand(frame, message, to: target)
     }
 
-    func deliver(_ relayed: RelayedFrame, to target: ConnectionID) {
+    func deliverRelay(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON?, target: ConnectionID, plainIDs: Bool) {
         // A socket's frame is written from the relay's parts into the message it gets; an HTTP
         // session, or a relay without a payload or with ids to escape, takes the `Frame` path.
-        guard !HTTPSessions.isVirtual(target), let length = relayed.plainLength else {
-            return deliver(relayed.frame, to: target)
+        guard !HTTPSessions.isVirtual(target), plainIDs, let payload else {
+            return deliver(RelayedFrame(kind, from: from, to: to, payload: payload).frame, to: target)
         }
-        metrics.framesOut.count(relayed.kind.frameType)
+        let length = RelayedFrame.plainLength(kind, plainFrom: from, plainTo: to, payload: payload)
+        metrics.framesOut.count(kind.frameType)
         // Framed straight into the target's pending bytes: no message of its own.
-        sink.send(count: length, to: target) { relayed.writePlain(to: $0) }
+        sink.send(count: length, to: target) { RelayedFrame.writePlain(kind, from: from, to: to, payload: payload, at: $0) }
     }
 
     /// A relayed frame, a chat and a chat-ack are written straight into the message every target

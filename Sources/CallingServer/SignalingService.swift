@@ -77,12 +77,13 @@ final class SignalingService: @unchecked Sendable {
     /// An addressed relay from `connection`: what `handle(.message(connection, .relay(kind, to:
     /// to, payload: payload)))` does, which the room endpoint calls directly for the most frequent
     /// frame of all, without wrapping it in a `HubInput` (and destroying that again, ~170
-    /// instructions per relayed frame). The hub decides without the effect arrays (`Hub.relay`),
-    /// and the router writes the relayed frame from its parts.
+    /// instructions per relayed frame). The hub finds the target without the effect arrays
+    /// (`Hub.route`), and the router writes the relayed frame from the parts this call was given,
+    /// without copying them into a value first.
     func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) {
-        switch Self.inPlace(&hub, { $0.relay(kind, to: to, payload: payload, from: connection) }) {
-        case .deliver(let relayed, let target)?:
-            router.deliver(relayed, to: target)
+        switch Self.inPlace(&hub, { $0.route(kind, to: to, from: connection) }) {
+        case .deliver(let from, let target, let plainIDs)?:
+            router.deliverRelay(kind, from: from, to: to, payload: payload, target: target, plainIDs: plainIDs)
         case .answer(let frame, let sender)?:
             countError(frame, recipients: 1)
             router.deliver(frame, to: sender)

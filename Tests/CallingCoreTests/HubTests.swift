@@ -296,6 +296,19 @@ final class HubTests: XCTestCase {
         }
     }
 
+    func test_a_route_says_whether_both_ids_are_plain() {
+        // The router writes a relayed frame from its parts only between ids JSON carries as they
+        // are; with one that needs escaping (a quote, a control character) it takes the encoder.
+        join(alice, "alice")
+        join(bob, "b\"ob")
+        join(carol, "carol")
+        join(fresh, "tab\tpeer")
+        XCTAssertEqual(hub.route(.candidate, to: "carol", from: alice), .deliver(from: "alice", to: carol, plainIDs: true))
+        XCTAssertEqual(hub.route(.candidate, to: "b\"ob", from: alice), .deliver(from: "alice", to: bob, plainIDs: false))
+        XCTAssertEqual(hub.route(.offer, to: "alice", from: bob), .deliver(from: "b\"ob", to: alice, plainIDs: false))
+        XCTAssertEqual(hub.route(.data, to: "tab\tpeer", from: carol), .deliver(from: "carol", to: fresh, plainIDs: false))
+    }
+
     func test_frames_from_a_connection_that_never_joined_are_ignored() {
         joinAll()
         XCTAssertEqual(send(fresh, .relay(.data, to: nil, payload: nil)), [])
