@@ -168,6 +168,49 @@ struct ChatPersistenceTests {
     }
 
     @Test(arguments: ChatBackend.allCases)
+    func testTheAfterAppendCompletionsBodyRunsOncePerBatchAfterItsAcksAndBeforeLaterCompletions(_ backend: ChatBackend) throws {
+        let sut = try backend.open(maxBatchSize: 10)
+        defer { sut.close() }
+        let store = sut.store
+        // One log, written only on the store's queue (completions and the body both run there).
+        let log = Collector<String>()
+        store.afterAppendCompletions { log.append("batch") }
+        let release = DispatchSemaphore(value: 0)
+        try sut.holdQueue(until: release)
+        let group = DispatchGroup()
+        for index in 0..<25 {
+            group.enter()
+            store.appendChat(draft("r", "alice", "\(index)")) { result in
+                if case .success(let ack) = result { log.append("ack \(ack.message.seq)") }
+                group.leave()
+            }
+        }
+        group.enter()
+        store.markRead(room: "r", peer: "bob", seq: 25, nowMs: 1) { result in
+            if case .success(let marker) = result { log.append("read \(marker.marker.seq)") }
+            group.leave()
+        }
+        release.signal()
+        #expect(group.wait(timeout: .now() + 10) == .success)
+
+        let acks = { (seqs: ClosedRange<Int>) in seqs.map { "ack \($0)" } }
+        #expect(log.all == acks(1...10) + ["batch"] + acks(11...20) + ["batch"] + acks(21...25) + ["batch", "read 25"])
+
+        // A refused append (after close) runs it too, after its failure.
+        store.close()
+        let refused = DispatchSemaphore(value: 0)
+        store.afterAppendCompletions {
+            log.append("batch")
+            refused.signal()
+        }
+        store.appendChat(draft("r", "alice", "late")) { result in
+            if case .failure(.closed) = result { log.append("closed") }
+        }
+        #expect(refused.wait(timeout: .now() + 10) == .success)
+        #expect(log.all.suffix(2) == ["closed", "batch"])
+    }
+
+    @Test(arguments: ChatBackend.allCases)
     func testAnOperationSubmittedAfterAnAppendSeesIt(_ backend: ChatBackend) throws {
         let sut = try backend.open()
         defer { sut.close() }
