@@ -56,7 +56,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     private let appends = GroupCommitInbox<PendingAppend>()
     private let counters = Locked(ChatStoreMetrics())
     /// Run on `queue` after each batch's completions (`afterAppendCompletions`).
-    private let appendsCompleted = Locked<(@Sendable () -> Void)?>(nil)
+    private let appendsCompleted = AfterAppendCompletions()
 
     private struct PendingAppend: Sendable {
         var draft: ChatDraft
@@ -97,12 +97,12 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     }
 
     public func afterAppendCompletions(_ body: @escaping @Sendable () -> Void) {
-        appendsCompleted.withLock { $0 = body }
+        appendsCompleted.set(body)
     }
 
     /// On `queue`, after a batch's completions: the caller's `afterAppendCompletions` body.
     private func completedAppends() {
-        appendsCompleted.withLock { $0 }?()
+        appendsCompleted.run()
     }
 
     /// On `queue`: writes every pending draft (all of them, for the ordering reason in `ChatStore.drain`).

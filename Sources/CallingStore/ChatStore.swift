@@ -59,7 +59,7 @@ public final class ChatStore: @unchecked Sendable {
     private let appends = GroupCommitInbox<PendingAppend>()
     private let counters = Locked(ChatStoreMetrics())
     /// Run on `queue` after each batch's completions (`afterAppendCompletions`).
-    private let appendsCompleted = Locked<(@Sendable () -> Void)?>(nil)
+    private let appendsCompleted = AfterAppendCompletions()
     /// Checkpoints the WAL off the commit path; nil for an in-memory database (no WAL).
     private let checkpointer: WALCheckpointer?
 
@@ -121,12 +121,12 @@ public final class ChatStore: @unchecked Sendable {
     }
 
     public func afterAppendCompletions(_ body: @escaping @Sendable () -> Void) {
-        appendsCompleted.withLock { $0 = body }
+        appendsCompleted.set(body)
     }
 
     /// On `queue`, after a batch's completions: the caller's `afterAppendCompletions` body.
     private func completedAppends() {
-        appendsCompleted.withLock { $0 }?()
+        appendsCompleted.run()
     }
 
     /// On `queue`: writes every pending draft.
