@@ -55,6 +55,8 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     private var lastReconnectNs: UInt64 = 0
     private let appends = GroupCommitInbox<PendingAppend>()
     private let counters = Locked(ChatStoreMetrics())
+    /// Run on `queue` after each batch's completions (`afterAppendCompletions`).
+    private let appendsCompleted = AfterAppendCompletions()
 
     private struct PendingAppend: Sendable {
         var draft: ChatDraft
@@ -86,8 +88,21 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         switch appends.admit(PendingAppend(draft: draft, completion: completion)) {
         case .queued: break
         case .queuedAndSchedule: queue.async { self.drain() }
-        case .refused: queue.async { completion(.failure(.closed)) }
+        case .refused:
+            queue.async {
+                completion(.failure(.closed))
+                self.completedAppends()
+            }
         }
+    }
+
+    public func afterAppendCompletions(_ body: @escaping @Sendable () -> Void) {
+        appendsCompleted.set(body)
+    }
+
+    /// On `queue`, after a batch's completions: the caller's `afterAppendCompletions` body.
+    private func completedAppends() {
+        appendsCompleted.run()
     }
 
     /// On `queue`: writes every pending draft (all of them, for the ordering reason in `ChatStore.drain`).
@@ -110,6 +125,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
                 storable.append(pending)
             }
         }
+        if storable.count < drafts.count { completedAppends() }
         let size = max(1, options.maxBatchSize)
         var start = storable.startIndex
         while start < storable.endIndex {
@@ -144,6 +160,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         case .failure(let failure):
             counters.withLock { $0.batchesFailed += 1 }
             for pending in batch { pending.completion(.failure(failure)) }
+            completedAppends()
             return
         case .success(let written):
             results = written
@@ -152,6 +169,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         counters.withLock { $0.recordCommitted(results, nanoseconds: elapsed) }
         // Only after COMMIT returned: see ChatStore.write.
         for (pending, result) in zip(batch, results) { pending.completion(.success(result)) }
+        completedAppends()
     }
 
     // MARK: Reads and read markers

@@ -33,6 +33,8 @@ final class SignalingService: @unchecked Sendable {
     private let logger: Logger
     private let webhooks: Webhooks
     private let now: @Sendable () -> Millis
+    /// Chat outcomes of the store's current batch, until `postCollectedChats` posts them.
+    private let chatOutcomes = CollectedChats()
 
     init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallsAPI) {
         self.context = context
@@ -45,6 +47,7 @@ final class SignalingService: @unchecked Sendable {
         self.chats = chats
         self.calls = calls
         self.hub = Hub(settings: context.config.hub)
+        chats.afterAppendCompletions { [weak self] in self?.postCollectedChats() }
     }
 
     var hubSnapshot: Hub { hub }
@@ -286,7 +289,7 @@ final class SignalingService: @unchecked Sendable {
                               meta: submission.meta.map(JSONWriter.string), timestampMs: timestamp)
         // Monotonic, for the ack latency histogram: two clock reads per chat, no allocation.
         let received = DispatchTime.now().uptimeNanoseconds
-        chats.appendChat(draft) { [self] result in
+        chats.appendChat(draft) { [chatOutcomes] result in
             let outcome: ChatStoreOutcome
             switch result {
             case .success(let stored):
@@ -295,29 +298,39 @@ final class SignalingService: @unchecked Sendable {
                 outcome = .failed(room: room, peer: peer, clientID: submission.clientID, connection: connection,
                                   WireError(.unavailable, "chat not stored: \(error.isRetryable ? "store busy" : "store error"); retry with the same client_id"))
             }
-            posting(outcome, room: room, received: received)
+            chatOutcomes.collect(outcome, room: room, received: received)
         }
     }
 
-    /// On the store queue: hands a chat's outcome to the service thread. `outcome` is consumed, so
-    /// the posted closure takes it over instead of a copy (and the store queue's destroy of it).
-    private func posting(_ outcome: consuming ChatStoreOutcome, room: RoomID, received: UInt64) {
-        let outcome = consume outcome
+    /// On the store queue, after a batch's completions (`ChatPersistence.afterAppendCompletions`):
+    /// hands the batch's outcomes to the service thread in one closure, in their order. One post
+    /// per batch instead of one per chat: the post's lock and wake-up check, the closure's context
+    /// and its call in the service thread's drain, paid once for hundreds of chats at saturation.
+    /// The store runs this before anything else on its queue, so a read-marker or history
+    /// completion after the batch is still posted after its acks.
+    private func postCollectedChats() {
+        guard let batch = chatOutcomes.take() else { return }
         context.post { [self] in
-            switch outcome {
-            case .stored(_, _, let duplicate): if duplicate { metrics.chatDuplicates += 1 } else { metrics.chatStored += 1 }
-            case .failed: metrics.storeFailures += 1
-            }
-            if case .stored(let message, _, false) = outcome { router.committed(message) }
-            apply(hub.handle(.chatStored(outcome), now: now()))
-            metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- received)
-            if case .stored(let message, _, false) = outcome, webhooks.wants(.chatMessage) {
-                webhooks.emit(.chatMessage, key: room.rawValue, [
-                    "room_id": .string(room.rawValue), "seq": .int(message.seq), "from": .string(message.from.rawValue),
-                    "client_id": .string(message.clientID), "text": .string(message.text), "meta": message.meta ?? .null,
-                    "ts": .int(message.timestamp),
-                ])
-            }
+            for index in batch.indices { completed(batch[index]) }
+        }
+    }
+
+    /// On the service thread: one chat's outcome, as the store reported it.
+    private func completed(_ chat: CollectedChat) {
+        switch chat.outcome {
+        case .stored(_, _, let duplicate): if duplicate { metrics.chatDuplicates += 1 } else { metrics.chatStored += 1 }
+        case .failed: metrics.storeFailures += 1
+        }
+        if case .stored(let message, _, false) = chat.outcome { router.committed(message) }
+        apply(hub.handle(.chatStored(chat.outcome), now: now()))
+        metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- chat.received)
+        if case .stored(let message, _, false) = chat.outcome, webhooks.wants(.chatMessage) {
+            let room = chat.room
+            webhooks.emit(.chatMessage, key: room.rawValue, [
+                "room_id": .string(room.rawValue), "seq": .int(message.seq), "from": .string(message.from.rawValue),
+                "client_id": .string(message.clientID), "text": .string(message.text), "meta": message.meta ?? .null,
+                "ts": .int(message.timestamp),
+            ])
         }
     }
 
@@ -326,6 +339,34 @@ final class SignalingService: @unchecked Sendable {
     /// The hub's timers (typing expiry, seat holds, meters). Every `tick_ms`, service thread.
     func tick(now current: Millis) {
         apply(hub.handle(.tick, now: current))
+    }
+}
+
+/// A chat's outcome on its way from the store queue to the service thread.
+struct CollectedChat: Sendable {
+    var outcome: ChatStoreOutcome
+    var room: RoomID
+    /// When the service thread received it (`DispatchTime` uptime), for the ack latency.
+    var received: UInt64
+}
+
+/// The outcomes the store's completions of one batch collect, for one post to the service thread.
+// @unchecked Sendable: touched only on the store's queue (its append completions and its
+// after-batch body, which `ChatPersistence` runs there, one at a time), never on the service
+// thread: `take` hands the array over by value.
+final class CollectedChats: @unchecked Sendable {
+    private var pending: [CollectedChat] = []
+
+    /// On the store queue, from a completion.
+    func collect(_ outcome: consuming ChatStoreOutcome, room: RoomID, received: UInt64) {
+        pending.append(CollectedChat(outcome: outcome, room: room, received: received))
+    }
+
+    /// On the store queue, after a batch: what was collected, or nil when nothing was.
+    func take() -> [CollectedChat]? {
+        guard !pending.isEmpty else { return nil }
+        defer { pending = [] }
+        return pending
     }
 }
 

@@ -20,6 +20,14 @@ public protocol ChatPersistence: AnyObject, Sendable {
     /// Stores a message, or finds the original when this (room, sender, client_id) was stored before.
     func appendChat(_ draft: ChatDraft, completion: @escaping @Sendable (Result<ChatAppendResult, StoreError>) -> Void)
 
+    /// Has the store run `body` on its queue after each batch of append completions: once every
+    /// draft of a batch has had its completion (committed, failed or refused), before the queue runs
+    /// anything else. A caller whose completions only collect their results (on the store's queue)
+    /// can hand them on in one piece there and still keep them in order with every other
+    /// completion: what a later `markRead` or `history` completion posts comes after them. One body
+    /// per store; a later call replaces it. Set it before the first append.
+    func afterAppendCompletions(_ body: @escaping @Sendable () -> Void)
+
     /// Moves `peer`'s read marker in `room` forward to `seq`, clamped to the room's last message; an
     /// older or equal seq changes nothing (`moved == false`).
     func markRead(room: RoomID, peer: PeerID, seq: Int64, nowMs: Int64,

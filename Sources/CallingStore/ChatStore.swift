@@ -58,6 +58,8 @@ public final class ChatStore: @unchecked Sendable {
     private let connection: SQLiteConnection
     private let appends = GroupCommitInbox<PendingAppend>()
     private let counters = Locked(ChatStoreMetrics())
+    /// Run on `queue` after each batch's completions (`afterAppendCompletions`).
+    private let appendsCompleted = AfterAppendCompletions()
     /// Checkpoints the WAL off the commit path; nil for an in-memory database (no WAL).
     private let checkpointer: WALCheckpointer?
 
@@ -111,8 +113,20 @@ public final class ChatStore: @unchecked Sendable {
             queue.async { self.drain() }
         case .refused:
             // Still on the queue, as promised, and never re-entering the caller synchronously.
-            queue.async { completion(.failure(.closed)) }
+            queue.async {
+                completion(.failure(.closed))
+                self.completedAppends()
+            }
         }
+    }
+
+    public func afterAppendCompletions(_ body: @escaping @Sendable () -> Void) {
+        appendsCompleted.set(body)
+    }
+
+    /// On `queue`, after a batch's completions: the caller's `afterAppendCompletions` body.
+    private func completedAppends() {
+        appendsCompleted.run()
     }
 
     /// On `queue`: writes every pending draft.
@@ -140,6 +154,7 @@ public final class ChatStore: @unchecked Sendable {
         guard !batch.isEmpty else { return }
         guard connection.isOpen else {
             for pending in batch { pending.completion(.failure(.closed)) }
+            completedAppends()
             return
         }
         let results: [ChatAppendResult]
@@ -150,6 +165,7 @@ public final class ChatStore: @unchecked Sendable {
             counters.withLock { $0.batchesFailed += 1 }
             let failure = StoreError(error)
             for pending in batch { pending.completion(.failure(failure)) }
+            completedAppends()
             return
         }
         // Read outside the lock, which `appendChat` callers (the service thread) also take.
@@ -161,6 +177,7 @@ public final class ChatStore: @unchecked Sendable {
         // By index: `zip` copied every pending append (its draft's five strings and the closure) out
         // of the batch and destroyed the copy, ~0.3k instructions per chat.
         for offset in results.indices { batch[batch.startIndex + offset].completion(.success(results[offset])) }
+        completedAppends()
         // After the acks, so that they do not wait for it.
         checkpointer?.catchUpIfStarved(writer: connection)
     }
