@@ -708,7 +708,9 @@ public struct Hub: Sendable {
         if case .chat(let submission) = message { return chat(submission, from: connection, now: now) }
         guard let slot = connections[connection] else { return [] }
         let roomID = rooms.id(at: slot)
-        guard let room = rooms[roomID], let sender = room.members.member(on: connection) else { return [] }
+        // By its slot: the room id is for the effects, not to find the room again.
+        let room = rooms[slot: slot]
+        guard let sender = room.members.member(on: connection) else { return [] }
         let peer = sender.identity.peer
         switch message {
         case .relay(let kind, let to, let payload):

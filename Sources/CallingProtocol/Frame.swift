@@ -462,8 +462,8 @@ public struct RelayedFrame: Sendable, Equatable {
     /// `frame.plainRelayedLength`: the exact length of `frame.encoded()` when there is a payload
     /// and neither peer id needs escaping (every id the hub seats); nil otherwise.
     public var plainLength: Int? {
-        guard let payload else { return nil }
-        return Self.plainLength(kind, from: from, to: to, payload: payload)
+        guard let payload, Self.isPlain(from), Self.isPlain(to) else { return nil }
+        return Self.plainLength(kind, plainFrom: from, plainTo: to, payload: payload)
     }
 
     /// Writes `frame.encoded()`'s bytes to `destination`, which holds `plainLength` bytes; only
@@ -473,17 +473,10 @@ public struct RelayedFrame: Sendable, Equatable {
         Self.writePlain(kind, from: from, to: to, payload: payload, at: destination)
     }
 
-    /// `plainLength` of the relay with these parts, for a caller that holds them without a
-    /// `RelayedFrame` (which copies them in).
-    public static func plainLength(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON) -> Int? {
-        guard let fromCount = Frame.plainCount(from.rawValue), let toCount = Frame.plainCount(to.rawValue) else { return nil }
-        // The type names are the protocol's own literals, plain by construction.
-        return Frame.relayedLength(fromCount: fromCount, payloadCount: payload.bytes.count, toCount: toCount,
-                                   typeCount: kind.frameType.rawValue.utf8.count)
-    }
-
-    /// `plainLength` of a relay whose ids are both known to be plain (`isPlain`): from their
-    /// byte counts, without checking them again.
+    /// `plainLength` of a relay whose ids are both known to be plain (`isPlain`), for a caller
+    /// that holds its parts without a `RelayedFrame` (which copies them in): from their byte
+    /// counts, without checking them again. The type names are the protocol's own literals, plain
+    /// by construction.
     public static func plainLength(_ kind: RelayKind, plainFrom from: PeerID, plainTo to: PeerID, payload: RawJSON) -> Int {
         Frame.relayedLength(fromCount: from.rawValue.utf8.count, payloadCount: payload.bytes.count,
                             toCount: to.rawValue.utf8.count, typeCount: kind.frameType.rawValue.utf8.count)
