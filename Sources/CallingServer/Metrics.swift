@@ -97,6 +97,9 @@ final class Metrics {
                 "Requests the transport answered and closed itself (framing, size limits, methods, budget).",
                 transport.requestsRejected)
         counter("calling_bytes_out_total", "WebSocket payload bytes written.", transport.bytesOut)
+        labeled("calling_ws_writes_total",
+                "WebSocket writes, by path: flush (after a wake-up's callbacks) or writeable (a closing connection, or a socket that was full).",
+                "path", ["flush": transport.writesFlushed, "writeable": transport.writesOnWriteable])
         counter("calling_tls_handshake_failures_total",
                 "TLS connections closed before their handshake completed (refused certificate, version, cipher, or plaintext).",
                 transport.tlsHandshakeFailures)

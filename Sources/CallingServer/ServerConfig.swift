@@ -42,6 +42,7 @@ public struct ServerConfig: Sendable, Equatable {
     public var maxQueueBytes = 1_048_576
     public var maxBodyBytes = 262_144
     public var maxCoalescedBytes = 65_536
+    public var flushAfterFrames = 256
     public var maxFramesPerSecond = 50.0
     public var frameBurst = 200.0
     public var floodCloseAfter = 100
@@ -166,6 +167,7 @@ public struct ServerConfig: Sendable, Equatable {
                           maxBodyBytes: maxBodyBytes, reservedFileDescriptors: reservedFileDescriptors,
                           idlePingSeconds: idlePingSeconds, idleHangupSeconds: idleHangupSeconds, watchdogSeconds: watchdogSeconds)
         settings.maxCoalescedBytes = maxCoalescedBytes
+        settings.flushAfterFrames = flushAfterFrames
         settings.maxURLBytes = maxURLBytes
         settings.maxHeaderBytes = maxHeaderBytes
         settings.healthReservedSockets = healthReservedSockets
@@ -272,6 +274,8 @@ public struct ServerConfig: Sendable, Equatable {
         .int("max_body_bytes", "largest HTTP request body", \.maxBodyBytes, 1_024...16_777_216),
         .int("max_coalesced_bytes", "most bytes of queued frames written together in one send (frames that fit together in it are batched, also at 1024)",
              \.maxCoalescedBytes, 1_024...16_777_216),
+        .int("flush_after_frames", "inbound frames handled before what they queued is written, while more input keeps arriving (otherwise it is written once the wake-up's callbacks are done)",
+             \.flushAfterFrames, 1...1_000_000),
         .double("max_frames_per_second", "sustained inbound frames per connection", \.maxFramesPerSecond, 1...1_000_000),
         .double("frame_burst", "inbound frames allowed at once above the rate", \.frameBurst, 1...1_000_000),
         .int("flood_close_after", "consecutive rate-limited frames before closing (4001)", \.floodCloseAfter, 1...1_000_000),

@@ -42,6 +42,10 @@ public struct TransportCounters: Sendable {
     public var oversizeMessages = 0
     public var framesOut = 0
     public var bytesOut = 0
+    /// WebSocket writes made once a wake-up's callbacks were done (`flushDeferred`), and from a
+    /// connection's WRITEABLE callback (closing, or lws still held part of an earlier write).
+    public var writesFlushed = 0
+    public var writesOnWriteable = 0
     /// Connections closed at accept because the socket budget was spent.
     public var socketsRefused = 0
     /// Sockets still waiting for their request, dropped to make room under the budget.
@@ -92,6 +96,8 @@ public final class WebSocketServer: @unchecked Sendable {
     private let lifecycleLock = NSLock()
     private var lifecycleState = Lifecycle()
     private let state = ServiceState()
+    /// Runs `flushDeferred` after the callbacks of a wake-up (see `requestWritable`).
+    private lazy var flushCall = LWSDeferredCall { [unowned self] in flushDeferred() }
     private let loopProgress = Atomic<Int64>(0)
     private let loopCallbacks = Atomic<Int64>(0)
     private let serviceClock = Atomic<Int32>(-1)
@@ -310,8 +316,8 @@ public final class WebSocketServer: @unchecked Sendable {
     }
 
     /// Queues one frame of `count` bytes for `connection` alone (an addressed relay), which `write`
-    /// puts in place: framed straight into the connection's pending bytes, which its next
-    /// WRITEABLE writes at once, so no message is allocated, queued and copied per frame. Same
+    /// puts in place: framed straight into the connection's pending bytes, which its next write
+    /// (`writeNext`) writes at once, so no message is allocated, queued and copied per frame. Same
     /// order, limits and slow-consumer close as `send(_:to:)`: the bytes are pending only while
     /// nothing is queued before them, and a frame that arrives behind queued messages (or would
     /// take the pending bytes past `maxCoalescedBytes`) is queued as a message instead.
@@ -331,8 +337,8 @@ public final class WebSocketServer: @unchecked Sendable {
         queued(conn, connection)
     }
 
-    /// After a frame was queued: closes a connection whose queue passed `maxQueueBytes`, else asks
-    /// for its WRITEABLE.
+    /// After a frame was queued: closes a connection whose queue passed `maxQueueBytes`, else has
+    /// it written soon.
     @inline(__always)
     private func queued(_ conn: WSConnection, _ connection: ConnectionID) {
         if conn.queuedBytes > settings.maxQueueBytes {
@@ -348,14 +354,50 @@ public final class WebSocketServer: @unchecked Sendable {
         requestWritable(conn)
     }
 
-    /// Asks lws for a WRITEABLE callback unless one is already due. Each `lws_callback_on_writable`
-    /// re-arms the socket's write watcher in the event loop even when POLLOUT is already set; a
-    /// fan-out queues several frames per recipient between two writes.
+    /// Has what is queued for `conn` written soon: by `flushDeferred` once this wake-up's callbacks
+    /// are done, or, for a closing connection, from its own WRITEABLE (the close frame and the
+    /// slow-consumer close need that callback: docs/architecture.md, "The lws #2889 guards"). A fan-out or a relay
+    /// burst queues several frames per recipient between two writes, so each is asked for once.
     @inline(__always)
     private func requestWritable(_ conn: WSConnection) {
+        if conn.writablePending || conn.flushListed { return }
+        if conn.closeCode != nil { return requestWritableCallback(conn) }
+        conn.flushListed = true
+        state.flushList.append(conn)
+        flushCall.schedule(on: conn.wsi)
+    }
+
+    /// Asks lws for a WRITEABLE callback unless one is already due. Each `lws_callback_on_writable`
+    /// re-arms the socket's write watcher in the event loop (two `epoll_ctl`, set and cleared),
+    /// even when POLLOUT is already set.
+    private func requestWritableCallback(_ conn: WSConnection) {
         if conn.writablePending { return }
         conn.writablePending = true
         LWS.callbackOnWritable(conn.wsi)
+    }
+
+    /// Writes what the callbacks of this wake-up queued, straight from the service loop instead of
+    /// from each connection's WRITEABLE: a write needs no POLLOUT armed and reported first, which
+    /// was two `epoll_ctl` and another trip through the event loop per write, and most of the
+    /// service thread's syscalls when frames come one at a time. The bytes go out exactly as a
+    /// WRITEABLE would write them (`writeNext`: pending bytes first, then one coalesced batch).
+    /// lws still decides when a socket is full: while it holds part of an earlier write, or once a
+    /// connection is closing, the connection waits for its WRITEABLE instead.
+    private func flushDeferred() {
+        swap(&state.flushList, &state.flushing)
+        state.framesSinceFlush = 0
+        for conn in state.flushing {
+            conn.flushListed = false
+            guard !conn.closed, !conn.writablePending else { continue }
+            if conn.closeCode != nil || LWS.hasBufferedOutput(conn.wsi) {
+                requestWritableCallback(conn)
+                continue
+            }
+            if conn.pendingUsed == 0, conn.queue.isEmpty { continue }
+            state.counters.writesFlushed += 1
+            if writeNext(conn, wsi: conn.wsi) < 0 { LWS.killAsync(conn.wsi) }
+        }
+        state.flushing.removeAll(keepingCapacity: state.flushing.capacity <= 4_096)
     }
 
     /// Closes after the frames already queued have been written.
@@ -480,6 +522,11 @@ public final class WebSocketServer: @unchecked Sendable {
 
         case .receive:
             guard let user, let conn = Self.connection(user) else { return 0 }
+            // With the libev loop the deferred writes wait until no event is pending; a loop that
+            // keeps finding input would hold them back, so after `flushAfterFrames` inbound frames
+            // they go out from here.
+            state.framesSinceFlush += 1
+            if state.framesSinceFlush > settings.flushAfterFrames, !state.flushList.isEmpty { flushDeferred() }
             receive(conn, id: ConnectionID(LWSSession.id(user)), wsi: wsi, input: input, length: length)
             return 0
 
@@ -491,6 +538,9 @@ public final class WebSocketServer: @unchecked Sendable {
         case .serverWriteable:
             guard let user, let conn = Self.connection(user) else { return 0 }
             conn.writablePending = false
+            if !conn.closeFrameSent, conn.closeCode != nil || conn.pendingUsed > 0 || !conn.queue.isEmpty {
+                state.counters.writesOnWriteable += 1
+            }
             return writeNext(conn, wsi: wsi)
 
         case .closed:
@@ -498,7 +548,8 @@ public final class WebSocketServer: @unchecked Sendable {
             guard let user else { return 0 }
             let id = ConnectionID(LWSSession.id(user))
             LWSSession.store(user, id: id.rawValue, object: nil)
-            guard state.connections.removeValue(for: id.rawValue) != nil else { return 0 }
+            guard let conn = state.connections.removeValue(for: id.rawValue) else { return 0 }
+            conn.closed = true
             delegate?.server(self, didClose: id)
             if state.shuttingDown, state.connections.isEmpty { state.onDrained?() }
             return 0
@@ -859,7 +910,7 @@ public final class WebSocketServer: @unchecked Sendable {
     }
 
     /// Several queued frames in one write: the WebSocket headers are framed here and the batch
-    /// goes out as raw bytes in a single `lws_write` (still one write per WRITEABLE). Under load a
+    /// goes out as raw bytes in a single `lws_write` (still one write per `writeNext`). Under load a
     /// peer often has many small frames queued (acks, broadcasts); one syscall for all of them is
     /// what keeps the service thread ahead. Server frames are unmasked, so framing is trivial.
     private func writeCoalesced(_ first: OutboundMessage, _ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
@@ -1035,6 +1086,13 @@ private final class ServiceState {
     var nextConnection: UInt64 = 0
     var nextExchange: UInt64 = 0
     @exclusivity(unchecked) var counters = TransportCounters()
+    /// Connections with something to write once this wake-up's callbacks are done (each listed
+    /// once: `WSConnection.flushListed`), and the list being written, swapped so that a write that
+    /// lists its connection again lists it for the next flush.
+    @exclusivity(unchecked) var flushList: [WSConnection] = []
+    @exclusivity(unchecked) var flushing: [WSConnection] = []
+    /// Inbound frames handled since the last flush.
+    @exclusivity(unchecked) var framesSinceFlush = 0
     /// The array a whole inbound text message is handed to the app in, reused from message to
     /// message while the app keeps none of them (one for every connection, not one each).
     @exclusivity(unchecked) var inbound: [UInt8] = []
@@ -1112,8 +1170,12 @@ private final class WSConnection {
     @exclusivity(unchecked) var closeFrameSent = false
     /// A WRITEABLE callback has been asked for and has not come yet.
     @exclusivity(unchecked) var writablePending = false
+    /// In `ServiceState.flushList`.
+    @exclusivity(unchecked) var flushListed = false
+    /// lws has closed it (a flush may still hold it).
+    @exclusivity(unchecked) var closed = false
     /// Frames for this connection alone, already framed, written before `queue` by the next
-    /// WRITEABLE (`WebSocketServer.send(count:to:writing:)`). Allocated when the first arrives and
+    /// write (`WebSocketServer.send(count:to:writing:)`). Allocated when the first arrives and
     /// freed once written, so an idle connection keeps none; its counts live in the buffer's first
     /// 16 bytes (four `Int32`s: `max_coalesced_bytes` is at most 16 MiB), so the connection's
     /// object, which every idle peer has, grows by the pointer alone. Then `OutboundMessage.headroom`

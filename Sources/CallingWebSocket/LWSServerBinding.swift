@@ -237,6 +237,65 @@ package final class LWSServerContextResources {
     }
 }
 
+/// One call lws makes on its service thread once it has handled what the event loop reported
+/// ready, without a timer or a socket of its own: a no-delay `lws_sul_schedule`. lws runs ripe
+/// scheduled calls from the libev loop's idle watcher, which runs once no event is pending, and
+/// with its own poll() loop at the start of the next service, before it waits: in both, after the
+/// callbacks of one wake-up, before the next wait (lws 4.1.6, `lib/event-libs/libev/libev.c`,
+/// `lib/plat/unix/unix-service.c`). Service thread only.
+package final class LWSDeferredCall {
+    /// lws's list node, then this object's address (unretained), so the C callback finds it.
+    private let node: UnsafeMutableRawPointer
+    private let body: () -> Void
+    /// Scheduled and not yet run.
+    package private(set) var isScheduled = false
+
+    private static let ownerOffset = (MemoryLayout<lws_sorted_usec_list_t>.size + 15) & ~15
+    /// When the call is due, from now (µs): in the past, so it is ripe at once even when it is
+    /// scheduled from inside lws's own run of ripe calls (an lws timeout that closes a connection,
+    /// or this call's own body). lws runs the calls due before the moment its run began in that
+    /// same run; a call due a moment later would wait for libev's timer, which lws re-arms without
+    /// stopping it first (`ev_timer_set` on an active watcher), so it could wait until lws's next
+    /// timeout, seconds later. Not -1: that value cancels (`LWS_SET_TIMER_USEC_CANCEL`).
+    private static let due: lws_usec_t = -10_000_000
+
+    /// `body` runs once per `schedule`; it must not outlive what it refers to, so pass an
+    /// unowned reference to the owner.
+    package init(_ body: @escaping () -> Void) {
+        self.body = body
+        node = UnsafeMutableRawPointer.allocate(byteCount: Self.ownerOffset + MemoryLayout<UnsafeRawPointer>.size, alignment: 16)
+        // lws links and unlinks the node itself; it must start out zeroed (unlinked).
+        node.initializeMemory(as: UInt8.self, repeating: 0, count: Self.ownerOffset)
+        node.storeBytes(of: UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque()), toByteOffset: Self.ownerOffset,
+                        as: UnsafeRawPointer.self)
+    }
+
+    /// Free only after the context that may hold the node is destroyed.
+    deinit { node.deallocate() }
+
+    /// Runs the body after this wake-up's callbacks, unless it is scheduled already. `wsi` is any
+    /// connection of the context (the call belongs to its service thread).
+    @inline(__always)
+    package func schedule(on wsi: OpaquePointer) {
+        if isScheduled { return }
+        guard let context = lws_get_context(wsi) else { return }
+        isScheduled = true
+        lws_sul_schedule(context, 0, node.assumingMemoryBound(to: lws_sorted_usec_list_t.self), deferredCallback, Self.due)
+    }
+
+    fileprivate static func fire(_ sul: UnsafeMutablePointer<lws_sorted_usec_list_t>) {
+        let owner = UnsafeMutableRawPointer(sul).load(fromByteOffset: ownerOffset, as: UnsafeRawPointer.self)
+        let call = Unmanaged<LWSDeferredCall>.fromOpaque(owner).takeUnretainedValue()
+        call.isScheduled = false
+        call.body()
+    }
+}
+
+private func deferredCallback(_ sul: UnsafeMutablePointer<lws_sorted_usec_list_t>?) {
+    guard let sul else { return }
+    LWSDeferredCall.fire(sul)
+}
+
 /// What the server keeps in lws's per-session memory of a WebSocket connection (the `user` pointer
 /// of its callbacks, zeroed by lws when the connection is made): the connection's id and one
 /// unretained object reference, which the server clears before it lets the object go.
@@ -334,6 +393,10 @@ package enum LWS {
 
     /// `lws_callback_on_writable`.
     @inlinable package static func callbackOnWritable(_ wsi: OpaquePointer) { _ = lws_callback_on_writable(wsi) }
+
+    /// `lws_partial_buffered`: lws still holds bytes of an earlier write for `wsi` (it writes them
+    /// itself before the next WRITEABLE).
+    @inlinable package static func hasBufferedOutput(_ wsi: OpaquePointer) -> Bool { lws_partial_buffered(wsi) != 0 }
 
     /// `lws_write`; `bytes` must have `OutboundMessage.headroom` writable bytes in front.
     @inlinable package static func write(_ wsi: OpaquePointer, _ bytes: UnsafeMutablePointer<UInt8>, _ count: Int, _ mode: LWSWriteMode) -> Int32 {
