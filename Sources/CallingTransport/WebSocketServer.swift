@@ -307,7 +307,7 @@ public final class WebSocketServer: @unchecked Sendable {
     public var connectionCount: Int { state.connections.count }
 
     /// Queues `message` for `connection`. A connection whose queue passes `maxQueueBytes` is closed
-    /// as a slow consumer from its own WRITEABLE callback (lws-notes.md: the #2889 guard).
+    /// as a slow consumer from its own WRITEABLE callback (docs/architecture.md, "The lws #2889 guards").
     public func send(_ message: OutboundMessage, to connection: ConnectionID) {
         guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
         conn.queue.append(message)

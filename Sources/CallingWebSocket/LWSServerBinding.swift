@@ -101,7 +101,7 @@ package enum LWSWriteMode: Sendable {
 package struct LWSServerOptions {
     package var host: String
     package var port: Int
-    /// The protocol's rx buffer and tx packet size: at least the largest frame (lws-notes: #2889).
+    /// The protocol's rx buffer and tx packet size: at least the largest frame (docs/architecture.md, "The lws #2889 guards").
     package var bufferBytes: Int
     package var idlePingSeconds: Int
     package var idleHangupSeconds: Int
@@ -179,7 +179,7 @@ package final class LWSServerContextResources {
         // Per connection: its id and the server's state for it (unretained), so a callback finds
         // that state without a lookup (LWSSession).
         protocolList[0].per_session_data_size = LWSSession.size
-        // Both at least the largest frame: lws-notes.md, the #2889 guard.
+        // Both at least the largest frame: docs/architecture.md, "The lws #2889 guards".
         protocolList[0].rx_buffer_size = options.bufferBytes
         protocolList[0].tx_packet_size = options.bufferBytes
         protocols = protocolList

@@ -934,7 +934,7 @@ private final class ClientSession: @unchecked Sendable {
     let handler: (@Sendable (WebSocketClientEvent) -> Void)?
     var hostHeader: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
-    /// Valid from connect until the terminal event; lws never clears it for us (lws-notes.md).
+    /// Valid from connect until the terminal event; lws 4.1.6 never clears it for us and it dangles after an error.
     var wsi: OpaquePointer?
     var opened = false
     var finished = false
