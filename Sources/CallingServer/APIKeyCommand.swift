@@ -88,8 +88,7 @@ enum APIKeyCommand {
     private static func withRepository(_ config: ServerConfig, _ body: (APIKeyRepository) throws -> Int32) -> Int32 {
         do {
             try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-            let store = try ChatStore.open(path: config.databasePath,
-                                           options: .init(busyTimeoutMs: Int32(config.sqliteBusyTimeoutMs)))
+            let store = try ChatStore.open(path: config.databasePath, options: config.chatStoreOptions)
             defer { store.close() }
             return try store.sync { try body(APIKeyRepository(db: $0)) }
         } catch {

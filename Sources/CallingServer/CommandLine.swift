@@ -323,7 +323,9 @@ public enum CallingCommand {
         }
         do {
             try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-            let store = try ChatStore.open(path: config.databasePath, options: .init(migrateOnOpen: false))
+            var options = config.chatStoreOptions
+            options.migrateOnOpen = false
+            let store = try ChatStore.open(path: config.databasePath, options: options)
             defer { store.close() }
             let applied = try store.migrate()
             print(applied.isEmpty ? "schema is up to date" : "applied: \(applied.joined(separator: ", "))")

@@ -56,8 +56,7 @@ public final class ServerApp: @unchecked Sendable {
         let publicKey = try config.jwtPublicKeyFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
         let verifier = try TokenVerifier(hs256Secret: secret, publicKeyPEM: publicKey, audience: config.jwtAudience,
                                          leeway: config.jwtLeewaySeconds)
-        store = try ChatStore.open(path: config.databasePath,
-                                   options: .init(busyTimeoutMs: Int32(config.sqliteBusyTimeoutMs)))
+        store = try ChatStore.open(path: config.databasePath, options: config.chatStoreOptions)
         if !store.migrationsAppliedAtOpen.isEmpty {
             logger.info("migrations applied", ["names": store.migrationsAppliedAtOpen.joined(separator: ",")])
         }

@@ -1,5 +1,6 @@
 import CallingCore
 import CallingRedis
+import CallingStore
 import CallingTransport
 import Foundation
 
@@ -69,6 +70,12 @@ public struct ServerConfig: Sendable, Equatable {
     public var historyDefaultLimit = 50
     public var historyMaxLimit = 200
     public var sqliteBusyTimeoutMs = 5_000
+    /// WAL pages between two checkpoints on the store's checkpoint connection (ChatStore.swift,
+    /// `WALCheckpointer`): fewer means shorter copies that compete less with the writer, more fsyncs.
+    public var sqliteCheckpointPages = ChatStore.Options.defaultCheckpointEveryPages
+    /// WAL size in pages past which the writer checkpoints itself, so that the WAL restarts under
+    /// sustained load; each such catch-up holds the acks queued behind it for a checkpoint.
+    public var sqliteWriterCatchUpPages = ChatStore.Options.defaultWriterCatchUpPages
     /// `postgres://…` URL (libpq's form, query parameters included) of a PostgreSQL database that holds chat history, shared
     /// by every node pointed at it; empty keeps chat in the embedded SQLite file.
     public var databaseURL = ""
@@ -147,6 +154,12 @@ public struct ServerConfig: Sendable, Equatable {
               let colon = url.range(of: ":", range: scheme.upperBound..<at.lowerBound)
         else { return url }
         return String(url[..<colon.upperBound]) + "***" + String(url[at.lowerBound...])
+    }
+
+    /// How the SQLite store is opened: the busy timeout and the WAL checkpoint limits.
+    public var chatStoreOptions: ChatStore.Options {
+        ChatStore.Options(busyTimeoutMs: Int32(sqliteBusyTimeoutMs), checkpointEveryPages: sqliteCheckpointPages,
+                          writerCatchUpPages: sqliteWriterCatchUpPages)
     }
 
     public var databasePath: String { (dataDir as NSString).appendingPathComponent("calling.sqlite") }
@@ -302,6 +315,10 @@ public struct ServerConfig: Sendable, Equatable {
         .int("history_default_limit", "GET …/messages default limit", \.historyDefaultLimit, 1...10_000),
         .int("history_max_limit", "GET …/messages largest limit", \.historyMaxLimit, 1...10_000),
         .int("sqlite_busy_timeout_ms", "SQLite busy_timeout", \.sqliteBusyTimeoutMs, 0...600_000),
+        .int("sqlite_checkpoint_pages", "WAL pages between two background checkpoints of the SQLite file", \.sqliteCheckpointPages,
+             1...1_000_000),
+        .int("sqlite_writer_catch_up_pages", "WAL size in pages past which the writer checkpoints itself after its acks (at least sqlite_checkpoint_pages)",
+             \.sqliteWriterCatchUpPages, 1...100_000_000),
         Key(name: "database_url", help: "postgres:// URL of a PostgreSQL 15 database for chat history, shared by all nodes; empty = SQLite",
             apply: { config, value in
                 let trimmed = value.trimmingCharacters(in: .whitespaces)
@@ -437,6 +454,9 @@ public struct ServerConfig: Sendable, Equatable {
         }
         if config.historyDefaultLimit > config.historyMaxLimit {
             problems.append("history_default_limit must not exceed history_max_limit")
+        }
+        if config.sqliteWriterCatchUpPages < config.sqliteCheckpointPages {
+            problems.append("sqlite_writer_catch_up_pages must not be below sqlite_checkpoint_pages")
         }
         if (config.tlsCertFile == nil) != (config.tlsKeyFile == nil) {
             problems.append("tls_cert_file and tls_key_file must be set together")

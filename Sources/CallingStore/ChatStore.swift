@@ -37,11 +37,35 @@ public final class ChatStore: @unchecked Sendable {
         public var maxBatchSize: Int
         /// Apply pending migrations in `open`. `calling-server migrate` turns it off to report what it applied.
         public var migrateOnOpen: Bool
+        /// WAL growth, in pages, between two checkpoints on the checkpoint connection
+        /// (`sqlite_checkpoint_pages`; see `WALCheckpointer`). At least 1.
+        public var checkpointEveryPages: Int
+        /// WAL size, in pages, past which the writer checkpoints itself after its batch's acks
+        /// (`sqlite_writer_catch_up_pages`; see `WALCheckpointer`). At least 1.
+        public var writerCatchUpPages: Int
 
-        public init(busyTimeoutMs: Int32 = 5_000, maxBatchSize: Int = 1_000, migrateOnOpen: Bool = true) {
+        /// The default of `checkpointEveryPages`: a quarter of SQLite's default `wal_autocheckpoint`
+        /// (1000). When the server is pinned to one core, the checkpoint's page copies take that core from the service thread and the writer, and
+        /// the acks queued behind them wait: copying 250 pages at a time instead of 1000 halved the ack
+        /// p99 at a paced 5k chats/s (docs/benchmarks.md, "Optimisation pass"). The fsyncs, four times as
+        /// many, run on the checkpoint's own thread.
+        public static let defaultCheckpointEveryPages = 250
+        /// The default of `writerCatchUpPages`: the WAL size at which the writer stops waiting for the
+        /// checkpoint connection to let it restart (64 MB at 4 KiB pages). Each catch-up holds the writer for a checkpoint's fsync, a few ms on
+        /// this machine's disk; at 5k chats/s the WAL grows ~12k pages a second, so at 4000 pages the
+        /// writer stalled three times a second and the ack p99 at 5k/s rose to 10–15 ms (4.7–8.5 ms
+        /// at 16000).
+        public static let defaultWriterCatchUpPages = 16_000
+
+        public init(busyTimeoutMs: Int32 = 5_000, maxBatchSize: Int = 1_000, migrateOnOpen: Bool = true,
+                    checkpointEveryPages: Int = Options.defaultCheckpointEveryPages,
+                    writerCatchUpPages: Int = Options.defaultWriterCatchUpPages)
+        {
             self.busyTimeoutMs = busyTimeoutMs
             self.maxBatchSize = maxBatchSize
             self.migrateOnOpen = migrateOnOpen
+            self.checkpointEveryPages = checkpointEveryPages
+            self.writerCatchUpPages = writerCatchUpPages
         }
     }
 
@@ -89,7 +113,8 @@ public final class ChatStore: @unchecked Sendable {
         var checkpointer: WALCheckpointer?
         if !SQLiteConnection.isInMemory(path) {
             let checkpointing = try WALCheckpointer(
-                connection: SQLiteConnection(path: path, options: .init(busyTimeoutMs: options.busyTimeoutMs)))
+                connection: SQLiteConnection(path: path, options: .init(busyTimeoutMs: options.busyTimeoutMs)),
+                everyPages: options.checkpointEveryPages, writerCatchUpPages: options.writerCatchUpPages)
             try connection.onCommitToWAL { pages in checkpointing.committed(walPages: pages) }
             checkpointer = checkpointing
         }
@@ -254,6 +279,11 @@ public final class ChatStore: @unchecked Sendable {
         try sync { try Migrator.bundled().migrate($0) }
     }
 
+    /// For tests: waits until every checkpoint already scheduled on the checkpoint connection has run.
+    func waitForScheduledCheckpoints() {
+        checkpointer?.waitForScheduled()
+    }
+
     /// Counters for `/metrics`. Cheap; callable from any thread.
     public var metrics: ChatStoreMetrics {
         counters.withLock { $0 }
@@ -281,15 +311,16 @@ public final class ChatStore: @unchecked Sendable {
 /// checkpoint's copying and its two fsyncs then stall the store queue, and every ack queued behind
 /// that commit waits (at a paced 5k chats/s that was a few milliseconds every few hundred commits,
 /// the bulk of the ack p99). Here the commit only notes the WAL's size; a PASSIVE checkpoint on the
-/// other connection copies the pages while commits go on. It is triggered every `everyPages` (250)
-/// pages, a quarter of SQLite's cadence: the WAL is synced at least as often as SQLite would, so
+/// other connection copies the pages while commits go on. It is triggered every `everyPages` (250 by
+/// default, `sqlite_checkpoint_pages`) pages, a quarter of SQLite's cadence: the WAL is synced at least as often as SQLite would, so
 /// with `synchronous=NORMAL` an OS crash or power cut can lose no more than before, and an ack
 /// still follows its own COMMIT.
 ///
 /// A PASSIVE checkpoint copies only the frames that were in the WAL when it started, and the writer
 /// starts the WAL over only when it finds every frame copied. Under sustained load commits land
 /// while each checkpoint runs, so that never happens and the WAL grows without bound (700 MB after
-/// 60k chats in 5 s). Once it passes `writerCatchUpPages`, the writer therefore checkpoints itself,
+/// 60k chats in 5 s). Once it passes `writerCatchUpPages` (16,000 by default,
+/// `sqlite_writer_catch_up_pages`), the writer therefore checkpoints itself,
 /// after the acks of its batch: the checkpoint connection has already copied most frames, and with
 /// the writer paused the copy completes and the next commit restarts the WAL.
 final class WALCheckpointer: @unchecked Sendable {
@@ -298,24 +329,18 @@ final class WALCheckpointer: @unchecked Sendable {
     // hook calls, and `catchUpIfStarved`: both run where the writer runs, on the store queue.
     private let connection: SQLiteConnection
     private let queue = DispatchQueue(label: "calling.store.checkpoint")
-    /// A quarter of SQLite's default `wal_autocheckpoint` (1000). When the server is pinned to one
-    /// core, the checkpoint's page copies take that core from the service thread and the writer, and
-    /// the acks queued behind them wait: copying 250 pages at a time instead of 1000 halved the ack
-    /// p99 at a paced 5k chats/s (docs/benchmarks.md, "Optimisation pass"). The fsyncs, four times as
-    /// many, run on the checkpoint's own thread.
-    private let everyPages = 250
-    /// WAL size at which the writer stops waiting for the checkpoint connection to let it restart
-    /// (64 MB at 4 KiB pages). Each catch-up holds the writer for a checkpoint's fsync, a few ms on
-    /// this machine's disk; at 5k chats/s the WAL grows ~12k pages a second, so at 4000 pages the
-    /// writer stalled three times a second and the ack p99 at 5k/s rose to 10–15 ms (4.7–8.5 ms
-    /// at 16000).
-    private let writerCatchUpPages = 16_000
-    private var nextTrigger = 250
+    private let everyPages: Int
+    private let writerCatchUpPages: Int
+    private var nextTrigger: Int
     private var lastPages = 0
     private var writerShouldCatchUp = false
 
-    init(connection: SQLiteConnection) {
+    /// Values below 1 count as 1 (ServerConfig refuses them before they get here).
+    init(connection: SQLiteConnection, everyPages: Int, writerCatchUpPages: Int) {
         self.connection = connection
+        self.everyPages = max(1, everyPages)
+        self.writerCatchUpPages = max(1, writerCatchUpPages)
+        self.nextTrigger = self.everyPages
     }
 
     /// On the store queue, right after a commit: schedules a checkpoint for every further `everyPages`.
@@ -350,6 +375,11 @@ final class WALCheckpointer: @unchecked Sendable {
     private func checkpoint() {
         // A failed checkpoint loses nothing: the pages stay in the WAL for the next one.
         try? connection.checkpointPassive()
+    }
+
+    /// Waits for the checkpoints scheduled so far.
+    func waitForScheduled() {
+        queue.sync {}
     }
 
     /// Waits for a running checkpoint, then closes the connection.

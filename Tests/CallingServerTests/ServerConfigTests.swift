@@ -50,6 +50,31 @@ final class ServerConfigTests: XCTestCase {
         XCTAssertTrue(problems.description.contains("secrets are never passed as flags"))
     }
 
+    func test_wal_checkpoint_limits_reach_the_store_and_bad_values_are_refused() throws {
+        let config = try ServerConfig.load(file: ["sqlite_checkpoint_pages": 100], environment: ["CALLING_SQLITE_WRITER_CATCH_UP_PAGES": "4000"],
+                                           flags: [:]).get()
+        XCTAssertEqual(config.chatStoreOptions.checkpointEveryPages, 100)
+        XCTAssertEqual(config.chatStoreOptions.writerCatchUpPages, 4_000)
+        XCTAssertEqual(config.chatStoreOptions.busyTimeoutMs, 5_000)
+        let defaults = ServerConfig().chatStoreOptions
+        XCTAssertEqual(defaults.checkpointEveryPages, 250)
+        XCTAssertEqual(defaults.writerCatchUpPages, 16_000)
+
+        for (flags, expected) in [(["sqlite_checkpoint_pages": "0"], "sqlite_checkpoint_pages: 0 is outside 1…1000000"),
+                                  (["sqlite_checkpoint_pages": "many"], "sqlite_checkpoint_pages: 'many' is not an integer"),
+                                  (["sqlite_writer_catch_up_pages": "-5"], "sqlite_writer_catch_up_pages: -5 is outside 1…100000000"),
+                                  (["sqlite_checkpoint_pages": "500", "sqlite_writer_catch_up_pages": "400"],
+                                   "sqlite_writer_catch_up_pages must not be below sqlite_checkpoint_pages")]
+        {
+            guard case .failure(let problems) = ServerConfig.load(file: nil, environment: [:], flags: flags) else {
+                XCTFail("\(flags) was accepted")
+                continue
+            }
+            XCTAssertEqual(problems.problems.count, 1, problems.description)
+            XCTAssertTrue(problems.description.contains(expected), problems.description)
+        }
+    }
+
     func test_secret_comes_only_from_the_environment() throws {
         let config = try ServerConfig.load(file: nil, environment: ["CALLING_JWT_SECRET": "s3cret"], flags: [:]).get()
         XCTAssertEqual(config.jwtSecret, "s3cret")
