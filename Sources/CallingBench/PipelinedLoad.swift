@@ -17,6 +17,8 @@ final class PipelinedLoad {
     struct Outcome: Sendable {
         var report: ChatBenchmark.Report
         var ackedPerRoom: [Int]
+        /// How long the paced phase waited for the saturated one to be over (`settle`).
+        var settledSeconds: Double
     }
 
     /// `{"type":"chat","payload":{"client_id":"m0000000000","text":"benchmark message"}}`; the ten
@@ -102,7 +104,9 @@ final class PipelinedLoad {
 
     private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-    func run(_ options: ChatBenchmark.Options, progress: String = "") throws -> Outcome {
+    /// `targetCPUSeconds`: the target's CPU time so far (all its threads), when it is its own
+    /// process; the paced phase then starts only once the target is idle (`settle`).
+    func run(_ options: ChatBenchmark.Options, progress: String = "", targetCPUSeconds: (() -> Double)? = nil) throws -> Outcome {
         self.progress = progress
         // The welcome may have come in with the 101.
         for connection in connections { _ = try scan(connection, at: Self.now()) }
@@ -145,6 +149,7 @@ final class PipelinedLoad {
         let saturatedP50 = ChatBenchmark.percentile(latencies, 0.5)
         let saturatedP99 = ChatBenchmark.percentile(latencies, 0.99)
         latencies.removeAll(keepingCapacity: true)
+        let settledSeconds = options.latencySeconds > 0 ? try settle(targetCPUSeconds) : 0
 
         // Phase 2: a fixed offered rate, spread round-robin over the connections.
         let total = Int(options.rate * options.latencySeconds)
@@ -175,24 +180,57 @@ final class PipelinedLoad {
         }
         latencies.sort()
 
-        let ackedPerRoom = try settle()
+        let ackedPerRoom = try verify()
         for connection in connections { try sendClose(connection) }
         let report = ChatBenchmark.Report(
             client: .raw, senders: connections.count, throughputAcked: saturatedAcks, throughputSeconds: elapsed,
             saturatedP50Ms: saturatedP50, saturatedP99Ms: saturatedP99, latencyRate: options.rate,
             latencyAcked: latencies.count, p50Ms: ChatBenchmark.percentile(latencies, 0.5),
             p99Ms: ChatBenchmark.percentile(latencies, 0.99), maxMs: latencies.last ?? .nan)
-        return Outcome(report: report, ackedPerRoom: ackedPerRoom)
+        return Outcome(report: report, ackedPerRoom: ackedPerRoom, settledSeconds: settledSeconds)
+    }
+
+    /// Between the phases: the paced phase measures the ack latency of a steady load, so it waits
+    /// until the saturated phase is over for the target too. Its last acks are in, but the
+    /// broadcasts of its last chats may still be on their way, and a server goes on working after
+    /// a burst (the background checkpoint of the WAL the burst grew): measured from the first
+    /// moment, the paced phase's first tens of milliseconds, a few percent of its chats, were that
+    /// tail, and its p99 said more about the saturated phase than about 5,000 chats/s. So: every
+    /// broadcast in, then the target's CPU time still for `quietWindow` (at most one clock tick
+    /// in it, 10 ms of 200), up to `maxSettle`. Returns the seconds it waited.
+    private func settle(_ targetCPUSeconds: (() -> Double)?) throws -> Double {
+        let started = Self.now()
+        try waitUntil(deadline: started + 10_000_000_000, "saturation broadcasts", broadcastsComplete)
+        guard let targetCPUSeconds else { return Double(Self.now() - started) / 1e9 }
+        let quietWindow: UInt64 = 200_000_000
+        let maxSettle: UInt64 = 10_000_000_000
+        var before = targetCPUSeconds()
+        while Self.now() < started + maxSettle {
+            let windowEnd = Self.now() + quietWindow
+            while Self.now() < windowEnd {
+                try poll(timeout: windowEnd - min(windowEnd, Self.now()))
+                let received = Self.now()
+                for index in readable { _ = try receive(connections[index], at: received) }
+            }
+            let after = targetCPUSeconds()
+            if after - before <= 0.0101 { break }
+            before = after
+        }
+        return Double(Self.now() - started) / 1e9
+    }
+
+    /// Every member has every other member's chats that were acked so far.
+    private func broadcastsComplete() -> Bool {
+        var ackedPerRoom = [Int](repeating: 0, count: rooms)
+        for connection in connections { ackedPerRoom[connection.room] += connection.acked }
+        return connections.allSatisfy { $0.broadcasts == ackedPerRoom[$0.room] - $0.acked }
     }
 
     /// Waits for the last broadcasts, then checks that every member saw every other member's
     /// chats and that each room's acked seqs are exactly 1...acked. Returns acks per room.
-    private func settle() throws -> [Int] {
+    private func verify() throws -> [Int] {
         var ackedPerRoom = [Int](repeating: 0, count: rooms)
         for connection in connections { ackedPerRoom[connection.room] += connection.acked }
-        func broadcastsComplete() -> Bool {
-            connections.allSatisfy { $0.broadcasts == ackedPerRoom[$0.room] - $0.acked }
-        }
         try waitUntil(deadline: Self.now() + 5_000_000_000, "broadcasts", broadcastsComplete)
         for room in 0..<rooms {
             let seen = seenSeqs[room]

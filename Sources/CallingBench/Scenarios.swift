@@ -512,6 +512,7 @@ final class Scenarios {
         for (label, rooms, rate) in [("busy rooms", sizes.chatBusyRooms, sizes.chatRate), ("\(sizes.chatManyRooms) rooms", sizes.chatManyRooms, 0)] {
             var reports: [TargetProcess.Kind: ChatBenchmark.Report] = [:]
             var gen: [TargetProcess.Kind: Double] = [:]
+            var settled: [TargetProcess.Kind: Double] = [:]
             var databaseURL: String?
             let serverFlags = { () throws -> [String] in
                 guard let postgres else { return [] }
@@ -531,7 +532,11 @@ final class Scenarios {
                 options.latencySeconds = rate > 0 ? seconds : 0
                 let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
                 Progress.detail = { "" }
-                let outcome = try PipelinedLoad(peers: peers, port: target.port).run(options, progress: "\(target.kind.rawValue): \(label)")
+                let outcome = try PipelinedLoad(peers: peers, port: target.port)
+                    .run(options, progress: "\(target.kind.rawValue): \(label)", targetCPUSeconds: target.cpuSeconds)
+                if rate > 0 {
+                    settled[target.kind] = outcome.settledSeconds
+                }
                 gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
                 if target.kind == .server, let databaseURL {
                     target.stop()
@@ -549,6 +554,11 @@ final class Scenarios {
                 reports[target.kind] = outcome.report
             }
             for (kind, value) in gen { result.generatorShare["\(kind.rawValue) \(label)"] = value }
+            if !settled.isEmpty {
+                let waits = settled.sorted { $0.key.rawValue < $1.key.rawValue }
+                    .map { "\($0.key.rawValue) " + String(format: "%.2f s", $0.value) }.joined(separator: ", ")
+                result.notes.append("\(label): the paced phase began once the saturated one was over, every broadcast in and the target idle for 0.2 s (waited \(waits))")
+            }
             result.figures.append(Figure(name: "\(label): acked chats per second", unit: "msg/s",
                                          server: reports[.server]?.ackedPerSecond ?? .nan,
                                          baseline: reports[.baseline]?.ackedPerSecond, higherIsBetter: true))
