@@ -95,6 +95,7 @@ final class LocalRouter: Router {
     }
 
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
+        if targets.count == 1 { return deliver(frame, to: targets[0]) }
         guard !targets.isEmpty else { return }
         let message = encode(frame)
         metrics.framesOut.count(named: frame.type, by: targets.count)
@@ -102,9 +103,19 @@ final class LocalRouter: Router {
     }
 
     func deliver(_ frame: Frame, to target: ConnectionID) {
-        let message = encode(frame)
         metrics.framesOut.count(named: frame.type, by: 1)
-        hand(frame, message, to: target)
+        // A frame for one socket (a chat-ack, a chat in a room of two) is framed straight into
+        // its pending bytes, as a relay is: no message to allocate, fill, copy into the socket's
+        // write and free. A message is worth it only when several targets share it.
+        if !HTTPSessions.isVirtual(target) {
+            if let length = frame.plainChatLength {
+                return sink.send(count: length, to: target) { frame.writePlainChat(to: $0) }
+            }
+            if let length = frame.plainRelayedLength {
+                return sink.send(count: length, to: target) { frame.writePlainRelayed(to: $0) }
+            }
+        }
+        hand(frame, encode(frame), to: target)
     }
 
     func deliverRelay(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON?, target: ConnectionID, plainIDs: Bool) {

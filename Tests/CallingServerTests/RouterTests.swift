@@ -8,10 +8,16 @@ import XCTest
 final class RouterTests: XCTestCase {
     final class Sockets: ConnectionSink {
         var sent: [(ConnectionID, OutboundMessage)] = []
+        /// Which of `sent` came through `send(count:to:writing:)`, the in-place path.
+        var writtenInPlace: [Bool] = []
         var closed: [(ConnectionID, CloseCode)] = []
-        func send(_ message: OutboundMessage, to connection: ConnectionID) { sent.append((connection, message)) }
+        func send(_ message: OutboundMessage, to connection: ConnectionID) {
+            sent.append((connection, message))
+            writtenInPlace.append(false)
+        }
         func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
             sent.append((connection, OutboundMessage(count: count, writing: write)))
+            writtenInPlace.append(true)
         }
         func close(_ connection: ConnectionID, code: CloseCode) { closed.append((connection, code)) }
     }
@@ -66,6 +72,29 @@ final class RouterTests: XCTestCase {
         XCTAssertEqual(metrics.framesOut["candidate"], 2)
         XCTAssertEqual(metrics.framesOut["data"], 1)
         XCTAssertEqual(metrics.framesOut["offer"], 1)
+    }
+
+    func test_a_chat_or_ack_for_one_socket_is_written_in_place_and_one_for_several_is_shared() {
+        let sockets = Sockets()
+        let metrics = Metrics()
+        let router = LocalRouter(sink: sockets, metrics: metrics)
+        let ack = Frame.chatAck(clientID: "c-1", seq: 13, timestamp: 1_700_000_000_123)
+        let chat = Frame.chat(from: "alice", clientID: "c-1", text: "hello", meta: nil, seq: 13, timestamp: 1_700_000_000_123)
+        let escaped = Frame.chat(from: "alice", clientID: "c-2", text: "say \"hi\"", meta: nil, seq: 14, timestamp: 1_700_000_000_124)
+        router.deliver(ack, to: ConnectionID(1))
+        router.deliver(chat, to: [ConnectionID(2)])
+        router.deliver(escaped, to: [ConnectionID(2)])
+        router.deliver(chat, to: [ConnectionID(2), ConnectionID(3)])
+        XCTAssertEqual(sockets.sent.map(\.0), [ConnectionID(1), ConnectionID(2), ConnectionID(2), ConnectionID(2), ConnectionID(3)])
+        XCTAssertEqual(sockets.writtenInPlace, [true, true, false, false, false],
+                       "one plain target: in place; a string to escape, or several targets: a message")
+        XCTAssertTrue(sockets.sent[3].1 === sockets.sent[4].1, "several targets share one message")
+        let expected = [ack, chat, escaped, chat, chat].map { $0.encoded() }
+        for (index, (_, message)) in sockets.sent.enumerated() {
+            XCTAssertEqual(Array(UnsafeBufferPointer(start: message.payloadPointer, count: message.count)), expected[index])
+        }
+        XCTAssertEqual(metrics.framesOut["chat-ack"], 1)
+        XCTAssertEqual(metrics.framesOut["chat"], 4)
     }
 
     func test_closes_go_to_the_socket_or_the_attached_session_and_a_detached_session_gets_nothing() {
