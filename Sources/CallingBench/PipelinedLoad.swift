@@ -19,6 +19,9 @@ final class PipelinedLoad {
         var ackedPerRoom: [Int]
         /// How long the paced phase waited for the saturated one to be over (`settle`).
         var settledSeconds: Double
+        /// How late (ms) the generator queued each paced chat after its due time, sorted: a chat is
+        /// timed from when it was due, so this much of its latency is the generator's own.
+        var pacedLateness: [Double]
     }
 
     /// `{"type":"chat","payload":{"client_id":"m0000000000","text":"benchmark message"}}`; the ten
@@ -157,6 +160,8 @@ final class PipelinedLoad {
         let pacedStart = Self.now()
         func due(_ index: Int) -> UInt64 { pacedStart + UInt64(Double(index) * interval) }
         var next = 0
+        var lateness: [Double] = []
+        lateness.reserveCapacity(total)
         while next < total || connections.contains(where: { $0.inFlight > 0 }) {
             let current = Self.now()
             guard current < pacedStart + UInt64(options.latencySeconds * 1e9) + 30_000_000_000 else {
@@ -166,6 +171,7 @@ final class PipelinedLoad {
             // descheduled (on two shared cores, often because the server had the CPU) must not leave
             // the delay out of the latency (coordinated omission).
             while next < total, due(next) <= current {
+                lateness.append(Double(current - due(next)) / 1e6)
                 try enqueueChat(connections[next % connections.count], at: due(next))
                 next += 1
             }
@@ -187,7 +193,8 @@ final class PipelinedLoad {
             saturatedP50Ms: saturatedP50, saturatedP99Ms: saturatedP99, latencyRate: options.rate,
             latencyAcked: latencies.count, p50Ms: ChatBenchmark.percentile(latencies, 0.5),
             p99Ms: ChatBenchmark.percentile(latencies, 0.99), maxMs: latencies.last ?? .nan)
-        return Outcome(report: report, ackedPerRoom: ackedPerRoom, settledSeconds: settledSeconds)
+        lateness.sort()
+        return Outcome(report: report, ackedPerRoom: ackedPerRoom, settledSeconds: settledSeconds, pacedLateness: lateness)
     }
 
     /// Between the phases: the paced phase measures the ack latency of a steady load, so it waits

@@ -513,6 +513,7 @@ final class Scenarios {
             var reports: [TargetProcess.Kind: ChatBenchmark.Report] = [:]
             var gen: [TargetProcess.Kind: Double] = [:]
             var settled: [TargetProcess.Kind: Double] = [:]
+            var late: [TargetProcess.Kind: [Double]] = [:]
             var databaseURL: String?
             let serverFlags = { () throws -> [String] in
                 guard let postgres else { return [] }
@@ -536,6 +537,7 @@ final class Scenarios {
                     .run(options, progress: "\(target.kind.rawValue): \(label)", targetCPUSeconds: target.cpuSeconds)
                 if rate > 0 {
                     settled[target.kind] = outcome.settledSeconds
+                    late[target.kind] = outcome.pacedLateness
                 }
                 gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
                 if target.kind == .server, let databaseURL {
@@ -558,6 +560,11 @@ final class Scenarios {
                 let waits = settled.sorted { $0.key.rawValue < $1.key.rawValue }
                     .map { "\($0.key.rawValue) " + String(format: "%.2f s", $0.value) }.joined(separator: ", ")
                 result.notes.append("\(label): the paced phase began once the saturated one was over, every broadcast in and the target idle for 0.2 s (waited \(waits))")
+            }
+            for (kind, values) in late.sorted(by: { $0.key.rawValue < $1.key.rawValue }) where !values.isEmpty {
+                result.notes.append("\(kind.rawValue) \(label) paced: the generator queued chats late by p50 "
+                    + String(format: "%.3f ms, p99 %.3f ms, max %.3f ms", Stats.percentile(values, 0.5), Stats.percentile(values, 0.99), values.last ?? 0)
+                    + " after their due time (counted in the ack latency)")
             }
             result.figures.append(Figure(name: "\(label): acked chats per second", unit: "msg/s",
                                          server: reports[.server]?.ackedPerSecond ?? .nan,
