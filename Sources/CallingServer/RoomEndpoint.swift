@@ -212,11 +212,15 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             pending.early.append(decoded)
             return
         }
-        if case .relay(let kind, let to?, let payload) = decoded {
+        // Consumed by the switch: its parts move out of it, and the message is not destroyed
+        // again after the call it went to.
+        switch consume decoded {
+        case .relay(let kind, let to?, let payload):
             // Nothing since `liveSessionAndSeat` has changed the hub: the seat is still the sender's.
-            return rooms.relay(kind, to: to, payload: payload, from: connection, seat: seat)
+            rooms.relay(kind, to: to, payload: payload, from: connection, seat: seat)
+        case let message:
+            rooms.handle(.message(connection, message))
         }
-        rooms.handle(.message(connection, decoded))
     }
 
     /// Once a second: closes connections whose token has expired (beyond the leeway) with 4001.
