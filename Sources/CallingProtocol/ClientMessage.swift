@@ -32,6 +32,17 @@ public enum RelayKind: String, Sendable, Equatable {
         case .data: return .data
         }
     }
+
+    /// `frameType.rawValue` as a literal, for the writers of relayed frames: the bytes are copied
+    /// without a `String` being made (FrameTests compare every kind's written frame with its encoding).
+    var typeName: StaticString {
+        switch self {
+        case .offer: return "offer"
+        case .answer: return "answer"
+        case .candidate: return "candidate"
+        case .data: return "data"
+        }
+    }
 }
 
 /// `chat` as sent by a client. Text and meta limits are checked by the hub, which answers with a
