@@ -268,9 +268,11 @@ public struct Hub: Sendable {
         /// it holds no seat here), the connection seated as `peer`, if any, and whether both ids
         /// are plain. `member(on:)` and the subscript each copy a whole member (its identity's
         /// strings): two copies per relayed frame, ~340 instructions under callgrind.
+        /// No target when `peer` is the sender's own id: ids are unique in a room, so that is the
+        /// target being the sender's member, and the ids need not be compared again.
         func route(from connection: ConnectionID, to peer: PeerID) -> (sender: PeerID, target: ConnectionID?, plainIDs: Bool)? {
             guard let sender = all.firstIndex(where: { $0.connection == connection }) else { return nil }
-            guard let target = position(of: peer) else { return (all[sender].identity.peer, nil, false) }
+            guard let target = position(of: peer), target != sender else { return (all[sender].identity.peer, nil, false) }
             return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
         }
 
@@ -701,7 +703,8 @@ public struct Hub: Sendable {
         // from it without copying the room or either member.
         guard let (peer, target, plainIDs) = rooms[slot: seat.slot].members.route(from: connection, to: to)
         else { return nil }
-        guard to != peer, let target else {
+        // No target for `to` naming the sender itself either (`MemberList.route`).
+        guard let target else {
             return .answer(Frame.error(.peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue),
                            to: connection)
         }
