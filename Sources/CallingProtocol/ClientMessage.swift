@@ -32,6 +32,17 @@ public enum RelayKind: String, Sendable, Equatable {
         case .data: return .data
         }
     }
+
+    /// `frameType.rawValue` as a literal, for the writers of relayed frames: the bytes are copied
+    /// without a `String` being made (FrameTests compare every kind's written frame with its encoding).
+    var typeName: StaticString {
+        switch self {
+        case .offer: return "offer"
+        case .answer: return "answer"
+        case .candidate: return "candidate"
+        case .data: return "data"
+        }
+    }
 }
 
 /// `chat` as sent by a client. Text and meta limits are checked by the hub, which answers with a
@@ -283,8 +294,20 @@ public enum ClientFrameDecoder {
         }
         var to: PeerID?
         if let token = scanned.to, token.kind != .null {
-            guard case .string = token.kind, let name = text(token), !name.isEmpty, name.utf8.count <= limits.maxPeerIDBytes
-            else { return nil }
+            let name: String
+            if case .string(false) = token.kind {
+                // Made from the buffer's bytes, not from an `ArraySlice` (whose generic path costs
+                // ~60 instructions more per relayed frame); the length is the bytes' own count.
+                let length = token.end - token.start - 2
+                guard length > 0, length <= limits.maxPeerIDBytes else { return nil }
+                name = bytes.withUnsafeBufferPointer { buffer in
+                    String(decoding: UnsafeBufferPointer(start: buffer.baseAddress! + token.start + 1, count: length), as: UTF8.self)
+                }
+            } else {
+                guard case .string = token.kind, let decoded = text(token), !decoded.isEmpty, decoded.utf8.count <= limits.maxPeerIDBytes
+                else { return nil }
+                name = decoded
+            }
             to = PeerID(name)
         }
         var payload: RawJSON?
@@ -348,12 +371,26 @@ public enum ClientFrameDecoder {
     }
 
     /// The relayed type a `type` string's bytes spell, or nil.
+    /// Told apart by length, then one or two little-endian loads, as `FrameScanner.member` does
+    /// keys (every relayed frame comes here; `equals` went byte by byte through up to four literals).
     private static func relayKind(_ name: UnsafeBufferPointer<UInt8>) -> RelayKind? {
-        if FrameScanner.equals(name, "candidate") { return .candidate }
-        if FrameScanner.equals(name, "offer") { return .offer }
-        if FrameScanner.equals(name, "answer") { return .answer }
-        if FrameScanner.equals(name, "data") { return .data }
-        return nil
+        guard let bytes = name.baseAddress else { return nil }
+        let raw = UnsafeRawPointer(bytes)
+        switch name.count {
+        case 9:
+            return UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self)) == 0x7461_6469_646e_6163 /* "candidat" */
+                && bytes[8] == UInt8(ascii: "e") ? .candidate : nil
+        case 5:
+            return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x6566_666f /* "offe" */
+                && bytes[4] == UInt8(ascii: "r") ? .offer : nil
+        case 6:
+            return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x7773_6e61 /* "answ" */
+                && UInt16(littleEndian: raw.loadUnaligned(fromByteOffset: 4, as: UInt16.self)) == 0x7265 /* "er" */ ? .answer : nil
+        case 4:
+            return UInt32(littleEndian: raw.loadUnaligned(as: UInt32.self)) == 0x6174_6164 /* "data" */ ? .data : nil
+        default:
+            return nil
+        }
     }
 
     /// Ranges are generous physical bounds: anything outside is a broken client, not a bad network.

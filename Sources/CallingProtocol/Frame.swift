@@ -153,11 +153,30 @@ public struct Frame: Sendable, Equatable {
     @inline(__always)
     fileprivate static func writeRelayed(from: String, payload: RawJSON, to: String?, type: String,
                                          at destination: UnsafeMutablePointer<UInt8>) {
+        var cursor = destination
+        writeRelayedHead(from: from, payload: payload, to: to, at: &cursor)
+        put(type, at: &cursor)
+        put(RelayedPieces.end, at: &cursor)
+    }
+
+    /// `writeRelayed` with the type name as a literal (`RelayKind.typeName`): no `String` made for
+    /// it and no contiguous-storage call to copy it (~50 instructions per relayed frame).
+    @inline(__always)
+    fileprivate static func writeRelayed(from: String, payload: RawJSON, to: String?, type: StaticString,
+                                         at destination: UnsafeMutablePointer<UInt8>) {
+        var cursor = destination
+        writeRelayedHead(from: from, payload: payload, to: to, at: &cursor)
+        put(type, at: &cursor)
+        put(RelayedPieces.end, at: &cursor)
+    }
+
+    /// A relayed frame's bytes up to its type's name, from `cursor` on.
+    @inline(__always)
+    private static func writeRelayedHead(from: String, payload: RawJSON, to: String?, at cursor: inout UnsafeMutablePointer<UInt8>) {
         typealias P = RelayedPieces
         // A cursor passed along rather than captured by nested functions: a captured `var` is a
         // box whose every access is checked for exclusivity (seven `swift_beginAccess` per frame,
         // ~530 instructions under callgrind).
-        var cursor = destination
         put(P.from, at: &cursor)
         put(from, at: &cursor)
         put(P.payload, at: &cursor)
@@ -172,8 +191,6 @@ public struct Frame: Sendable, Equatable {
             put(P.toEnd, at: &cursor)
         }
         put(P.type, at: &cursor)
-        put(type, at: &cursor)
-        put(P.end, at: &cursor)
     }
 
     @inline(__always)
@@ -479,7 +496,7 @@ public struct RelayedFrame: Sendable, Equatable {
     /// by construction.
     public static func plainLength(_ kind: RelayKind, plainFrom from: PeerID, plainTo to: PeerID, payload: RawJSON) -> Int {
         Frame.relayedLength(fromCount: from.rawValue.utf8.count, payloadCount: payload.bytes.count,
-                            toCount: to.rawValue.utf8.count, typeCount: kind.frameType.rawValue.utf8.count)
+                            toCount: to.rawValue.utf8.count, typeCount: kind.typeName.utf8CodeUnitCount)
     }
 
     /// Whether JSON carries `id` as it is (no `"`, `\` or control character) and its bytes are
@@ -489,8 +506,7 @@ public struct RelayedFrame: Sendable, Equatable {
     /// `writePlain(to:)` of the relay with these parts, whose `plainLength` is not nil.
     public static func writePlain(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON,
                                   at destination: UnsafeMutablePointer<UInt8>) {
-        Frame.writeRelayed(from: from.rawValue, payload: payload, to: to.rawValue, type: kind.frameType.rawValue,
-                           at: destination)
+        Frame.writeRelayed(from: from.rawValue, payload: payload, to: to.rawValue, type: kind.typeName, at: destination)
     }
 }
 

@@ -75,6 +75,9 @@ struct FrameScanner {
     }
 
     /// The envelope of `buffer` when it is one valid JSON object; nil for anything else.
+    /// Inlined into its caller with the envelope and payload loops: the scanner's state and the
+    /// result are then the caller's locals rather than memory reached through `self`.
+    @inline(__always)
     static func scan(_ buffer: UnsafeBufferPointer<UInt8>) -> Result? {
         guard let base = buffer.baseAddress, buffer.count > 0, buffer.count < Int(Int32.max) else { return nil }
         var scanner = FrameScanner(base: base, count: buffer.count)
@@ -97,6 +100,7 @@ struct FrameScanner {
     }
 
     /// The top-level object (depth 1), from its `{`.
+    @inline(__always)
     private mutating func scanEnvelope(into result: inout Result) -> Bool {
         index += 1
         skipWhitespace()
@@ -130,6 +134,7 @@ struct FrameScanner {
     }
 
     /// The payload object (depth 2), from its `{`, noting the members the relay rules and `chat` read.
+    @inline(__always)
     private mutating func scanPayload(into result: inout Result) -> Bool {
         guard 2 <= JSONParser.maxDepth else { return false }
         index += 1

@@ -456,7 +456,10 @@ enum PlainRun {
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highs: UInt64 = 0x8080_8080_8080_8080
         var index = start
-        while index + 8 <= end {
+        // The last position a whole word fits at, computed once: `index + 8 <= end` was an add
+        // and an overflow check per word.
+        let lastWord = end &- 8
+        while index <= lastWord {
             let word = UInt64(littleEndian: UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self))
             let control = (word &- 0x20 &* ones) & ~word & highs
             let quote = word ^ (0x22 &* ones)
@@ -465,8 +468,8 @@ enum PlainRun {
             if stoppingAtNonASCII { special |= word & highs }
             // A borrow can only mark bytes above a byte that really matches, so the lowest mark is
             // the first special byte: found without going through the word byte by byte.
-            if special != 0 { return index + special.trailingZeroBitCount / 8 }
-            index += 8
+            if special != 0 { return index &+ special.trailingZeroBitCount / 8 }
+            index &+= 8
         }
         while index < end {
             let byte = base[index]

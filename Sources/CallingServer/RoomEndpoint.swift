@@ -86,12 +86,20 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     /// seat the hub let go (taken over, kicked, room closed) is forgotten here: frames still
     /// arriving before its close completes must not reach the hub.
     private func liveSession(_ connection: ConnectionID) -> Session? {
+        liveSessionAndSeat(connection)?.session
+    }
+
+    /// `liveSession`, with the seat a joined session's connection holds (nil while not joined):
+    /// a relayed frame hands it to the hub rather than have it looked up again.
+    @inline(__always)
+    private func liveSessionAndSeat(_ connection: ConnectionID) -> (session: Session, seat: Hub.Seat?)? {
         guard let session = sessions[connection] else { return nil }
-        if session.joined, !rooms.isSeated(connection) {
+        guard session.joined else { return (session, nil) }
+        guard let seat = rooms.seat(of: connection) else {
             sessions[connection] = nil
             return nil
         }
-        return session
+        return (session, seat)
     }
 
     // MARK: WebSocketEndpoint
@@ -191,7 +199,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     }
 
     func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
-        guard let session = liveSession(connection) else { return }
+        guard let (session, seat) = liveSessionAndSeat(connection) else { return }
         guard let text = gate.admit(message, on: connection, limiter: &session.limiter) else { return }
         let decoded: ClientMessage
         do {
@@ -204,10 +212,15 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             pending.early.append(decoded)
             return
         }
-        if case .relay(let kind, let to?, let payload) = decoded {
-            return rooms.relay(kind, to: to, payload: payload, from: connection)
+        // Consumed by the switch: its parts move out of it, and the message is not destroyed
+        // again after the call it went to.
+        switch consume decoded {
+        case .relay(let kind, let to?, let payload):
+            // Nothing since `liveSessionAndSeat` has changed the hub: the seat is still the sender's.
+            rooms.relay(kind, to: to, payload: payload, from: connection, seat: seat)
+        case let message:
+            rooms.handle(.message(connection, message))
         }
-        rooms.handle(.message(connection, decoded))
     }
 
     /// Once a second: closes connections whose token has expired (beyond the leeway) with 4001.

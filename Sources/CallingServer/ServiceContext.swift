@@ -48,8 +48,14 @@ final class ServiceContext: @unchecked Sendable {
         self.ice = ice
     }
 
-    /// Wall-clock milliseconds, the default clock.
-    static let systemNow: @Sendable () -> Millis = { Millis(Date().timeIntervalSince1970 * 1000) }
+    /// Wall-clock milliseconds, the default clock. Read once per inbound frame (the rate limiter),
+    /// so straight from `clock_gettime(CLOCK_REALTIME)`, the clock `Date()` reads too: through
+    /// `Date` it was ~75 instructions per relayed frame under callgrind.
+    static let systemNow: @Sendable () -> Millis = {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Millis(now.tv_sec) * 1000 + Millis(now.tv_nsec / 1_000_000)
+    }
 
     /// The token from `?token=` or `Authorization: Bearer`, verified; or the HTTP refusal.
     func authenticate(_ request: HTTPRequest) -> Result<PeerTokenClaims, HTTPResponse> {

@@ -56,6 +56,9 @@ final class SignalingService: @unchecked Sendable {
     /// kicked, room closed) even while its socket is still closing.
     func isSeated(_ connection: ConnectionID) -> Bool { Self.inPlace(&hub) { $0.isSeated(connection) } }
 
+    /// The seat `connection` holds, or nil: `isSeated` with where, for `relay(_:to:payload:from:seat:)`.
+    func seat(of connection: ConnectionID) -> Hub.Seat? { Self.inPlace(&hub) { $0.seat(of: connection) } }
+
     /// Runs `body` on the hub where it is stored. Calling a method on a class's stored struct
     /// copies the struct first (every table of the hub retained and released), since the callee
     /// might change the property meanwhile; through `inout` it is used in place. `isSeated` is
@@ -83,8 +86,16 @@ final class SignalingService: @unchecked Sendable {
     /// instructions per relayed frame). The hub finds the target without the effect arrays
     /// (`Hub.route`), and the router writes the relayed frame from the parts this call was given,
     /// without copying them into a value first.
-    func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) {
-        switch Self.inPlace(&hub, { $0.route(kind, to: to, from: connection) }) {
+    /// `seat`: where `connection` is seated, when the caller has just found it (`seat(of:)`), so
+    /// the hub does not look it up again.
+    func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID, seat: Hub.Seat? = nil) {
+        // `if let`, not `seat.map { … } ?? …`: the autoclosure of `??` captured the hub, which
+        // copied it (every table retained and released) on every relayed frame.
+        let route = Self.inPlace(&hub) { hub -> RelayRoute? in
+            if let seat { return hub.route(kind, to: to, from: connection, seat: seat) }
+            return hub.route(kind, to: to, from: connection)
+        }
+        switch route {
         case .deliver(let from, let target, let plainIDs)?:
             router.deliverRelay(kind, from: from, to: to, payload: payload, target: target, plainIDs: plainIDs)
         case .answer(let frame, let sender)?:

@@ -450,7 +450,9 @@ public final class WebSocketServer: @unchecked Sendable {
     package func handle(_ wsi: OpaquePointer, _ reason: LWSServerEvent, _ user: UnsafeMutableRawPointer?,
                         _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
     {
-        if reason != .eventWaitCancelled { loopCallbacks.add(1, ordering: .relaxed) }
+        // A pattern, not `!=`: the enum's `==` is another module's synthesized conformance, called
+        // through the Equatable witness (~20 instructions) on every callback.
+        if case .eventWaitCancelled = reason {} else { loopCallbacks.add(1, ordering: .relaxed) }
         switch reason {
         case .eventWaitCancelled:
             drainInbox()

@@ -327,8 +327,12 @@ private func serverCallback(
     _ input: UnsafeMutableRawPointer?, _ length: Int
 ) -> Int32 {
     guard let wsi, let context = lws_get_context(wsi), let owner = lws_context_user(context) else { return 0 }
-    let box = Unmanaged<HandlerBox>.fromOpaque(owner).takeUnretainedValue()
-    return box.handler.handle(wsi, LWSServerEvent(reason), user, input, length)
+    // The box is borrowed for the call, not retained and released around it: this runs for
+    // every lws callback, one or more per inbound frame. The binding that made the context holds
+    // the box (`owner`) for as long as the context can call back.
+    return Unmanaged<HandlerBox>.fromOpaque(owner)._withUnsafeGuaranteedRef { box in
+        box.handler.handle(wsi, LWSServerEvent(reason), user, input, length)
+    }
 }
 
 /// The lws calls the server part makes, one each.

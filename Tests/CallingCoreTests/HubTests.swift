@@ -309,6 +309,21 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(hub.route(.data, to: "tab\tpeer", from: carol), .deliver(from: "carol", to: fresh, plainIDs: false))
     }
 
+    func test_a_route_from_a_seat_found_first_is_the_route_without_it() {
+        joinAll()
+        XCTAssertNil(hub.seat(of: fresh))
+        for (sender, target) in [(alice, PeerID("bob")), (bob, "carol"), (carol, "alice"), (alice, "alice"), (bob, "nobody")] {
+            guard let seat = hub.seat(of: sender) else { return XCTFail("\(sender) is seated") }
+            XCTAssertEqual(hub.route(.candidate, to: target, from: sender, seat: seat), hub.route(.candidate, to: target, from: sender))
+        }
+        // A seat kept past its connection's leave routes nothing, as an unseated sender does.
+        guard let stale = hub.seat(of: carol) else { return XCTFail("carol is seated") }
+        _ = disconnect(carol)
+        XCTAssertNil(hub.seat(of: carol))
+        XCTAssertNil(hub.route(.candidate, to: "alice", from: carol, seat: stale))
+        XCTAssertNil(hub.route(.candidate, to: "alice", from: carol))
+    }
+
     func test_frames_from_a_connection_that_never_joined_are_ignored() {
         joinAll()
         XCTAssertEqual(send(fresh, .relay(.data, to: nil, payload: nil)), [])

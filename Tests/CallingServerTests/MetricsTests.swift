@@ -18,4 +18,16 @@ final class MetricsTests: XCTestCase {
         XCTAssertEqual(counts["pong"], 5 + 7)
         XCTAssertNil(counts["welcome"])
     }
+
+    /// Each frame type is counted in its own place, its place in `FrameType.allCases`.
+    func test_every_frame_type_is_counted_under_its_own_name() {
+        for (index, type) in FrameType.allCases.enumerated() {
+            XCTAssertEqual(FrameCounts.slot(type), index, type.rawValue)
+        }
+        var counts = FrameCounts()
+        for (index, type) in FrameType.allCases.enumerated() {
+            for _ in 0...index { counts.count(type) }
+        }
+        XCTAssertEqual(counts.byName, Dictionary(uniqueKeysWithValues: FrameType.allCases.enumerated().map { ($1.rawValue, $0 + 1) }))
+    }
 }
