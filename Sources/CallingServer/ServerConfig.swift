@@ -287,7 +287,7 @@ public struct ServerConfig: Sendable, Equatable {
         .int("max_body_bytes", "largest HTTP request body", \.maxBodyBytes, 1_024...16_777_216),
         .int("max_coalesced_bytes", "most bytes of queued frames written together in one send (frames that fit together in it are batched, also at 1024)",
              \.maxCoalescedBytes, 1_024...16_777_216),
-        .int("flush_after_frames", "inbound frames handled before what they queued is written, while more input keeps arriving (otherwise it is written once the wake-up's callbacks are done)",
+        .int("flush_after_frames", "inbound frames, upgrades and posted completions handled before what they queued is written, while more keeps arriving (otherwise it is written once the wake-up's callbacks are done)",
              \.flushAfterFrames, 1...1_000_000),
         .double("max_frames_per_second", "sustained inbound frames per connection", \.maxFramesPerSecond, 1...1_000_000),
         .double("frame_burst", "inbound frames allowed at once above the rate", \.frameBurst, 1...1_000_000),

@@ -27,8 +27,9 @@ public struct TransportSettings: Sendable {
     public var closeTimeoutSeconds = 2
     /// Most bytes of queued frames sent together in one write (see `writeCoalesced`).
     public var maxCoalescedBytes = 65_536
-    /// Inbound frames the service thread handles before it writes what they queued, when the
-    /// event loop keeps finding more input (otherwise it writes once a wake-up's callbacks are done).
+    /// Inbound frames, upgrades and posted pieces of work the service thread handles before it
+    /// writes what they queued, when the event loop keeps finding more (otherwise it writes once a
+    /// wake-up's callbacks are done).
     public var flushAfterFrames = 256
     /// Longest request target (path and query) accepted; longer ones get 414. At most
     /// `maxHeaderBytes` - 512, since the target is part of the head.

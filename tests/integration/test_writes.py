@@ -1,12 +1,14 @@
 """How frames reach the socket (docs/architecture.md, "Writes"): written once the callbacks of a
 wake-up are done, without waiting for a WRITEABLE callback; after `flush_after_frames` inbound
-frames at the latest; from the connection's WRITEABLE when the socket is full, in order either way."""
+frames or upgrades at the latest; from the connection's WRITEABLE when the socket is full, in order
+either way."""
 
 from __future__ import annotations
 
 import json
+import socket
 
-from support import Peer, RawWebSocket, encode_frame, run
+from support import HOST, Peer, RawWebSocket, encode_frame, read_http_response, run, upgrade_request
 
 
 def writes(server) -> tuple[float, float]:
@@ -69,6 +71,39 @@ def test_a_burst_is_written_once_after_the_wake_up(start_server):
 def test_flush_after_frames_bounds_how_many_inbound_frames_a_write_waits_for(start_server):
     # The same burst with flush_after_frames 4: bob's bytes go out every fifth inbound frame.
     assert burst_writes(start_server(flush_after_frames=4), 48) >= 8
+
+
+def test_a_join_storm_is_written_while_it_lasts_every_flush_after_frames_upgrades(start_server):
+    # Upgrades count towards flush_after_frames as inbound frames do: a storm of joins handled in
+    # one wake-up otherwise held every welcome and peer-joined until its end. With 1, the queued
+    # frames go out every second upgrade, so an early joiner's peer-joined frames take several
+    # writes; held to the end, each of the n sockets would be written once.
+    server = start_server(flush_after_frames=1)
+    n = 12
+    socks = [socket.create_connection((HOST, server.port), timeout=5) for _ in range(n)]
+    requests = [upgrade_request(f"/v1/ws?token={server.token('storm', f'p{i}')}") for i in range(n)]
+    before, _ = writes(server)
+    try:
+        for sock, request in zip(socks, requests):
+            sock.sendall(request)
+        for i, sock in enumerate(socks):
+            status, _, body, leftover = read_http_response(sock)
+            assert status == 101, (status, body)
+            peer = RawWebSocket.__new__(RawWebSocket)
+            peer.sock, peer.buffer = sock, leftover
+            welcome = peer.recv_json()
+            assert welcome["type"] == "welcome", welcome
+            seen = {entry["peer_id"] for entry in welcome["payload"]["peers"]}
+            while len(seen) < n - 1:  # everyone else: already there, or a peer-joined later
+                frame = peer.recv_json()
+                assert frame["type"] == "peer-joined", frame
+                seen.add(frame["payload"]["peer_id"])
+            assert seen == {f"p{j}" for j in range(n)} - {f"p{i}"}
+        after, _ = writes(server)
+        assert after - before >= 2 * n - 1, (before, after)
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def test_a_full_socket_waits_for_writeable_and_loses_nothing(start_server):
