@@ -207,7 +207,8 @@ final class PipelinedLoad {
     /// in it, 10 ms of 200), up to `maxSettle`. Returns the seconds it waited.
     private func settle(_ targetCPUSeconds: (() -> Double)?) throws -> Double {
         let started = Self.now()
-        try waitUntil(deadline: started + 10_000_000_000, "saturation broadcasts", broadcastsComplete)
+        let acked = ackedPerRoom()
+        try waitUntil(deadline: started + 10_000_000_000, "saturation broadcasts") { broadcastsComplete(acked) }
         guard let targetCPUSeconds else { return Double(Self.now() - started) / 1e9 }
         let quietWindow: UInt64 = 200_000_000
         let maxSettle: UInt64 = 10_000_000_000
@@ -226,19 +227,24 @@ final class PipelinedLoad {
         return Double(Self.now() - started) / 1e9
     }
 
-    /// Every member has every other member's chats that were acked so far.
-    private func broadcastsComplete() -> Bool {
-        var ackedPerRoom = [Int](repeating: 0, count: rooms)
-        for connection in connections { ackedPerRoom[connection.room] += connection.acked }
-        return connections.allSatisfy { $0.broadcasts == ackedPerRoom[$0.room] - $0.acked }
+    /// Acks so far, per room.
+    private func ackedPerRoom() -> [Int] {
+        var acked = [Int](repeating: 0, count: rooms)
+        for connection in connections { acked[connection.room] += connection.acked }
+        return acked
+    }
+
+    /// Every member has every other member's chats of `ackedPerRoom` (taken once the acks are in,
+    /// not again at every wake-up of the wait).
+    private func broadcastsComplete(_ ackedPerRoom: [Int]) -> Bool {
+        connections.allSatisfy { $0.broadcasts == ackedPerRoom[$0.room] - $0.acked }
     }
 
     /// Waits for the last broadcasts, then checks that every member saw every other member's
     /// chats and that each room's acked seqs are exactly 1...acked. Returns acks per room.
     private func verify() throws -> [Int] {
-        var ackedPerRoom = [Int](repeating: 0, count: rooms)
-        for connection in connections { ackedPerRoom[connection.room] += connection.acked }
-        try waitUntil(deadline: Self.now() + 5_000_000_000, "broadcasts", broadcastsComplete)
+        let ackedPerRoom = ackedPerRoom()
+        try waitUntil(deadline: Self.now() + 5_000_000_000, "broadcasts") { broadcastsComplete(ackedPerRoom) }
         for room in 0..<rooms {
             let seen = seenSeqs[room]
             let acked = ackedPerRoom[room]
