@@ -22,6 +22,27 @@ final class PipelinedLoad {
         /// How late (ms) the generator queued each paced chat after its due time, sorted: a chat is
         /// timed from when it was due, so this much of its latency is the generator's own.
         var pacedLateness: [Double]
+        /// The target's CPU in each phase, when `run` was given its CPU time: what a chat costs it,
+        /// and how much of its core the phase left idle (at a paced rate, the headroom that decides
+        /// how long a chat queues behind others).
+        var saturatedCPU: TargetCPU?
+        var pacedCPU: TargetCPU?
+    }
+
+    /// The target's CPU seconds over a phase of `seconds` in which `chats` were acked.
+    struct TargetCPU: Sendable {
+        var cpuSeconds: Double
+        var seconds: Double
+        var chats: Int
+
+        /// CPU per acked chat, µs.
+        var microsecondsPerChat: Double { chats > 0 ? cpuSeconds * 1e6 / Double(chats) : .nan }
+        /// CPU seconds ÷ wall-clock seconds: 1 is one whole core.
+        var busy: Double { seconds > 0 ? cpuSeconds / seconds : .nan }
+
+        var text: String {
+            String(format: "%.1f µs CPU per acked chat, %.0f %% of a core", microsecondsPerChat, busy * 100)
+        }
     }
 
     /// `{"type":"chat","payload":{"client_id":"m0000000000","text":"benchmark message"}}`; the ten
@@ -117,6 +138,7 @@ final class PipelinedLoad {
 
         // Phase 1: every connection keeps `window` chats in flight; each ack releases the next.
         let window = min(options.window, Self.ringSize)
+        let startCPU = targetCPUSeconds?()
         let start = Self.now()
         let deadline = start + UInt64(options.seconds * 1e9)
         latencies.reserveCapacity(1 << 20)
@@ -148,6 +170,10 @@ final class PipelinedLoad {
             try flushDirty()
         }
         let elapsed = Double(lastAck - start) / 1e9
+        // Up to the last ack, as the rate is: what the target spent after it is not the phase's.
+        let saturatedCPU = startCPU.flatMap { startCPU in
+            targetCPUSeconds.map { TargetCPU(cpuSeconds: $0() - startCPU, seconds: Double(Self.now() - start) / 1e9, chats: saturatedAcks) }
+        }
         latencies.sort()
         let saturatedP50 = ChatBenchmark.percentile(latencies, 0.5)
         let saturatedP99 = ChatBenchmark.percentile(latencies, 0.99)
@@ -157,6 +183,7 @@ final class PipelinedLoad {
         // Phase 2: a fixed offered rate, spread round-robin over the connections.
         let total = Int(options.rate * options.latencySeconds)
         let interval = 1e9 / options.rate
+        let pacedStartCPU = options.latencySeconds > 0 ? targetCPUSeconds?() : nil
         let pacedStart = Self.now()
         func due(_ index: Int) -> UInt64 { pacedStart + UInt64(Double(index) * interval) }
         var next = 0
@@ -184,6 +211,9 @@ final class PipelinedLoad {
                 Progress.tick(progress)
             }
         }
+        let pacedCPU = pacedStartCPU.flatMap { startCPU in
+            targetCPUSeconds.map { [latencies] in TargetCPU(cpuSeconds: $0() - startCPU, seconds: Double(Self.now() - pacedStart) / 1e9, chats: latencies.count) }
+        }
         latencies.sort()
 
         let ackedPerRoom = try verify()
@@ -194,7 +224,8 @@ final class PipelinedLoad {
             latencyAcked: latencies.count, p50Ms: ChatBenchmark.percentile(latencies, 0.5),
             p99Ms: ChatBenchmark.percentile(latencies, 0.99), maxMs: latencies.last ?? .nan)
         lateness.sort()
-        return Outcome(report: report, ackedPerRoom: ackedPerRoom, settledSeconds: settledSeconds, pacedLateness: lateness)
+        return Outcome(report: report, ackedPerRoom: ackedPerRoom, settledSeconds: settledSeconds, pacedLateness: lateness,
+                       saturatedCPU: saturatedCPU, pacedCPU: pacedCPU)
     }
 
     /// Between the phases: the paced phase measures the ack latency of a steady load, so it waits

@@ -514,6 +514,7 @@ final class Scenarios {
             var gen: [TargetProcess.Kind: Double] = [:]
             var settled: [TargetProcess.Kind: Double] = [:]
             var late: [TargetProcess.Kind: [Double]] = [:]
+            var cost: [TargetProcess.Kind: String] = [:]
             var databaseURL: String?
             let serverFlags = { () throws -> [String] in
                 guard let postgres else { return [] }
@@ -539,6 +540,9 @@ final class Scenarios {
                     settled[target.kind] = outcome.settledSeconds
                     late[target.kind] = outcome.pacedLateness
                 }
+                cost[target.kind] = [outcome.saturatedCPU.map { "saturated \($0.text)" },
+                                     outcome.pacedCPU.map { "paced at \(Int(rate))/s \($0.text)" }]
+                    .compactMap { $0 }.joined(separator: "; ")
                 gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
                 if target.kind == .server, let databaseURL {
                     target.stop()
@@ -560,6 +564,9 @@ final class Scenarios {
                 let waits = settled.sorted { $0.key.rawValue < $1.key.rawValue }
                     .map { "\($0.key.rawValue) " + String(format: "%.2f s", $0.value) }.joined(separator: ", ")
                 result.notes.append("\(label): the paced phase began once the saturated one was over, every broadcast in and the target idle for 0.2 s (waited \(waits))")
+            }
+            for (kind, text) in cost.sorted(by: { $0.key.rawValue < $1.key.rawValue }) where !text.isEmpty {
+                result.notes.append("\(kind.rawValue) \(label): the target spent \(text) (its own process, all threads, from /proc)")
             }
             for (kind, values) in late.sorted(by: { $0.key.rawValue < $1.key.rawValue }) where !values.isEmpty {
                 result.notes.append("\(kind.rawValue) \(label) paced: the generator queued chats late by p50 "
