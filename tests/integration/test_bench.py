@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,5 +55,11 @@ def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
     assert by_name["rtt"]["verified"] == {"server pongs in order": 50, "baseline pongs in order": 50}
     assert by_name["history"]["verified"] == {"server pages checked": 20, "baseline pages checked": 20}
     assert by_name["join"]["verified"] == {"server welcomes": 20, "baseline welcomes": 20}
+    # Each chat phase says what it cost the target: CPU per acked chat and the share of its core.
+    chat_notes = "\n".join(by_name["chat"]["notes"])
+    for target in ("server", "baseline"):
+        spent = rf"{target} busy rooms: the target spent saturated [0-9.]+ µs CPU per acked chat, [0-9]+ % of a core; " \
+                rf"paced at [0-9]+/s [0-9.]+ µs CPU per acked chat, [0-9]+ % of a core"
+        assert re.search(spent, chat_notes), chat_notes
     # Fan-out counts whole messages: every delivery is one of 10 receivers.
     assert by_name["fanout"]["verified"]["server deliveries in order"] % 10 == 0
