@@ -27,6 +27,9 @@ final class PipelinedLoad {
         /// how long a chat queues behind others).
         var saturatedCPU: TargetCPU?
         var pacedCPU: TargetCPU?
+        /// Each paced ack in arrival order, when `tracesPacedAcks`: its receive time since the paced
+        /// phase began (ns) and its latency (ms).
+        var pacedTrace: [(received: UInt64, latency: Double)] = []
     }
 
     /// The target's CPU seconds over a phase of `seconds` in which `chats` were acked.
@@ -102,6 +105,10 @@ final class PipelinedLoad {
     /// Per room, which seqs have been acked: each must be acked once, and none skipped.
     private var seenSeqs: [[Bool]]
     private var latencies: [Double] = []
+    /// Set before `run`: keep each paced ack's receive time beside its latency (`Outcome.pacedTrace`).
+    var tracesPacedAcks = false
+    private var tracing = false
+    private var receivedAt: [UInt64] = []
     /// Indices of the connections the last wait found readable.
     private var readable: [Int] = []
     /// Connections with queued output not yet handed to `send`.
@@ -185,6 +192,7 @@ final class PipelinedLoad {
         let interval = 1e9 / options.rate
         let pacedStartCPU = options.latencySeconds > 0 ? targetCPUSeconds?() : nil
         let pacedStart = Self.now()
+        tracing = tracesPacedAcks
         func due(_ index: Int) -> UInt64 { pacedStart + UInt64(Double(index) * interval) }
         var next = 0
         var lateness: [Double] = []
@@ -211,6 +219,8 @@ final class PipelinedLoad {
                 Progress.tick(progress)
             }
         }
+        tracing = false
+        let pacedTrace = zip(receivedAt, latencies).map { (received: $0 &- pacedStart, latency: $1) }
         let pacedCPU = pacedStartCPU.flatMap { startCPU in
             targetCPUSeconds.map { [latencies] in TargetCPU(cpuSeconds: $0() - startCPU, seconds: Double(Self.now() - pacedStart) / 1e9, chats: latencies.count) }
         }
@@ -225,7 +235,7 @@ final class PipelinedLoad {
             p99Ms: ChatBenchmark.percentile(latencies, 0.99), maxMs: latencies.last ?? .nan)
         lateness.sort()
         return Outcome(report: report, ackedPerRoom: ackedPerRoom, settledSeconds: settledSeconds, pacedLateness: lateness,
-                       saturatedCPU: saturatedCPU, pacedCPU: pacedCPU)
+                       saturatedCPU: saturatedCPU, pacedCPU: pacedCPU, pacedTrace: pacedTrace)
     }
 
     /// Between the phases: the paced phase measures the ack latency of a steady load, so it waits
@@ -470,6 +480,7 @@ final class PipelinedLoad {
         connection.lastSeq = seq
         connection.acked += 1
         latencies.append(Double(time &- sent) / 1e6)
+        if tracing { receivedAt.append(time) }
     }
 
     private static func hasSuffix(_ text: UnsafeRawBufferPointer, _ suffix: [UInt8]) -> Bool {

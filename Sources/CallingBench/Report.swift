@@ -24,6 +24,8 @@ struct ScenarioResult {
     var verified: [String: Int] = [:]
     var loadBefore = ""
     var loadAfter = ""
+    /// Per CPU, the share of the scenario's wall clock the host stole (`Machine.stolenShares`).
+    var stolen: [Double?] = []
     /// Generator CPU seconds ÷ target CPU seconds over the measured phases, per target.
     var generatorShare: [String: Double] = [:]
     var notes: [String] = []
@@ -35,7 +37,8 @@ struct ScenarioResult {
     var json: [String: Any] {
         var object: [String: Any] = [
             "scenario": name, "parameters": parameters, "verified": verified, "load_before": loadBefore,
-            "load_after": loadAfter, "generator_cpu_share": generatorShare.mapValues(Self.number), "notes": notes,
+            "load_after": loadAfter, "cpu_stolen": stolen.map { $0.map(Self.number) ?? NSNull() },
+            "generator_cpu_share": generatorShare.mapValues(Self.number), "notes": notes,
             "figures": figures.map { figure -> [String: Any] in
                 var entry: [String: Any] = ["name": figure.name, "unit": figure.unit, "server": Self.number(figure.server),
                                             "higher_is_better": figure.higherIsBetter]
@@ -48,9 +51,15 @@ struct ScenarioResult {
         return object
     }
 
+    /// "CPU stolen by the host: 0 3 %, 1 12 %", or nothing where /proc/stat gave nothing.
+    var stolenText: String {
+        let shares = stolen.enumerated().compactMap { cpu, share in share.map { String(format: "%d %.0f %%", cpu, $0 * 100) } }
+        return shares.isEmpty ? "" : "CPU stolen by the host: " + shares.joined(separator: ", ")
+    }
+
     /// The scenario's block for the terminal.
     var text: String {
-        var lines = ["\(name) (\(parameters)); load \(loadBefore) → \(loadAfter)"]
+        var lines = ["\(name) (\(parameters)); load \(loadBefore) → \(loadAfter)" + (stolenText.isEmpty ? "" : "; \(stolenText)")]
         if let error { lines.append("  FAILED: \(error)") }
         for figure in figures {
             var line = "  \(figure.name): server \(Self.format(figure.server)) \(figure.unit)"
@@ -90,7 +99,7 @@ struct SuiteReport {
     var markdown: String {
         var lines = ["# calling-bench, \(ISO8601DateFormatter().string(from: started))", ""]
         lines += header.map { "- \($0)" }
-        lines += ["", "| scenario | figure | server | baseline | ratio | load (1/5/15 min) | verified |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += ["", "| scenario | figure | server | baseline | ratio | load (1/5/15 min); CPU stolen | verified |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for result in results {
             let verified = result.verified.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
             if let error = result.error {
@@ -99,7 +108,7 @@ struct SuiteReport {
             for figure in result.figures {
                 let baseline = figure.baseline.map { ScenarioResult.format($0) } ?? "—"
                 let ratio = figure.ratio.map { String(format: "%.2f×", $0) } ?? "—"
-                lines.append("| \(result.name) (\(result.parameters)) | \(figure.name) [\(figure.unit)] | \(ScenarioResult.format(figure.server)) | \(baseline) | \(ratio) | \(result.loadBefore) → \(result.loadAfter) | \(verified) |")
+                lines.append("| \(result.name) (\(result.parameters)) | \(figure.name) [\(figure.unit)] | \(ScenarioResult.format(figure.server)) | \(baseline) | \(ratio) | \(result.loadBefore) → \(result.loadAfter)\(result.stolenText.isEmpty ? "" : "; " + result.stolenText) | \(verified) |")
             }
         }
         return lines.joined(separator: "\n") + "\n"

@@ -41,6 +41,8 @@ final class Scenarios {
     let sizes: SuiteSizes
     /// Where the relay writes each paced frame's due time and latency (`--relay-trace DIR`), or nil.
     var relayTraceDirectory: String?
+    /// Where the chat scenario writes each paced ack's receive time and latency (`--chat-trace DIR`), or nil.
+    var chatTraceDirectory: String?
 
     init(serverBinary: String, baselineBinary: String, targetCPU: Int?, sizes: SuiteSizes) {
         self.serverBinary = serverBinary
@@ -54,6 +56,7 @@ final class Scenarios {
     func run(_ name: String) -> ScenarioResult {
         var result = ScenarioResult(name: name, parameters: "")
         result.loadBefore = Machine.load()
+        let ticks = Machine.cpuTicks()
         do {
             switch name {
             case "idle": try idle(&result)
@@ -71,6 +74,7 @@ final class Scenarios {
         }
         Progress.finishLine()
         result.loadAfter = Machine.load()
+        result.stolen = Machine.stolenShares(from: ticks, to: Machine.cpuTicks())
         return result
     }
 
@@ -414,6 +418,14 @@ final class Scenarios {
         try Data(text.utf8).write(to: URL(fileURLWithPath: path))
     }
 
+    /// One line per paced ack in arrival order: receive time since the phase began (µs) and latency (ms).
+    private static func writeChatTrace(_ acks: [(received: UInt64, latency: Double)], to path: String) throws {
+        var text = "received_us,latency_ms\n"
+        for ack in acks { text += String(format: "%.1f,%.3f\n", Double(ack.received) / 1e3, ack.latency) }
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+    }
+
     private static let dataTemplate = Array(#"{"type":"data","payload":{"n":"0000000000"}}"#.utf8)
 
     private func fanout(_ result: inout ScenarioResult) throws {
@@ -534,8 +546,12 @@ final class Scenarios {
                 options.latencySeconds = rate > 0 ? seconds : 0
                 let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
                 Progress.detail = { "" }
-                let outcome = try PipelinedLoad(peers: peers, port: target.port)
-                    .run(options, progress: "\(target.kind.rawValue): \(label)", targetCPUSeconds: target.cpuSeconds)
+                let load = try PipelinedLoad(peers: peers, port: target.port)
+                load.tracesPacedAcks = chatTraceDirectory != nil && rate > 0
+                let outcome = try load.run(options, progress: "\(target.kind.rawValue): \(label)", targetCPUSeconds: target.cpuSeconds)
+                if let directory = chatTraceDirectory, rate > 0 {
+                    try Self.writeChatTrace(outcome.pacedTrace, to: "\(directory)/\(result.name)-\(target.kind.rawValue)-paced.csv")
+                }
                 if rate > 0 {
                     settled[target.kind] = outcome.settledSeconds
                     late[target.kind] = outcome.pacedLateness

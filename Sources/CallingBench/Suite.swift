@@ -23,7 +23,7 @@ enum Suite {
             CallingCommand.printError(BenchCommand.usage)
             return 64
         }
-        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-trace"])
+        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-trace", "chat-trace"])
         let badNames = names.filter { !Scenarios.names.contains($0) }
         guard unknown.isEmpty, badNames.isEmpty else {
             CallingCommand.printError("unknown: \((unknown.map { "--\($0)" } + badNames).joined(separator: ", "))\n\(BenchCommand.usage)")
@@ -72,6 +72,7 @@ enum Suite {
         fflush(nil)
         let scenarios = Scenarios(serverBinary: server, baselineBinary: baseline, targetCPU: targetCPU, sizes: sizes)
         scenarios.relayTraceDirectory = flags["relay-trace"]
+        scenarios.chatTraceDirectory = flags["chat-trace"]
         var results: [ScenarioResult] = []
         for name in names {
             FileHandle.standardError.write(Data("\(name)…\n".utf8))

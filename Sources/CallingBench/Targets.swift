@@ -147,6 +147,38 @@ enum Machine {
     static func cpuCount() -> Int { Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))) }
 
     static func ownCPUSeconds() -> Double { TargetProcess.cpuSeconds(pid: getpid()) }
+
+    /// One CPU's time so far, in clock ticks, from a `cpuN` line of /proc/stat.
+    struct CPUTicks: Equatable {
+        /// Time the hypervisor gave this virtual CPU's host core to something else while the guest
+        /// wanted it (proc(5), "steal"): on a shared host, what a run lost that no code of its own spent.
+        var stolen: Int
+        var total: Int
+    }
+
+    /// Each CPU's ticks, in CPU order; empty where /proc/stat cannot be read.
+    static func cpuTicks() -> [CPUTicks] {
+        cpuTicks(procStat: (try? String(contentsOfFile: "/proc/stat", encoding: .utf8)) ?? "")
+    }
+
+    /// The `cpuN` lines of `procStat` (user nice system idle iowait irq softirq steal …).
+    static func cpuTicks(procStat: String) -> [CPUTicks] {
+        procStat.split(separator: "\n").compactMap { line -> CPUTicks? in
+            let fields = line.split(separator: " ")
+            guard let name = fields.first, name.hasPrefix("cpu"), name.count > 3, fields.count >= 9 else { return nil }
+            let ticks = fields.dropFirst().prefix(8).compactMap { Int($0) }
+            guard ticks.count == 8 else { return nil }
+            return CPUTicks(stolen: ticks[7], total: ticks.reduce(0, +))
+        }
+    }
+
+    /// Per CPU, the share of the time between two readings that the host stole; nil for a CPU
+    /// whose clock did not move or that is not in both.
+    static func stolenShares(from start: [CPUTicks], to end: [CPUTicks]) -> [Double?] {
+        zip(start, end).map { start, end in
+            end.total > start.total ? Double(end.stolen - start.stolen) / Double(end.total - start.total) : nil
+        }
+    }
 }
 
 /// One progress line on stderr, rewritten in place at most every 250 ms.

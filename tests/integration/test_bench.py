@@ -31,7 +31,7 @@ def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
         shutil.copy2(BUILT_BENCH, bench)
     result = subprocess.run(
         [str(bench), "suite", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path), "--quiet", "true",
-         "--baseline-source", str(REPO / "bench" / "lws-baseline.c")],
+         "--baseline-source", str(REPO / "bench" / "lws-baseline.c"), "--chat-trace", str(tmp_path / "trace")],
         capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "server flood limits out of the way: --max_frames_per_second 1000000" in result.stdout
@@ -43,6 +43,8 @@ def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
     for name, entry in by_name.items():
         assert "error" not in entry, f"{name}: {entry.get('error')}"
         assert entry["load_before"] and entry["load_after"], name
+        stolen = entry["cpu_stolen"]
+        assert len(stolen) == os.cpu_count() and all(s is None or 0 <= s <= 1 for s in stolen), f"{name}: {stolen}"
         for target in ("server", "baseline"):
             counts = [value for key, value in entry["verified"].items() if key.startswith(target)]
             assert counts and all(value > 0 for value in counts), f"{name}: {target} verified {entry['verified']}"
@@ -61,5 +63,12 @@ def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
         spent = rf"{target} busy rooms: the target spent saturated [0-9.]+ µs CPU per acked chat, [0-9]+ % of a core; " \
                 rf"paced at [0-9]+/s [0-9.]+ µs CPU per acked chat, [0-9]+ % of a core"
         assert re.search(spent, chat_notes), chat_notes
+    # --chat-trace: every paced ack of each target, in arrival order, with a positive latency.
+    for target in ("server", "baseline"):
+        lines = (tmp_path / "trace" / f"chat-{target}-paced.csv").read_text().splitlines()
+        assert lines[0] == "received_us,latency_ms" and len(lines) > 1, lines[:3]
+        rows = [tuple(float(field) for field in line.split(",")) for line in lines[1:]]
+        assert all(later[0] >= earlier[0] for earlier, later in zip(rows, rows[1:])), "arrival order"
+        assert all(latency > 0 for _, latency in rows)
     # Fan-out counts whole messages: every delivery is one of 10 receivers.
     assert by_name["fanout"]["verified"]["server deliveries in order"] % 10 == 0
