@@ -107,7 +107,7 @@ final class PipelinedLoad {
     private var latencies: [Double] = []
     /// Set before `run`: keep each paced ack's receive time beside its latency (`Outcome.pacedTrace`).
     var tracesPacedAcks = false
-    private var tracing = false
+    /// Beside `latencies`, when `tracesPacedAcks`: each ack's receive time.
     private var receivedAt: [UInt64] = []
     /// Indices of the connections the last wait found readable.
     private var readable: [Int] = []
@@ -177,14 +177,12 @@ final class PipelinedLoad {
             try flushDirty()
         }
         let elapsed = Double(lastAck - start) / 1e9
-        // Up to the last ack, as the rate is: what the target spent after it is not the phase's.
-        let saturatedCPU = startCPU.flatMap { startCPU in
-            targetCPUSeconds.map { TargetCPU(cpuSeconds: $0() - startCPU, seconds: Double(Self.now() - start) / 1e9, chats: saturatedAcks) }
-        }
+        let saturatedCPU = Self.targetCPU(targetCPUSeconds, since: startCPU, start: start, chats: saturatedAcks)
         latencies.sort()
         let saturatedP50 = ChatBenchmark.percentile(latencies, 0.5)
         let saturatedP99 = ChatBenchmark.percentile(latencies, 0.99)
         latencies.removeAll(keepingCapacity: true)
+        receivedAt.removeAll(keepingCapacity: true)
         let settledSeconds = options.latencySeconds > 0 ? try settle(targetCPUSeconds) : 0
 
         // Phase 2: a fixed offered rate, spread round-robin over the connections.
@@ -192,7 +190,6 @@ final class PipelinedLoad {
         let interval = 1e9 / options.rate
         let pacedStartCPU = options.latencySeconds > 0 ? targetCPUSeconds?() : nil
         let pacedStart = Self.now()
-        tracing = tracesPacedAcks
         func due(_ index: Int) -> UInt64 { pacedStart + UInt64(Double(index) * interval) }
         var next = 0
         var lateness: [Double] = []
@@ -219,11 +216,8 @@ final class PipelinedLoad {
                 Progress.tick(progress)
             }
         }
-        tracing = false
         let pacedTrace = zip(receivedAt, latencies).map { (received: $0 &- pacedStart, latency: $1) }
-        let pacedCPU = pacedStartCPU.flatMap { startCPU in
-            targetCPUSeconds.map { [latencies] in TargetCPU(cpuSeconds: $0() - startCPU, seconds: Double(Self.now() - pacedStart) / 1e9, chats: latencies.count) }
-        }
+        let pacedCPU = Self.targetCPU(targetCPUSeconds, since: pacedStartCPU, start: pacedStart, chats: latencies.count)
         latencies.sort()
 
         let ackedPerRoom = try verify()
@@ -236,6 +230,13 @@ final class PipelinedLoad {
         lateness.sort()
         return Outcome(report: report, ackedPerRoom: ackedPerRoom, settledSeconds: settledSeconds, pacedLateness: lateness,
                        saturatedCPU: saturatedCPU, pacedCPU: pacedCPU, pacedTrace: pacedTrace)
+    }
+
+    /// What the target spent from `startCPU` (its CPU seconds when the phase began at `start`) until
+    /// now, over `chats`; nil without a CPU clock.
+    private static func targetCPU(_ cpuSeconds: (() -> Double)?, since startCPU: Double?, start: UInt64, chats: Int) -> TargetCPU? {
+        guard let cpuSeconds, let startCPU else { return nil }
+        return TargetCPU(cpuSeconds: cpuSeconds() - startCPU, seconds: Double(now() - start) / 1e9, chats: chats)
     }
 
     /// Between the phases: the paced phase measures the ack latency of a steady load, so it waits
@@ -480,7 +481,7 @@ final class PipelinedLoad {
         connection.lastSeq = seq
         connection.acked += 1
         latencies.append(Double(time &- sent) / 1e6)
-        if tracing { receivedAt.append(time) }
+        if tracesPacedAcks { receivedAt.append(time) }
     }
 
     private static func hasSuffix(_ text: UnsafeRawBufferPointer, _ suffix: [UInt8]) -> Bool {

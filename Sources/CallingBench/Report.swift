@@ -57,9 +57,14 @@ struct ScenarioResult {
         return shares.isEmpty ? "" : "CPU stolen by the host: " + shares.joined(separator: ", ")
     }
 
+    /// "0.6 0.7 0.5 → 0.9 0.7 0.5": the load before and after, and what the host stole when that is known.
+    var loadText: String {
+        "\(loadBefore) → \(loadAfter)" + (stolenText.isEmpty ? "" : "; \(stolenText)")
+    }
+
     /// The scenario's block for the terminal.
     var text: String {
-        var lines = ["\(name) (\(parameters)); load \(loadBefore) → \(loadAfter)" + (stolenText.isEmpty ? "" : "; \(stolenText)")]
+        var lines = ["\(name) (\(parameters)); load \(loadText)"]
         if let error { lines.append("  FAILED: \(error)") }
         for figure in figures {
             var line = "  \(figure.name): server \(Self.format(figure.server)) \(figure.unit)"
@@ -108,7 +113,7 @@ struct SuiteReport {
             for figure in result.figures {
                 let baseline = figure.baseline.map { ScenarioResult.format($0) } ?? "—"
                 let ratio = figure.ratio.map { String(format: "%.2f×", $0) } ?? "—"
-                lines.append("| \(result.name) (\(result.parameters)) | \(figure.name) [\(figure.unit)] | \(ScenarioResult.format(figure.server)) | \(baseline) | \(ratio) | \(result.loadBefore) → \(result.loadAfter)\(result.stolenText.isEmpty ? "" : "; " + result.stolenText) | \(verified) |")
+                lines.append("| \(result.name) (\(result.parameters)) | \(figure.name) [\(figure.unit)] | \(ScenarioResult.format(figure.server)) | \(baseline) | \(ratio) | \(result.loadText) | \(verified) |")
             }
         }
         return lines.joined(separator: "\n") + "\n"

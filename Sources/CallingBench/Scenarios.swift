@@ -410,18 +410,19 @@ final class Scenarios {
 
     /// One line per paced frame in arrival order: receive time since the phase began and latency, both µs.
     private static func writeTrace(_ latencies: [Double], receivedAt: [UInt64], since start: UInt64, to path: String) throws {
-        var text = "received_us,latency_us\n"
-        for (latency, time) in zip(latencies, receivedAt) {
-            text += String(format: "%.1f,%.1f\n", Double(time &- start) / 1e3, latency)
-        }
-        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        try writeCSV(header: "received_us,latency_us", rows: zip(latencies, receivedAt).map { latency, time in
+            String(format: "%.1f,%.1f", Double(time &- start) / 1e3, latency)
+        }, to: path)
     }
 
     /// One line per paced ack in arrival order: receive time since the phase began (µs) and latency (ms).
     private static func writeChatTrace(_ acks: [(received: UInt64, latency: Double)], to path: String) throws {
-        var text = "received_us,latency_ms\n"
-        for ack in acks { text += String(format: "%.1f,%.3f\n", Double(ack.received) / 1e3, ack.latency) }
+        try writeCSV(header: "received_us,latency_ms", rows: acks.map { String(format: "%.1f,%.3f", Double($0.received) / 1e3, $0.latency) }, to: path)
+    }
+
+    /// `header` and `rows`, one line each, into `path`, creating its folder.
+    private static func writeCSV(header: String, rows: [String], to path: String) throws {
+        let text = ([header] + rows).joined(separator: "\n") + "\n"
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try Data(text.utf8).write(to: URL(fileURLWithPath: path))
     }
