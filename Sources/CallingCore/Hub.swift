@@ -740,7 +740,7 @@ public struct Hub: Sendable {
             let others = room.connections(excluding: peer)
             return others.isEmpty ? [] : [.send(others, frame)]
         case .ping(let payload):
-            return [.send([connection], Frame(.pong, payload: payload))]
+            return [.send([connection], Frame(.pong, rawPayload: payload))]
         case .typing(let typing):
             return setTyping(typing, room: roomID, peer: peer, now: now)
         case .chat(let submission):

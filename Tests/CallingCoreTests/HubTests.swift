@@ -334,8 +334,15 @@ final class HubTests: XCTestCase {
 
     func test_ping_is_answered_with_a_pong_echoing_the_payload() {
         joinAll()
-        XCTAssertEqual(send(bob, .ping(payload: ["n": 7, "t": "x"])), [.send([bob], Frame(.pong, payload: ["n": 7, "t": "x"]))])
+        XCTAssertEqual(send(bob, .ping(payload: RawJSON(["n": 7, "t": "x"]))), [.send([bob], Frame(.pong, payload: ["n": 7, "t": "x"]))])
         XCTAssertEqual(send(bob, .ping(payload: nil)), [.send([bob], Frame(.pong))])
+    }
+
+    func test_a_pong_carries_the_ping_payload_as_it_was_sent() throws {
+        joinAll()
+        let ping = try ClientFrameDecoder.decode(Array(#"{"type":"ping","payload":{ "b":1.0, "a":2 }}"#.utf8))
+        guard case .send([bob], let pong)? = send(bob, ping).first else { return XCTFail("expected a pong to bob") }
+        XCTAssertEqual(String(decoding: pong.encoded(), as: UTF8.self), #"{"payload":{ "b":1.0, "a":2 },"type":"pong"}"#)
     }
 
     // MARK: - Takeover

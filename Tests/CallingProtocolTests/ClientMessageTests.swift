@@ -6,8 +6,8 @@ final class ClientMessageTests: XCTestCase {
     // MARK: - Helpers
 
     /// One line per decoded message, the format of `Fixtures/client-valid/*.expected.txt`.
-    /// A relayed payload is written as the bytes the relayed frame will carry (the sender's, as
-    /// sent); other payloads with the sorted-key writer, so their text is canonical.
+    /// A relayed or ping payload is written as the bytes the relayed frame or the pong will carry
+    /// (the sender's, as sent); other payloads with the sorted-key writer, so their text is canonical.
     static func describe(_ message: ClientMessage) -> String {
         func json(_ value: JSONValue?) -> String { value.map(JSONWriter.string) ?? "-" }
         func number(_ value: Double?) -> String { value.map { "\($0)" } ?? "-" }
@@ -24,7 +24,7 @@ final class ClientMessageTests: XCTestCase {
             return "stats rtt_ms=\(number(sample.rttMs)) jitter_ms=\(number(sample.jitterMs))"
                 + " packet_loss=\(number(sample.packetLoss)) bitrate_kbps=\(number(sample.bitrateKbps))"
         case .ping(let payload):
-            return "ping payload=\(json(payload))"
+            return "ping payload=\(payload.map { String(decoding: $0.bytes, as: UTF8.self) } ?? "-")"
         }
     }
 
@@ -192,6 +192,21 @@ final class ClientMessageTests: XCTestCase {
 
     func test_read_seq_written_as_an_integral_double_is_accepted() {
         XCTAssertEqual(decode(#"{"type":"read","payload":{"seq":7.0}}"#), .read(seq: 7))
+    }
+
+    func test_a_ping_keeps_its_payload_as_sent_whichever_path_decodes_it() {
+        let sent = #"{ "b":1.0, "a":[2, "\u00e9"] }"#
+        guard case .ping(let scanned?)? = decode(#"{"type":"ping","payload":"# + sent + "}") else {
+            return XCTFail("expected a ping with a payload")
+        }
+        XCTAssertEqual(String(decoding: scanned.bytes, as: UTF8.self), sent)
+        // An escaped type takes the parser's path: the same value, written canonically there.
+        guard case .ping(let parsed?)? = decode(#"{"type":"p\u0069ng","payload":"# + sent + "}") else {
+            return XCTFail("expected a ping with a payload")
+        }
+        XCTAssertEqual(String(decoding: parsed.bytes, as: UTF8.self), #"{"a":[2,"é"],"b":1}"#)
+        XCTAssertEqual(scanned, parsed)
+        XCTAssertEqual(decode(#"{"type":"ping","payload":7}"#), .ping(payload: RawJSON(7)))
     }
 
     func test_explicit_null_meta_and_payload_read_as_absent() {
