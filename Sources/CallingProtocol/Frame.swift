@@ -115,14 +115,18 @@ public struct Frame: Sendable, Equatable {
         return out
     }
 
-    /// For a relayed frame (`init(_:from:to:rawPayload:)`) whose `from`, `to` and `type` need no
-    /// escaping, which is every one the hub makes from a peer id: the exact length of `encoded()`.
-    /// Nil for any other frame. With `writePlainRelayed(to:)` the router writes such a frame
-    /// straight into the message it sends, in one pass, without an intermediate buffer.
+    /// For a frame with a raw payload (`init(_:from:to:rawPayload:)`: a relayed frame, or a `pong`
+    /// echoing its ping, which has no `from`) whose `from`, `to` and `type` need no escaping, which
+    /// is every one the hub makes from a peer id: the exact length of `encoded()`. Nil for any
+    /// other frame. With `writePlainRelayed(to:)` the router writes such a frame straight into the
+    /// message it sends, in one pass, without an intermediate buffer.
     public var plainRelayedLength: Int? {
-        guard case .raw(let raw) = body, error == nil, let from,
-            let fromCount = Self.plainCount(from), let typeCount = Self.plainCount(type)
-        else { return nil }
+        guard case .raw(let raw) = body, error == nil, let typeCount = Self.plainCount(type) else { return nil }
+        var fromCount: Int?
+        if let from {
+            guard let count = Self.plainCount(from) else { return nil }
+            fromCount = count
+        }
         var toCount: Int?
         if let to {
             guard let count = Self.plainCount(to) else { return nil }
@@ -134,24 +138,29 @@ public struct Frame: Sendable, Equatable {
     /// Writes `encoded()`'s bytes to `destination`, which holds `plainRelayedLength` bytes; only
     /// for a frame whose `plainRelayedLength` is not nil.
     public func writePlainRelayed(to destination: UnsafeMutablePointer<UInt8>) {
-        guard case .raw(let raw) = body, let from else { preconditionFailure("not a plain relayed frame") }
+        guard case .raw(let raw) = body else { preconditionFailure("not a plain frame with a raw payload") }
         Self.writeRelayed(from: from, payload: raw, to: to, type: type, at: destination)
     }
 
-    /// The length of `{"from":"…","payload":…[,"to":"…"],"type":"…"}` from the lengths of its
-    /// plain strings and payload; `toCount` nil without `to`. `writeRelayed` writes those bytes.
+    /// The length of `{["from":"…",]"payload":…[,"to":"…"],"type":"…"}` from the lengths of its
+    /// plain strings and payload; `fromCount` and `toCount` nil without them. `writeRelayed`
+    /// writes those bytes.
     @inline(__always)
-    fileprivate static func relayedLength(fromCount: Int, payloadCount: Int, toCount: Int?, typeCount: Int) -> Int {
+    fileprivate static func relayedLength(fromCount: Int?, payloadCount: Int, toCount: Int?, typeCount: Int) -> Int {
         typealias P = RelayedPieces
-        var length = P.from.utf8CodeUnitCount + fromCount + P.payload.utf8CodeUnitCount + payloadCount
-            + P.type.utf8CodeUnitCount + typeCount + P.end.utf8CodeUnitCount
+        var length = payloadCount + P.type.utf8CodeUnitCount + typeCount + P.end.utf8CodeUnitCount
+        if let fromCount {
+            length += P.from.utf8CodeUnitCount + fromCount + P.payload.utf8CodeUnitCount
+        } else {
+            length += P.payloadFirst.utf8CodeUnitCount
+        }
         if let toCount { length += P.to.utf8CodeUnitCount + toCount + P.toEnd.utf8CodeUnitCount }
         return length
     }
 
     /// Writes a relayed frame's bytes (`encode(into:)`'s, for plain strings) to `destination`.
     @inline(__always)
-    fileprivate static func writeRelayed(from: String, payload: RawJSON, to: String?, type: String,
+    fileprivate static func writeRelayed(from: String?, payload: RawJSON, to: String?, type: String,
                                          at destination: UnsafeMutablePointer<UInt8>) {
         var cursor = destination
         writeRelayedHead(from: from, payload: payload, to: to, at: &cursor)
@@ -162,7 +171,7 @@ public struct Frame: Sendable, Equatable {
     /// `writeRelayed` with the type name as a literal (`RelayKind.typeName`): no `String` made for
     /// it and no contiguous-storage call to copy it (~50 instructions per relayed frame).
     @inline(__always)
-    fileprivate static func writeRelayed(from: String, payload: RawJSON, to: String?, type: StaticString,
+    fileprivate static func writeRelayed(from: String?, payload: RawJSON, to: String?, type: StaticString,
                                          at destination: UnsafeMutablePointer<UInt8>) {
         var cursor = destination
         writeRelayedHead(from: from, payload: payload, to: to, at: &cursor)
@@ -172,14 +181,18 @@ public struct Frame: Sendable, Equatable {
 
     /// A relayed frame's bytes up to its type's name, from `cursor` on.
     @inline(__always)
-    private static func writeRelayedHead(from: String, payload: RawJSON, to: String?, at cursor: inout UnsafeMutablePointer<UInt8>) {
+    private static func writeRelayedHead(from: String?, payload: RawJSON, to: String?, at cursor: inout UnsafeMutablePointer<UInt8>) {
         typealias P = RelayedPieces
         // A cursor passed along rather than captured by nested functions: a captured `var` is a
         // box whose every access is checked for exclusivity (seven `swift_beginAccess` per frame,
         // ~530 instructions under callgrind).
-        put(P.from, at: &cursor)
-        put(from, at: &cursor)
-        put(P.payload, at: &cursor)
+        if let from {
+            put(P.from, at: &cursor)
+            put(from, at: &cursor)
+            put(P.payload, at: &cursor)
+        } else {
+            put(P.payloadFirst, at: &cursor)
+        }
         payload.bytes.withUnsafeBufferPointer { bytes in
             guard let base = bytes.baseAddress else { return }
             copy(base, count: bytes.count, to: cursor)
@@ -515,6 +528,8 @@ public struct RelayedFrame: Sendable, Equatable {
 private enum RelayedPieces {
     static var from: StaticString { #"{"from":""# }
     static var payload: StaticString { #"","payload":"# }
+    /// Where a frame without `from` (a `pong`) starts.
+    static var payloadFirst: StaticString { #"{"payload":"# }
     static var to: StaticString { #","to":""# }
     static var toEnd: StaticString { #"""# }
     static var type: StaticString { #","type":""# }

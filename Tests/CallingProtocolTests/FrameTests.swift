@@ -64,12 +64,12 @@ final class FrameTests: XCTestCase {
         }
     }
 
-    /// The router writes relayed frames through `writePlainRelayed`: the same bytes as `encoded()`.
+    /// The router writes relayed frames and pongs through `writePlainRelayed`: the same bytes as `encoded()`.
     func test_a_plain_relayed_frame_is_written_as_encoded() throws {
         let payloads: [RawJSON?] = [nil, ["sdp": "v=0"], RawJSON(.array([1, "é", nil])), RawJSON(.string("\u{1}\"x"))]
         for payload in payloads {
             for to in [nil, "bob", "b é"] as [String?] {
-                for from in ["alice", "ä", ""] {
+                for from in ["alice", "ä", "", nil] as [String?] {
                     let frame = Frame(.candidate, from: from, to: to, rawPayload: payload)
                     if payload == nil {
                         XCTAssertNil(frame.plainRelayedLength, "a frame without a raw payload takes the general path")
@@ -87,7 +87,7 @@ final class FrameTests: XCTestCase {
         // A string that needs escaping sends the frame down the general path.
         XCTAssertNil(Frame(.data, from: "a\"b", rawPayload: ["k": 1]).plainRelayedLength)
         XCTAssertNil(Frame(.data, from: "a", to: "b\n", rawPayload: ["k": 1]).plainRelayedLength)
-        XCTAssertNil(Frame(.data, rawPayload: ["k": 1]).plainRelayedLength, "no from")
+        XCTAssertNil(Frame(.pong, payload: ["k": 1]).plainRelayedLength, "a payload built as a value")
     }
 
     /// An addressed relay is written from its parts (`RelayedFrame.writePlain`): the bytes of the
