@@ -790,6 +790,8 @@ struct GeneratorCost: Equatable {
     var targetMicroseconds: Double
     /// The generator's CPU seconds ÷ the phase's wall-clock seconds (1 is its whole core).
     var generatorBusy: Double
+    /// The target's, likewise: at a paced rate, how far from idle "half the load" left it.
+    var targetBusy: Double
     var sendsPerFrame: Double
     var receivesPerFrame: Double
     var waitsPerFrame: Double
@@ -801,13 +803,15 @@ struct GeneratorCost: Equatable {
         generatorMicroseconds = (end.generatorCPU - start.generatorCPU) * 1e6 * perFrame
         targetMicroseconds = (end.targetCPU - start.targetCPU) * 1e6 * perFrame
         generatorBusy = seconds > 0 ? (end.generatorCPU - start.generatorCPU) / seconds : .nan
+        targetBusy = seconds > 0 ? (end.targetCPU - start.targetCPU) / seconds : .nan
         sendsPerFrame = Double(end.syscalls.sends - start.syscalls.sends) * perFrame
         receivesPerFrame = Double(end.syscalls.receives - start.syscalls.receives) * perFrame
         waitsPerFrame = Double(end.syscalls.waits - start.syscalls.waits) * perFrame
     }
 
     var text: String {
-        String(format: "%d frames in %.2f s; CPU per frame: generator %.2f µs (%.0f %% of its core), target %.2f µs; per frame the generator made %.2f send, %.2f recv, %.2f epoll waits",
-               frames, seconds, generatorMicroseconds, generatorBusy * 100, targetMicroseconds, sendsPerFrame, receivesPerFrame, waitsPerFrame)
+        String(format: "%d frames in %.2f s; CPU per frame: generator %.2f µs (%.0f %% of its core), target %.2f µs (%.0f %% of its core); per frame the generator made %.2f send, %.2f recv, %.2f epoll waits",
+               frames, seconds, generatorMicroseconds, generatorBusy * 100, targetMicroseconds, targetBusy * 100, sendsPerFrame,
+               receivesPerFrame, waitsPerFrame)
     }
 }

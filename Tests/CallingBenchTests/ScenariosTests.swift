@@ -17,7 +17,8 @@ final class ScenariosTests: XCTestCase {
         XCTAssertEqual(cost.sendsPerFrame, 1, accuracy: 1e-12)
         XCTAssertEqual(cost.receivesPerFrame, 0.5, accuracy: 1e-12)
         XCTAssertEqual(cost.waitsPerFrame, 0.25, accuracy: 1e-12)
-        XCTAssertTrue(cost.text.hasPrefix("1000 frames in 2.00 s; CPU per frame: generator 1000.00 µs (50 % of its core)"), cost.text)
+        XCTAssertEqual(cost.targetBusy, 0.25, accuracy: 1e-12, "0.5 CPU seconds in 2 s of wall clock")
+        XCTAssertTrue(cost.text.hasPrefix("1000 frames in 2.00 s; CPU per frame: generator 1000.00 µs (50 % of its core), target 500.00 µs (25 % of its core);"), cost.text)
     }
 
     func test_a_phase_without_frames_reports_no_per_frame_figures() {
