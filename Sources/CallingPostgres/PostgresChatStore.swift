@@ -87,7 +87,10 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     ) {
         switch appends.admit(PendingAppend(draft: draft, completion: completion)) {
         case .queued: break
-        case .queuedAndSchedule: queue.async { self.drain() }
+        case .queuedAndSchedule:
+            // Once per drain, for `ChatStoreMetrics.queueWait`.
+            let scheduled = DispatchTime.now().uptimeNanoseconds
+            queue.async { self.drain(scheduledAt: scheduled) }
         case .refused:
             queue.async {
                 completion(.failure(.closed))
@@ -106,7 +109,9 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     }
 
     /// On `queue`: writes every pending draft (all of them, for the ordering reason in `ChatStore.drain`).
-    private func drain() {
+    private func drain(scheduledAt scheduled: UInt64) {
+        let waited = DispatchTime.now().uptimeNanoseconds &- scheduled
+        counters.withLock { $0.queueWait.record(nanoseconds: waited) }
         let drafts = appends.takeForDrain()
         write(inBatchesOf: drafts)
     }

@@ -92,6 +92,9 @@ final class Metrics {
     /// From the hub's `storeChat` (the frame was just decoded) to the `chat-ack` queued after COMMIT,
     /// one observation per ack. Fixed buckets: recording is a few comparisons and one increment.
     @exclusivity(unchecked) var ackLatency = LatencyHistogram()
+    /// From a batch's acks being posted on the store's queue (after its COMMIT) to the service
+    /// thread running them: the hop back, one observation per batch.
+    @exclusivity(unchecked) var ackDispatch = LatencyHistogram()
 
     /// `remotePeers`: seats in the hub that stand for peers on other nodes (cluster mode), not counted as this node's peers.
     func render(hub: Hub, transport: TransportCounters, connections: Int, capacity: Int, remotePeers: Int = 0) -> String {
@@ -148,11 +151,17 @@ final class Metrics {
         return out
     }
 
-    /// The latency histograms: chat acks (service thread) and group commits (the store's counters).
+    /// The latency histograms: chat acks and their hop back (service thread), and the store's
+    /// queue wait and group commits (the store's counters). Together they say where an ack's time
+    /// went: waiting for the store, committing, or waiting for the service thread.
     func renderLatency(store: ChatStoreMetrics) -> String {
         ackLatency.prometheus(name: "calling_chat_ack_latency_seconds",
                               help: "Chat received (storeChat) to chat-ack queued, after its COMMIT.")
+            + store.queueWait.prometheus(name: "calling_store_queue_wait_seconds",
+                                         help: "Oldest chat of a group-commit drain: appended to the drain starting on the store's queue.")
             + store.commitLatency.prometheus(name: "calling_store_commit_latency_seconds",
                                              help: "Write and COMMIT of one group-commit batch of chats.")
+            + ackDispatch.prometheus(name: "calling_chat_ack_dispatch_seconds",
+                                     help: "A committed batch's acks posted from the store's queue to the service thread running them.")
     }
 }

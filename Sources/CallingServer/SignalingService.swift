@@ -321,7 +321,9 @@ final class SignalingService: @unchecked Sendable {
     /// completion after the batch is still posted after its acks.
     private func postCollectedChats() {
         guard let batch = chatOutcomes.take() else { return }
+        let posted = DispatchTime.now().uptimeNanoseconds
         context.post { [self] in
+            metrics.ackDispatch.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- posted)
             for index in batch.indices { completed(batch[index]) }
         }
     }

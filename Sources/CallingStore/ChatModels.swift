@@ -148,6 +148,11 @@ public struct ChatStoreMetrics: Sendable, Hashable {
     public var largestBatch: Int = 0
     /// Time to write and COMMIT one group-commit batch (BEGIN IMMEDIATE … COMMIT), one observation per batch.
     public var commitLatency = LatencyHistogram()
+    /// How long the chat that scheduled a drain waited for the store's queue to start it: the
+    /// oldest chat of the drain, so the longest wait in it. One observation per drain. Long waits
+    /// mean the queue was busy with something else (a history page, a checkpoint catch-up) or the
+    /// store's thread did not get a CPU.
+    public var queueWait = LatencyHistogram()
 
     public init() {}
 

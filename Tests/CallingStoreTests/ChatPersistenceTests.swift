@@ -139,6 +139,27 @@ struct ChatPersistenceTests {
     }
 
     @Test(arguments: ChatBackend.allCases)
+    func testTheQueueWaitOfADrainIsHowLongItsOldestChatWaitedForTheQueue(_ backend: ChatBackend) throws {
+        let sut = try backend.open()
+        defer { sut.close() }
+        let store = sut.store
+        let release = DispatchSemaphore(value: 0)
+        try sut.holdQueue(until: release)
+        let group = DispatchGroup()
+        for index in 0..<3 {
+            group.enter()
+            store.appendChat(draft("r", "alice", "\(index)")) { _ in group.leave() }
+        }
+        Thread.sleep(forTimeInterval: 0.06)
+        release.signal()
+        #expect(group.wait(timeout: .now() + 10) == .success)
+        let metrics = store.metrics
+        #expect(metrics.queueWait.count == 1, "one drain took all three")
+        #expect(metrics.queueWait.sumMicros >= 60_000, "the first chat waited at least as long as the queue was held")
+        #expect(metrics.batchesCommitted == 1)
+    }
+
+    @Test(arguments: ChatBackend.allCases)
     func testMaxBatchSizeSplitsABacklogIntoTransactionsInOrder(_ backend: ChatBackend) throws {
         let sut = try backend.open(maxBatchSize: 10)
         defer { sut.close() }

@@ -69,4 +69,10 @@ def test_metrics_have_ack_and_commit_latency_histograms(server):
     buckets = [v for k, v in metrics.items() if k.startswith("calling_chat_ack_latency_seconds_bucket")]
     assert buckets == sorted(buckets), "buckets are cumulative"
     assert 1 <= metrics["calling_store_commit_latency_seconds_count"] <= 20
+    # Where an ack's time went: one observation per drain of the store's queue, and per batch for
+    # the hop back to the service thread (one drain may write several batches, never fewer).
+    drains = metrics["calling_store_queue_wait_seconds_count"]
+    batches = metrics["calling_chat_ack_dispatch_seconds_count"]
+    assert 1 <= drains <= batches <= 20, (drains, batches)
+    assert batches == metrics["calling_store_commit_latency_seconds_count"]
     assert metrics["calling_webhook_queue_depth"] == 0 and metrics["calling_webhook_deliveries_total"] == 0
