@@ -8,10 +8,20 @@ struct Figure {
     var baseline: Double?
     /// Ratio server ÷ baseline; whether above 1 is good depends on the figure (`higherIsBetter`).
     var higherIsBetter: Bool
+    /// Each round's own ratio when the figure stands for several rounds (`--rounds`), in order.
+    var roundRatios: [Double] = []
 
+    /// Server ÷ baseline; over several rounds, the median of the rounds' own ratios: each round's
+    /// two runs are seconds apart, so a drift of the host's speed across the rounds stays out of it.
     var ratio: Double? {
+        if !roundRatios.isEmpty { return Stats.median(roundRatios) }
         guard let baseline, baseline != 0, server.isFinite, baseline.isFinite else { return nil }
         return server / baseline
+    }
+
+    /// " (rounds 0.63, 0.70, 0.68)" after a ratio that is a median of rounds; empty otherwise.
+    var roundsText: String {
+        roundRatios.isEmpty ? "" : " (rounds " + roundRatios.map { String(format: "%.2f", $0) }.joined(separator: ", ") + ")"
     }
 }
 
@@ -31,6 +41,49 @@ struct ScenarioResult {
     var notes: [String] = []
     var error: String?
 
+    /// Several rounds of one scenario (`--rounds`; each round runs the server, then the baseline)
+    /// as one result: each figure the median of the rounds that did not fail, for the server and
+    /// for the baseline, its ratio the median of the rounds' ratios (`Figure.ratio`). Counts
+    /// verified are summed, generator shares are medians, the CPU stolen is the most any round saw,
+    /// notes keep their round's number, and a failed round is named in a note. One round is
+    /// returned as it is; `rounds` must not be empty.
+    static func combining(_ rounds: [ScenarioResult]) -> ScenarioResult {
+        precondition(!rounds.isEmpty, "no rounds to combine")
+        let first = rounds[0]
+        guard rounds.count > 1 else { return first }
+        let good = rounds.enumerated().filter { $0.element.error == nil }
+        var combined = ScenarioResult(name: first.name, parameters: first.parameters + "; median of \(good.count) of \(rounds.count) rounds")
+        combined.loadBefore = first.loadBefore
+        combined.loadAfter = rounds[rounds.count - 1].loadAfter
+        let cpus = rounds.map(\.stolen.count).max() ?? 0
+        combined.stolen = (0..<cpus).map { cpu in rounds.compactMap { cpu < $0.stolen.count ? $0.stolen[cpu] : nil }.max() }
+        for (index, round) in rounds.enumerated() {
+            if let error = round.error { combined.notes.append("round \(index + 1) failed: \(error)") }
+        }
+        guard let reference = good.first?.element else {
+            combined.error = first.error
+            return combined
+        }
+        for figure in reference.figures {
+            let matching = good.compactMap { $0.element.figures.first { $0.name == figure.name } }
+            var median = figure
+            median.server = Stats.median(matching.map(\.server))
+            median.baseline = figure.baseline == nil ? nil : Stats.median(matching.compactMap(\.baseline))
+            median.roundRatios = matching.compactMap(\.ratio)
+            combined.figures.append(median)
+        }
+        for (_, round) in good {
+            combined.verified.merge(round.verified, uniquingKeysWith: +)
+        }
+        for key in Set(good.flatMap { $0.element.generatorShare.keys }) {
+            combined.generatorShare[key] = Stats.median(good.compactMap { $0.element.generatorShare[key] })
+        }
+        for (index, round) in good {
+            combined.notes += round.notes.map { "round \(index + 1): \($0)" }
+        }
+        return combined
+    }
+
     /// JSON has no NaN: a figure that could not be measured is null.
     private static func number(_ value: Double) -> Any { value.isFinite ? value : NSNull() }
 
@@ -44,6 +97,7 @@ struct ScenarioResult {
                                             "higher_is_better": figure.higherIsBetter]
                 if let baseline = figure.baseline { entry["baseline"] = Self.number(baseline) }
                 if let ratio = figure.ratio { entry["ratio"] = Self.number(ratio) }
+                if !figure.roundRatios.isEmpty { entry["round_ratios"] = figure.roundRatios.map(Self.number) }
                 return entry
             },
         ]
@@ -69,7 +123,7 @@ struct ScenarioResult {
         for figure in figures {
             var line = "  \(figure.name): server \(Self.format(figure.server)) \(figure.unit)"
             if let baseline = figure.baseline { line += " · baseline \(Self.format(baseline)) \(figure.unit)" }
-            if let ratio = figure.ratio { line += " · ratio \(String(format: "%.2f", ratio))×" }
+            if let ratio = figure.ratio { line += " · ratio \(String(format: "%.2f", ratio))×\(figure.roundsText)" }
             lines.append(line)
         }
         if !verified.isEmpty {
@@ -112,7 +166,7 @@ struct SuiteReport {
             }
             for figure in result.figures {
                 let baseline = figure.baseline.map { ScenarioResult.format($0) } ?? "—"
-                let ratio = figure.ratio.map { String(format: "%.2f×", $0) } ?? "—"
+                let ratio = figure.ratio.map { String(format: "%.2f×", $0) + figure.roundsText } ?? "—"
                 lines.append("| \(result.name) (\(result.parameters)) | \(figure.name) [\(figure.unit)] | \(ScenarioResult.format(figure.server)) | \(baseline) | \(ratio) | \(result.loadText) | \(verified) |")
             }
         }
@@ -124,5 +178,13 @@ enum Stats {
     static func percentile(_ sorted: [Double], _ p: Double) -> Double {
         guard !sorted.isEmpty else { return .nan }
         return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+    }
+
+    /// The middle value (the mean of the two middle ones for an even count); NaN for none.
+    static func median(_ values: [Double]) -> Double {
+        let sorted = values.sorted()
+        guard !sorted.isEmpty else { return .nan }
+        let middle = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
     }
 }

@@ -23,7 +23,8 @@ enum Suite {
             CallingCommand.printError(BenchCommand.usage)
             return 64
         }
-        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-trace", "chat-trace"])
+        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-trace", "chat-trace",
+                                                   "rounds"])
         let badNames = names.filter { !Scenarios.names.contains($0) }
         guard unknown.isEmpty, badNames.isEmpty else {
             CallingCommand.printError("unknown: \((unknown.map { "--\($0)" } + badNames).joined(separator: ", "))\n\(BenchCommand.usage)")
@@ -35,6 +36,14 @@ enum Suite {
                 return 64
             }
             sizes.relayPacedRate = rate
+        }
+        var rounds = 1
+        if let text = flags["rounds"] {
+            guard let count = Int(text), (1...100).contains(count) else {
+                CallingCommand.printError("--rounds wants a count from 1 to 100, e.g. 5")
+                return 64
+            }
+            rounds = count
         }
         if names.isEmpty { names = Scenarios.names }
         Progress.enabled = flags["quiet"] != "true" && isatty(2) == 1
@@ -53,7 +62,8 @@ enum Suite {
             return 1
         }
         raiseFileLimit()
-        var header: [String] = ["mode \(mode); scenarios \(names.joined(separator: ", "))",
+        var header: [String] = ["mode \(mode); scenarios \(names.joined(separator: ", "))"
+                                    + (rounds > 1 ? "; \(rounds) rounds each (server then baseline), figures the rounds' medians" : ""),
                                 "server \(server); baseline \(baseline) (bench/lws-baseline.c, libwebsockets with the libev loop)",
                                 "server flood limits out of the way: " + TargetProcess.floodLimitFlags.joined(separator: " "),
                                 "\(Machine.cpuCount()) CPUs, load \(Machine.load()) at the start"]
@@ -75,11 +85,21 @@ enum Suite {
         scenarios.chatTraceDirectory = flags["chat-trace"]
         var results: [ScenarioResult] = []
         for name in names {
-            FileHandle.standardError.write(Data("\(name)…\n".utf8))
-            let result = scenarios.run(name)
-            print(result.text)
-            print("")
-            fflush(nil)  // each block as soon as it is known, also into a pipe or a log file
+            var runs: [ScenarioResult] = []
+            for round in 1...rounds {
+                FileHandle.standardError.write(Data((rounds > 1 ? "\(name), round \(round) of \(rounds)…\n" : "\(name)…\n").utf8))
+                let result = scenarios.run(name)
+                print((rounds > 1 ? "round \(round) of \(rounds): " : "") + result.text)
+                print("")
+                fflush(nil)  // each block as soon as it is known, also into a pipe or a log file
+                runs.append(result)
+            }
+            let result = ScenarioResult.combining(runs)
+            if rounds > 1 {
+                print(result.text)
+                print("")
+                fflush(nil)
+            }
             results.append(result)
         }
         let report = SuiteReport(started: started, header: header, results: results)

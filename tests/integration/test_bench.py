@@ -72,3 +72,25 @@ def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
         assert all(latency > 0 for _, latency in rows)
     # Fan-out counts whole messages: every delivery is one of 10 receivers.
     assert by_name["fanout"]["verified"]["server deliveries in order"] % 10 == 0
+
+
+def test_rounds_alternate_the_targets_and_report_medians(tmp_path):
+    bench = support.BINARY.parent / "calling-bench"
+    if not bench.exists():
+        shutil.copy2(BUILT_BENCH, bench)
+    command = [str(bench), "rtt", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path), "--quiet", "true",
+               "--baseline-source", str(REPO / "bench" / "lws-baseline.c")]
+    refused = subprocess.run(command + ["--rounds", "0"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert refused.returncode == 64 and "--rounds wants a count" in refused.stderr, refused.stderr
+    result = subprocess.run(command + ["--rounds", "2"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "round 1 of 2: rtt" in result.stdout and "round 2 of 2: rtt" in result.stdout, result.stdout
+    [summary] = list(tmp_path.glob("results-*.json"))
+    [entry] = json.loads(summary.read_text())["scenarios"]
+    assert entry["parameters"].endswith("; median of 2 of 2 rounds"), entry["parameters"]
+    # Both rounds' pongs, every one checked: 50 per target per round.
+    assert entry["verified"] == {"server pongs in order": 100, "baseline pongs in order": 100}
+    for figure in entry["figures"]:
+        ratios = figure["round_ratios"]
+        assert len(ratios) == 2 and all(r > 0 for r in ratios), figure
+        assert math.isclose(figure["ratio"], sum(ratios) / 2), figure
