@@ -401,8 +401,12 @@ final class Scenarios {
         result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
         result.figures.append(Figure(name: "saturated relay rate", unit: "frames/s", server: saturated[.server] ?? .nan,
                                      baseline: saturated[.baseline], higherIsBetter: true))
+        // The rate in a note, not in the names: half the server's rate differs by run, and
+        // `--rounds` combines figures by name.
+        result.notes.append("paced at \(Int(halfRate)) frames/s" + (sizes.relayPacedRate == nil ? ", half the server's saturated rate" : ""))
+        let pacedRate = sizes.relayPacedRate == nil ? "half the server's rate" : "\(Int(halfRate)) frames/s"
         for (label, p) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
-            result.figures.append(Figure(name: "latency \(label) at \(Int(halfRate)) frames/s", unit: "µs",
+            result.figures.append(Figure(name: "latency \(label) at \(pacedRate)", unit: "µs",
                                          server: paced[.server].map { Stats.percentile($0.latencies, p) } ?? .nan,
                                          baseline: paced[.baseline].map { Stats.percentile($0.latencies, p) }, higherIsBetter: false))
         }
