@@ -87,10 +87,7 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     ) {
         switch appends.admit(PendingAppend(draft: draft, completion: completion)) {
         case .queued: break
-        case .queuedAndSchedule:
-            // Once per drain, for `ChatStoreMetrics.queueWait`.
-            let scheduled = DispatchTime.now().uptimeNanoseconds
-            queue.async { self.drain(scheduledAt: scheduled) }
+        case .queuedAndSchedule: queue.async { self.drain() }
         case .refused:
             queue.async {
                 completion(.failure(.closed))
@@ -109,10 +106,9 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     }
 
     /// On `queue`: writes every pending draft (all of them, for the ordering reason in `ChatStore.drain`).
-    private func drain(scheduledAt scheduled: UInt64) {
-        let waited = DispatchTime.now().uptimeNanoseconds &- scheduled
+    private func drain() {
+        let (drafts, waited) = appends.takeForDrain()
         counters.withLock { $0.queueWait.record(nanoseconds: waited) }
-        let drafts = appends.takeForDrain()
         write(inBatchesOf: drafts)
     }
 

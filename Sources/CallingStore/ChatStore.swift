@@ -135,9 +135,7 @@ public final class ChatStore: @unchecked Sendable {
         case .queued:
             break
         case .queuedAndSchedule:
-            // Once per drain, for `ChatStoreMetrics.queueWait`.
-            let scheduled = DispatchTime.now().uptimeNanoseconds
-            queue.async { self.drain(scheduledAt: scheduled) }
+            queue.async { self.drain() }
         case .refused:
             // Still on the queue, as promised, and never re-entering the caller synchronously.
             queue.async {
@@ -161,10 +159,9 @@ public final class ChatStore: @unchecked Sendable {
     /// It takes all of them, not just `maxBatchSize`, and writes them in consecutive transactions within
     /// this one block: re-queueing the rest would let an operation submitted after them (a `history`
     /// right after an `appendChat`) run before they are written.
-    private func drain(scheduledAt scheduled: UInt64) {
-        let waited = DispatchTime.now().uptimeNanoseconds &- scheduled
+    private func drain() {
+        let (drafts, waited) = appends.takeForDrain()
         counters.withLock { $0.queueWait.record(nanoseconds: waited) }
-        let drafts = appends.takeForDrain()
         write(inBatchesOf: drafts)
     }
 

@@ -12,6 +12,9 @@ package final class GroupCommitInbox<Item: Sendable>: Sendable {
         /// A drain block is on the queue and has not yet taken its batch: a new item will be in it, so
         /// no second drain needs scheduling.
         var drainScheduled = false
+        /// When the scheduled drain was asked for (`DispatchTime` uptime): what its batch's oldest
+        /// item has waited by the time the drain takes it.
+        var drainScheduledAt: UInt64 = 0
         var closed = false
     }
 
@@ -35,18 +38,21 @@ package final class GroupCommitInbox<Item: Sendable>: Sendable {
             state.pending.append(item)
             if state.drainScheduled { return .queued }
             state.drainScheduled = true
+            state.drainScheduledAt = DispatchTime.now().uptimeNanoseconds
             return .queuedAndSchedule
         }
     }
 
-    /// Everything pending, for the drain that was scheduled: items admitted from now on schedule a
-    /// new drain.
-    package func takeForDrain() -> [Item] {
-        state.withLock { state -> [Item] in
+    /// Everything pending, for the drain that was scheduled, and how long that drain waited since it
+    /// was asked for (the oldest item's wait, for `ChatStoreMetrics.queueWait`): items admitted from
+    /// now on schedule a new drain.
+    package func takeForDrain() -> (items: [Item], waitedNanoseconds: UInt64) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        return state.withLock { state -> (items: [Item], waitedNanoseconds: UInt64) in
             state.drainScheduled = false
             let taken = state.pending
             state.pending = []
-            return taken
+            return (taken, now &- state.drainScheduledAt)
         }
     }
 

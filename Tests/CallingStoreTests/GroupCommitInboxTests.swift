@@ -7,10 +7,10 @@ final class GroupCommitInboxTests: XCTestCase {
         XCTAssertEqual(inbox.admit(1), .queuedAndSchedule)
         XCTAssertEqual(inbox.admit(2), .queued)
         XCTAssertEqual(inbox.admit(3), .queued)
-        XCTAssertEqual(inbox.takeForDrain(), [1, 2, 3])
+        XCTAssertEqual(inbox.takeForDrain().items, [1, 2, 3])
         XCTAssertEqual(inbox.admit(4), .queuedAndSchedule, "the drain took its batch: the next item needs a new one")
-        XCTAssertEqual(inbox.takeForDrain(), [4])
-        XCTAssertEqual(inbox.takeForDrain(), [], "a second drain block finds nothing left")
+        XCTAssertEqual(inbox.takeForDrain().items, [4])
+        XCTAssertEqual(inbox.takeForDrain().items, [], "a second drain block finds nothing left")
     }
 
     func testCloseRefusesLaterItemsAndKeepsThePendingOnes() {
@@ -21,7 +21,7 @@ final class GroupCommitInboxTests: XCTestCase {
         XCTAssertTrue(inbox.isClosed)
         XCTAssertEqual(inbox.admit(2), .refused)
         XCTAssertEqual(inbox.takeRemaining(), [1])
-        XCTAssertEqual(inbox.takeForDrain(), [], "the drain still queued at close finds nothing")
+        XCTAssertEqual(inbox.takeForDrain().items, [], "the drain still queued at close finds nothing")
     }
 
     func testConcurrentAdmissionsScheduleOnceAndLoseNothing() {
@@ -31,6 +31,6 @@ final class GroupCommitInboxTests: XCTestCase {
             if inbox.admit(index) == .queuedAndSchedule { schedules.withLock { $0 += 1 } }
         }
         XCTAssertEqual(schedules.withLock { $0 }, 1)
-        XCTAssertEqual(inbox.takeForDrain().sorted(), Array(0..<1_000))
+        XCTAssertEqual(inbox.takeForDrain().items.sorted(), Array(0..<1_000))
     }
 }
