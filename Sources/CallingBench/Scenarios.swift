@@ -280,8 +280,11 @@ final class Scenarios {
     private func relay(_ result: inout ScenarioResult) throws {
         let pairs = sizes.relayPairs
         let seconds = sizes.phaseSeconds
-        let pacedAt = sizes.relayPacedRate.map { "at \(Int($0)) frames/s (--relay-rate)" } ?? "at half the server's rate"
-        result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, \(seconds) s paced \(pacedAt)"
+        // In the latency figures' names too, which `--rounds` matches by name: the rate itself,
+        // which half the server's rate makes differ by run, goes into a note.
+        let pacedRate = sizes.relayPacedRate.map { "\(Int($0)) frames/s" } ?? "half the server's rate"
+        result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, \(seconds) s paced at \(pacedRate)"
+            + (sizes.relayPacedRate == nil ? "" : " (--relay-rate)")
         var saturated: [TargetProcess.Kind: Double] = [:]
         var paced: [TargetProcess.Kind: Paced] = [:]
         var gen: [TargetProcess.Kind: Double] = [:]
@@ -401,10 +404,7 @@ final class Scenarios {
         result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
         result.figures.append(Figure(name: "saturated relay rate", unit: "frames/s", server: saturated[.server] ?? .nan,
                                      baseline: saturated[.baseline], higherIsBetter: true))
-        // The rate in a note, not in the names: half the server's rate differs by run, and
-        // `--rounds` combines figures by name.
         result.notes.append("paced at \(Int(halfRate)) frames/s" + (sizes.relayPacedRate == nil ? ", half the server's saturated rate" : ""))
-        let pacedRate = sizes.relayPacedRate == nil ? "half the server's rate" : "\(Int(halfRate)) frames/s"
         for (label, p) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
             result.figures.append(Figure(name: "latency \(label) at \(pacedRate)", unit: "µs",
                                          server: paced[.server].map { Stats.percentile($0.latencies, p) } ?? .nan,

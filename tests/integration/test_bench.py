@@ -23,12 +23,17 @@ BUILT_BENCH = Path(os.environ.get("CALLING_BENCH_BIN", REPO / ".build" / "debug"
 SCENARIOS = ["idle", "rtt", "relay", "fanout", "chat", "chat-postgres", "join", "history"]
 
 
-def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
-    # Beside the session's copy of the server, whose folder also holds the schema bundle the
-    # history scenario's seeding needs (conftest.py), so a rebuild mid-session cannot swap it.
+def session_bench() -> Path:
+    """The bench beside the session's copy of the server, whose folder also holds the schema bundle
+    the history scenario's seeding needs (conftest.py), so a rebuild mid-session cannot swap it."""
     bench = support.BINARY.parent / "calling-bench"
     if not bench.exists():
         shutil.copy2(BUILT_BENCH, bench)
+    return bench
+
+
+def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
+    bench = session_bench()
     result = subprocess.run(
         [str(bench), "suite", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path), "--quiet", "true",
          "--baseline-source", str(REPO / "bench" / "lws-baseline.c"), "--chat-trace", str(tmp_path / "trace")],
@@ -75,10 +80,7 @@ def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
 
 
 def test_rounds_alternate_the_targets_and_report_medians(tmp_path):
-    bench = support.BINARY.parent / "calling-bench"
-    if not bench.exists():
-        shutil.copy2(BUILT_BENCH, bench)
-    command = [str(bench), "suite", "rtt", "relay", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path),
+    command = [str(session_bench()), "suite", "rtt", "relay", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path),
                "--quiet", "true", "--baseline-source", str(REPO / "bench" / "lws-baseline.c")]
     refused = subprocess.run(command + ["--rounds", "0"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert refused.returncode == 64 and "--rounds wants a count" in refused.stderr, refused.stderr
