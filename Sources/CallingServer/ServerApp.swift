@@ -84,7 +84,7 @@ public final class ServerApp: @unchecked Sendable {
             logger.info("cluster mode", ["node": node, "redis": settings.endpoint.description])
         }
         router = clusterRouter ?? localRouter
-        let gate = FrameGate(config: config, metrics: context.metrics, router: router, now: now)
+        let gate = FrameGate(config: config, metrics: context.metrics, router: router, now: ServiceContext.floodClock)
         calls = CallsAPI(context: context, logger: logger.labeled("calls"))
         let rooms = SignalingService(context: context, router: router, chats: chat, calls: calls)
         self.rooms = rooms

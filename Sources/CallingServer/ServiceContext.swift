@@ -48,12 +48,24 @@ final class ServiceContext: @unchecked Sendable {
         self.ice = ice
     }
 
-    /// Wall-clock milliseconds, the default clock. Read once per inbound frame (the rate limiter),
-    /// so straight from `clock_gettime(CLOCK_REALTIME)`, the clock `Date()` reads too: through
-    /// `Date` it was ~75 instructions per relayed frame under callgrind.
+    /// Wall-clock milliseconds, the default clock. Read for many frames (the hub's `now`), so
+    /// straight from `clock_gettime(CLOCK_REALTIME)`, the clock `Date()` reads too: through `Date`
+    /// it was ~75 instructions per relayed frame under callgrind.
     static let systemNow: @Sendable () -> Millis = {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
+        return Millis(now.tv_sec) * 1000 + Millis(now.tv_nsec / 1_000_000)
+    }
+
+    /// Milliseconds of the monotonic clock as of the kernel's last tick (`CLOCK_MONOTONIC_COARSE`:
+    /// 4 ms steps on a 250 Hz kernel), for the flood limiter, which reads a clock for every inbound
+    /// frame. It reads the time the kernel keeps per tick instead of the TSC: 5 ns against 23 for
+    /// `systemNow` on the benchmark machine (docs/benchmarks.md, "What moved the relay"). A token
+    /// bucket fed in 4 ms steps keeps its rate, since each refill covers all the time since the
+    /// last one; and a monotonic clock cannot be stepped back, which would stop the refills.
+    static let floodClock: @Sendable () -> Millis = {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &now)
         return Millis(now.tv_sec) * 1000 + Millis(now.tv_nsec / 1_000_000)
     }
 

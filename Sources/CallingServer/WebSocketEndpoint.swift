@@ -34,6 +34,7 @@ final class FrameGate {
     let config: ServerConfig
     let metrics: Metrics
     let router: any Router
+    /// The limiter's clock: any monotonic milliseconds (`ServiceContext.floodClock` in the server).
     let now: @Sendable () -> Millis
 
     init(config: ServerConfig, metrics: Metrics, router: any Router, now: @escaping @Sendable () -> Millis) {

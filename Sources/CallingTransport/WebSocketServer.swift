@@ -468,8 +468,12 @@ public final class WebSocketServer: @unchecked Sendable {
                         _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
     {
         // A pattern, not `!=`: the enum's `==` is another module's synthesized conformance, called
-        // through the Equatable witness (~20 instructions) on every callback.
-        if case .eventWaitCancelled = reason {} else { loopCallbacks.add(1, ordering: .relaxed) }
+        // through the Equatable witness (~20 instructions) on every callback. A load and a store,
+        // not `add`: this thread is the counter's only writer, so a locked read-modify-write on
+        // every callback (one per inbound frame) would buy nothing.
+        if case .eventWaitCancelled = reason {} else {
+            loopCallbacks.store(loopCallbacks.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+        }
         switch reason {
         case .eventWaitCancelled:
             drainInbox()
