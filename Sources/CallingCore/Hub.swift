@@ -276,6 +276,9 @@ public struct Hub: Sendable {
             return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
         }
 
+        /// Whether a member is seated on `connection`.
+        func seats(_ connection: ConnectionID) -> Bool { all.contains { $0.connection == connection } }
+
         /// A chat's sender, read in place: the peer id seated on `connection` and whether it is
         /// typing, or nil when it holds no seat here. `member(on:)` copied the whole member (its
         /// identity's strings retained and released) for these two fields.
@@ -711,6 +714,18 @@ public struct Hub: Sendable {
         return .deliver(from: peer, to: target, plainIDs: plainIDs)
     }
 
+    /// The answer to a `ping` from `connection`, seated at `seat` (found with `seat(of:)`, the hub
+    /// unchanged since): a `pong` echoing its payload, back to the sender. The decision
+    /// `handle(.message(connection, .ping(payload)))` makes, without an input or an effect array
+    /// around it; nil when the seat does not hold `connection` (as for any unseated sender).
+    public func pong(_ payload: RawJSON?, from connection: ConnectionID, seat: Seat) -> Frame? {
+        guard rooms[slot: seat.slot].members.seats(connection) else { return nil }
+        return Self.pong(echoing: payload)
+    }
+
+    /// A pong carries the ping's payload as its sender wrote it (docs/protocol.md, "ping / pong").
+    private static func pong(echoing payload: RawJSON?) -> Frame { Frame(.pong, rawPayload: payload) }
+
     /// An addressed relay from `connection` as one decision: `route`'s, with the relayed frame's
     /// parts. The same decision `handle(.message(connection, .relay(kind, to: to, payload:
     /// payload)))` makes, as one `.send` effect.
@@ -740,7 +755,7 @@ public struct Hub: Sendable {
             let others = room.connections(excluding: peer)
             return others.isEmpty ? [] : [.send(others, frame)]
         case .ping(let payload):
-            return [.send([connection], Frame(.pong, rawPayload: payload))]
+            return [.send([connection], Self.pong(echoing: payload))]
         case .typing(let typing):
             return setTyping(typing, room: roomID, peer: peer, now: now)
         case .chat(let submission):

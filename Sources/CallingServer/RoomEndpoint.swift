@@ -218,6 +218,10 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         case .relay(let kind, let to?, let payload):
             // Nothing since `liveSessionAndSeat` has changed the hub: the seat is still the sender's.
             rooms.relay(kind, to: to, payload: payload, from: connection, seat: seat)
+        case .ping(let payload):
+            // Likewise (a joined session's connection always has its seat).
+            guard let seat else { return rooms.handle(.message(connection, .ping(payload: payload))) }
+            rooms.pong(payload, from: connection, seat: seat)
         case let message:
             rooms.handle(.message(connection, message))
         }

@@ -345,6 +345,22 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(String(decoding: pong.encoded(), as: UTF8.self), #"{"payload":{ "b":1.0, "a":2 },"type":"pong"}"#)
     }
 
+    func test_a_pong_from_a_seat_found_first_is_the_pong_of_the_ping_through_handle() {
+        joinAll()
+        let payload = RawJSON(["n": 7])
+        for sender in [alice, bob, carol] {
+            guard let seat = hub.seat(of: sender) else { return XCTFail("\(sender) is seated") }
+            guard let pong = hub.pong(payload, from: sender, seat: seat) else { return XCTFail("\(sender) gets a pong") }
+            XCTAssertEqual(send(sender, .ping(payload: payload)), [.send([sender], pong)])
+            XCTAssertEqual(hub.pong(nil, from: sender, seat: seat), Frame(.pong))
+        }
+        // A seat kept past its connection's leave answers nothing, as an unseated sender gets nothing.
+        guard let stale = hub.seat(of: carol) else { return XCTFail("carol is seated") }
+        _ = disconnect(carol)
+        XCTAssertNil(hub.pong(payload, from: carol, seat: stale))
+        XCTAssertEqual(send(carol, .ping(payload: payload)), [])
+    }
+
     // MARK: - Takeover
 
     func test_same_peer_joining_again_replaces_the_old_connection_without_telling_the_room() throws {
