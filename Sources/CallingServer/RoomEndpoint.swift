@@ -200,7 +200,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
 
     func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
         guard let (session, seat) = liveSessionAndSeat(connection) else { return }
-        guard let text = gate.admit(message, on: connection, limiter: &session.limiter) else { return }
+        guard gate.admits(message, on: connection, limiter: &session.limiter), case .text(let text) = message else { return }
         let decoded: ClientMessage
         do {
             decoded = try ClientFrameDecoder.decode(text, limits: frameLimits)

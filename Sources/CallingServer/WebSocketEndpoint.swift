@@ -46,6 +46,13 @@ final class FrameGate {
 
     /// Returns the text to decode, or nil when the message was answered (or dropped) here.
     func admit(_ message: InboundMessage, on connection: ConnectionID, limiter: inout RateLimiter) -> [UInt8]? {
+        guard admits(message, on: connection, limiter: &limiter), case .text(let bytes) = message else { return nil }
+        return bytes
+    }
+
+    /// Whether `message` is text to decode; false when it was answered (or dropped) here. The
+    /// caller reads the text from the message it holds: returning the array would retain it.
+    func admits(_ message: InboundMessage, on connection: ConnectionID, limiter: inout RateLimiter) -> Bool {
         guard limiter.admit(now: now()) else {
             let drops = limiter.consecutiveDrops
             if drops == config.floodCloseAfter {
@@ -58,18 +65,18 @@ final class FrameGate {
                 sendError(FrameError(.rateLimited, "more than \(Int(config.maxFramesPerSecond)) frames per second; frames are being dropped"),
                           to: connection)
             }
-            return nil
+            return false
         }
         switch message {
-        case .text(let bytes):
-            return bytes
+        case .text:
+            return true
         case .binary:
             sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
         case .tooLarge(let count):
             sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
                       to: connection)
         }
-        return nil
+        return false
     }
 
     /// Answers a refused frame with an `error` frame and counts it.
