@@ -158,7 +158,10 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
     }
 
     func server(_ server: WebSocketServer, didReceive message: InboundMessage, on connection: ConnectionID) {
-        endpoint(of: connection).didReceive(message, on: connection)
+        // The primary endpoint is called through the stored constant: the reference that
+        // `endpoint(of:)` returns is retained and released around the call, once per inbound frame.
+        if !byConnection.isEmpty, let other = byConnection[connection] { return other.didReceive(message, on: connection) }
+        primary.didReceive(message, on: connection)
     }
 
     func server(_ server: WebSocketServer, didClose connection: ConnectionID) {
