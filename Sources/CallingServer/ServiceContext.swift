@@ -60,9 +60,10 @@ final class ServiceContext: @unchecked Sendable {
     /// Milliseconds of the monotonic clock as of the kernel's last tick (`CLOCK_MONOTONIC_COARSE`:
     /// 4 ms steps on a 250 Hz kernel), for the flood limiter, which reads a clock for every inbound
     /// frame. It reads the time the kernel keeps per tick instead of the TSC: 5 ns against 23 for
-    /// `systemNow` on the benchmark machine (docs/benchmarks.md, "What moved the relay"). A token
-    /// bucket fed in 4 ms steps keeps its rate, since each refill covers all the time since the
-    /// last one; and a monotonic clock cannot be stepped back, which would stop the refills.
+    /// `systemNow` on the benchmark machine (docs/benchmarks.md, "The ping's own path, the
+    /// limiter's clock, fewer retains"). A token bucket fed in 4 ms steps keeps its rate, since
+    /// each refill covers all the time since the last one; and a monotonic clock cannot be
+    /// stepped back, which would stop the refills.
     static let floodClock: @Sendable () -> Millis = {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC_COARSE, &now)
