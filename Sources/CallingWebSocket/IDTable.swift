@@ -110,3 +110,13 @@ public struct IDTable<Value> {
         }
     }
 }
+
+extension IDTable where Value: AnyObject {
+    /// The object stored for `key` (nonzero), not retained, or nil: for a caller that uses it
+    /// only while the table keeps it, without the atomic retain and release of a copy. Nothing
+    /// the caller does with it may remove `key` or replace its object while it holds it.
+    @inlinable public func unretained(for key: UInt64) -> Unmanaged<Value>? {
+        guard key != 0, let index = slot(of: key) else { return nil }
+        return values.withUnsafeBufferPointer { slots in slots[index].map { Unmanaged.passUnretained($0) } }
+    }
+}

@@ -39,4 +39,33 @@ final class IDTableTests: XCTestCase {
         XCTAssertEqual(table[1], "a")
         XCTAssertEqual(table.count, 1)
     }
+
+    private final class Box {
+        let value: Int
+        init(_ value: Int) { self.value = value }
+    }
+
+    /// The unretained lookup finds the very object the table holds (not a copy of it), nothing for
+    /// a missing or zero key, and leaves the table's own reference the only strong one.
+    func test_unretained_lookup_is_the_stored_object_and_takes_no_reference() {
+        var table = IDTable<Box>()
+        for key in UInt64(1)...40 { table.insert(Box(Int(key) * 10), for: key) }
+        table.removeValue(for: 7)
+        for key in UInt64(1)...40 where key != 7 {
+            guard let entry = table.unretained(for: key) else { return XCTFail("no entry for \(key)") }
+            XCTAssertTrue(entry.takeUnretainedValue() === table[key])
+            XCTAssertEqual(entry._withUnsafeGuaranteedRef { $0.value }, Int(key) * 10)
+        }
+        XCTAssertNil(table.unretained(for: 7))
+        XCTAssertNil(table.unretained(for: 0))
+        XCTAssertNil(table.unretained(for: 41))
+        weak var held: Box?
+        do {
+            let lookedUp = table.unretained(for: 3)
+            held = lookedUp?.takeUnretainedValue()
+            XCTAssertNotNil(held)
+        }
+        table.removeValue(for: 3)
+        XCTAssertNil(held, "the lookup kept the object alive after the table let it go")
+    }
 }
