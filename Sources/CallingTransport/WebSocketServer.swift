@@ -163,6 +163,7 @@ public final class WebSocketServer: @unchecked Sendable {
             if settings.tls != nil, LWS.servedCertificateExpiry(context) == nil {
                 // lws starts a vhost whose certificate did not load (it only logs); never serve so.
                 LWS.destroy(context)
+                contextResources.contextDestroyed()
                 outcome.withLock { $0 = .failure(.tlsSetupFailed("libwebsockets did not load the certificate")) }
                 ready.signal()
                 return
@@ -204,8 +205,9 @@ public final class WebSocketServer: @unchecked Sendable {
         }
         withLifecycle { $0.context = nil }
         LWS.destroy(context)
+        // Nothing calls them any more: the cycles they made with the server end here.
+        contextResources.contextDestroyed()
         withLifecycle { $0.running = false }
-        // Nothing calls it any more: whatever cycle it made with the server ends here.
         delegate = nil
     }
 
@@ -339,19 +341,24 @@ public final class WebSocketServer: @unchecked Sendable {
     /// nothing is queued before them, and a frame that arrives behind queued messages (or would
     /// take the pending bytes past `maxCoalescedBytes`) is queued as a message instead.
     public func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
-        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
-        let framed = count + (count < 126 ? 2 : count <= 0xFFFF ? 4 : 10)
-        guard conn.queue.isEmpty, conn.pendingUsed + framed <= settings.maxCoalescedBytes else {
-            return send(OutboundMessage(count: count, writing: write), to: connection)
+        // Borrowed from the table, not copied out of it (a retain and a release per relayed
+        // frame): nothing below removes a connection from `connections`.
+        guard let entry = state.connections.unretained(for: connection.rawValue) else { return }
+        entry._withUnsafeGuaranteedRef { conn in
+            guard conn.closeCode == nil else { return }
+            let framed = count + (count < 126 ? 2 : count <= 0xFFFF ? 4 : 10)
+            guard conn.queue.isEmpty, conn.pendingUsed + framed <= settings.maxCoalescedBytes else {
+                return send(OutboundMessage(count: count, writing: write), to: connection)
+            }
+            let start = conn.reservePending(framed)
+            let header = WebSocketFraming.writeTextHeader(length: count, into: start)
+            write((start + header).assumingMemoryBound(to: UInt8.self))
+            conn.pendingUsed += framed
+            conn.pendingFrames += 1
+            conn.pendingPayloadBytes += count
+            conn.queuedBytes += count
+            queued(conn, connection)
         }
-        let start = conn.reservePending(framed)
-        let header = WebSocketFraming.writeTextHeader(length: count, into: start)
-        write((start + header).assumingMemoryBound(to: UInt8.self))
-        conn.pendingUsed += framed
-        conn.pendingFrames += 1
-        conn.pendingPayloadBytes += count
-        conn.queuedBytes += count
-        queued(conn, connection)
     }
 
     /// After a frame was queued: closes a connection whose queue passed `maxQueueBytes`, else has
@@ -550,12 +557,19 @@ public final class WebSocketServer: @unchecked Sendable {
             return 0
 
         case .receive:
-            guard let user, let conn = Self.connection(user) else { return 0 }
+            guard let user, let object = LWSSession.object(user) else { return 0 }
             // With the libev loop the deferred writes wait until no event is pending; a loop that
             // keeps finding input would hold them back, so after `flushAfterFrames` inbound frames
             // they go out from here.
             countTowardsFlush()
-            receive(conn, id: ConnectionID(LWSSession.id(user)), wsi: wsi, input: input, length: length)
+            // Borrowed for the call, not retained and released around it (one pair of atomic
+            // operations per inbound frame): `connections` owns the connection until its CLOSED
+            // callback, and lws runs no other callback of this wsi, CLOSED included, from inside
+            // this one. Nothing the transport calls from here closes a wsi on the spot (`close`
+            // and `killAsync` both wait for a later turn of the loop).
+            Unmanaged<WSConnection>.fromOpaque(object)._withUnsafeGuaranteedRef { conn in
+                receive(conn, id: ConnectionID(LWSSession.id(user)), wsi: wsi, input: input, length: length)
+            }
             return 0
 
         case .peerInitiatedClose:
@@ -835,19 +849,23 @@ public final class WebSocketServer: @unchecked Sendable {
                 // bytes), so emptying it keeps its storage; one the app still holds is left to it
                 // (copy on write), so a kept message never changes. (Through `rx` it was appended
                 // there, and `rx`, still shared with the message, was allocated anew each time.)
-                let message: InboundMessage
-                if LWS.isBinaryFrame(wsi) {
-                    message = .binary(byteCount: length)
-                } else {
-                    if state.inbound.capacity > 65_536 { state.inbound = [] }
-                    // One call that empties and refills it (removeAll and append were two).
-                    state.inbound.replaceSubrange(state.inbound.startIndex..<state.inbound.endIndex,
-                                                  with: UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
-                    message = .text(state.inbound)
-                }
                 if !conn.rx.isEmpty { conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536) }
                 conn.rxDiscarded = 0
+                if LWS.isBinaryFrame(wsi) {
+                    delegate?.server(self, didReceive: .binary(byteCount: length), on: id)
+                    return
+                }
+                // The array is moved into the message and back out of it, not copied: a copy
+                // is a retain and a release of its storage, atomic ones, on every inbound frame.
+                var bytes: [UInt8] = []
+                swap(&bytes, &state.inbound)
+                if bytes.capacity > 65_536 { bytes = [] }
+                // One call that empties and refills it (removeAll and append were two).
+                bytes.replaceSubrange(bytes.startIndex..<bytes.endIndex,
+                                      with: UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
+                let message = InboundMessage.text(consume bytes)
                 delegate?.server(self, didReceive: message, on: id)
+                if case .text(let kept) = consume message { state.inbound = kept }
                 return
             }
             conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536)

@@ -166,10 +166,23 @@ package final class LWSServerContextResources {
     }
 
     /// Creates the context and its default vhost (listening at once); nil when lws refuses. Call on
-    /// the thread that will service it. `handler` is held unretained and must outlive the context.
+    /// the thread that will service it. `handler` is held from here until `contextDestroyed()`:
+    /// a handler that keeps these resources is in a cycle with them until then.
     package func createContext(_ options: LWSServerOptions, handler: any LWSServerHandler) -> OpaquePointer? {
         let owner = HandlerBox(handler)
         self.owner = owner
+        let context = makeContext(options, owner: owner)
+        if context == nil { self.owner = nil }
+        return context
+    }
+
+    /// Lets the handler go: the context that called it has been destroyed (its final stage), or
+    /// was never made. No callback can reach it after that.
+    package func contextDestroyed() {
+        owner = nil
+    }
+
+    private func makeContext(_ options: LWSServerOptions, owner: HandlerBox) -> OpaquePointer? {
         let name = strdup("calling")!
         cStrings.append(name)
         let protocolList = UnsafeMutablePointer<lws_protocols>.allocate(capacity: 2)
@@ -316,7 +329,10 @@ package enum LWSSession {
 
 /// The context's user pointer: the handler, unretained (it outlives the context).
 private final class HandlerBox {
-    unowned(unsafe) let handler: any LWSServerHandler
+    /// Strong, and a constant: a call through a constant of an object the caller borrows needs no
+    /// retain of its own. Through `unowned(unsafe)` every lws callback retained and released the
+    /// handler, a pair of atomic operations per inbound frame.
+    let handler: any LWSServerHandler
     init(_ handler: any LWSServerHandler) { self.handler = handler }
 }
 
