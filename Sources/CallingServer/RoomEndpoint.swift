@@ -62,8 +62,10 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     /// Read once or twice per inbound frame. Unchecked for exclusivity, like the transport's
     /// per-frame state (WebSocketServer.swift, `ServiceState`): only the service thread touches
     /// it, and no access is held across a call that could reach it again. Each checked access is a
-    /// thread-local lookup (`swift_beginAccess`), ~80 instructions under callgrind.
-    @exclusivity(unchecked) private var sessions: [ConnectionID: Session] = [:]
+    /// thread-local lookup (`swift_beginAccess`), ~80 instructions under callgrind. By the
+    /// connection's raw id in an `IDTable`: no seeded hash per frame, and a frame's session is
+    /// borrowed from it rather than copied out (`didReceive`).
+    @exclusivity(unchecked) private var sessions = IDTable<Session>()
     private var lastExpiryCheck: Millis = 0
 
     // Stored, not read through `context` on every frame: a computed `ServerConfig` is a copy of
@@ -93,10 +95,10 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     /// a relayed frame hands it to the hub rather than have it looked up again.
     @inline(__always)
     private func liveSessionAndSeat(_ connection: ConnectionID) -> (session: Session, seat: Hub.Seat?)? {
-        guard let session = sessions[connection] else { return nil }
+        guard let session = sessions[connection.rawValue] else { return nil }
         guard session.joined else { return (session, nil) }
         guard let seat = rooms.seat(of: connection) else {
-            sessions[connection] = nil
+            sessions.removeValue(for: connection.rawValue)
             return nil
         }
         return (session, seat)
@@ -135,8 +137,8 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             router.close(connection, code: .internalError)
             return
         }
-        sessions[connection] = Session(ticket: ticket, limiter: RateLimiter(perSecond: config.maxFramesPerSecond,
-                                                                             burst: config.frameBurst))
+        sessions.insert(Session(ticket: ticket, limiter: RateLimiter(perSecond: config.maxFramesPerSecond, burst: config.frameBurst)),
+                        for: connection.rawValue)
         loadResume(for: ticket) { [context] resume in
             context.post { [self] in finishJoin(connection, ticket: ticket, resume: resume) }
         }
@@ -173,7 +175,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     }
 
     private func finishJoin(_ connection: ConnectionID, ticket: JoinTicket, resume: Result<ChatResume, StoreError>) {
-        guard sessions[connection] != nil else { return }  // left while loading
+        guard sessions[connection.rawValue] != nil else { return }  // left while loading
         let state: ChatResume
         switch resume {
         case .success(let loaded):
@@ -184,13 +186,13 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             context.logger.error("chat state unavailable at join", ["room.id": ticket.identity.room.rawValue, "error": "\(error)"])
             state = ChatResume(complete: false, requested: ticket.resumeAfter != nil)
         }
-        let early = sessions[connection]?.seat() ?? []
+        let early = sessions[connection.rawValue]?.seat() ?? []
         rooms.join(connection, ticket.identity, resume: state)
         for message in early { rooms.handle(.message(connection, message)) }
     }
 
     func didClose(_ connection: ConnectionID) {
-        guard let session = sessions.removeValue(forKey: connection) else { return }
+        guard let session = sessions.removeValue(for: connection.rawValue) else { return }
         if let pending = session.pending {
             rooms.abandonSeat(connection, pending.ticket.identity)
         } else {
@@ -199,7 +201,23 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     }
 
     func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
-        guard let (session, seat) = liveSessionAndSeat(connection) else { return }
+        // `liveSessionAndSeat`, with the session borrowed from the table instead of copied out
+        // of it (an atomic retain and release per inbound frame): once the seat is checked,
+        // nothing this frame does removes the session (only `didClose` and that check do).
+        guard let entry = sessions.unretained(for: connection.rawValue) else { return }
+        var seat: Hub.Seat?
+        if entry._withUnsafeGuaranteedRef({ $0.joined }) {
+            guard let found = rooms.seat(of: connection) else {
+                sessions.removeValue(for: connection.rawValue)
+                return
+            }
+            seat = found
+        }
+        entry._withUnsafeGuaranteedRef { session in receive(message, on: connection, session: session, seat: seat) }
+    }
+
+    @inline(__always)
+    private func receive(_ message: InboundMessage, on connection: ConnectionID, session: Session, seat: Hub.Seat?) {
         guard gate.admits(message, on: connection, limiter: &session.limiter), case .text(let text) = message else { return }
         let decoded: ClientMessage
         do {
@@ -232,7 +250,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         guard current - lastExpiryCheck >= 1_000 else { return }
         lastExpiryCheck = current
         let nowDate = Date(timeIntervalSince1970: Double(current) / 1000)
-        for connection in Array(sessions.keys) {
+        for connection in sessions.storedKeys.map(ConnectionID.init) {
             guard let session = liveSession(connection), !session.expired,
                 session.expiresAt.addingTimeInterval(config.jwtLeewaySeconds) < nowDate
             else { continue }
