@@ -83,8 +83,8 @@ public final class WebSocketServer: @unchecked Sendable {
     // @unchecked: mutable state is split in two. `inbox`/`lifecycle` are lock-protected and
     // touched from any thread; `state` is only ever touched on the service thread.
     public let settings: TransportSettings
-    /// Set before `start`; read on the service thread for every callback that reaches the app, so
-    /// unchecked for exclusivity (see `ServiceState`). Held strongly, and let go when the service
+    /// Set before `start`: the loop calls the delegate it had when it started (`ServiceRun`).
+    /// Read on the service thread, so unchecked for exclusivity (see `ServiceState`). Held strongly, and let go when the service
     /// loop ends (`stop`), so a delegate may hold the server: the cycle lasts as long as the loop.
     /// Not weak: every retain and release of an object that was ever weakly referenced goes through
     /// its side table, and the delegate is called for every inbound frame (a weak load and a slow
@@ -466,13 +466,14 @@ public final class WebSocketServer: @unchecked Sendable {
             maxHeaderBytes: settings.maxHeaderBytes, httpTimeoutSeconds: settings.httpTimeoutSeconds,
             fdLimitPerThread: max(1024, socketBudget + settings.reservedFileDescriptors),
             libev: settings.eventLoop == .libev, tls: tls)
-        return contextResources.createContext(options, handler: self)
+        return contextResources.createContext(options, handler: ServiceRun(server: self, delegate: delegate))
     }
 
     // MARK: callback (service thread)
 
-    package func handle(_ wsi: OpaquePointer, _ reason: LWSServerEvent, _ user: UnsafeMutableRawPointer?,
-                        _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
+    /// One lws callback. `delegate`: the run's (`ServiceRun`), borrowed for the call.
+    fileprivate func handle(_ wsi: OpaquePointer, _ reason: LWSServerEvent, _ user: UnsafeMutableRawPointer?,
+                            _ input: UnsafeMutableRawPointer?, _ length: Int, delegate: (any WebSocketServerDelegate)?) -> Int32
     {
         // A pattern, not `!=`: the enum's `==` is another module's synthesized conformance, called
         // through the Equatable witness (~20 instructions) on every callback. A load and a store,
@@ -568,7 +569,7 @@ public final class WebSocketServer: @unchecked Sendable {
             // this one. Nothing the transport calls from here closes a wsi on the spot (`close`
             // and `killAsync` both wait for a later turn of the loop).
             Unmanaged<WSConnection>.fromOpaque(object)._withUnsafeGuaranteedRef { conn in
-                receive(conn, id: ConnectionID(LWSSession.id(user)), wsi: wsi, input: input, length: length)
+                receive(conn, id: ConnectionID(LWSSession.id(user)), wsi: wsi, input: input, length: length, delegate: delegate)
             }
             return 0
 
@@ -837,7 +838,7 @@ public final class WebSocketServer: @unchecked Sendable {
     }
 
     private func receive(_ conn: WSConnection, id: ConnectionID, wsi: OpaquePointer, input: UnsafeMutableRawPointer?,
-                         length: Int)
+                         length: Int, delegate: (any WebSocketServerDelegate)?)
     {
         // After our Close only the client's Close matters (RFC 6455 §5.5.1).
         if conn.closeFrameSent { return }
@@ -1113,7 +1114,26 @@ public final class WebSocketServer: @unchecked Sendable {
     }
 }
 
-extension WebSocketServer: LWSServerHandler {}
+/// What lws calls back while the loop runs: the server and the delegate it had when the loop
+/// started, both constants of an object the callback borrows (`createContext`), so that reaching
+/// them retains neither. Read from the server's `delegate` variable instead, the delegate was
+/// retained and released around every call, one pair of atomic operations per inbound frame.
+/// The binding holds the run until the context's final destroy stage.
+private final class ServiceRun: LWSServerHandler {
+    let server: WebSocketServer
+    let delegate: (any WebSocketServerDelegate)?
+
+    init(server: WebSocketServer, delegate: (any WebSocketServerDelegate)?) {
+        self.server = server
+        self.delegate = delegate
+    }
+
+    func handle(_ wsi: OpaquePointer, _ event: LWSServerEvent, _ user: UnsafeMutableRawPointer?,
+                _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
+    {
+        server.handle(wsi, event, user, input, length, delegate: delegate)
+    }
+}
 
 /// Service-thread-only state. Not Sendable on purpose: nothing else may hold it.
 ///
