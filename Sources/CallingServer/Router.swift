@@ -121,13 +121,15 @@ final class LocalRouter: Router {
     func deliverRelay(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON?, target: ConnectionID, plainIDs: Bool) {
         // A socket's frame is written from the relay's parts into the message it gets; an HTTP
         // session, or a relay without a payload or with ids to escape, takes the `Frame` path.
-        guard !HTTPSessions.isVirtual(target), plainIDs, let payload else {
+        guard !HTTPSessions.isVirtual(target), plainIDs, payload != nil else {
             return deliver(RelayedFrame(kind, from: from, to: to, payload: payload).frame, to: target)
         }
-        let length = RelayedFrame.plainLength(kind, plainFrom: from, plainTo: to, payload: payload)
+        // `payload!` where it is used, not a `let payload` bound by the guard: that binding was a
+        // copy of the payload (its buffer retained and released once per relayed frame).
+        let length = RelayedFrame.plainLength(kind, plainFrom: from, plainTo: to, payload: payload!)
         metrics.framesOut.count(kind.frameType)
         // Framed straight into the target's pending bytes: no message of its own.
-        sink.send(count: length, to: target) { RelayedFrame.writePlain(kind, from: from, to: to, payload: payload, at: $0) }
+        sink.send(count: length, to: target) { RelayedFrame.writePlain(kind, from: from, to: to, payload: payload!, at: $0) }
     }
 
     /// A relayed frame, a chat and a chat-ack are written straight into the message every target
