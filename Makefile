@@ -101,9 +101,11 @@ test-fuzz:
 # its own build folder (slower; not part of `make test`). LeakSanitizer is off: Foundation and
 # libcurl keep process-lifetime allocations it would report at exit. test_memory.py is left out:
 # the sanitizers' own shadow memory and quarantine dwarf the RSS it measures.
+# SERVER_BIN_UNDER_TEST, not a CALLING_* name: the server reads every CALLING_* variable as its
+# configuration and refuses unknown keys, which failed every test that starts it from the CLI.
 test-asan: test-deps
 	$(SWIFT) build --scratch-path .build-asan --product calling-server -Xswiftc -sanitize=address
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 CALLING_SERVER_BIN=$(CURDIR)/.build-asan/debug/calling-server \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 SERVER_BIN_UNDER_TEST=$(CURDIR)/.build-asan/debug/calling-server \
 		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration --ignore=tests/integration/media \
 		--ignore=tests/integration/test_memory.py
 
@@ -111,7 +113,7 @@ test-asan: test-deps
 test-tsan: test-deps
 	$(SWIFT) build --build-tests --scratch-path .build-tsan -Xswiftc -sanitize=thread
 	$(SWIFT) test --skip-build --scratch-path .build-tsan
-	TSAN_OPTIONS=halt_on_error=1 CALLING_SERVER_BIN=$(CURDIR)/.build-tsan/debug/calling-server \
+	TSAN_OPTIONS=halt_on_error=1 SERVER_BIN_UNDER_TEST=$(CURDIR)/.build-tsan/debug/calling-server \
 		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration --ignore=tests/integration/media \
 		--ignore=tests/integration/test_memory.py
 

@@ -294,7 +294,7 @@ def main() -> int:
     if not redis_binary or not Path(args.binary).exists():
         print("needs redis-server and a built calling-server (make release)", file=sys.stderr)
         return 2
-    os.environ["CALLING_SERVER_BIN"] = args.binary
+    os.environ["SERVER_BIN_UNDER_TEST"] = args.binary
     support.BINARY = Path(args.binary)
     if args.chat > 0:
         return chat_main(args, redis_binary)

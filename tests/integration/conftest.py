@@ -34,12 +34,12 @@ def pytest_sessionstart(session):
     """Runs the whole session against a private copy of the binary (and its SwiftPM resource
     bundles): other people rebuild .build/debug while the suite runs, and a binary replaced
     mid-session ("Text file busy", or a different server from one test to the next) would make
-    results depend on timing. CALLING_SERVER_BIN, when set, is used as is."""
+    results depend on timing. SERVER_BIN_UNDER_TEST, when set, is used as is."""
     global _snapshot_dir
     source = support.BINARY
     if not source.exists():
         raise pytest.UsageError(f"{source} is missing: run `swift build` in the repository first")
-    if os.environ.get("CALLING_SERVER_BIN"):
+    if os.environ.get("SERVER_BIN_UNDER_TEST"):
         return
     _snapshot_dir = Path(tempfile.mkdtemp(prefix="calling-server-bin-"))
     copy = _snapshot_dir / source.name

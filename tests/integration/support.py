@@ -31,7 +31,7 @@ import websockets
 from websockets.asyncio.client import connect as ws_connect
 
 REPO = Path(__file__).resolve().parents[2]
-BINARY = Path(os.environ.get("CALLING_SERVER_BIN", REPO / ".build" / "debug" / "calling-server"))
+BINARY = Path(os.environ.get("SERVER_BIN_UNDER_TEST", REPO / ".build" / "debug" / "calling-server"))
 HOST = "127.0.0.1"
 BANNER = re.compile(rb"calling-server listening on https?://[^\s:]+:(\d+)")
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -27,7 +27,7 @@ async def send_and_ack(peer: Peer, client_id: str, text: str) -> dict:
 
 
 def cli_env() -> dict:
-    """The environment without CALLING_* (CALLING_SERVER_BIN of make test-tsan is no config key)."""
+    """The environment without CALLING_*: the server would read those as its configuration."""
     return {key: value for key, value in os.environ.items() if not key.startswith("CALLING_")}
 
 
