@@ -1,6 +1,5 @@
 import CallingProtocol
 import Foundation
-import Synchronization
 
 /// A small logger in swift-log's shape: constant messages, data in metadata (`room.id`, `peer.id`).
 /// Tokens and SDP are never logged above trace.
@@ -119,12 +118,15 @@ public struct StderrLogHandler: LogHandler {
 }
 
 /// Keeps records in memory so tests can assert on what was logged.
-public final class MemoryLogHandler: LogHandler {
-    private let records = Mutex<[LogRecord]>([])
+/// An NSLock (a pthread mutex), not `Mutex`: ThreadSanitizer does not see the futex `Mutex` uses
+/// on Linux, and reported the concurrent loggers of LoggerTests as a race (`make test-tsan`).
+public final class MemoryLogHandler: LogHandler, @unchecked Sendable {
+    private let lock = NSLock()
+    nonisolated(unsafe) private var records: [LogRecord] = []
 
     public init() {}
 
-    public func log(_ record: LogRecord) { records.withLock { $0.append(record) } }
+    public func log(_ record: LogRecord) { lock.withLock { records.append(record) } }
 
-    public var all: [LogRecord] { records.withLock { $0 } }
+    public var all: [LogRecord] { lock.withLock { records } }
 }
