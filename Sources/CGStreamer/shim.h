@@ -85,6 +85,14 @@ static inline const char *cs_reply_error(const GstStructure *reply) {
 
 static inline GstMessageType cs_message_type(GstMessage *message) { return GST_MESSAGE_TYPE(message); }
 static inline const char *cs_message_source_name(GstMessage *message) { return GST_MESSAGE_SRC_NAME(message); }
+/* Whether the element has reached PLAYING (not merely been asked to), read under its object lock
+ * as GStreamer writes it. */
+static inline gboolean cs_element_is_playing(GstElement *element) {
+    GST_OBJECT_LOCK(element);
+    gboolean playing = GST_STATE(element) == GST_STATE_PLAYING;
+    GST_OBJECT_UNLOCK(element);
+    return playing;
+}
 static inline GstClockTime cs_buffer_pts(GstBuffer *buffer) { return GST_BUFFER_PTS(buffer); }
 static inline void cs_buffer_set_pts(GstBuffer *buffer, GstClockTime pts, GstClockTime duration) {
     GST_BUFFER_PTS(buffer) = pts;

@@ -314,12 +314,12 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     }
 
     private func pace() {
-        let (live, shared) = lock.withLock { () -> ([PeerConnection], [Int16]?) in
-            let live = connections.values.filter { $0.pcmSource != nil }
-            return (live, feed.nextSharedFrame())
-        }
-        for connection in live {
-            guard let source = connection.pcmSource else { continue }
+        let (all, shared) = lock.withLock { (Array(connections.values), feed.nextSharedFrame()) }
+        for connection in all {
+            // Not before its appsrc plays (see `playingPCMSource`): a frame pushed while the
+            // pipeline starts can stall what the connection sends for the whole call. The WAV
+            // position and the echo stay where they are until then.
+            guard let source = connection.playingPCMSource else { continue }
             let frame = lock.withLock { feed.frame(for: connection, shared: shared) }
             PCMFeed.push(frame, to: source)
         }

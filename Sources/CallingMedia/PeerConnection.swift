@@ -40,7 +40,8 @@ final class PeerConnection: @unchecked Sendable {
     // Everything below: guarded by `lock`.
     private var sendBranchAdded = false
     private var started = false
-    private(set) var pcmSource: UnsafeMutablePointer<GstElement>?
+    /// The `appsrc` of a WAV, PCM or echo input; the pacer takes it through `playingPCMSource`.
+    private var pcmSource: UnsafeMutablePointer<GstElement>?
     /// The `volume` element of the send branch: muting it sends silence and keeps the stream.
     private var micVolume: UnsafeMutablePointer<GstElement>?
     /// Remote tracks received so far (names them).
@@ -220,6 +221,21 @@ final class PeerConnection: @unchecked Sendable {
         if let mic = gst_bin_get_by_name(GStreamer.cast(UnsafeMutableRawPointer(branch)), "mic") {
             lock.withLock { micVolume = mic }
         }
+    }
+
+    /// The `appsrc` of this connection's input once it plays; nil before (and without one).
+    ///
+    /// The appsrc timestamps a buffer when it is pushed (`do-timestamp`): the clock's time minus
+    /// its own base time. Going to PLAYING, the pipeline hands its clock to every element first
+    /// and then sets base times element by element, downstream first, so for a moment the appsrc
+    /// has a clock and a base time of 0: a frame pushed then is stamped with the clock's absolute
+    /// time (the machine's uptime, minutes or days ahead of the stream). webrtcbin syncs what it
+    /// sends to the clock, so that first frame waits there for the uptime to pass again and
+    /// nothing behind it is ever sent, for the whole call. The appsrc reaches PLAYING only after
+    /// its base time is set, so frames pushed from then on are stamped on the stream's timeline.
+    var playingPCMSource: UnsafeMutablePointer<GstElement>? {
+        guard let source = lock.withLock({ pcmSource }), cs_element_is_playing(source) != 0 else { return nil }
+        return source
     }
 
     private func start() throws {

@@ -10,10 +10,10 @@ import XCTest
 /// (a stats poll, a data-channel send, the PCM pacer) must find its GStreamer objects alive and
 /// every promise answered. Real GStreamer, no network.
 final class PeerConnectionTests: XCTestCase {
-    private func makeConnection(_ peer: PeerID = "b") throws -> PeerConnection {
+    private func makeConnection(_ peer: PeerID = "b", input: AudioInput = .silence) throws -> PeerConnection {
         let certificate = try DTLSCertificate.generate()
         var options = MediaOptions()
-        options.input = .silence
+        options.input = input
         let settings = PeerConnection.Settings(
             options: options, certificate: DTLSCertificateValue(pem: certificate.pem, fingerprint: certificate.sha256Fingerprint),
             recording: nil, pcmFormat: (48_000, 1))
@@ -80,6 +80,42 @@ final class PeerConnectionTests: XCTestCase {
         }
     }
 
+    /// The pacer feeds an appsrc input (WAV, PCM, echo) through `playingPCMSource`, and the
+    /// appsrc stamps each frame as it is pushed. A frame pushed while the pipeline was starting
+    /// was stamped with the clock's absolute time (the machine's uptime) instead of the
+    /// stream's running time; webrtcbin syncs what it sends to the clock, so it held that frame
+    /// and everything behind it: the call connected, audio came in, and not one RTP packet went
+    /// out (once in about a hundred calls, when a 20 ms tick fell into that moment). Here a
+    /// feeder pushes as fast as it can while the offer starts the pipeline, so it cannot miss
+    /// that moment, and every frame it fed must carry a time the stream has already reached.
+    func test_frames_fed_while_the_pipeline_starts_are_stamped_with_the_streams_running_time() async throws {
+        for round in 0..<5 {
+            let connection = try makeConnection("a", input: .echo)
+            let feeder = Feeder(connection)
+            feeder.start()
+            _ = try await within(5, "createOffer") { try await connection.createOffer() }
+            let pushed = feeder.stop()
+            XCTAssertGreaterThan(pushed, 0, "round \(round): the pacer never got the appsrc of a playing pipeline")
+            // The probe drops every frame, so the appsrc drains at once; wait until it has.
+            var stamps = feeder.stamps
+            let deadline = Date().addingTimeInterval(5)
+            repeat {
+                try await Task.sleep(nanoseconds: 50_000_000)
+                let previous = stamps.count
+                stamps = feeder.stamps
+                if stamps.count == previous { break }
+            } while Date() < deadline
+            let clock = try XCTUnwrap(gst_element_get_clock(connection.pipeline))
+            let runningTime = gst_clock_get_time(clock) - gst_element_get_base_time(connection.pipeline)
+            gst_object_unref(UnsafeMutableRawPointer(clock))
+            XCTAssertFalse(stamps.isEmpty, "round \(round): no frame left the appsrc")
+            let ahead = stamps.filter { $0 == GstClockTime.max || $0 > runningTime }
+            XCTAssertEqual(ahead.count, 0, "round \(round): \(ahead.count) of \(stamps.count) frames stamped ahead of the "
+                + "running time \(runningTime) ns, e.g. \(ahead.first ?? 0) ns: webrtcbin would hold them until then")
+            await Self.tearDownOffThread(connection)
+        }
+    }
+
     /// An offer whose promise webrtcbin drops fails; it does not hang and does not succeed.
     func test_a_negotiation_step_on_a_closed_connection_throws() async throws {
         let connection = try makeConnection()
@@ -132,5 +168,66 @@ final class GStreamerPromiseTests: XCTestCase {
         gst_promise_reply(promise, nil)
         gst_promise_unref(promise)
         XCTAssertEqual(outcomes.all, ["replied"])
+    }
+}
+
+/// Pushes 20 ms of silence into a connection's appsrc in a tight loop on its own thread, the
+/// pacer's way (`playingPCMSource`, `PCMFeed.push`), until stopped; every frame that leaves the
+/// appsrc has its timestamp recorded and is dropped there.
+private final class Feeder: @unchecked Sendable {
+    // @unchecked: `lock` guards `stopped`, `count` and `seen`; `connection` is immutable.
+    private let connection: PeerConnection
+    private let lock = NSLock()
+    private var stopped = false
+    private var count = 0
+    private var seen: [GstClockTime] = []
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ connection: PeerConnection) { self.connection = connection }
+
+    /// Timestamps of the frames that left the appsrc, in order.
+    var stamps: [GstClockTime] { lock.withLock { seen } }
+
+    /// Feeds until stopped, or until 200 frames went in after the appsrc reached PLAYING.
+    func start() {
+        let frame = [Int16](repeating: 0, count: 960)
+        Thread.detachNewThread { [self] in
+            var watched = false
+            var whilePlaying = 0
+            while !lock.withLock({ stopped }), whilePlaying < 200 {
+                guard let source = connection.playingPCMSource else { continue }
+                if !watched {
+                    watch(source)
+                    watched = true
+                }
+                PCMFeed.push(frame, to: source)
+                lock.withLock { count += 1 }
+                if cs_element_is_playing(source) != 0 { whilePlaying += 1 }
+            }
+            done.signal()
+        }
+    }
+
+    /// Stops feeding; returns how many frames were pushed.
+    func stop() -> Int {
+        lock.withLock { stopped = true }
+        done.wait()
+        return lock.withLock { count }
+    }
+
+    private func record(_ stamp: GstClockTime) { lock.withLock { seen.append(stamp) } }
+
+    /// A probe on the appsrc's output, before the frames reach anything that waits for the clock.
+    private func watch(_ source: UnsafeMutablePointer<GstElement>) {
+        guard let pad = gst_element_get_static_pad(source, "src") else { return }
+        // Retained by the probe and released with it (the pad lives as long as the connection).
+        let box = Unmanaged.passRetained(self).toOpaque()
+        gst_pad_add_probe(pad, GST_PAD_PROBE_TYPE_BUFFER, { _, info, data in
+            guard let info, let data, let buffer = info.pointee.data else { return GST_PAD_PROBE_OK }
+            let feeder = Unmanaged<Feeder>.fromOpaque(data).takeUnretainedValue()
+            feeder.record(cs_buffer_pts(buffer.assumingMemoryBound(to: GstBuffer.self)))
+            return GST_PAD_PROBE_DROP
+        }, box, { data in Unmanaged<Feeder>.fromOpaque(data!).release() })
+        gst_object_unref(UnsafeMutableRawPointer(pad))
     }
 }
