@@ -88,15 +88,16 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     /// seat the hub let go (taken over, kicked, room closed) is forgotten here: frames still
     /// arriving before its close completes must not reach the hub.
     private func liveSession(_ connection: ConnectionID) -> Session? {
-        liveSessionAndSeat(connection)?.session
+        liveSessionAndSeat(connection)?.session.takeUnretainedValue()
     }
 
-    /// `liveSession`, with the seat a joined session's connection holds (nil while not joined):
-    /// a relayed frame hands it to the hub rather than have it looked up again.
+    /// `liveSession`, unretained (the table keeps it; the check that follows the lookup is the
+    /// only removal a frame can cause), with the seat a joined session's connection holds (nil
+    /// while not joined): a relayed frame hands it to the hub rather than have it looked up again.
     @inline(__always)
-    private func liveSessionAndSeat(_ connection: ConnectionID) -> (session: Session, seat: Hub.Seat?)? {
-        guard let session = sessions[connection.rawValue] else { return nil }
-        guard session.joined else { return (session, nil) }
+    private func liveSessionAndSeat(_ connection: ConnectionID) -> (session: Unmanaged<Session>, seat: Hub.Seat?)? {
+        guard let session = sessions.unretained(for: connection.rawValue) else { return nil }
+        guard session._withUnsafeGuaranteedRef({ $0.joined }) else { return (session, nil) }
         guard let seat = rooms.seat(of: connection) else {
             sessions.removeValue(for: connection.rawValue)
             return nil
@@ -201,18 +202,10 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     }
 
     func didReceive(_ message: InboundMessage, on connection: ConnectionID) {
-        // `liveSessionAndSeat`, with the session borrowed from the table instead of copied out
-        // of it (an atomic retain and release per inbound frame): once the seat is checked,
-        // nothing this frame does removes the session (only `didClose` and that check do).
-        guard let entry = sessions.unretained(for: connection.rawValue) else { return }
-        var seat: Hub.Seat?
-        if entry._withUnsafeGuaranteedRef({ $0.joined }) {
-            guard let found = rooms.seat(of: connection) else {
-                sessions.removeValue(for: connection.rawValue)
-                return
-            }
-            seat = found
-        }
+        // The session borrowed from the table instead of copied out of it (an atomic retain and
+        // release per inbound frame): once its seat is checked, nothing this frame does removes
+        // it (only `didClose` and that check do).
+        guard let (entry, seat) = liveSessionAndSeat(connection) else { return }
         entry._withUnsafeGuaranteedRef { session in receive(message, on: connection, session: session, seat: seat) }
     }
 

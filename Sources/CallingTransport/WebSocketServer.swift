@@ -84,8 +84,9 @@ public final class WebSocketServer: @unchecked Sendable {
     // touched from any thread; `state` is only ever touched on the service thread.
     public let settings: TransportSettings
     /// Set before `start`: the loop calls the delegate it had when it started (`ServiceRun`).
-    /// Read on the service thread, so unchecked for exclusivity (see `ServiceState`). Held strongly, and let go when the service
-    /// loop ends (`stop`), so a delegate may hold the server: the cycle lasts as long as the loop.
+    /// Read on the service thread, so unchecked for exclusivity (see `ServiceState`). Held
+    /// strongly, and let go when the service loop ends (`stop`), so a delegate may hold the
+    /// server: the cycle lasts as long as the loop.
     /// Not weak: every retain and release of an object that was ever weakly referenced goes through
     /// its side table, and the delegate is called for every inbound frame (a weak load and a slow
     /// release, ~130 instructions per relayed frame under callgrind).

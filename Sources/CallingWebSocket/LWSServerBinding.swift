@@ -176,8 +176,8 @@ package final class LWSServerContextResources {
         return context
     }
 
-    /// Lets the handler go: the context that called it has been destroyed (its final stage), or
-    /// was never made. No callback can reach it after that.
+    /// Lets the handler go: the context that called it has been destroyed (its final stage), so
+    /// no callback can reach it any more.
     package func contextDestroyed() {
         owner = nil
     }
@@ -327,7 +327,7 @@ package enum LWSSession {
     }
 }
 
-/// The context's user pointer: the handler, unretained (it outlives the context).
+/// The context's user pointer: holds the handler until `contextDestroyed()`.
 private final class HandlerBox {
     /// Strong, and a constant: a call through a constant of an object the caller borrows needs no
     /// retain of its own. Through `unowned(unsafe)` every lws callback retained and released the
