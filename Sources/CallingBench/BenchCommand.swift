@@ -11,6 +11,7 @@ public enum BenchCommand {
                                     [--relay-rate FRAMES_PER_S] [--relay-trace DIR]   relay: paced rate instead of half the server's; per-frame CSV
                                     [--chat-trace DIR]   chat: each paced ack's receive time and latency, CSV
                                     [--rounds N]   each scenario N times (server, baseline, server, …): medians, and the median of the rounds' ratios
+                                    [--instructions true]   relay only: both targets under valgrind callgrind, instructions per relayed frame
                calling-bench SCENARIO [same flags]        one scenario of the suite
                calling-bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
                               [--database-url postgres://…]   the in-process chat benchmark (chat in PostgreSQL with the URL)

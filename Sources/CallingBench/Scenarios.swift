@@ -43,6 +43,9 @@ final class Scenarios {
     var relayTraceDirectory: String?
     /// Where the chat scenario writes each paced ack's receive time and latency (`--chat-trace DIR`), or nil.
     var chatTraceDirectory: String?
+    /// Set: the targets run under callgrind, and the relay reports instructions per relayed frame
+    /// instead of rates and latencies (`--instructions true`; only the relay supports it).
+    var callgrind: Callgrind?
 
     init(serverBinary: String, baselineBinary: String, targetCPU: Int?, sizes: SuiteSizes) {
         self.serverBinary = serverBinary
@@ -83,8 +86,9 @@ final class Scenarios {
     private func start(_ kind: TargetProcess.Kind, pageBytes: Int = 4096, dataDir: String? = nil,
                        serverFlags: [String] = []) throws -> TargetProcess {
         switch kind {
-        case .server: return try TargetProcess.server(binary: serverBinary, cpu: targetCPU, dataDir: dataDir, flags: serverFlags)
-        case .baseline: return try TargetProcess.baseline(binary: baselineBinary, cpu: targetCPU, pageBytes: pageBytes)
+        case .server: return try TargetProcess.server(binary: serverBinary, cpu: targetCPU, dataDir: dataDir, flags: serverFlags,
+                                                      callgrind: callgrind)
+        case .baseline: return try TargetProcess.baseline(binary: baselineBinary, cpu: targetCPU, pageBytes: pageBytes, callgrind: callgrind)
         }
     }
 
@@ -283,8 +287,10 @@ final class Scenarios {
         // In the latency figures' names too, which `--rounds` matches by name: the rate itself,
         // which half the server's rate makes differ by run, goes into a note.
         let pacedRate = sizes.relayPacedRate.map { "\(Int($0)) frames/s" } ?? "half the server's rate"
-        result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, \(seconds) s paced at \(pacedRate)"
-            + (sizes.relayPacedRate == nil ? "" : " (--relay-rate)")
+        result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, "
+            + (callgrind != nil ? "each target under callgrind (--instructions)"
+                : "\(seconds) s paced at \(pacedRate)" + (sizes.relayPacedRate == nil ? "" : " (--relay-rate)"))
+        var instructions: [TargetProcess.Kind: Double] = [:]
         var saturated: [TargetProcess.Kind: Double] = [:]
         var paced: [TargetProcess.Kind: Paced] = [:]
         var gen: [TargetProcess.Kind: Double] = [:]
@@ -341,12 +347,34 @@ final class Scenarios {
             // Saturated: each side keeps `window` frames in flight towards its partner.
             let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
             var phase = GeneratorCost.Snapshot(engine, target, delivered: book.delivered)
+            // The joins' and upgrades' instructions are not the frames': the count starts here.
+            if let callgrind { try callgrind.zero(pid: target.pid) }
             let start = LoadEngine.now()
             book.refill = start + UInt64(seconds * 1e9)
             for connection in connections { for _ in 0..<sizes.relayWindow { try send(connection, at: start) } }
             Progress.detail = { "\(book.delivered) relayed" }
             try engine.run(seconds: seconds + 30, "\(target.kind.rawValue): saturating") {
                 LoadEngine.now() >= book.refill && connections.allSatisfy { $0.inFlight == 0 }
+            }
+            func verifyInOrder() throws {
+                let inOrder = connections.reduce(0) { $0 + $1.received }
+                guard inOrder == book.delivered, connections.allSatisfy({ $0.expected == connections[$0.index ^ 1].sent + 1 }) else {
+                    throw LoadEngine.Failure.verification("relayed \(inOrder) of \(book.delivered); some frame was lost")
+                }
+                result.verified["\(target.kind.rawValue) frames relayed in order"] = book.delivered
+            }
+            if let callgrind, let file = target.callgrindFile {
+                // Under callgrind a rate is valgrind's, not the machine's: the count is the figure,
+                // taken now that every frame in flight has come back and the target is idle.
+                let count = try callgrind.dumpedInstructions(pid: target.pid, file: file)
+                try verifyInOrder()
+                engine.closeAll()
+                target.stop()
+                try? FileManager.default.removeItem(atPath: file)
+                guard book.delivered > 0 else { throw LoadEngine.Failure.verification("no frame relayed") }
+                instructions[target.kind] = Double(count) / Double(book.delivered)
+                result.notes.append("\(target.kind.rawValue): \(count) instructions in \(Callgrind.collectedFunction) over \(book.delivered) frames relayed")
+                return
             }
             let elapsed = Double(LoadEngine.now() - start) / 1e9
             let rate = Double(book.delivered) / elapsed
@@ -394,12 +422,14 @@ final class Scenarios {
             }
             book.latencies.sort()
             paced[target.kind] = Paced(rate: halfRate, latencies: book.latencies, delivered: book.delivered - pacedDelivered)
-            let inOrder = connections.reduce(0) { $0 + $1.received }
-            guard inOrder == book.delivered, connections.allSatisfy({ $0.expected == connections[$0.index ^ 1].sent + 1 }) else {
-                throw LoadEngine.Failure.verification("relayed \(inOrder) of \(book.delivered); some frame was lost")
-            }
-            result.verified["\(target.kind.rawValue) frames relayed in order"] = book.delivered
+            try verifyInOrder()
             engine.closeAll()
+        }
+        if callgrind != nil {
+            result.notes.append("user-space instructions in the event loop's callbacks (callgrind --toggle-collect=\(Callgrind.collectedFunction)) ÷ frames relayed; the kernel's share is not counted")
+            result.figures.append(Figure(name: "instructions per relayed frame", unit: "instructions", server: instructions[.server] ?? .nan,
+                                         baseline: instructions[.baseline], higherIsBetter: false))
+            return
         }
         result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
         result.figures.append(Figure(name: "saturated relay rate", unit: "frames/s", server: saturated[.server] ?? .nan,

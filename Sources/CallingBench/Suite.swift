@@ -24,7 +24,7 @@ enum Suite {
             return 64
         }
         let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-trace", "chat-trace",
-                                                   "rounds"])
+                                                   "rounds", "instructions"])
         let badNames = names.filter { !Scenarios.names.contains($0) }
         guard unknown.isEmpty, badNames.isEmpty else {
             CallingCommand.printError("unknown: \((unknown.map { "--\($0)" } + badNames).joined(separator: ", "))\n\(BenchCommand.usage)")
@@ -46,6 +46,11 @@ enum Suite {
             rounds = count
         }
         if names.isEmpty { names = Scenarios.names }
+        let countsInstructions = flags["instructions"] == "true"
+        if countsInstructions, names != ["relay"] {
+            CallingCommand.printError("--instructions counts the relay only: calling-bench relay --instructions true")
+            return 64
+        }
         Progress.enabled = flags["quiet"] != "true" && isatty(2) == 1
         let ownDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         let server = flags["server"] ?? ownDirectory.appendingPathComponent("calling-server").path
@@ -62,11 +67,22 @@ enum Suite {
             return 1
         }
         raiseFileLimit()
+        var callgrind: Callgrind?
+        if countsInstructions {
+            callgrind = Callgrind(directory: outDirectory)
+            guard callgrind != nil else {
+                CallingCommand.printError("--instructions runs the targets under valgrind, which is not on PATH (apt-get install valgrind)")
+                return 1
+            }
+        }
         var header: [String] = ["mode \(mode); scenarios \(names.joined(separator: ", "))"
                                     + (rounds > 1 ? "; \(rounds) rounds each (server then baseline), figures the rounds' medians" : ""),
                                 "server \(server); baseline \(baseline) (bench/lws-baseline.c, libwebsockets with the libev loop)",
                                 "server flood limits out of the way: " + TargetProcess.floodLimitFlags.joined(separator: " "),
                                 "\(Machine.cpuCount()) CPUs, load \(Machine.load()) at the start"]
+        if let callgrind {
+            header.append("counting instructions: each target under \(callgrind.valgrind) --tool=callgrind, collected in \(Callgrind.collectedFunction) only")
+        }
         var targetCPU: Int?
         if flags["no-pin"] != "true", Machine.cpuCount() >= 2, Poller.pinCurrentThread(to: 1) {
             targetCPU = 0
@@ -81,6 +97,7 @@ enum Suite {
         print("")
         fflush(nil)
         let scenarios = Scenarios(serverBinary: server, baselineBinary: baseline, targetCPU: targetCPU, sizes: sizes)
+        scenarios.callgrind = callgrind
         scenarios.relayTraceDirectory = flags["relay-trace"]
         scenarios.chatTraceDirectory = flags["chat-trace"]
         var results: [ScenarioResult] = []

@@ -18,48 +18,59 @@ final class TargetProcess {
     private let audience: String
 
     var pid: Int32 { process.processIdentifier }
+    /// Where callgrind writes this target's counts when it runs under `Callgrind` (`--instructions`).
+    let callgrindFile: String?
 
     /// Flags that take the per-connection flood limits out of the way: at the default 50 frames/s a
     /// benchmark would measure the limiter, not the server.
     static let floodLimitFlags = ["--max_frames_per_second", "1000000", "--frame_burst", "1000000", "--flood_close_after", "1000000"]
 
     /// Starts `calling-server serve` on 127.0.0.1 port 0 with a fresh data folder (or `dataDir`, already seeded).
-    static func server(binary: String, cpu: Int?, dataDir existing: String? = nil, flags: [String] = []) throws -> TargetProcess {
+    static func server(binary: String, cpu: Int?, dataDir existing: String? = nil, flags: [String] = [],
+                       callgrind: Callgrind? = nil) throws -> TargetProcess {
         let dataDir = existing ?? NSTemporaryDirectory() + "calling-bench-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
         let secret = SecureRandom.token(bytes: 32)
         try Data(secret.utf8).write(to: URL(fileURLWithPath: dataDir + "/jwt-secret"))
         let arguments = ["serve", "--host", "127.0.0.1", "--port", "0", "--data_dir", dataDir, "--log_level", "warning",
                          "--jwt_secret_file", dataDir + "/jwt-secret"] + floodLimitFlags + flags
-        let (process, port) = try launch(binary, arguments, cpu: cpu, banner: "listening on http://127.0.0.1:")
+        let file = callgrind?.file(for: .server)
+        let (process, port) = try launch(callgrind?.command(binary, writingTo: file!) ?? [binary], arguments, cpu: cpu,
+                                         banner: "listening on http://127.0.0.1:", timeout: callgrind == nil ? 30 : 120)
         let issuer = try TokenIssuer(hs256Secret: Array(secret.utf8))
-        return TargetProcess(kind: .server, process: process, port: port, dataDir: dataDir, issuer: issuer)
+        return TargetProcess(kind: .server, process: process, port: port, dataDir: dataDir, issuer: issuer, callgrindFile: file)
     }
 
-    static func baseline(binary: String, cpu: Int?, pageBytes: Int = 4096) throws -> TargetProcess {
-        let (process, port) = try launch(binary, ["--page-bytes", "\(pageBytes)"], cpu: cpu, banner: "lws-baseline listening on port ")
-        return TargetProcess(kind: .baseline, process: process, port: port, dataDir: nil, issuer: nil)
+    static func baseline(binary: String, cpu: Int?, pageBytes: Int = 4096, callgrind: Callgrind? = nil) throws -> TargetProcess {
+        let file = callgrind?.file(for: .baseline)
+        let (process, port) = try launch(callgrind?.command(binary, writingTo: file!) ?? [binary], ["--page-bytes", "\(pageBytes)"],
+                                         cpu: cpu, banner: "lws-baseline listening on port ", timeout: callgrind == nil ? 30 : 120)
+        return TargetProcess(kind: .baseline, process: process, port: port, dataDir: nil, issuer: nil, callgrindFile: file)
     }
 
-    private init(kind: Kind, process: Process, port: Int, dataDir: String?, issuer: TokenIssuer?) {
+    private init(kind: Kind, process: Process, port: Int, dataDir: String?, issuer: TokenIssuer?, callgrindFile: String?) {
         self.kind = kind
         self.process = process
         self.port = port
         self.dataDir = dataDir
         self.issuer = issuer
+        self.callgrindFile = callgrindFile
         audience = "calling-server"
     }
 
-    private static func launch(_ binary: String, _ arguments: [String], cpu: Int?, banner: String) throws -> (Process, Int) {
+    /// `command` is the target's executable, or a wrapper that execs it in the same process (valgrind), and its arguments.
+    private static func launch(_ command: [String], _ arguments: [String], cpu: Int?, banner: String,
+                               timeout: TimeInterval) throws -> (Process, Int) {
         let process = Process()
         if let cpu {
             // taskset execs the target, so the pid is the target's.
             process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
-            process.arguments = ["-c", "\(cpu)", binary] + arguments
+            process.arguments = ["-c", "\(cpu)"] + command + arguments
         } else {
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = arguments
+            process.executableURL = URL(fileURLWithPath: command[0])
+            process.arguments = Array(command.dropFirst()) + arguments
         }
+        let binary = command.joined(separator: " ")
         var environment = ProcessInfo.processInfo.environment
         for key in environment.keys where key.hasPrefix("CALLING_") { environment.removeValue(forKey: key) }
         process.environment = environment
@@ -71,7 +82,7 @@ final class TargetProcess {
         // Read the banner line by line; the rest of stdout is drained so the target never blocks on it.
         var collected = Data()
         let handle = output.fileHandleForReading
-        let deadline = Date().addingTimeInterval(30)
+        let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             let chunk = handle.availableData
             if chunk.isEmpty { break }
@@ -125,7 +136,9 @@ final class TargetProcess {
     func stop() {
         if process.isRunning {
             process.terminate()
-            let deadline = Date().addingTimeInterval(10)
+            // Under callgrind the drain and the exit run ~50 times slower, and the counts are
+            // written only at the exit: a kill would lose them.
+            let deadline = Date().addingTimeInterval(callgrindFile == nil ? 10 : 60)
             while process.isRunning, Date() < deadline { usleep(20_000) }
             if process.isRunning { kill(pid, SIGKILL) }
             process.waitUntilExit()

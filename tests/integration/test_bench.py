@@ -100,3 +100,29 @@ def test_rounds_alternate_the_targets_and_report_medians(tmp_path):
             ratios = figure["round_ratios"]
             assert len(ratios) == 2 and all(r > 0 for r in ratios), figure
             assert math.isclose(figure["ratio"], sum(ratios) / 2), figure
+
+
+def test_instructions_count_each_targets_relayed_frames_under_callgrind(tmp_path):
+    command = [str(session_bench()), "relay", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path),
+               "--quiet", "true", "--baseline-source", str(REPO / "bench" / "lws-baseline.c"), "--instructions", "true"]
+    refused = subprocess.run(command[:1] + ["suite", "rtt"] + command[2:], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert refused.returncode == 64 and "--instructions counts the relay only" in refused.stderr, refused.stderr
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "counting instructions: each target under" in result.stdout, result.stdout
+    [summary] = list(tmp_path.glob("results-*.json"))
+    [entry] = json.loads(summary.read_text())["scenarios"]
+    assert "error" not in entry, entry.get("error")
+    # Under valgrind a rate is not the machine's: the count is the only figure.
+    [figure] = entry["figures"]
+    assert figure["name"] == "instructions per relayed frame", figure
+    # A relayed frame takes the server its scan, rules, route and write on top of what the bare
+    # echo does with the same bytes; each target executes some thousands of instructions a frame.
+    assert 1_000 < figure["baseline"] < figure["server"] < 100_000, figure
+    for target in ("server", "baseline"):
+        frames = entry["verified"][f"{target} frames relayed in order"]
+        [note] = [n for n in entry["notes"] if n.startswith(f"{target}: ")]
+        counted, over = re.fullmatch(rf"{target}: ([0-9]+) instructions in ev_invoke_pending over ([0-9]+) frames relayed", note).groups()
+        assert int(over) == frames > 0
+        assert math.isclose(int(counted) / frames, figure[target]), (note, figure)
+    assert not list(tmp_path.glob("callgrind-*")), "the count files are removed"
