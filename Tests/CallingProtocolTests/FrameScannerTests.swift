@@ -47,6 +47,10 @@ final class FrameScannerTests: XCTestCase {
         #"{"type":"stats","payload":{"rtt_ms":12.5,"packet_loss":0}}"#,
         #"{"type":"ping","payload":{"n":1}}"#,
         #"{"type":"read","payload":{"seq":3}}"#,
+        // Every key the scan tells by its spelling (`literalKey`), out of order and repeated, so
+        // each single-byte change above makes a near miss that the general key scan must take.
+        #"{"payload":{"sdpMLineIndex":1,"sdpMid":null,"usernameFragment":"u","candidate":"candidate:1 1 udp 1 192.0.2.2 9 typ host"},"to":"peer-b","type":"candidate","to":"peer-c"}"#,
+        #"{"to":null,"type":"chat","payload":{"meta":{"k":1},"type":"x","text":"hi","sdp":"s","client_id":"m-1"}}"#,
     ]
 
     func test_decoder_agrees_with_the_tree_path_on_valid_frames_and_edge_cases() {
