@@ -306,10 +306,13 @@ public enum ClientFrameDecoder {
             if case .string(false) = token.kind {
                 // Made from the buffer's bytes, not from an `ArraySlice` (whose generic path costs
                 // ~60 instructions more per relayed frame); the length is the bytes' own count.
+                // Copied into the string's own storage, which checks them once more as UTF-8:
+                // cheaper than `String(decoding:as:)`, whose repairing path a short name takes too.
                 let length = token.end - token.start - 2
                 guard length > 0, length <= limits.maxPeerIDBytes else { return nil }
                 name = bytes.withUnsafeBufferPointer { buffer in
-                    String(decoding: UnsafeBufferPointer(start: buffer.baseAddress! + token.start + 1, count: length), as: UTF8.self)
+                    let source = UnsafeBufferPointer(start: buffer.baseAddress! + token.start + 1, count: length)
+                    return String(unsafeUninitializedCapacity: length) { $0.initialize(fromContentsOf: source) }
                 }
             } else {
                 guard case .string = token.kind, let decoded = text(token), !decoded.isEmpty, decoded.utf8.count <= limits.maxPeerIDBytes

@@ -319,7 +319,16 @@ struct FrameScanner {
     /// A member value of the envelope or the payload: a string, the common case, inline.
     @inline(__always)
     private mutating func memberValue(depth: Int) -> Kind? {
-        if index < count, base[index] == UInt8(ascii: "\"") { return skipString().map { .string(escaped: $0) } }
+        guard index < count else { return nil }
+        let first = base[index]
+        if first == UInt8(ascii: "\"") { return skipString().map { .string(escaped: $0) } }
+        // One digit right before the member's end (a candidate's `sdpMLineIndex`) is an integer
+        // as `skipNumber` would find it, without its call and its checks for a sign, a fraction
+        // and an exponent.
+        if first &- UInt8(ascii: "0") < 10, index &+ 1 < count, base[index &+ 1] == UInt8(ascii: ",") || base[index &+ 1] == UInt8(ascii: "}") {
+            index &+= 1
+            return .integer
+        }
         return skipValue(depth: depth)
     }
 
