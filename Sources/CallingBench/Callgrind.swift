@@ -38,16 +38,19 @@ struct Callgrind {
         try control(["-z", "\(pid)"])
     }
 
-    /// The instructions counted since `zero`, dumped at a moment the target at `pid` is idle
-    /// (callgrind writes them to `file.1` beside the target's `file`, which it writes at exit).
-    func dumpedInstructions(pid: Int32, file: String) throws -> Int {
+    /// The instructions counted since `zero`, dumped at a moment the target at `pid` is idle, and
+    /// the file that holds them per function and line, kept for `callgrind_annotate` (callgrind
+    /// writes the dump to `file.1`, beside the target's `file`, which it writes at exit).
+    func dumpedInstructions(pid: Int32, file: String) throws -> (count: Int, counts: String) {
         try control(["-d", "\(pid)"])
         let dump = file + ".1"
-        defer { try? FileManager.default.removeItem(atPath: dump) }
         guard let count = Self.instructions(inFile: dump) else {
             throw LoadEngine.Failure.system("callgrind wrote no count to \(dump)")
         }
-        return count
+        let kept = String(file.dropLast(".out".count)) + "-saturated.out"
+        try? FileManager.default.removeItem(atPath: kept)
+        try FileManager.default.moveItem(atPath: dump, toPath: kept)
+        return (count, kept)
     }
 
     /// Runs valgrind's `callgrind_control` (beside valgrind), which reaches the target through vgdb.

@@ -366,14 +366,15 @@ final class Scenarios {
             if let callgrind, let file = target.callgrindFile {
                 // Under callgrind a rate is valgrind's, not the machine's: the count is the figure,
                 // taken now that every frame in flight has come back and the target is idle.
-                let count = try callgrind.dumpedInstructions(pid: target.pid, file: file)
+                let (count, counts) = try callgrind.dumpedInstructions(pid: target.pid, file: file)
                 try verifyInOrder()
                 engine.closeAll()
                 target.stop()
                 try? FileManager.default.removeItem(atPath: file)
                 guard book.delivered > 0 else { throw LoadEngine.Failure.verification("no frame relayed") }
                 instructions[target.kind] = Double(count) / Double(book.delivered)
-                result.notes.append("\(target.kind.rawValue): \(count) instructions in \(Callgrind.collectedFunction) over \(book.delivered) frames relayed")
+                result.notes.append("\(target.kind.rawValue): \(count) instructions in \(Callgrind.collectedFunction) over \(book.delivered) frames relayed"
+                                    + " (by function and line: callgrind_annotate \(counts))")
                 return
             }
             let elapsed = Double(LoadEngine.now() - start) / 1e9
