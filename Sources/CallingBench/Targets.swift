@@ -34,17 +34,15 @@ final class TargetProcess {
         try Data(secret.utf8).write(to: URL(fileURLWithPath: dataDir + "/jwt-secret"))
         let arguments = ["serve", "--host", "127.0.0.1", "--port", "0", "--data_dir", dataDir, "--log_level", "warning",
                          "--jwt_secret_file", dataDir + "/jwt-secret"] + floodLimitFlags + flags
-        let file = callgrind?.file(for: .server)
-        let (process, port) = try launch(callgrind?.command(binary, writingTo: file!) ?? [binary], arguments, cpu: cpu,
-                                         banner: "listening on http://127.0.0.1:", timeout: callgrind == nil ? 30 : 120)
+        let (process, port, file) = try launch(.server, binary, arguments, cpu: cpu, banner: "listening on http://127.0.0.1:",
+                                               callgrind: callgrind)
         let issuer = try TokenIssuer(hs256Secret: Array(secret.utf8))
         return TargetProcess(kind: .server, process: process, port: port, dataDir: dataDir, issuer: issuer, callgrindFile: file)
     }
 
     static func baseline(binary: String, cpu: Int?, pageBytes: Int = 4096, callgrind: Callgrind? = nil) throws -> TargetProcess {
-        let file = callgrind?.file(for: .baseline)
-        let (process, port) = try launch(callgrind?.command(binary, writingTo: file!) ?? [binary], ["--page-bytes", "\(pageBytes)"],
-                                         cpu: cpu, banner: "lws-baseline listening on port ", timeout: callgrind == nil ? 30 : 120)
+        let (process, port, file) = try launch(.baseline, binary, ["--page-bytes", "\(pageBytes)"], cpu: cpu,
+                                               banner: "lws-baseline listening on port ", callgrind: callgrind)
         return TargetProcess(kind: .baseline, process: process, port: port, dataDir: nil, issuer: nil, callgrindFile: file)
     }
 
@@ -58,9 +56,14 @@ final class TargetProcess {
         audience = "calling-server"
     }
 
-    /// `command` is the target's executable, or a wrapper that execs it in the same process (valgrind), and its arguments.
-    private static func launch(_ command: [String], _ arguments: [String], cpu: Int?, banner: String,
-                               timeout: TimeInterval) throws -> (Process, Int) {
+    /// Starts `binary`, under `callgrind` when given (which runs it in the same process and writes
+    /// its counts to the file returned), and waits for its banner with the port.
+    private static func launch(_ kind: Kind, _ binary: String, _ arguments: [String], cpu: Int?, banner: String,
+                               callgrind: Callgrind?) throws -> (Process, Int, callgrindFile: String?) {
+        let file = callgrind?.file(for: kind)
+        let command = callgrind.map { $0.command(binary, writingTo: file!) } ?? [binary]
+        // Under callgrind start-up (the runtime's relocations, the store's schema) is ~50 times slower.
+        let timeout: TimeInterval = callgrind == nil ? 30 : 120
         let process = Process()
         if let cpu {
             // taskset execs the target, so the pid is the target's.
@@ -70,7 +73,6 @@ final class TargetProcess {
             process.executableURL = URL(fileURLWithPath: command[0])
             process.arguments = Array(command.dropFirst()) + arguments
         }
-        let binary = command.joined(separator: " ")
         var environment = ProcessInfo.processInfo.environment
         for key in environment.keys where key.hasPrefix("CALLING_") { environment.removeValue(forKey: key) }
         process.environment = environment
@@ -92,7 +94,7 @@ final class TargetProcess {
                 let digits = text[range.upperBound...].prefix { $0.isNumber }
                 if let port = Int(digits) {
                     DispatchQueue.global().async { while !handle.availableData.isEmpty {} }
-                    return (process, port)
+                    return (process, port, file)
                 }
             }
         }

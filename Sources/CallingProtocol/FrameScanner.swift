@@ -109,9 +109,7 @@ struct FrameScanner {
             return true
         }
         while true {
-            var found = literalKey(envelope: true)
-            if found == nil { found = key(envelope: true) }
-            guard let member = found else { return false }
+            guard let member = key(envelope: true) else { return false }
             let start = index
             let kind: Kind
             if member == .payload, index < count, base[index] == UInt8(ascii: "{") {
@@ -146,9 +144,7 @@ struct FrameScanner {
             return true
         }
         while true {
-            var found = literalKey(envelope: false)
-            if found == nil { found = key(envelope: false) }
-            guard let member = found else { return false }
+            guard let member = key(envelope: false) else { return false }
             let start = index
             guard let kind = memberValue(depth: 2) else { return false }
             let token = Token(start: start, end: index, kind: kind)
@@ -170,7 +166,7 @@ struct FrameScanner {
     /// A key spelt as the SDKs write it, its colon right after it: told by one or two 8-byte loads
     /// instead of `key`'s scan of a string, its colon and its name (~50 instructions a member,
     /// a sixth of a relayed frame's scan). Any other spelling, whitespace or escape is nil here
-    /// and goes on to `key`, which accepts every key this does. Leaves `index` on the value.
+    /// and goes on to the rest of `key`, which accepts every key this does. Leaves `index` on the value.
     @inline(__always)
     private mutating func literalKey(envelope: Bool) -> Member? {
         // Both loads in bounds; a key this close to the end is left to `key`.
@@ -222,6 +218,7 @@ struct FrameScanner {
     /// A member's key and its colon, leaving `index` on the value; which member it names.
     @inline(__always)
     private mutating func key(envelope: Bool) -> Member? {
+        if let member = literalKey(envelope: envelope) { return member }
         skipWhitespace()
         guard index < count, base[index] == UInt8(ascii: "\"") else { return nil }
         let start = index
