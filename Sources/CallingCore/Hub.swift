@@ -276,6 +276,41 @@ public struct Hub: Sendable {
             return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
         }
 
+        /// `route(from:to:)` for a `to` given as UTF-8 bytes (`RelayParts`), compared with each
+        /// member's id byte for byte: no `String` is made for it. Nil, and the caller goes the
+        /// `PeerID` way, for whatever this does not settle: an indexed room (found by hash), and
+        /// no member with these exact bytes (an id spelt in another normalization still equals it
+        /// as a `String`; else `to` is not in the room, which that way answers).
+        func route(from connection: ConnectionID, toUTF8 peer: UnsafeBufferPointer<UInt8>) -> (sender: PeerID, target: ConnectionID, plainIDs: Bool)? {
+            guard index == nil, let sender = all.firstIndex(where: { $0.connection == connection }),
+                  let target = all.firstIndex(where: { Self.spells($0.identity.peer, peer) }), target != sender
+            else { return nil }
+            return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
+        }
+
+        /// Whether `id`'s UTF-8 is exactly `bytes`: compared eight bytes at a time, lengths first.
+        @inline(__always)
+        private static func spells(_ id: PeerID, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+            guard id.rawValue.utf8.count == bytes.count else { return false }
+            return id.rawValue.utf8.withContiguousStorageIfAvailable { own in
+                guard let a = own.baseAddress.map(UnsafeRawPointer.init), let b = bytes.baseAddress.map(UnsafeRawPointer.init) else {
+                    return own.count == 0
+                }
+                var offset = 0
+                while offset &+ 8 <= own.count {
+                    if a.loadUnaligned(fromByteOffset: offset, as: UInt64.self) != b.loadUnaligned(fromByteOffset: offset, as: UInt64.self) {
+                        return false
+                    }
+                    offset &+= 8
+                }
+                while offset < own.count {
+                    if a.load(fromByteOffset: offset, as: UInt8.self) != b.load(fromByteOffset: offset, as: UInt8.self) { return false }
+                    offset &+= 1
+                }
+                return true
+            } ?? id.rawValue.utf8.elementsEqual(bytes)
+        }
+
         /// Whether a member is seated on `connection`.
         func seats(_ connection: ConnectionID) -> Bool { all.contains { $0.connection == connection } }
 
@@ -712,6 +747,16 @@ public struct Hub: Sendable {
                            to: connection)
         }
         return .deliver(from: peer, to: target, plainIDs: plainIDs)
+    }
+
+    /// `route(_:to:from:seat:)` for a relay whose `to` is lent as bytes (`RelayParts`), as the
+    /// room endpoint has it straight from the frame: the same answer, without a `String` made for
+    /// `to` unless the room is indexed or no member's id has exactly its bytes.
+    public func route(_ parts: RelayParts, from connection: ConnectionID, seat: Seat) -> RelayRoute? {
+        if let (peer, target, plainIDs) = rooms[slot: seat.slot].members.route(from: connection, toUTF8: parts.to) {
+            return .deliver(from: peer, to: target, plainIDs: plainIDs)
+        }
+        return route(parts.kind, to: parts.toPeer, from: connection, seat: seat)
     }
 
     /// The answer to a `ping` from `connection`, seated at `seat` (found with `seat(of:)`, the hub

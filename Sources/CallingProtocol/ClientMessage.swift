@@ -168,12 +168,21 @@ public enum ClientFrameDecoder {
     public static func decode(_ bytes: [UInt8], limits: FrameLimits = FrameLimits()) throws(FrameError)
         -> ClientMessage
     {
-        if let message = try decodeScanned(bytes, limits: limits) { return message }
+        switch try decodeFrame(bytes, limits: limits) {
+        case .relay(let relay): return relay.message(in: bytes)
+        case .message(let message): return message
+        }
+    }
+
+    /// `decode(_:limits:)`, with an addressed relay whose `to` is plain left in `bytes`
+    /// (`ScannedRelay`): the server relays it from there (`RelayParts`). Same rules, same errors.
+    public static func decodeFrame(_ bytes: [UInt8], limits: FrameLimits = FrameLimits()) throws(FrameError) -> ClientFrame {
+        if let frame = try decodeScanned(bytes, limits: limits) { return frame }
         // Refused by the scan (or by a relay rule): the parser's path, which says why.
         guard let members = try FrameEnvelope.parseMembers(bytes) else {
-            return try decode(FrameEnvelope.parse(bytes), limits: limits)  // not an object: refused there
+            return .message(try decode(FrameEnvelope.parse(bytes), limits: limits))  // not an object: refused there
         }
-        return try decode(members, limits: limits)
+        return .message(try decode(members, limits: limits))
     }
 
     public static func decode(_ value: JSONValue, limits: FrameLimits = FrameLimits()) throws(FrameError) -> ClientMessage {
@@ -257,7 +266,7 @@ public enum ClientFrameDecoder {
     /// frame's payload is checked in place and kept as its bytes; other types parse only their
     /// payload and go through the same rules as the parser's path. Nil when the scan refuses the
     /// frame or a relay rule fails: the parser's path then finds the same fault and reports it.
-    static func decodeScanned(_ bytes: [UInt8], limits: FrameLimits) throws(FrameError) -> ClientMessage? {
+    static func decodeScanned(_ bytes: [UInt8], limits: FrameLimits) throws(FrameError) -> ClientFrame? {
         let scanned = bytes.withUnsafeBufferPointer { FrameScanner.scan($0) }
         guard let scanned, let typeToken = scanned.type, case .string(let typeEscaped) = typeToken.kind else { return nil }
         func text(_ token: FrameScanner.Token) -> String? {
@@ -278,14 +287,14 @@ public enum ClientFrameDecoder {
             // A chat takes its strings from their positions: no tree of its payload. Whatever
             // this does not accept goes on to the general path below, which says why.
             if !typeEscaped, Self.isChat(bytes, typeToken), let submission = chat(scanned, in: bytes, text: text, limits: limits) {
-                return .chat(submission)
+                return .message(.chat(submission))
             }
             // A ping's payload is only echoed: its checked bytes, no tree (a tree and its re-encoding
             // were ~7k of the ~12k instructions of a ping's turn on the service thread). One with a
             // `to` goes on to the general path, which refuses it.
             if !typeEscaped, scanned.to == nil, Self.isPing(bytes, typeToken) {
-                guard let token = scanned.payload, token.kind != .null else { return .ping(payload: nil) }
-                return .ping(payload: RawJSON(validated: bytes[token.start..<token.end]))
+                guard let token = scanned.payload, token.kind != .null else { return .message(.ping(payload: nil)) }
+                return .message(.ping(payload: RawJSON(validated: bytes[token.start..<token.end])))
             }
             // Not relayed: the payload as a tree, then the rules every decoder shares.
             var members = FrameEnvelope.Members()
@@ -298,44 +307,41 @@ public enum ClientFrameDecoder {
             } catch {
                 return nil  // not reached: the scan accepted these bytes
             }
-            return try decode(members, limits: limits)
+            return .message(try decode(members, limits: limits))
         }
-        var to: PeerID?
-        if let token = scanned.to, token.kind != .null {
-            let name: String
-            if case .string(false) = token.kind {
-                // Made from the buffer's bytes, not from an `ArraySlice` (whose generic path costs
-                // ~60 instructions more per relayed frame); the length is the bytes' own count.
-                // Copied into the string's own storage, which checks them once more as UTF-8:
-                // cheaper than `String(decoding:as:)`, whose repairing path a short name takes too.
-                let length = token.end - token.start - 2
-                guard length > 0, length <= limits.maxPeerIDBytes else { return nil }
-                name = bytes.withUnsafeBufferPointer { buffer in
-                    let source = UnsafeBufferPointer(start: buffer.baseAddress! + token.start + 1, count: length)
-                    return String(unsafeUninitializedCapacity: length) { $0.initialize(fromContentsOf: source) }
-                }
-            } else {
-                guard case .string = token.kind, let decoded = text(token), !decoded.isEmpty, decoded.utf8.count <= limits.maxPeerIDBytes
-                else { return nil }
-                name = decoded
-            }
-            to = PeerID(name)
+        guard relayRulesHold(kind, scanned, in: bytes) else { return nil }
+        var payload: Range<Int>?
+        if let token = scanned.payload, token.kind != .null { payload = token.start..<token.end }
+        guard let token = scanned.to, token.kind != .null else {
+            return .message(.relay(kind, to: nil, payload: payload.map { RawJSON(validated: bytes[$0]) }))
         }
-        var payload: RawJSON?
-        if let token = scanned.payload, token.kind != .null {
-            payload = RawJSON(validated: bytes[token.start..<token.end])
+        guard case .string(let escaped) = token.kind else { return nil }
+        if !escaped {
+            // Left in the frame: its bytes are the peer id.
+            let length = token.end - token.start - 2
+            guard length > 0, length <= limits.maxPeerIDBytes else { return nil }
+            return .relay(ScannedRelay(kind: kind, to: (token.start + 1)..<(token.end - 1), payload: payload))
         }
+        guard let name = text(token), !name.isEmpty, name.utf8.count <= limits.maxPeerIDBytes else { return nil }
+        return .message(.relay(kind, to: PeerID(name), payload: payload.map { RawJSON(validated: bytes[$0]) }))
+    }
+
+    /// The rules a relayed `kind` sets on its scanned members (the general path's, `decode(_:limits:)`);
+    /// false for a frame that path refuses, which then says why.
+    @inline(__always)
+    private static func relayRulesHold(_ kind: RelayKind, _ scanned: FrameScanner.Result, in bytes: [UInt8]) -> Bool {
+        let addressed = scanned.to.map { $0.kind != .null } ?? false
         let isObject = scanned.payload?.kind == .object
         switch kind {
         case .offer, .answer:
             // A non-empty string: more than its two quotes (an escape is at least one character).
-            guard to != nil, isObject, let sdp = scanned.sdp, case .string = sdp.kind, sdp.end - sdp.start > 2 else { return nil }
+            guard addressed, isObject, let sdp = scanned.sdp, case .string = sdp.kind, sdp.end - sdp.start > 2 else { return false }
         case .candidate:
-            guard to != nil, isObject, let candidate = scanned.candidate, case .string = candidate.kind else { return nil }
+            guard addressed, isObject, let candidate = scanned.candidate, case .string = candidate.kind else { return false }
             if let mid = scanned.sdpMid {
                 switch mid.kind {
                 case .string, .null: break
-                default: return nil
+                default: return false
                 }
             }
             if let index = scanned.sdpMLineIndex {
@@ -343,14 +349,14 @@ public enum ClientFrameDecoder {
                 case .integer, .null: break
                 case .number:
                     // `3.0` counts as an integer, a 20-digit one does not: the parser's reading decides.
-                    guard (try? JSONParser.parse(bytes[index.start..<index.end]))?.int64Value != nil else { return nil }
-                default: return nil
+                    guard (try? JSONParser.parse(bytes[index.start..<index.end]))?.int64Value != nil else { return false }
+                default: return false
                 }
             }
         case .data:
             break
         }
-        return .relay(kind, to: to, payload: payload)
+        return true
     }
 
     /// Whether the unescaped `type` string at `token` is `ping`.

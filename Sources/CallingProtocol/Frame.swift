@@ -162,17 +162,22 @@ public struct Frame: Sendable, Equatable {
     @inline(__always)
     fileprivate static func writeRelayed(from: String?, payload: RawJSON, to: String?, type: String,
                                          at destination: UnsafeMutablePointer<UInt8>) {
-        var cursor = destination
-        writeRelayedHead(from: from, payload: payload, to: to, at: &cursor)
-        put(type, at: &cursor)
-        put(RelayedPieces.end, at: &cursor)
+        payload.bytes.withUnsafeBufferPointer { payload in
+            withUTF8(to) { to in
+                var cursor = destination
+                writeRelayedHead(from: from, payload: payload, to: to, at: &cursor)
+                put(type, at: &cursor)
+                put(RelayedPieces.end, at: &cursor)
+            }
+        }
     }
 
-    /// `writeRelayed` with the type name as a literal (`RelayKind.typeName`): no `String` made for
-    /// it and no contiguous-storage call to copy it (~50 instructions per relayed frame).
+    /// `writeRelayed` for an addressed relay's parts lent as bytes (`RelayParts`), with the type
+    /// name as a literal (`RelayKind.typeName`): no `String` made for it and no contiguous-storage
+    /// call to copy it (~50 instructions per relayed frame).
     @inline(__always)
-    fileprivate static func writeRelayed(from: String?, payload: RawJSON, to: String?, type: StaticString,
-                                         at destination: UnsafeMutablePointer<UInt8>) {
+    static func writeRelayed(from: String, payload: UnsafeBufferPointer<UInt8>, to: UnsafeBufferPointer<UInt8>,
+                             type: StaticString, at destination: UnsafeMutablePointer<UInt8>) {
         var cursor = destination
         writeRelayedHead(from: from, payload: payload, to: to, at: &cursor)
         put(type, at: &cursor)
@@ -181,7 +186,8 @@ public struct Frame: Sendable, Equatable {
 
     /// A relayed frame's bytes up to its type's name, from `cursor` on.
     @inline(__always)
-    private static func writeRelayedHead(from: String?, payload: RawJSON, to: String?, at cursor: inout UnsafeMutablePointer<UInt8>) {
+    private static func writeRelayedHead(from: String?, payload: UnsafeBufferPointer<UInt8>, to: UnsafeBufferPointer<UInt8>?,
+                                         at cursor: inout UnsafeMutablePointer<UInt8>) {
         typealias P = RelayedPieces
         // A cursor passed along rather than captured by nested functions: a captured `var` is a
         // box whose every access is checked for exclusivity (seven `swift_beginAccess` per frame,
@@ -193,17 +199,28 @@ public struct Frame: Sendable, Equatable {
         } else {
             put(P.payloadFirst, at: &cursor)
         }
-        payload.bytes.withUnsafeBufferPointer { bytes in
-            guard let base = bytes.baseAddress else { return }
-            copy(base, count: bytes.count, to: cursor)
-            cursor += bytes.count
-        }
+        put(payload, at: &cursor)
         if let to {
             put(P.to, at: &cursor)
             put(to, at: &cursor)
             put(P.toEnd, at: &cursor)
         }
         put(P.type, at: &cursor)
+    }
+
+    /// `body` with `string`'s UTF-8 bytes, or nil without a string. Contiguous: the callers'
+    /// lengths (`plainRelayedLength`) counted it only then.
+    @inline(__always)
+    private static func withUTF8<T>(_ string: String?, _ body: (UnsafeBufferPointer<UInt8>?) -> T) -> T {
+        guard let string, let result = string.utf8.withContiguousStorageIfAvailable({ body($0) }) else { return body(nil) }
+        return result
+    }
+
+    @inline(__always)
+    fileprivate static func put(_ bytes: UnsafeBufferPointer<UInt8>, at cursor: inout UnsafeMutablePointer<UInt8>) {
+        guard let base = bytes.baseAddress else { return }
+        copy(base, count: bytes.count, to: cursor)
+        cursor += bytes.count
     }
 
     @inline(__always)
@@ -215,11 +232,7 @@ public struct Frame: Sendable, Equatable {
     @inline(__always)
     fileprivate static func put(_ string: String, at cursor: inout UnsafeMutablePointer<UInt8>) {
         // Contiguous: `plainRelayedLength` counted it only then.
-        string.utf8.withContiguousStorageIfAvailable { bytes in
-            guard let base = bytes.baseAddress else { return }
-            copy(base, count: bytes.count, to: cursor)
-            cursor += bytes.count
-        }
+        string.utf8.withContiguousStorageIfAvailable { put($0, at: &cursor) }
     }
 
     /// Copies `count` bytes. The short runs a frame is written from (its literals, peer ids,
@@ -492,34 +505,38 @@ public struct RelayedFrame: Sendable, Equatable {
     /// `frame.plainRelayedLength`: the exact length of `frame.encoded()` when there is a payload
     /// and neither peer id needs escaping (every id the hub seats); nil otherwise.
     public var plainLength: Int? {
-        guard let payload, Self.isPlain(from), Self.isPlain(to) else { return nil }
-        return Self.plainLength(kind, plainFrom: from, plainTo: to, payload: payload)
+        guard payload != nil, Self.isPlain(from), Self.isPlain(to) else { return nil }
+        return RelayParts.with(kind, to: to, payload: payload) { $0.plainLength(plainFrom: from) }
     }
 
     /// Writes `frame.encoded()`'s bytes to `destination`, which holds `plainLength` bytes; only
     /// for a relay whose `plainLength` is not nil.
     public func writePlain(to destination: UnsafeMutablePointer<UInt8>) {
-        guard let payload else { preconditionFailure("not a plain relayed frame") }
-        Self.writePlain(kind, from: from, to: to, payload: payload, at: destination)
-    }
-
-    /// `plainLength` of a relay whose ids are both known to be plain (`isPlain`), for a caller
-    /// that holds its parts without a `RelayedFrame` (which copies them in): from their byte
-    /// counts, without checking them again. The type names are the protocol's own literals, plain
-    /// by construction.
-    public static func plainLength(_ kind: RelayKind, plainFrom from: PeerID, plainTo to: PeerID, payload: RawJSON) -> Int {
-        Frame.relayedLength(fromCount: from.rawValue.utf8.count, payloadCount: payload.bytes.count,
-                            toCount: to.rawValue.utf8.count, typeCount: kind.typeName.utf8CodeUnitCount)
+        guard payload != nil else { preconditionFailure("not a plain relayed frame") }
+        RelayParts.with(kind, to: to, payload: payload) { $0.writePlain(from: from, at: destination) }
     }
 
     /// Whether JSON carries `id` as it is (no `"`, `\` or control character) and its bytes are
     /// contiguous: what a relayed frame needs to be written from its parts.
     public static func isPlain(_ id: PeerID) -> Bool { Frame.plainCount(id.rawValue) != nil }
+}
 
-    /// `writePlain(to:)` of the relay with these parts, whose `plainLength` is not nil.
-    public static func writePlain(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON,
-                                  at destination: UnsafeMutablePointer<UInt8>) {
-        Frame.writeRelayed(from: from.rawValue, payload: payload, to: to.rawValue, type: kind.typeName, at: destination)
+extension RelayParts {
+    /// The exact length of the relayed frame `writePlain(from:at:)` writes, for a relay with a
+    /// payload whose `to` and sender `from` are both known to be plain (`RelayedFrame.isPlain`):
+    /// from the parts' byte counts, without checking them again. The type names are the
+    /// protocol's own literals, plain by construction. Nil without a payload.
+    public func plainLength(plainFrom from: PeerID) -> Int? {
+        guard let payload else { return nil }
+        return Frame.relayedLength(fromCount: from.rawValue.utf8.count, payloadCount: payload.count, toCount: to.count,
+                                   typeCount: kind.typeName.utf8CodeUnitCount)
+    }
+
+    /// Writes the frame `relayed(from: from).frame.encoded()` would be to `destination`, which
+    /// holds `plainLength(plainFrom: from)` bytes; only when that is not nil.
+    public func writePlain(from: PeerID, at destination: UnsafeMutablePointer<UInt8>) {
+        guard let payload else { preconditionFailure("not a plain relayed frame") }
+        Frame.writeRelayed(from: from.rawValue, payload: payload, to: to, type: kind.typeName, at: destination)
     }
 }
 

@@ -214,11 +214,21 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         guard gate.admits(message, on: connection, limiter: &session.limiter), case .text(let text) = message else { return }
         let decoded: ClientMessage
         do {
-            decoded = try ClientFrameDecoder.decode(text, limits: frameLimits)
+            switch try ClientFrameDecoder.decodeFrame(text, limits: frameLimits) {
+            case .relay(let relay):
+                metrics.framesIn.count(relay.kind.frameType)
+                // Relayed from the frame's bytes, unless it has to wait for its sender's join. A
+                // joined session's connection always has its seat, and nothing since
+                // `liveSessionAndSeat` has changed the hub: the seat is still the sender's.
+                guard session.pending == nil, let seat else { decoded = relay.message(in: text); break }
+                return relay.withParts(in: text) { rooms.relay($0, from: connection, seat: seat) }
+            case .message(let message):
+                metrics.framesIn.count(message.frameType)
+                decoded = message
+            }
         } catch {
             return gate.sendError(error, to: connection)
         }
-        metrics.framesIn.count(decoded.frameType)
         if let pending = session.pending {
             pending.early.append(decoded)
             return
@@ -226,9 +236,6 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         // Consumed by the switch: its parts move out of it, and the message is not destroyed
         // again after the call it went to.
         switch consume decoded {
-        case .relay(let kind, let to?, let payload):
-            // Nothing since `liveSessionAndSeat` has changed the hub: the seat is still the sender's.
-            rooms.relay(kind, to: to, payload: payload, from: connection, seat: seat)
         case .ping(let payload):
             // Likewise (a joined session's connection always has its seat).
             guard let seat else { return rooms.handle(.message(connection, .ping(payload: payload))) }

@@ -14,12 +14,12 @@ protocol Router: AnyObject {
     /// `deliver(frame, to: [target])`, for the one-target frames of an addressed relay: a router
     /// may skip building the array.
     func deliver(_ frame: Frame, to target: ConnectionID)
-    /// `deliver(RelayedFrame(kind, from: from, to: to, payload: payload).frame, to: target)`, for
-    /// an addressed relay: a router may write the frame from its parts, borrowed from the caller,
-    /// without building it (or a `RelayedFrame`, whose parts would be copied in and destroyed).
-    /// `plainIDs`: both ids are known to be plain (`RelayedFrame.isPlain`), so neither is checked
-    /// again; false when that is not known.
-    func deliverRelay(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON?, target: ConnectionID, plainIDs: Bool)
+    /// `deliver(relay.relayed(from: from).frame, to: target)`, for an addressed relay: a router
+    /// may write the frame from its parts, lent by the caller (often straight from the frame they
+    /// arrived in), without building it (or a `RelayedFrame`, whose parts would be copied in and
+    /// destroyed). `plainIDs`: both ids are known to be plain (`RelayedFrame.isPlain`), so neither
+    /// is checked again; false when that is not known.
+    func deliverRelay(_ relay: RelayParts, from: PeerID, target: ConnectionID, plainIDs: Bool)
     /// Closes a connection with `code`: a socket gets a Close frame after its queued frames, a
     /// virtual connection its `closed(_:code:)`.
     func close(_ connection: ConnectionID, code: CloseCode)
@@ -46,14 +46,8 @@ extension Router {
 
     func deliver(_ frame: Frame, to target: ConnectionID) { deliver(frame, to: [target]) }
 
-    func deliverRelay(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON?, target: ConnectionID, plainIDs: Bool) {
-        deliver(RelayedFrame(kind, from: from, to: to, payload: payload).frame, to: target)
-    }
-
-    /// `deliverRelay` with the parts of `relayed`.
-    func deliver(_ relayed: RelayedFrame, to target: ConnectionID) {
-        deliverRelay(relayed.kind, from: relayed.from, to: relayed.to, payload: relayed.payload, target: target,
-                     plainIDs: RelayedFrame.isPlain(relayed.from) && RelayedFrame.isPlain(relayed.to))
+    func deliverRelay(_ relay: RelayParts, from: PeerID, target: ConnectionID, plainIDs: Bool) {
+        deliver(relay.relayed(from: from).frame, to: target)
     }
 }
 
@@ -118,18 +112,15 @@ final class LocalRouter: Router {
         hand(frame, encode(frame), to: target)
     }
 
-    func deliverRelay(_ kind: RelayKind, from: PeerID, to: PeerID, payload: RawJSON?, target: ConnectionID, plainIDs: Bool) {
-        // A socket's frame is written from the relay's parts into the message it gets; an HTTP
-        // session, or a relay without a payload or with ids to escape, takes the `Frame` path.
-        guard !HTTPSessions.isVirtual(target), plainIDs, payload != nil else {
-            return deliver(RelayedFrame(kind, from: from, to: to, payload: payload).frame, to: target)
+    func deliverRelay(_ relay: RelayParts, from: PeerID, target: ConnectionID, plainIDs: Bool) {
+        // A socket's frame is written from the relay's parts into the target's pending bytes (no
+        // message of its own); an HTTP session, or a relay without a payload or with ids to
+        // escape, takes the `Frame` path.
+        guard !HTTPSessions.isVirtual(target), plainIDs, let length = relay.plainLength(plainFrom: from) else {
+            return deliver(relay.relayed(from: from).frame, to: target)
         }
-        // `payload!` where it is used, not a `let payload` bound by the guard: that binding was a
-        // copy of the payload (its buffer retained and released once per relayed frame).
-        let length = RelayedFrame.plainLength(kind, plainFrom: from, plainTo: to, payload: payload!)
-        metrics.framesOut.count(kind.frameType)
-        // Framed straight into the target's pending bytes: no message of its own.
-        sink.send(count: length, to: target) { RelayedFrame.writePlain(kind, from: from, to: to, payload: payload!, at: $0) }
+        metrics.framesOut.count(relay.kind.frameType)
+        sink.send(count: length, to: target) { relay.writePlain(from: from, at: $0) }
     }
 
     /// A relayed frame, a chat and a chat-ack are written straight into the message every target

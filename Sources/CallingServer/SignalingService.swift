@@ -56,7 +56,7 @@ final class SignalingService: @unchecked Sendable {
     /// kicked, room closed) even while its socket is still closing.
     func isSeated(_ connection: ConnectionID) -> Bool { Self.inPlace(&hub) { $0.isSeated(connection) } }
 
-    /// The seat `connection` holds, or nil: `isSeated` with where, for `relay(_:to:payload:from:seat:)`.
+    /// The seat `connection` holds, or nil: `isSeated` with where, for `relay(_:from:seat:)`.
     func seat(of connection: ConnectionID) -> Hub.Seat? { Self.inPlace(&hub) { $0.seat(of: connection) } }
 
     /// Runs `body` on the hub where it is stored. Calling a method on a class's stored struct
@@ -81,29 +81,30 @@ final class SignalingService: @unchecked Sendable {
     }
 
     /// An addressed relay from `connection`: what `handle(.message(connection, .relay(kind, to:
-    /// to, payload: payload)))` does, which the room endpoint calls directly for the most frequent
-    /// frame of all, without wrapping it in a `HubInput` (and destroying that again, ~170
-    /// instructions per relayed frame). The hub finds the target without the effect arrays
+    /// to, payload: payload)))` does. The hub finds the target without the effect arrays
     /// (`Hub.route`), and the router writes the relayed frame from the parts this call was given,
     /// without copying them into a value first.
-    /// `seat`: where `connection` is seated, when the caller has just found it (`seat(of:)`), so
-    /// the hub does not look it up again.
-    func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID, seat: Hub.Seat? = nil) {
-        // `if let`, not `seat.map { … } ?? …`: the autoclosure of `??` captured the hub, which
-        // copied it (every table retained and released) on every relayed frame.
-        let route = Self.inPlace(&hub) { hub -> RelayRoute? in
-            if let seat { return hub.route(kind, to: to, from: connection, seat: seat) }
-            return hub.route(kind, to: to, from: connection)
-        }
-        switch route {
-        case .deliver(let from, let target, let plainIDs)?:
-            router.deliverRelay(kind, from: from, to: to, payload: payload, target: target, plainIDs: plainIDs)
-        case .answer(let frame, let sender)?:
-            countError(frame, recipients: 1)
-            router.deliver(frame, to: sender)
-        case nil:
-            return
-        }
+    func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) {
+        let route = Self.inPlace(&hub) { $0.route(kind, to: to, from: connection) }
+        guard case .deliver(let from, let target, let plainIDs)? = route else { return answer(route) }
+        RelayParts.with(kind, to: to, payload: payload) { router.deliverRelay($0, from: from, target: target, plainIDs: plainIDs) }
+    }
+
+    /// `relay(_:to:payload:from:)` for the parts of a relay lent straight from the frame they
+    /// arrived in, from `connection` seated at `seat` (`seat(of:)`, nothing changed since): what
+    /// the room endpoint calls for the most frequent frame of all, without a `HubInput` around it
+    /// (~170 instructions per relayed frame), a `String` for its `to` or a slice for its payload.
+    func relay(_ parts: RelayParts, from connection: ConnectionID, seat: Hub.Seat) {
+        let route = Self.inPlace(&hub) { $0.route(parts, from: connection, seat: seat) }
+        guard case .deliver(let from, let target, let plainIDs)? = route else { return answer(route) }
+        router.deliverRelay(parts, from: from, target: target, plainIDs: plainIDs)
+    }
+
+    /// A relay's route that delivers nothing: an `error` back to its sender, or nothing at all.
+    private func answer(_ route: RelayRoute?) {
+        guard case .answer(let frame, let sender)? = route else { return }
+        countError(frame, recipients: 1)
+        router.deliver(frame, to: sender)
     }
 
     /// A `ping` from `connection`, seated at `seat` (`seat(of:)`, nothing changed since): what

@@ -324,6 +324,41 @@ final class HubTests: XCTestCase {
         XCTAssertNil(hub.route(.candidate, to: "alice", from: carol))
     }
 
+    /// `route(_:from:seat:)` with `to` lent as bytes answers as `route(_:to:from:)` does with the
+    /// id: by byte comparison in a small room, and through the id where that does not settle it
+    /// (an indexed room, an id spelt in another Unicode normalization, no such member).
+    func test_a_route_for_to_as_bytes_is_the_route_for_the_id() {
+        join(alice, "alice")
+        join(bob, "caf\u{E9}")  // é precomposed
+        join(carol, "b\"ob")
+        let payload: RawJSON = ["k": 1]
+        func check(_ sender: ConnectionID, _ target: PeerID, _ note: String, line: UInt = #line) {
+            guard let seat = hub.seat(of: sender) else { return XCTFail("\(sender) is seated", line: line) }
+            RelayParts.with(.candidate, to: target, payload: payload) { parts in
+                XCTAssertEqual(hub.route(parts, from: sender, seat: seat), hub.route(.candidate, to: target, from: sender), note, line: line)
+            }
+        }
+        check(alice, "caf\u{E9}", "the same bytes")
+        check(alice, "cafe\u{301}", "é decomposed: equal as an id, not as bytes")
+        check(alice, "b\"ob", "an id to escape")
+        check(bob, "alice", "plain both ways")
+        check(alice, "alice", "the sender itself: peer_not_found")
+        check(alice, "nobody", "no such member: peer_not_found")
+        XCTAssertEqual(RelayParts.with(.candidate, to: "cafe\u{301}", payload: nil) { parts in
+            hub.seat(of: alice).flatMap { hub.route(parts, from: alice, seat: $0) }
+        }, .deliver(from: "alice", to: bob, plainIDs: true))
+        // Past `MemberList.indexedAbove` members the room finds ids by hash.
+        var others: [ConnectionID] = []
+        for index in 0..<12 {
+            let connection = ConnectionID(UInt64(1_000 + index))
+            others.append(connection)
+            join(connection, PeerID("p\(index)"))
+        }
+        check(alice, "p11", "an indexed room")
+        check(others[3], "caf\u{E9}", "an indexed room, from another member")
+        check(others[3], "p3", "an indexed room, the sender itself")
+    }
+
     func test_frames_from_a_connection_that_never_joined_are_ignored() {
         joinAll()
         XCTAssertEqual(send(fresh, .relay(.data, to: nil, payload: nil)), [])

@@ -59,19 +59,28 @@ final class RouterTests: XCTestCase {
             RelayedFrame(.offer, from: "alice", to: "bob", payload: nil),  // no payload: the general path
         ]
         for relayed in relays {
-            router.deliver(relayed, to: ConnectionID(1))
+            deliver(relayed, through: router, to: ConnectionID(1))
             let message = sockets.sent.removeLast()
             XCTAssertEqual(message.0, ConnectionID(1))
             let bytes = Array(UnsafeBufferPointer(start: message.1.payloadPointer, count: message.1.count))
             XCTAssertEqual(bytes, relayed.frame.encoded())
         }
-        router.deliver(relays[0], to: virtual)
+        deliver(relays[0], through: router, to: virtual)
         XCTAssertTrue(sockets.sent.isEmpty, "a virtual id never reaches the socket sink")
         XCTAssertEqual(session.frames.map(\.0), [virtual])
         XCTAssertEqual(session.frames.first?.1, relays[0].frame)
         XCTAssertEqual(metrics.framesOut["candidate"], 2)
         XCTAssertEqual(metrics.framesOut["data"], 1)
         XCTAssertEqual(metrics.framesOut["offer"], 1)
+    }
+
+    /// `relayed` as the service hands a relay to the router: its parts lent, the ids' plainness as
+    /// the hub knows it.
+    private func deliver(_ relayed: RelayedFrame, through router: LocalRouter, to target: ConnectionID) {
+        RelayParts.with(relayed.kind, to: relayed.to, payload: relayed.payload) {
+            router.deliverRelay($0, from: relayed.from, target: target,
+                                plainIDs: RelayedFrame.isPlain(relayed.from) && RelayedFrame.isPlain(relayed.to))
+        }
     }
 
     func test_a_chat_or_ack_for_one_socket_is_written_in_place_and_one_for_several_is_shared() {
