@@ -347,6 +347,23 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(RelayParts.with(.candidate, to: "cafe\u{301}", payload: nil) { parts in
             hub.seat(of: alice).flatMap { hub.route(parts, from: alice, seat: $0) }
         }, .deliver(from: "alice", to: bob, plainIDs: true))
+        // Every length a `ShortKey` reads differently (1, 2–3, 4–7, 8–16 bytes), and longer ids:
+        // told from one that differs only in its first or its last byte.
+        let room2 = RoomID("lengths")
+        for length in 1...18 {
+            let id = PeerID(String(repeating: "k", count: length))
+            let near = [PeerID("j" + String(repeating: "k", count: length - 1)), PeerID(String(repeating: "k", count: length - 1) + "j")]
+            let sender = ConnectionID(UInt64(500 + 3 * length))
+            _ = join(sender, "sender", room: room2)
+            _ = join(ConnectionID(UInt64(501 + 3 * length)), id, room: room2)
+            _ = join(ConnectionID(UInt64(502 + 3 * length)), near[length % 2], room: room2)
+            check(sender, id, "\(length) bytes")
+            check(sender, near[length % 2], "\(length) bytes, one differing")
+            check(sender, near[1 - length % 2], "\(length) bytes, not in the room")
+            _ = disconnect(sender)
+            _ = disconnect(ConnectionID(UInt64(501 + 3 * length)))
+            _ = disconnect(ConnectionID(UInt64(502 + 3 * length)))
+        }
         // Past `MemberList.indexedAbove` members the room finds ids by hash.
         var others: [ConnectionID] = []
         for index in 0..<12 {
