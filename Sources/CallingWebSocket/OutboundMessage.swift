@@ -8,7 +8,10 @@ import Glibc
 /// is safe to share because every `lws_write` happens on the service thread, one at a time, and
 /// lws copies any unsent remainder into its own buffer before returning.
 public final class OutboundMessage: @unchecked Sendable {
-    @usableFromInline package static let headroom = Int(cs_lws_pre())
+    /// `LWS_PRE`, computed rather than stored: the shim returns the header's constant inline, so
+    /// this folds to a number where a `static let` was read through its lazy initializer's check
+    /// (~25 instructions per relayed frame, which reserves pending bytes with it).
+    @inlinable package static var headroom: Int { Int(cs_lws_pre()) }
 
     @usableFromInline let storage: UnsafeMutableRawBufferPointer
     public let count: Int
