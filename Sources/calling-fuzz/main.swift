@@ -30,6 +30,15 @@ enum Targets {
         if fast != tree {
             fatalError("client frame decoded \(fast) but the tree path gives \(tree): \(bytes)")
         }
+        // A relay left in the frame lends the same `to` and payload bytes the message holds.
+        if case .relay(let relay)? = try? ClientFrameDecoder.decodeFrame(bytes, limits: limits),
+           case .relay(_, let to?, let payload)? = try? fast.get() {
+            relay.withParts(in: bytes) { parts in
+                guard Array(parts.to) == Array(to.rawValue.utf8), parts.payload.map(Array.init) == payload.map({ Array($0.bytes) }) else {
+                    fatalError("relay parts \(Array(parts.to)) differ from the decoded relay to \(to): \(bytes)")
+                }
+            }
+        }
         _ = try? PresenceFrameDecoder.decode(bytes)
     }
 
