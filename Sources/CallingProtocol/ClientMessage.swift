@@ -177,12 +177,51 @@ public enum ClientFrameDecoder {
     /// `decode(_:limits:)`, with an addressed relay whose `to` is plain left in `bytes`
     /// (`ScannedRelay`): the server relays it from there (`RelayParts`). Same rules, same errors.
     public static func decodeFrame(_ bytes: [UInt8], limits: FrameLimits = FrameLimits()) throws(FrameError) -> ClientFrame {
-        if let frame = try decodeScanned(bytes, limits: limits) { return frame }
+        let scanned = bytes.withUnsafeBufferPointer { FrameScanner.scan($0) }
+        return try decodeFrame(scanned, in: bytes, limits: limits)
+    }
+
+    /// `decodeFrame(_:limits:)` for a frame lent for the call (the transport's read buffer): a
+    /// relay it leaves in the frame points into `bytes`, which are copied only for any other
+    /// frame (whose message keeps parts of them). The frame is scanned once either way.
+    public static func decodeFrame(lent bytes: UnsafeBufferPointer<UInt8>, limits: FrameLimits = FrameLimits()) throws(FrameError)
+        -> ClientFrame
+    {
+        let scanned = FrameScanner.scan(bytes)
+        if let scanned, let typeToken = scanned.type, case .string(false) = typeToken.kind,
+           let kind = relayKind(UnsafeBufferPointer(rebasing: bytes[(typeToken.start + 1)..<(typeToken.end - 1)])),
+           let relay = plainRelay(kind, scanned, in: bytes, limits: limits) {
+            return .relay(relay)
+        }
+        // Anything else from a copy, at the same offsets (a relay whose type is escaped is found there).
+        return try decodeFrame(scanned, in: Array(bytes), limits: limits)
+    }
+
+    /// The frame `scanned` (nil when the scan refused it) found in `bytes`.
+    private static func decodeFrame(_ scanned: FrameScanner.Result?, in bytes: [UInt8], limits: FrameLimits) throws(FrameError)
+        -> ClientFrame
+    {
+        if let scanned, let frame = try decodeScanned(scanned, in: bytes, limits: limits) { return frame }
         // Refused by the scan (or by a relay rule): the parser's path, which says why.
         guard let members = try FrameEnvelope.parseMembers(bytes) else {
             return .message(try decode(FrameEnvelope.parse(bytes), limits: limits))  // not an object: refused there
         }
         return .message(try decode(members, limits: limits))
+    }
+
+    /// The addressed relay of `kind` with a plain `to` that `scanned` is, if it meets the relay
+    /// rules: what `decodeScanned` leaves in the frame, found without copying anything out of
+    /// `bytes`. Its positions hold in any copy of the frame.
+    @inline(__always)
+    private static func plainRelay(_ kind: RelayKind, _ scanned: FrameScanner.Result, in bytes: UnsafeBufferPointer<UInt8>,
+                                   limits: FrameLimits) -> ScannedRelay?
+    {
+        guard let token = scanned.to, case .string(false) = token.kind else { return nil }
+        let length = token.end - token.start - 2
+        guard length > 0, length <= limits.maxPeerIDBytes, relayRulesHold(kind, scanned, in: bytes) else { return nil }
+        var payload: Range<Int>?
+        if let token = scanned.payload, token.kind != .null { payload = token.start..<token.end }
+        return ScannedRelay(kind: kind, to: (token.start + 1)..<(token.end - 1), payload: payload)
     }
 
     public static func decode(_ value: JSONValue, limits: FrameLimits = FrameLimits()) throws(FrameError) -> ClientMessage {
@@ -266,9 +305,8 @@ public enum ClientFrameDecoder {
     /// frame's payload is checked in place and kept as its bytes; other types parse only their
     /// payload and go through the same rules as the parser's path. Nil when the scan refuses the
     /// frame or a relay rule fails: the parser's path then finds the same fault and reports it.
-    static func decodeScanned(_ bytes: [UInt8], limits: FrameLimits) throws(FrameError) -> ClientFrame? {
-        let scanned = bytes.withUnsafeBufferPointer { FrameScanner.scan($0) }
-        guard let scanned, let typeToken = scanned.type, case .string(let typeEscaped) = typeToken.kind else { return nil }
+    static func decodeScanned(_ scanned: FrameScanner.Result, in bytes: [UInt8], limits: FrameLimits) throws(FrameError) -> ClientFrame? {
+        guard let typeToken = scanned.type, case .string(let typeEscaped) = typeToken.kind else { return nil }
         func text(_ token: FrameScanner.Token) -> String? {
             if case .string(false) = token.kind {
                 return String(decoding: bytes[(token.start + 1)..<(token.end - 1)], as: UTF8.self)
@@ -309,19 +347,16 @@ public enum ClientFrameDecoder {
             }
             return .message(try decode(members, limits: limits))
         }
-        guard relayRulesHold(kind, scanned, in: bytes) else { return nil }
+        // Left in the frame when its `to` is plain: its bytes are the peer id.
+        if let relay = bytes.withUnsafeBufferPointer({ plainRelay(kind, scanned, in: $0, limits: limits) }) { return .relay(relay) }
+        guard bytes.withUnsafeBufferPointer({ relayRulesHold(kind, scanned, in: $0) }) else { return nil }
         var payload: Range<Int>?
         if let token = scanned.payload, token.kind != .null { payload = token.start..<token.end }
         guard let token = scanned.to, token.kind != .null else {
             return .message(.relay(kind, to: nil, payload: payload.map { RawJSON(validated: bytes[$0]) }))
         }
-        guard case .string(let escaped) = token.kind else { return nil }
-        if !escaped {
-            // Left in the frame: its bytes are the peer id.
-            let length = token.end - token.start - 2
-            guard length > 0, length <= limits.maxPeerIDBytes else { return nil }
-            return .relay(ScannedRelay(kind: kind, to: (token.start + 1)..<(token.end - 1), payload: payload))
-        }
+        // An escaped `to` (a plain one that breaks a limit is refused below, as the parser's path refuses it).
+        guard case .string = token.kind else { return nil }
         guard let name = text(token), !name.isEmpty, name.utf8.count <= limits.maxPeerIDBytes else { return nil }
         return .message(.relay(kind, to: PeerID(name), payload: payload.map { RawJSON(validated: bytes[$0]) }))
     }
@@ -329,7 +364,7 @@ public enum ClientFrameDecoder {
     /// The rules a relayed `kind` sets on its scanned members (the general path's, `decode(_:limits:)`);
     /// false for a frame that path refuses, which then says why.
     @inline(__always)
-    private static func relayRulesHold(_ kind: RelayKind, _ scanned: FrameScanner.Result, in bytes: [UInt8]) -> Bool {
+    private static func relayRulesHold(_ kind: RelayKind, _ scanned: FrameScanner.Result, in bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         let addressed = scanned.to.map { $0.kind != .null } ?? false
         let isObject = scanned.payload?.kind == .object
         switch kind {
@@ -349,7 +384,7 @@ public enum ClientFrameDecoder {
                 case .integer, .null: break
                 case .number:
                     // `3.0` counts as an integer, a 20-digit one does not: the parser's reading decides.
-                    guard (try? JSONParser.parse(bytes[index.start..<index.end]))?.int64Value != nil else { return false }
+                    guard (try? JSONParser.parse(Array(bytes[index.start..<index.end])))?.int64Value != nil else { return false }
                 default: return false
                 }
             }

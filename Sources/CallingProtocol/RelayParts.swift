@@ -31,14 +31,18 @@ public struct ScannedRelay: Sendable, Equatable {
         .relay(kind, to: PeerID(String(decoding: bytes[to], as: UTF8.self)), payload: payload.map { RawJSON(validated: bytes[$0]) })
     }
 
-    /// `body` with the relay's parts lent from `bytes`, the frame it was scanned from.
+    /// `body` with the relay's parts lent from `bytes`, the frame it was scanned from (or a copy).
     @inline(__always)
     public func withParts<T>(in bytes: [UInt8], _ body: (RelayParts) -> T) -> T {
-        bytes.withUnsafeBufferPointer { frame in
-            let base = frame.baseAddress!
-            return body(RelayParts(kind: kind, to: UnsafeBufferPointer(start: base + to.lowerBound, count: to.count),
-                                   payload: payload.map { UnsafeBufferPointer(start: base + $0.lowerBound, count: $0.count) }))
-        }
+        bytes.withUnsafeBufferPointer { withParts(in: $0, body) }
+    }
+
+    /// `withParts(in:_:)` for a frame lent as a buffer (`ClientFrameDecoder.decodeFrame(lent:limits:)`).
+    @inline(__always)
+    public func withParts<T>(in bytes: UnsafeBufferPointer<UInt8>, _ body: (RelayParts) -> T) -> T {
+        let base = bytes.baseAddress!
+        return body(RelayParts(kind: kind, to: UnsafeBufferPointer(start: base + to.lowerBound, count: to.count),
+                               payload: payload.map { UnsafeBufferPointer(start: base + $0.lowerBound, count: $0.count) }))
     }
 }
 

@@ -206,21 +206,34 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         // release per inbound frame): once its seat is checked, nothing this frame does removes
         // it (only `didClose` and that check do).
         guard let (entry, seat) = liveSessionAndSeat(connection) else { return }
-        entry._withUnsafeGuaranteedRef { session in receive(message, on: connection, session: session, seat: seat) }
+        entry._withUnsafeGuaranteedRef { session in
+            guard gate.admits(message, on: connection, limiter: &session.limiter), case .text(let text) = message else { return }
+            text.withUnsafeBufferPointer { receive($0, on: connection, session: session, seat: seat) }
+        }
     }
 
+    func didReceiveText(_ bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID) {
+        // As in `didReceive`.
+        guard let (entry, seat) = liveSessionAndSeat(connection) else { return }
+        entry._withUnsafeGuaranteedRef { session in
+            guard gate.admitsFrame(on: connection, limiter: &session.limiter) else { return }
+            receive(bytes, on: connection, session: session, seat: seat)
+        }
+    }
+
+    /// A text frame, lent for the call: an addressed relay is relayed from these bytes; anything
+    /// else is decoded into a message that owns its parts.
     @inline(__always)
-    private func receive(_ message: InboundMessage, on connection: ConnectionID, session: Session, seat: Hub.Seat?) {
-        guard gate.admits(message, on: connection, limiter: &session.limiter), case .text(let text) = message else { return }
+    private func receive(_ text: UnsafeBufferPointer<UInt8>, on connection: ConnectionID, session: Session, seat: Hub.Seat?) {
         let decoded: ClientMessage
         do {
-            switch try ClientFrameDecoder.decodeFrame(text, limits: frameLimits) {
+            switch try ClientFrameDecoder.decodeFrame(lent: text, limits: frameLimits) {
             case .relay(let relay):
                 metrics.framesIn.count(relay.kind.frameType)
                 // Relayed from the frame's bytes, unless it has to wait for its sender's join. A
                 // joined session's connection always has its seat, and nothing since
                 // `liveSessionAndSeat` has changed the hub: the seat is still the sender's.
-                guard session.pending == nil, let seat else { decoded = relay.message(in: text); break }
+                guard session.pending == nil, let seat else { decoded = relay.message(in: Array(text)); break }
                 return relay.withParts(in: text) { rooms.relay($0, from: connection, seat: seat) }
             case .message(let message):
                 metrics.framesIn.count(message.frameType)

@@ -13,9 +13,18 @@ protocol WebSocketEndpoint: AnyObject {
     func shouldUpgrade(_ request: HTTPRequest, claims: PeerTokenClaims) -> UpgradeDecision
     func didOpen(_ connection: ConnectionID, context: any Sendable)
     func didReceive(_ message: InboundMessage, on connection: ConnectionID)
+    /// A whole text message lent for the call (`WebSocketServerDelegate`'s
+    /// `server(_:didReceiveText:on:)`); by default handed on to `didReceive` as `.text`, copied.
+    func didReceiveText(_ bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID)
     func didClose(_ connection: ConnectionID)
     /// Every `tick_ms`, for timers (grace periods, request TTLs, token expiry).
     func tick(now: Millis)
+}
+
+extension WebSocketEndpoint {
+    func didReceiveText(_ bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID) {
+        didReceive(.text(Array(bytes)), on: connection)
+    }
 }
 
 /// Carries an endpoint's accept context through the transport, tagged with its path.
@@ -53,6 +62,22 @@ final class FrameGate {
     /// Whether `message` is text to decode; false when it was answered (or dropped) here. The
     /// caller reads the text from the message it holds: returning the array would retain it.
     func admits(_ message: InboundMessage, on connection: ConnectionID, limiter: inout RateLimiter) -> Bool {
+        guard admitsFrame(on: connection, limiter: &limiter) else { return false }
+        switch message {
+        case .text:
+            return true
+        case .binary:
+            sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
+        case .tooLarge(let count):
+            sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
+                      to: connection)
+        }
+        return false
+    }
+
+    /// Whether the rate limit lets one more frame from `connection` through (a whole text message
+    /// lent by the transport, or the start of `admits`); false when it was answered (or dropped).
+    func admitsFrame(on connection: ConnectionID, limiter: inout RateLimiter) -> Bool {
         guard limiter.admit(now: now()) else {
             let drops = limiter.consecutiveDrops
             if drops == config.floodCloseAfter {
@@ -67,16 +92,7 @@ final class FrameGate {
             }
             return false
         }
-        switch message {
-        case .text:
-            return true
-        case .binary:
-            sendError(FrameError(.binaryUnsupported, "binary frames are not part of this protocol; send JSON text"), to: connection)
-        case .tooLarge(let count):
-            sendError(FrameError(.frameTooLarge, "frame of \(count) bytes exceeds max_frame_bytes \(config.maxFrameBytes)"),
-                      to: connection)
-        }
-        return false
+        return true
     }
 
     /// Answers a refused frame with an `error` frame and counts it.
@@ -162,6 +178,11 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
         // `endpoint(of:)` returns is retained and released around the call, once per inbound frame.
         if !byConnection.isEmpty, let other = byConnection[connection] { return other.didReceive(message, on: connection) }
         primary.didReceive(message, on: connection)
+    }
+
+    func server(_ server: WebSocketServer, didReceiveText bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID) {
+        if !byConnection.isEmpty, let other = byConnection[connection] { return other.didReceiveText(bytes, on: connection) }
+        primary.didReceiveText(bytes, on: connection)
     }
 
     func server(_ server: WebSocketServer, didClose connection: ConnectionID) {

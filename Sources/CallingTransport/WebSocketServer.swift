@@ -10,10 +10,20 @@ public protocol WebSocketServerDelegate: AnyObject {
     func server(_ server: WebSocketServer, shouldUpgrade request: HTTPRequest) -> UpgradeDecision
     func server(_ server: WebSocketServer, didOpen connection: ConnectionID, context: any Sendable)
     func server(_ server: WebSocketServer, didReceive message: InboundMessage, on connection: ConnectionID)
+    /// A text message that arrived whole in one read (nearly every one), lent from lws's buffer for
+    /// this call only: a delegate that handles it without keeping its bytes (a relayed frame)
+    /// saves copying it. The default hands it on as `didReceive(.text(_:))`, copied.
+    func server(_ server: WebSocketServer, didReceiveText bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID)
     /// The connection is gone (either side closed it, or the network did).
     func server(_ server: WebSocketServer, didClose connection: ConnectionID)
     /// A plain HTTP request; answer through `responder`, now or later (on the service thread).
     func server(_ server: WebSocketServer, handle request: HTTPRequest, responder: HTTPResponder)
+}
+
+extension WebSocketServerDelegate {
+    public func server(_ server: WebSocketServer, didReceiveText bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID) {
+        self.server(server, didReceive: .text(Array(bytes)), on: connection)
+    }
 }
 
 public enum TransportError: Error, CustomStringConvertible {
@@ -845,29 +855,18 @@ public final class WebSocketServer: @unchecked Sendable {
         if conn.closeFrameSent { return }
         if LWS.isFirstFragment(wsi) {
             if length <= settings.maxFrameBytes, LWS.isMessageEnd(wsi) {
-                // The whole message in one callback, as nearly every one arrives: copied once from
-                // lws's buffer into the array the app gets, the service thread's `inbound`. The app
-                // has let go of the previous message by now (a relay or chat keeps nothing of its
-                // bytes), so emptying it keeps its storage; one the app still holds is left to it
-                // (copy on write), so a kept message never changes. (Through `rx` it was appended
-                // there, and `rx`, still shared with the message, was allocated anew each time.)
+                // The whole message in one callback, as nearly every one arrives: lent from lws's
+                // buffer for the delegate's call, which copies only what it keeps (a relayed frame
+                // is written from it into its target's pending bytes; copying it into an array
+                // first was ~150 of the instructions of a relayed frame).
                 if !conn.rx.isEmpty { conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536) }
                 conn.rxDiscarded = 0
                 if LWS.isBinaryFrame(wsi) {
                     delegate?.server(self, didReceive: .binary(byteCount: length), on: id)
                     return
                 }
-                // The array is moved into the message and back out of it, not copied: a copy
-                // is a retain and a release of its storage, atomic ones, on every inbound frame.
-                var bytes: [UInt8] = []
-                swap(&bytes, &state.inbound)
-                if bytes.capacity > 65_536 { bytes = [] }
-                // One call that empties and refills it (removeAll and append were two).
-                bytes.replaceSubrange(bytes.startIndex..<bytes.endIndex,
-                                      with: UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
-                let message = InboundMessage.text(consume bytes)
-                delegate?.server(self, didReceive: message, on: id)
-                if case .text(let kept) = consume message { state.inbound = kept }
+                let text = UnsafeBufferPointer(start: input?.assumingMemoryBound(to: UInt8.self), count: input == nil ? 0 : length)
+                delegate?.server(self, didReceiveText: text, on: id)
                 return
             }
             conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536)
@@ -1160,9 +1159,6 @@ private final class ServiceState {
     @exclusivity(unchecked) var flushing: [WSConnection] = []
     /// Inbound frames handled since the last flush.
     @exclusivity(unchecked) var framesSinceFlush = 0
-    /// The array a whole inbound text message is handed to the app in, reused from message to
-    /// message while the app keeps none of them (one for every connection, not one each).
-    @exclusivity(unchecked) var inbound: [UInt8] = []
     /// TLS connections by wsi: false while their handshake runs, true once it is done.
     var tlsHandshakes: [OpaquePointer: Bool] = [:]
     var shuttingDown = false

@@ -30,6 +30,14 @@ enum Targets {
         if fast != tree {
             fatalError("client frame decoded \(fast) but the tree path gives \(tree): \(bytes)")
         }
+        // The frame lent as the transport lends it reads as the array does.
+        let array = Result { () throws(FrameError) in try ClientFrameDecoder.decodeFrame(bytes, limits: limits) }
+        let lent = bytes.withUnsafeBufferPointer { buffer in
+            Result { () throws(FrameError) in try ClientFrameDecoder.decodeFrame(lent: buffer, limits: limits) }
+        }
+        if lent != array {
+            fatalError("client frame lent decoded \(lent) but as an array \(array): \(bytes)")
+        }
         // A relay left in the frame lends the same `to` and payload bytes the message holds.
         if case .relay(let relay)? = try? ClientFrameDecoder.decodeFrame(bytes, limits: limits),
            case .relay(_, let to?, let payload)? = try? fast.get() {

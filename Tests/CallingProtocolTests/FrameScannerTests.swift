@@ -34,6 +34,10 @@ final class FrameScannerTests: XCTestCase {
             XCTFail("decoder \(fast) but the tree path \(reference) for \(text)", file: file, line: line)
         }
         XCTAssertEqual(scanAccepts(bytes), parserAccepts(bytes), "scan vs parser: \(text)", file: file, line: line)
+        // The frame lent as a buffer (as the transport lends it) reads as the array does.
+        let array = Result { () throws(FrameError) in try ClientFrameDecoder.decodeFrame(bytes) }
+        let lent = bytes.withUnsafeBufferPointer { buffer in Result { () throws(FrameError) in try ClientFrameDecoder.decodeFrame(lent: buffer) } }
+        XCTAssertEqual(lent, array, "lent vs array: \(text)", file: file, line: line)
     }
 
     private static let seeds = [

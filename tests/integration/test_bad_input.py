@@ -165,6 +165,19 @@ def test_fragmented_messages(small_server):
         assert_error(raw.recv_json(), 413)
         raw.send_json({"type": "ping", "payload": {"n": 3}})
         assert raw.recv_json() == {"type": "pong", "payload": {"n": 3}}
+        # An addressed relay split across frames is relayed as one that arrives whole (from the
+        # reassembled copy rather than from the transport's read buffer).
+        bob = RawWebSocket(small_server.port, small_server.token("r1", "bob"))
+        try:
+            assert bob.recv_json()["type"] == "welcome"
+            assert raw.recv_json()["type"] == "peer-joined"
+            payload = {"candidate": "candidate:1 1 udp 2122260223 192.0.2.1 54400 typ host", "sdpMid": "0", "sdpMLineIndex": 0}
+            relay = json.dumps({"type": "candidate", "to": "bob", "payload": payload}).encode()
+            raw.send_frame(0x1, relay[:30], fin=False)
+            raw.send_frame(0x0, relay[30:], fin=True)
+            assert bob.recv_json() == {"type": "candidate", "from": "alice", "to": "bob", "payload": payload}
+        finally:
+            bob.close()
     finally:
         raw.close()
 
