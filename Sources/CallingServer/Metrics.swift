@@ -3,13 +3,15 @@ import CallingStore
 import CallingTransport
 
 /// Frames counted by type name. The room protocol's own types are counted by `FrameType` in an
-/// array, without hashing the name: every inbound frame is counted here. Other names (presence
+/// inline array, without hashing the name: every inbound frame is counted here (an `Array` checked
+/// its storage's uniqueness on every count; one slot per type, which MetricsTests holds to
+/// `FrameType.allCases`). Other names (presence
 /// frames, and outbound frames, which carry their type as a string) go to a short list whose last
 /// entry used is tried first: a run of one type (a relay, a fan-out) costs one comparison of two
 /// small strings per count instead of a hash. `/metrics` sees one map either way.
 struct FrameCounts {
     private static let types = FrameType.allCases
-    private var known = [Int](repeating: 0, count: FrameCounts.types.count)
+    private var known = InlineArray<16, Int>(repeating: 0)
     private var other: [(name: String, count: Int)] = []
     private var last = 0
 
@@ -66,7 +68,7 @@ struct FrameCounts {
     var byName: [String: Int] {
         var result: [String: Int] = [:]
         for (name, count) in other { result[name, default: 0] += count }
-        for (type, count) in zip(Self.types, known) where count > 0 { result[type.rawValue, default: 0] += count }
+        for (index, type) in Self.types.enumerated() where known[index] > 0 { result[type.rawValue, default: 0] += known[index] }
         return result
     }
 }

@@ -364,9 +364,7 @@ public final class WebSocketServer: @unchecked Sendable {
             let start = conn.reservePending(framed)
             let header = WebSocketFraming.writeTextHeader(length: count, into: start)
             write((start + header).assumingMemoryBound(to: UInt8.self))
-            conn.pendingUsed += framed
-            conn.pendingFrames += 1
-            conn.pendingPayloadBytes += count
+            conn.notePending(framed: framed, payload: count)
             conn.queuedBytes += count
             queued(conn, connection)
         }
@@ -1278,6 +1276,21 @@ private final class WSConnection {
     var pendingPayloadBytes: Int {
         get { count(3) }
         set { setCount(3, newValue) }
+    }
+
+    /// One more frame of `framed` bytes, `payload` of them its payload, written where
+    /// `reservePending` said: its three counts moved in one pass over the buffer's head (through
+    /// the properties, each count's read and write looked at `pending` again).
+    @inline(__always)
+    func notePending(framed: Int, payload: Int) {
+        guard let pending else { return }
+        func add(_ amount: Int, at index: Int) {
+            let offset = 4 * index
+            pending.storeBytes(of: pending.load(fromByteOffset: offset, as: Int32.self) &+ Int32(amount), toByteOffset: offset, as: Int32.self)
+        }
+        add(framed, at: 1)
+        add(1, at: 2)
+        add(payload, at: 3)
     }
 
     /// Where the pending frames start (the headroom before them is lws's).
