@@ -12,6 +12,7 @@ public enum ClientFrame: Sendable, Equatable {
 /// copied out of the frame. Its `to` is spelt without escapes, so its bytes are the peer id; a
 /// relay whose `to` has escapes is decoded into a `ClientMessage` instead.
 public struct ScannedRelay: Sendable, Equatable {
+    /// Which relayed type the frame is.
     public let kind: RelayKind
     /// The `to` string's contents (between its quotes): 1 to `FrameLimits.maxPeerIDBytes` bytes.
     public let to: Range<Int>
@@ -53,6 +54,7 @@ public struct ScannedRelay: Sendable, Equatable {
 /// instructions of a relayed frame (docs/benchmarks.md, "Instructions per relayed frame").
 /// Valid only inside the call that lends it.
 public struct RelayParts {
+    /// Which relayed type the frame is.
     public let kind: RelayKind
     /// The peer id the sender addressed, as UTF-8.
     public let to: UnsafeBufferPointer<UInt8>
