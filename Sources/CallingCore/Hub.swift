@@ -226,48 +226,12 @@ public struct Hub: Sendable {
         /// once at join: a relayed frame between two such peers is written without checking
         /// either id again (`RelayedFrame.plainLength(_:plainFrom:plainTo:payload:)`).
         let plainID: Bool
-        /// The peer id's UTF-8 when it is at most 16 bytes, found once at join as `plainID` is: a
-        /// relay's `to` is compared with it in two loads (`MemberList.route(from:toUTF8:)`).
-        let key: ShortKey?
 
         init(identity: PeerIdentity, connection: ConnectionID, typingUntil: Millis?) {
             self.identity = identity
             self.connection = connection
             self.typingUntil = typingUntil
             self.plainID = RelayedFrame.isPlain(identity.peer)
-            var id = identity.peer.rawValue
-            self.key = id.withUTF8(ShortKey.init)
-        }
-    }
-
-    /// 1 to 16 bytes as two little-endian words that overlap when there are fewer than 16 (the
-    /// first and the last eight, four, two or one), and their count: two keys are equal exactly
-    /// when their bytes are, and making one reads no byte outside them.
-    struct ShortKey: Equatable, Sendable {
-        let count: Int
-        let head: UInt64
-        let tail: UInt64
-
-        @inline(__always)
-        init?(_ bytes: UnsafeBufferPointer<UInt8>) {
-            guard let base = bytes.baseAddress, bytes.count > 0, bytes.count <= 16 else { return nil }
-            let raw = UnsafeRawPointer(base)
-            let count = bytes.count
-            switch count {
-            case 8...:
-                head = raw.loadUnaligned(as: UInt64.self)
-                tail = raw.loadUnaligned(fromByteOffset: count &- 8, as: UInt64.self)
-            case 4...:
-                head = UInt64(raw.loadUnaligned(as: UInt32.self))
-                tail = UInt64(raw.loadUnaligned(fromByteOffset: count &- 4, as: UInt32.self))
-            case 2...:
-                head = UInt64(raw.loadUnaligned(as: UInt16.self))
-                tail = UInt64(raw.loadUnaligned(fromByteOffset: count &- 2, as: UInt16.self))
-            default:
-                head = UInt64(base.pointee)
-                tail = head
-            }
-            self.count = count
         }
     }
 
@@ -318,19 +282,16 @@ public struct Hub: Sendable {
         /// no member with these exact bytes (an id spelt in another normalization still equals it
         /// as a `String`; else `to` is not in the room, which that way answers).
         func route(from connection: ConnectionID, toUTF8 peer: UnsafeBufferPointer<UInt8>) -> (sender: PeerID, target: ConnectionID, plainIDs: Bool)? {
-            guard index == nil, let sender = all.firstIndex(where: { $0.connection == connection }) else { return nil }
-            let target: Int?
-            if let key = ShortKey(peer) {
-                target = all.firstIndex { $0.key == key }
-            } else {
-                target = all.firstIndex { Self.spells($0.identity.peer, peer) }
-            }
-            guard let target, target != sender else { return nil }
+            guard index == nil, let sender = all.firstIndex(where: { $0.connection == connection }),
+                  let target = all.firstIndex(where: { Self.spells($0.identity.peer, peer) }), target != sender
+            else { return nil }
             return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
         }
 
-        /// Whether `id`'s UTF-8 is exactly `bytes` (ids longer than a `ShortKey`): compared eight
-        /// bytes at a time, lengths first.
+        /// Whether `id`'s UTF-8 is exactly `bytes`: compared eight bytes at a time, lengths first.
+        /// (Each member's id kept at join as two words, compared in two loads, saved ~40
+        /// instructions per relayed frame but cost ~0.02 KiB per idle peer, at the 6 KiB line:
+        /// docs/benchmarks.md, "Relayed from the frame's bytes".)
         @inline(__always)
         private static func spells(_ id: PeerID, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
             guard id.rawValue.utf8.count == bytes.count else { return false }

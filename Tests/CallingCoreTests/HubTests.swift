@@ -347,8 +347,8 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(RelayParts.with(.candidate, to: "cafe\u{301}", payload: nil) { parts in
             hub.seat(of: alice).flatMap { hub.route(parts, from: alice, seat: $0) }
         }, .deliver(from: "alice", to: bob, plainIDs: true))
-        // Every length a `ShortKey` reads differently (1, 2–3, 4–7, 8–16 bytes), and longer ids:
-        // told from one that differs only in its first or its last byte.
+        // Ids of every length from 1 to 18 bytes (the comparison goes eight bytes at a time, then
+        // byte by byte), each told from one that differs only in its first or its last byte.
         let room2 = RoomID("lengths")
         for length in 1...18 {
             let id = PeerID(String(repeating: "k", count: length))
