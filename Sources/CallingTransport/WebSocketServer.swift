@@ -1265,18 +1265,10 @@ private final class WSConnection {
     }
 
     private var pendingCapacity: Int { count(0) }
-    var pendingUsed: Int {
-        get { count(1) }
-        set { setCount(1, newValue) }
-    }
-    var pendingFrames: Int {
-        get { count(2) }
-        set { setCount(2, newValue) }
-    }
-    var pendingPayloadBytes: Int {
-        get { count(3) }
-        set { setCount(3, newValue) }
-    }
+    // Read-only: `notePending` moves all three, `dropPending` lets them go with the buffer.
+    var pendingUsed: Int { count(1) }
+    var pendingFrames: Int { count(2) }
+    var pendingPayloadBytes: Int { count(3) }
 
     /// One more frame of `framed` bytes, `payload` of them its payload, written where
     /// `reservePending` said: its three counts moved in one pass over the buffer's head (through
