@@ -20,8 +20,9 @@ struct SuiteSizes {
     var chatBusyRooms = 10
     var chatManyRooms = 1_000
     var chatRate = 5_000.0
-    /// The relay's paced rate in frames/s; nil: half the server's saturated rate (`--relay-rate`).
-    var relayPacedRate: Double?
+    /// The relay's paced rates in frames/s, one paced phase each in this order; empty: one phase at
+    /// half the server's saturated rate (`--relay-rate`).
+    var relayPacedRates: [Double] = []
 
     static let full = SuiteSizes()
     static let quick = SuiteSizes(idlePeers: 2_000, rttIdlePeers: 1_000, rttPings: 1_000, phaseSeconds: 1,
@@ -286,15 +287,18 @@ final class Scenarios {
         let seconds = sizes.phaseSeconds
         // In the latency figures' names too, which `--rounds` matches by name: the rate itself,
         // which half the server's rate makes differ by run, goes into a note.
-        let pacedRate = sizes.relayPacedRate.map { "\(Int($0)) frames/s" } ?? "half the server's rate"
+        let givenRates = sizes.relayPacedRates
+        let rateLabels = givenRates.isEmpty ? ["half the server's rate"] : givenRates.map { "\(Int($0)) frames/s" }
         result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, "
             + (callgrind != nil ? "each target under callgrind (--instructions)"
-                : "\(seconds) s paced at \(pacedRate)" + (sizes.relayPacedRate == nil ? "" : " (--relay-rate)"))
+                : "\(seconds) s paced at " + (rateLabels.count > 1 ? "each of " : "") + rateLabels.joined(separator: ", ")
+                    + (givenRates.isEmpty ? "" : " (--relay-rate)"))
         var instructions: [TargetProcess.Kind: Double] = [:]
         var saturated: [TargetProcess.Kind: Double] = [:]
-        var paced: [TargetProcess.Kind: Paced] = [:]
+        // Per target, one per paced rate in `pacedRates`' order.
+        var paced: [TargetProcess.Kind: [Paced]] = [:]
         var gen: [TargetProcess.Kind: Double] = [:]
-        var halfRate = 0.0
+        var pacedRates: [Double] = givenRates
         try both { target in
             let engine = try LoadEngine(port: target.port)
             engine.stampsReceives = true
@@ -380,49 +384,60 @@ final class Scenarios {
             let elapsed = Double(LoadEngine.now() - start) / 1e9
             let rate = Double(book.delivered) / elapsed
             saturated[target.kind] = rate
-            if target.kind == .server { halfRate = sizes.relayPacedRate ?? rate / 2 }
+            if target.kind == .server, givenRates.isEmpty { pacedRates = [rate / 2] }
             let afterSaturated = GeneratorCost.Snapshot(engine, target, delivered: book.delivered)
             result.notes.append("\(target.kind.rawValue) saturated: " + GeneratorCost(from: phase, to: afterSaturated).text)
-            phase = afterSaturated
-            // Paced: half the server's saturated rate, round-robin over every side, timed from when
-            // each frame was due (a late generator must not hide its own delay).
-            book.latencies.removeAll(keepingCapacity: true)
-            book.receivedAt.removeAll(keepingCapacity: true)
-            book.queueWaits.removeAll(keepingCapacity: true)
-            let pacedDelivered = book.delivered
-            let total = max(1, Int(halfRate * seconds))
-            let interval = 1e9 / halfRate
-            let pacedStart = LoadEngine.now()
-            var next = 0
-            // How late the generator queued each frame (its own delay, counted in the latency).
-            var lateness: [Double] = []
-            lateness.reserveCapacity(total)
-            book.latencies.reserveCapacity(total)
-            book.queueWaits.reserveCapacity(total)
-            Progress.detail = { "\(book.delivered - pacedDelivered)/\(total) relayed at \(Int(halfRate))/s" }
-            while next < total || connections.contains(where: { $0.inFlight > 0 }) {
-                let now = LoadEngine.now()
-                guard now < pacedStart + UInt64((seconds + 30) * 1e9) else { throw LoadEngine.Failure.timedOut("paced relay") }
-                while next < total, pacedStart + UInt64(Double(next) * interval) <= now {
-                    let due = pacedStart + UInt64(Double(next) * interval)
-                    lateness.append(Double(now - due) / 1e3)
-                    try send(connections[next % connections.count], at: due)
-                    next += 1
+            // The generator's CPU spent sorting and writing out each paced phase, kept out of its share.
+            var betweenPhases = 0.0
+            // Paced: half the server's saturated rate (or each rate given), round-robin over every
+            // side, timed from when each frame was due (a late generator must not hide its own delay).
+            for pacedRate in pacedRates {
+                // With several rates each phase's notes and trace say which rate they are of.
+                let label = "\(target.kind.rawValue) paced" + (pacedRates.count > 1 ? " at \(Int(pacedRate)) frames/s" : "")
+                book.latencies.removeAll(keepingCapacity: true)
+                book.receivedAt.removeAll(keepingCapacity: true)
+                book.queueWaits.removeAll(keepingCapacity: true)
+                let pacedDelivered = book.delivered
+                // Taken here, not when the last phase ended: sorting its latencies is the generator's
+                // own time between phases, not this phase's.
+                phase = GeneratorCost.Snapshot(engine, target, delivered: book.delivered)
+                let total = max(1, Int(pacedRate * seconds))
+                let interval = 1e9 / pacedRate
+                let pacedStart = LoadEngine.now()
+                var next = 0
+                // How late the generator queued each frame (its own delay, counted in the latency).
+                var lateness: [Double] = []
+                lateness.reserveCapacity(total)
+                book.latencies.reserveCapacity(total)
+                book.queueWaits.reserveCapacity(total)
+                Progress.detail = { "\(book.delivered - pacedDelivered)/\(total) relayed at \(Int(pacedRate))/s" }
+                while next < total || connections.contains(where: { $0.inFlight > 0 }) {
+                    let now = LoadEngine.now()
+                    guard now < pacedStart + UInt64((seconds + 30) * 1e9) else { throw LoadEngine.Failure.timedOut("paced relay") }
+                    while next < total, pacedStart + UInt64(Double(next) * interval) <= now {
+                        let due = pacedStart + UInt64(Double(next) * interval)
+                        lateness.append(Double(now - due) / 1e3)
+                        try send(connections[next % connections.count], at: due)
+                        next += 1
+                    }
+                    let due = next < total ? pacedStart + UInt64(Double(next) * interval) : now + 50_000_000
+                    try engine.step(timeoutNanoseconds: due > now ? due - now : 0)
+                    Progress.tick("\(target.kind.rawValue): paced")
                 }
-                let due = next < total ? pacedStart + UInt64(Double(next) * interval) : now + 50_000_000
-                try engine.step(timeoutNanoseconds: due > now ? due - now : 0)
-                Progress.tick("\(target.kind.rawValue): paced")
+                result.notes.append("\(label): " + GeneratorCost(from: phase, to: GeneratorCost.Snapshot(engine, target, delivered: book.delivered)).text)
+                let figuring = Machine.ownCPUSeconds()
+                lateness.sort()
+                book.queueWaits.sort()
+                result.notes.append("\(label): the generator queued frames late by p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(lateness, 0.5), Stats.percentile(lateness, 0.99)) + " after their due time (counted in the latency); delivered frames waited in its sockets before it read them p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(book.queueWaits, 0.5), Stats.percentile(book.queueWaits, 0.99)) + " (kernel receive stamps, SO_TIMESTAMPNS: the last segment of each read, so a lower bound; also counted)")
+                if let directory = relayTraceDirectory {
+                    let name = "relay-\(target.kind.rawValue)-paced" + (pacedRates.count > 1 ? "-\(Int(pacedRate))" : "") + ".csv"
+                    try Self.writeTrace(book.latencies, receivedAt: book.receivedAt, since: pacedStart, to: "\(directory)/\(name)")
+                }
+                book.latencies.sort()
+                paced[target.kind, default: []].append(Paced(rate: pacedRate, latencies: book.latencies, delivered: book.delivered - pacedDelivered))
+                betweenPhases += Machine.ownCPUSeconds() - figuring
             }
-            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
-            result.notes.append("\(target.kind.rawValue) paced: " + GeneratorCost(from: phase, to: GeneratorCost.Snapshot(engine, target, delivered: book.delivered)).text)
-            lateness.sort()
-            book.queueWaits.sort()
-            result.notes.append("\(target.kind.rawValue) paced: the generator queued frames late by p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(lateness, 0.5), Stats.percentile(lateness, 0.99)) + " after their due time (counted in the latency); delivered frames waited in its sockets before it read them p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(book.queueWaits, 0.5), Stats.percentile(book.queueWaits, 0.99)) + " (kernel receive stamps, SO_TIMESTAMPNS: the last segment of each read, so a lower bound; also counted)")
-            if let directory = relayTraceDirectory {
-                try Self.writeTrace(book.latencies, receivedAt: book.receivedAt, since: pacedStart, to: "\(directory)/relay-\(target.kind.rawValue)-paced.csv")
-            }
-            book.latencies.sort()
-            paced[target.kind] = Paced(rate: halfRate, latencies: book.latencies, delivered: book.delivered - pacedDelivered)
+            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0 - betweenPhases, target.cpuSeconds() - cpu0.1)
             try verifyInOrder()
             engine.closeAll()
         }
@@ -435,11 +450,16 @@ final class Scenarios {
         result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
         result.figures.append(Figure(name: "saturated relay rate", unit: "frames/s", server: saturated[.server] ?? .nan,
                                      baseline: saturated[.baseline], higherIsBetter: true))
-        result.notes.append("paced at \(Int(halfRate)) frames/s" + (sizes.relayPacedRate == nil ? ", half the server's saturated rate" : ""))
-        for (label, p) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
-            result.figures.append(Figure(name: "latency \(label) at \(pacedRate)", unit: "µs",
-                                         server: paced[.server].map { Stats.percentile($0.latencies, p) } ?? .nan,
-                                         baseline: paced[.baseline].map { Stats.percentile($0.latencies, p) }, higherIsBetter: false))
+        result.notes.append("paced at " + pacedRates.map { "\(Int($0))" }.joined(separator: ", ") + " frames/s"
+                            + (givenRates.isEmpty ? ", half the server's saturated rate" : ""))
+        for (index, rateLabel) in rateLabels.enumerated() {
+            func percentile(_ kind: TargetProcess.Kind, _ p: Double) -> Double? {
+                paced[kind].flatMap { index < $0.count ? Stats.percentile($0[index].latencies, p) : nil }
+            }
+            for (label, p) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+                result.figures.append(Figure(name: "latency \(label) at \(rateLabel)", unit: "µs", server: percentile(.server, p) ?? .nan,
+                                             baseline: percentile(.baseline, p), higherIsBetter: false))
+            }
         }
     }
 

@@ -31,11 +31,12 @@ enum Suite {
             return 64
         }
         if let text = flags["relay-rate"] {
-            guard let rate = Double(text), rate > 0, rate.isFinite else {
-                CallingCommand.printError("--relay-rate wants frames per second, e.g. 100000")
+            let rates = text.split(separator: ",", omittingEmptySubsequences: false).map { Double($0) }
+            guard rates.allSatisfy({ $0.map { $0 > 0 && $0.isFinite } ?? false }) else {
+                CallingCommand.printError("--relay-rate wants frames per second, or several separated by commas, e.g. 100000 or 100000,150000,200000")
                 return 64
             }
-            sizes.relayPacedRate = rate
+            sizes.relayPacedRates = rates.compactMap { $0 }
         }
         var rounds = 1
         if let text = flags["rounds"] {

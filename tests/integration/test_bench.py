@@ -102,6 +102,30 @@ def test_rounds_alternate_the_targets_and_report_medians(tmp_path):
             assert math.isclose(figure["ratio"], sum(ratios) / 2), figure
 
 
+def test_relay_paces_each_rate_given_in_turn_for_both_targets(tmp_path):
+    command = [str(session_bench()), "relay", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path),
+               "--quiet", "true", "--baseline-source", str(REPO / "bench" / "lws-baseline.c")]
+    for bad in ("2000,", "2000,x", "0", "-5"):
+        refused = subprocess.run(command + ["--relay-rate", bad], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert refused.returncode == 64 and "--relay-rate wants frames per second" in refused.stderr, (bad, refused.stderr)
+    result = subprocess.run(command + ["--relay-rate", "2000,3000", "--relay-trace", str(tmp_path / "trace")],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [summary] = list(tmp_path.glob("results-*.json"))
+    [entry] = json.loads(summary.read_text())["scenarios"]
+    assert "paced at each of 2000 frames/s, 3000 frames/s (--relay-rate)" in entry["parameters"], entry["parameters"]
+    names = [figure["name"] for figure in entry["figures"]]
+    assert names == ["saturated relay rate"] + [f"latency {p} at {rate} frames/s"
+                                                for rate in (2000, 3000) for p in ("p50", "p99", "p99.9")], names
+    notes = "\n".join(entry["notes"])
+    for target in ("server", "baseline"):
+        for rate, frames in ((2000, 600), (3000, 900)):
+            # Each phase sends rate × 0.3 s frames, all of them delivered and said to be of that rate.
+            assert f"{target} paced at {rate} frames/s: {frames} frames in" in notes, notes
+            lines = (tmp_path / "trace" / f"relay-{target}-paced-{rate}.csv").read_text().splitlines()
+            assert lines[0] == "received_us,latency_us" and len(lines) == frames + 1, (target, rate, len(lines))
+
+
 def test_instructions_count_each_targets_relayed_frames_under_callgrind(tmp_path):
     command = [str(session_bench()), "relay", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path),
                "--quiet", "true", "--baseline-source", str(REPO / "bench" / "lws-baseline.c"), "--instructions", "true"]
