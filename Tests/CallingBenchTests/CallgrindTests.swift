@@ -26,7 +26,7 @@ final class CallgrindTests: XCTestCase {
         defer { try? FileManager.default.removeItem(atPath: folder) }
         XCTAssertNil(Callgrind(directory: folder, path: folder), "no valgrind in an empty folder")
         let valgrind = folder + "/valgrind"
-        FileManager.default.createFile(atPath: valgrind, contents: Data("#!/bin/sh\n".utf8), attributes: [.posixPermissions: 0o755])
+        XCTAssertTrue(FileManager.default.createFile(atPath: valgrind, contents: Data("#!/bin/sh\n".utf8), attributes: [.posixPermissions: 0o755]))
         let callgrind = try XCTUnwrap(Callgrind(directory: "/tmp/out", path: "/nonexistent:" + folder))
         XCTAssertEqual(callgrind.valgrind, valgrind)
         let file = callgrind.file(for: .server)
