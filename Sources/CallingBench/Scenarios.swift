@@ -276,12 +276,6 @@ final class Scenarios {
         return (Array(text.utf8), head.utf8.count)
     }
 
-    private struct Paced {
-        var rate: Double
-        var latencies: [Double]
-        var delivered: Int
-    }
-
     private func relay(_ result: inout ScenarioResult) throws {
         let pairs = sizes.relayPairs
         let seconds = sizes.phaseSeconds
@@ -295,8 +289,8 @@ final class Scenarios {
                     + (givenRates.isEmpty ? "" : " (--relay-rate)"))
         var instructions: [TargetProcess.Kind: Double] = [:]
         var saturated: [TargetProcess.Kind: Double] = [:]
-        // Per target, one per paced rate in `pacedRates`' order.
-        var paced: [TargetProcess.Kind: [Paced]] = [:]
+        // Per target, each paced phase's latencies (sorted), in `pacedRates`' order.
+        var paced: [TargetProcess.Kind: [[Double]]] = [:]
         var gen: [TargetProcess.Kind: Double] = [:]
         var pacedRates: [Double] = givenRates
         try both { target in
@@ -434,7 +428,7 @@ final class Scenarios {
                     try Self.writeTrace(book.latencies, receivedAt: book.receivedAt, since: pacedStart, to: "\(directory)/\(name)")
                 }
                 book.latencies.sort()
-                paced[target.kind, default: []].append(Paced(rate: pacedRate, latencies: book.latencies, delivered: book.delivered - pacedDelivered))
+                paced[target.kind, default: []].append(book.latencies)
                 betweenPhases += Machine.ownCPUSeconds() - figuring
             }
             gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0 - betweenPhases, target.cpuSeconds() - cpu0.1)
@@ -454,7 +448,7 @@ final class Scenarios {
                             + (givenRates.isEmpty ? ", half the server's saturated rate" : ""))
         for (index, rateLabel) in rateLabels.enumerated() {
             func percentile(_ kind: TargetProcess.Kind, _ p: Double) -> Double? {
-                paced[kind].flatMap { index < $0.count ? Stats.percentile($0[index].latencies, p) : nil }
+                paced[kind].flatMap { index < $0.count ? Stats.percentile($0[index], p) : nil }
             }
             for (label, p) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
                 result.figures.append(Figure(name: "latency \(label) at \(rateLabel)", unit: "µs", server: percentile(.server, p) ?? .nan,

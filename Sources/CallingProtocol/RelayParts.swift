@@ -19,12 +19,6 @@ public struct ScannedRelay: Sendable, Equatable {
     /// The payload value's bytes; nil when it is absent or `null`.
     public let payload: Range<Int>?
 
-    init(kind: RelayKind, to: Range<Int>, payload: Range<Int>?) {
-        self.kind = kind
-        self.to = to
-        self.payload = payload
-    }
-
     /// The relay as `ClientFrameDecoder.decode` returns it, its parts copied out of `bytes` (the
     /// frame it was scanned from): for a frame that has to wait, such as one that arrives while
     /// its sender's join is still completing.
@@ -60,12 +54,6 @@ public struct RelayParts {
     public let to: UnsafeBufferPointer<UInt8>
     /// One complete, valid JSON value (the decoder checked it), or nil when the frame had none.
     public let payload: UnsafeBufferPointer<UInt8>?
-
-    init(kind: RelayKind, to: UnsafeBufferPointer<UInt8>, payload: UnsafeBufferPointer<UInt8>?) {
-        self.kind = kind
-        self.to = to
-        self.payload = payload
-    }
 
     /// `to` as a peer id (a copy).
     public var toPeer: PeerID { PeerID(String(decoding: to, as: UTF8.self)) }
