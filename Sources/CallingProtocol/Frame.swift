@@ -287,78 +287,159 @@ public struct Frame: Sendable, Equatable {
     /// of `encoded()`. Nil for any other frame. With `writePlainChat(to:)` the router writes such a
     /// frame straight into the message it sends (every chat costs an ack and a broadcast).
     public var plainChatLength: Int? {
-        guard error == nil, let typeCount = Self.plainCount(type) else { return nil }
-        typealias P = PlainChatPieces
-        var length = P.type.utf8CodeUnitCount + typeCount + P.end.utf8CodeUnitCount
+        guard error == nil, let envelope = Self.plainChatEnvelopeLength(type: type, from: from, to: to) else { return nil }
         switch body {
         case .chatAck(let clientID, let seq, let timestamp):
-            guard let clientIDCount = Self.plainCount(clientID) else { return nil }
-            length += P.clientID.utf8CodeUnitCount + clientIDCount + P.ackSeq.utf8CodeUnitCount + Self.decimalCount(seq)
-                + P.ts.utf8CodeUnitCount + Self.decimalCount(timestamp) + P.payloadEnd.utf8CodeUnitCount
+            return Self.plainAckPayloadLength(clientID: clientID, seq: seq, timestamp: timestamp).map { envelope + $0 }
         case .chat(let clientID, nil, let seq, let text, let timestamp):
-            guard let clientIDCount = Self.plainCount(clientID), let textCount = Self.plainCount(text) else { return nil }
-            length += P.clientID.utf8CodeUnitCount + clientIDCount + P.chatSeq.utf8CodeUnitCount + Self.decimalCount(seq)
-                + P.text.utf8CodeUnitCount + textCount + P.textEnd.utf8CodeUnitCount + Self.decimalCount(timestamp)
-                + P.payloadEnd.utf8CodeUnitCount
+            return Self.plainChatPayloadLength(clientID: clientID, text: text, seq: seq, timestamp: timestamp).map { envelope + $0 }
         default:
             return nil
         }
-        if let from {
-            guard let fromCount = Self.plainCount(from) else { return nil }
-            length += P.from.utf8CodeUnitCount + fromCount + P.stringEnd.utf8CodeUnitCount
-        } else {
-            length += P.open.utf8CodeUnitCount
-        }
-        if let to {
-            guard let toCount = Self.plainCount(to) else { return nil }
-            length += P.to.utf8CodeUnitCount + toCount + P.stringEnd.utf8CodeUnitCount
-        }
-        return length
     }
 
     /// Writes `encoded()`'s bytes to `destination`, which holds `plainChatLength` bytes; only for
     /// a frame whose `plainChatLength` is not nil.
     public func writePlainChat(to destination: UnsafeMutablePointer<UInt8>) {
-        typealias P = PlainChatPieces
         // The cursor passed along, as in `writePlainRelayed`.
         var cursor = destination
         // `encode(into:)`'s order: `{`, from, payload, to, type.
-        if let from {
-            Self.put(P.from, at: &cursor)
-            Self.put(from, at: &cursor)
-            Self.put(P.stringEnd, at: &cursor)
-        } else {
-            Self.put(P.open, at: &cursor)
-        }
+        Self.putChatHead(from: from, at: &cursor)
         switch body {
         case .chatAck(let clientID, let seq, let timestamp):
-            Self.put(P.clientID, at: &cursor)
-            Self.put(clientID, at: &cursor)
-            Self.put(P.ackSeq, at: &cursor)
-            Self.put(seq, at: &cursor)
-            Self.put(P.ts, at: &cursor)
-            Self.put(timestamp, at: &cursor)
+            Self.putAckPayload(clientID: clientID, seq: seq, timestamp: timestamp, at: &cursor)
         case .chat(let clientID, _, let seq, let text, let timestamp):
-            Self.put(P.clientID, at: &cursor)
-            Self.put(clientID, at: &cursor)
-            Self.put(P.chatSeq, at: &cursor)
-            Self.put(seq, at: &cursor)
-            Self.put(P.text, at: &cursor)
-            Self.put(text, at: &cursor)
-            Self.put(P.textEnd, at: &cursor)
-            Self.put(timestamp, at: &cursor)
+            Self.putChatPayload(clientID: clientID, text: text, seq: seq, timestamp: timestamp, at: &cursor)
         default:
             preconditionFailure("not a plain chat frame")
         }
-        Self.put(P.payloadEnd, at: &cursor)
-        if let to {
-            Self.put(P.to, at: &cursor)
-            Self.put(to, at: &cursor)
-            Self.put(P.stringEnd, at: &cursor)
+        Self.putChatTail(to: to, type: type, at: &cursor)
+    }
+
+    /// `chatAck(clientID:seq:timestamp:).plainChatLength`, from the ack's fields: the router
+    /// writes a stored chat's ack without building its frame (a `Frame` made, copied into an
+    /// effect and destroyed per chat).
+    public static func plainChatAckLength(clientID: String, seq: Int64, timestamp: Int64) -> Int? {
+        plainAckPayloadLength(clientID: clientID, seq: seq, timestamp: timestamp).map { chatAckEnvelopeLength + $0 }
+    }
+
+    /// `chatAck(clientID:seq:timestamp:).writePlainChat(to:)`, from the ack's fields, into
+    /// `plainChatAckLength` bytes.
+    public static func writePlainChatAck(clientID: String, seq: Int64, timestamp: Int64, to destination: UnsafeMutablePointer<UInt8>) {
+        var cursor = destination
+        putChatHead(from: nil, at: &cursor)
+        putAckPayload(clientID: clientID, seq: seq, timestamp: timestamp, at: &cursor)
+        putChatTail(to: nil, type: FrameType.chatAck.rawValue, at: &cursor)
+    }
+
+    /// `chat(from:clientID:text:meta: nil,seq:timestamp:).plainChatLength`, from the chat's
+    /// fields (a chat with `meta` is never plain), as `plainChatAckLength` is for its ack.
+    public static func plainChatLength(from: String, clientID: String, text: String, seq: Int64, timestamp: Int64) -> Int? {
+        guard let fromCount = plainCount(from),
+              let payload = plainChatPayloadLength(clientID: clientID, text: text, seq: seq, timestamp: timestamp)
+        else { return nil }
+        return chatEnvelopeLength + fromCount + payload
+    }
+
+    /// `chat(from:clientID:text:meta: nil,seq:timestamp:).writePlainChat(to:)`, from the chat's
+    /// fields, into `plainChatLength(from:clientID:text:seq:timestamp:)` bytes.
+    public static func writePlainChat(from: String, clientID: String, text: String, seq: Int64, timestamp: Int64,
+                                      to destination: UnsafeMutablePointer<UInt8>)
+    {
+        var cursor = destination
+        putChatHead(from: from, at: &cursor)
+        putChatPayload(clientID: clientID, text: text, seq: seq, timestamp: timestamp, at: &cursor)
+        putChatTail(to: nil, type: FrameType.chat.rawValue, at: &cursor)
+    }
+
+    /// The bytes of a plain chat or chat-ack outside its payload's values: `{` or `from`, the
+    /// payload's closing `},`, `to`, `type`, the closing `"}`. Nil when one of them needs escaping.
+    private static func plainChatEnvelopeLength(type: String, from: String?, to: String?) -> Int? {
+        typealias P = PlainChatPieces
+        guard let typeCount = plainCount(type) else { return nil }
+        var length = P.type.utf8CodeUnitCount + typeCount + P.end.utf8CodeUnitCount + P.payloadEnd.utf8CodeUnitCount
+        if let from {
+            guard let fromCount = plainCount(from) else { return nil }
+            length += P.from.utf8CodeUnitCount + fromCount + P.stringEnd.utf8CodeUnitCount
+        } else {
+            length += P.open.utf8CodeUnitCount
         }
-        Self.put(P.type, at: &cursor)
-        Self.put(type, at: &cursor)
-        Self.put(P.end, at: &cursor)
+        if let to {
+            guard let toCount = plainCount(to) else { return nil }
+            length += P.to.utf8CodeUnitCount + toCount + P.stringEnd.utf8CodeUnitCount
+        }
+        return length
+    }
+
+    /// `plainChatEnvelopeLength` of a hub's chat-ack (no `from`, no `to`).
+    private static let chatAckEnvelopeLength = plainChatEnvelopeLength(type: FrameType.chatAck.rawValue, from: nil, to: nil)!
+    /// `plainChatEnvelopeLength` of a hub's chat (no `to`) with an empty `from`: add the sender's length.
+    private static let chatEnvelopeLength = plainChatEnvelopeLength(type: FrameType.chat.rawValue, from: "", to: nil)!
+
+    private static func plainAckPayloadLength(clientID: String, seq: Int64, timestamp: Int64) -> Int? {
+        typealias P = PlainChatPieces
+        guard let clientIDCount = plainCount(clientID) else { return nil }
+        return P.clientID.utf8CodeUnitCount + clientIDCount + P.ackSeq.utf8CodeUnitCount + decimalCount(seq)
+            + P.ts.utf8CodeUnitCount + decimalCount(timestamp)
+    }
+
+    private static func plainChatPayloadLength(clientID: String, text: String, seq: Int64, timestamp: Int64) -> Int? {
+        typealias P = PlainChatPieces
+        guard let clientIDCount = plainCount(clientID), let textCount = plainCount(text) else { return nil }
+        return P.clientID.utf8CodeUnitCount + clientIDCount + P.chatSeq.utf8CodeUnitCount + decimalCount(seq)
+            + P.text.utf8CodeUnitCount + textCount + P.textEnd.utf8CodeUnitCount + decimalCount(timestamp)
+    }
+
+    @inline(__always)
+    private static func putChatHead(from: String?, at cursor: inout UnsafeMutablePointer<UInt8>) {
+        typealias P = PlainChatPieces
+        if let from {
+            put(P.from, at: &cursor)
+            put(from, at: &cursor)
+            put(P.stringEnd, at: &cursor)
+        } else {
+            put(P.open, at: &cursor)
+        }
+    }
+
+    @inline(__always)
+    private static func putAckPayload(clientID: String, seq: Int64, timestamp: Int64, at cursor: inout UnsafeMutablePointer<UInt8>) {
+        typealias P = PlainChatPieces
+        put(P.clientID, at: &cursor)
+        put(clientID, at: &cursor)
+        put(P.ackSeq, at: &cursor)
+        put(seq, at: &cursor)
+        put(P.ts, at: &cursor)
+        put(timestamp, at: &cursor)
+    }
+
+    @inline(__always)
+    private static func putChatPayload(clientID: String, text: String, seq: Int64, timestamp: Int64,
+                                       at cursor: inout UnsafeMutablePointer<UInt8>)
+    {
+        typealias P = PlainChatPieces
+        put(P.clientID, at: &cursor)
+        put(clientID, at: &cursor)
+        put(P.chatSeq, at: &cursor)
+        put(seq, at: &cursor)
+        put(P.text, at: &cursor)
+        put(text, at: &cursor)
+        put(P.textEnd, at: &cursor)
+        put(timestamp, at: &cursor)
+    }
+
+    @inline(__always)
+    private static func putChatTail(to: String?, type: String, at cursor: inout UnsafeMutablePointer<UInt8>) {
+        typealias P = PlainChatPieces
+        put(P.payloadEnd, at: &cursor)
+        if let to {
+            put(P.to, at: &cursor)
+            put(to, at: &cursor)
+            put(P.stringEnd, at: &cursor)
+        }
+        put(P.type, at: &cursor)
+        put(type, at: &cursor)
+        put(P.end, at: &cursor)
     }
 
     /// The literal bytes of `encode(into:)` around a chat's or chat-ack's values. `from`, `to`

@@ -151,6 +151,30 @@ final class FrameTests: XCTestCase {
                 }
             }
         }
+        // From the fields alone, as the router writes a stored chat's ack and broadcast: the
+        // same bytes as the frames the hub's effects carry.
+        for seq in numbers {
+            for clientID in ["c-1", "", "é😀"] {
+                let ack = Frame.chatAck(clientID: clientID, seq: seq, timestamp: 1_700_000_000_123)
+                let ackLength = try XCTUnwrap(Frame.plainChatAckLength(clientID: clientID, seq: seq, timestamp: 1_700_000_000_123))
+                XCTAssertEqual([UInt8](unsafeUninitializedCapacity: ackLength) { buffer, count in
+                    Frame.writePlainChatAck(clientID: clientID, seq: seq, timestamp: 1_700_000_000_123, to: buffer.baseAddress!)
+                    count = ackLength
+                }, ack.encoded())
+                for from in ["alice", "", "ä"] {
+                    let chat = Frame.chat(from: from, clientID: clientID, text: "café", meta: nil, seq: seq, timestamp: -7)
+                    let length = try XCTUnwrap(Frame.plainChatLength(from: from, clientID: clientID, text: "café", seq: seq, timestamp: -7))
+                    XCTAssertEqual([UInt8](unsafeUninitializedCapacity: length) { buffer, count in
+                        Frame.writePlainChat(from: from, clientID: clientID, text: "café", seq: seq, timestamp: -7, to: buffer.baseAddress!)
+                        count = length
+                    }, chat.encoded())
+                }
+            }
+        }
+        XCTAssertNil(Frame.plainChatAckLength(clientID: "a\"b", seq: 1, timestamp: 2))
+        XCTAssertNil(Frame.plainChatLength(from: "a\n", clientID: "c", text: "t", seq: 1, timestamp: 2))
+        XCTAssertNil(Frame.plainChatLength(from: "a", clientID: "c\\", text: "t", seq: 1, timestamp: 2))
+        XCTAssertNil(Frame.plainChatLength(from: "a", clientID: "c", text: "line\n", seq: 1, timestamp: 2))
         // The golden chat-ack, as the hub builds it.
         let golden = try Fixtures.line(try XCTUnwrap(try Fixtures.files(in: "server-frames", suffix: ".json").first {
             Fixtures.name(of: $0, dropping: ".json") == "chat-ack"
