@@ -15,8 +15,8 @@ struct FrameCounts {
     private var other: [(name: String, count: Int)] = []
     private var last = 0
 
-    mutating func count(_ type: FrameType) {
-        known[Self.slot(type)] += 1
+    mutating func count(_ type: FrameType, by amount: Int = 1) {
+        known[Self.slot(type)] += amount
     }
 
     /// Where `type` is counted in `known`: its place in `FrameType.allCases` (MetricsTests holds

@@ -20,6 +20,10 @@ protocol Router: AnyObject {
     /// destroyed). `plainIDs`: both ids are known to be plain (`RelayedFrame.isPlain`), so neither
     /// is checked again; false when that is not known.
     func deliverRelay(_ relay: RelayParts, from: PeerID, target: ConnectionID, plainIDs: Bool)
+    /// A stored chat, as `StoredChatRoute.deliver` says: its ack to `ack`, then the message to
+    /// `others` (`deliver` of `StoredChatRoute.effects`' frames). A router may write both frames
+    /// from the message's fields, without building either.
+    func deliverChat(_ message: ChatMessage, ack: ConnectionID?, others: [ConnectionID])
     /// Closes a connection with `code`: a socket gets a Close frame after its queued frames, a
     /// virtual connection its `closed(_:code:)`.
     func close(_ connection: ConnectionID, code: CloseCode)
@@ -48,6 +52,12 @@ extension Router {
 
     func deliverRelay(_ relay: RelayParts, from: PeerID, target: ConnectionID, plainIDs: Bool) {
         deliver(relay.relayed(from: from).frame, to: target)
+    }
+
+    func deliverChat(_ message: ChatMessage, ack: ConnectionID?, others: [ConnectionID]) {
+        for case .send(let targets, let frame) in StoredChatRoute.deliver(message, ack: ack, others: others).effects {
+            deliver(frame, to: targets)
+        }
     }
 }
 
@@ -121,6 +131,38 @@ final class LocalRouter: Router {
         }
         metrics.framesOut.count(relay.kind.frameType)
         sink.send(count: length, to: target) { relay.writePlain(from: from, at: $0) }
+    }
+
+    func deliverChat(_ message: ChatMessage, ack: ConnectionID?, others: [ConnectionID]) {
+        if let ack {
+            // A socket's ack is written from the message's fields into its pending bytes.
+            if !HTTPSessions.isVirtual(ack),
+               let length = Frame.plainChatAckLength(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp)
+            {
+                metrics.framesOut.count(.chatAck)
+                sink.send(count: length, to: ack) {
+                    Frame.writePlainChatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp, to: $0)
+                }
+            } else {
+                deliver(Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp), to: ack)
+            }
+        }
+        guard !others.isEmpty else { return }
+        // The broadcast is written once, into the message every socket shares (or straight into
+        // the one socket's pending bytes); an HTTP session among the targets, a meta or a string
+        // to escape take the `Frame` path.
+        guard message.meta == nil, !others.contains(where: HTTPSessions.isVirtual),
+              let length = Frame.plainChatLength(from: message.from.rawValue, clientID: message.clientID, text: message.text,
+                                                 seq: message.seq, timestamp: message.timestamp)
+        else { return deliver(message.frame, to: others) }
+        metrics.framesOut.count(.chat, by: others.count)
+        let write = { (destination: UnsafeMutablePointer<UInt8>) in
+            Frame.writePlainChat(from: message.from.rawValue, clientID: message.clientID, text: message.text,
+                                 seq: message.seq, timestamp: message.timestamp, to: destination)
+        }
+        if others.count == 1 { return sink.send(count: length, to: others[0], writing: write) }
+        let shared = OutboundMessage(count: length, writing: write)
+        for target in others { sink.send(shared, to: target) }
     }
 
     /// A relayed frame, a chat and a chat-ack are written straight into the message every target

@@ -344,7 +344,13 @@ final class SignalingService: @unchecked Sendable {
         case .failed: metrics.storeFailures += 1
         }
         if case .stored(let message, _, false) = chat.outcome { router.committed(message) }
-        apply(hub.handle(.chatStored(chat.outcome), now: now()))
+        // What `apply(hub.handle(.chatStored(chat.outcome), now:))` does, without the effects:
+        // the router writes the ack and the broadcast from the message (`Hub.route(_:)`).
+        switch Self.inPlace(&hub, { $0.route(chat.outcome) }) {
+        case .deliver(let message, let ack, let others): router.deliverChat(message, ack: ack, others: others)
+        case .answer(let ack, let target): router.deliver(ack, to: target)
+        case .none: break
+        }
         metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- chat.received)
         if case .stored(let message, _, false) = chat.outcome, webhooks.wants(.chatMessage) {
             let room = chat.room

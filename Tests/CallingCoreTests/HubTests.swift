@@ -725,6 +725,31 @@ final class HubTests: XCTestCase {
             hub.handle(.chatStored(outcome), now: now), [.send([fresh], Frame(.chatAck, payload: ["client_id": "c-1"], error: error))])
     }
 
+    /// `route(_:)`, which the service uses for every stored chat, answers what `handle(.chatStored)`
+    /// does, as `StoredChatRoute.effects` shows; each case of the section above, asked both ways.
+    func test_route_of_a_stored_chat_names_the_ack_target_and_the_others_as_handle_does() {
+        joinAll()
+        let stored = message(seq: 13, text: "hello")
+        let error = WireError(.unavailable, "chat store unavailable")
+        func assertSame(_ outcome: ChatStoreOutcome, _ expected: StoredChatRoute, file: StaticString = #filePath, line: UInt = #line) {
+            let route = hub.route(outcome)
+            XCTAssertEqual(route, expected, file: file, line: line)
+            XCTAssertEqual(route.effects, hub.handle(.chatStored(outcome), now: now), file: file, line: line)
+        }
+        assertSame(.stored(stored, connection: alice, duplicate: false), .deliver(stored, ack: alice, others: [bob, carol]))
+        assertSame(.stored(stored, connection: alice, duplicate: true), .deliver(stored, ack: alice, others: []))
+        assertSame(.failed(room: room, peer: "alice", clientID: "c-1", connection: alice, error),
+                   .answer(Frame(.chatAck, payload: ["client_id": "c-1"], error: error), to: alice))
+        disconnect(alice)
+        assertSame(.stored(stored, connection: alice, duplicate: false), .deliver(stored, ack: nil, others: [bob, carol]))
+        assertSame(.stored(stored, connection: alice, duplicate: true), .none)
+        assertSame(.failed(room: room, peer: "alice", clientID: "c-1", connection: alice, error), .none)
+        join(fresh, "alice")
+        assertSame(.stored(stored, connection: alice, duplicate: false), .deliver(stored, ack: fresh, others: [bob, carol]))
+        XCTAssertEqual(StoredChatRoute.deliver(stored, ack: fresh, others: [bob]).effects,
+                       [.send([fresh], ack(stored)), .send([bob], stored.frame)], "the ack first")
+    }
+
     // MARK: - Read markers
 
     func test_read_marker_is_handed_to_the_store() {

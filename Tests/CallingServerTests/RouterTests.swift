@@ -106,6 +106,54 @@ final class RouterTests: XCTestCase {
         XCTAssertEqual(metrics.framesOut["chat"], 4)
     }
 
+    /// A stored chat as the service hands it over (`Hub.route(_:)`): the same bytes, to the same
+    /// targets in the same order, as delivering `StoredChatRoute.effects`' frames, written from
+    /// the message's fields where they need no escaping and no target is an HTTP session.
+    func test_a_stored_chat_is_written_from_the_message_as_its_effects_frames_would_be() {
+        let stored = ChatMessage(room: "r", seq: 13, from: "alice", clientID: "c-1", text: "hello", meta: nil,
+                                 timestamp: 1_700_000_000_123)
+        let escaped = ChatMessage(room: "r", seq: 14, from: "alice", clientID: "c-2", text: "say \"hi\"", meta: nil,
+                                  timestamp: 1_700_000_000_124)
+        let withMeta = ChatMessage(room: "r", seq: 15, from: "alice", clientID: "c-3", text: "hi", meta: ["reply_to": 13],
+                                   timestamp: 1_700_000_000_125)
+        let cases: [(ChatMessage, ack: ConnectionID?, others: [ConnectionID], inPlace: [Bool])] = [
+            (stored, ConnectionID(1), [ConnectionID(2), ConnectionID(3)], [true, false, false]),
+            (stored, ConnectionID(1), [ConnectionID(2)], [true, true]),
+            (stored, ConnectionID(1), [], [true]),
+            (stored, nil, [ConnectionID(2), ConnectionID(3)], [false, false]),
+            (escaped, ConnectionID(1), [ConnectionID(2), ConnectionID(3)], [true, false, false]),
+            (withMeta, ConnectionID(1), [ConnectionID(2)], [true, false]),
+        ]
+        for (message, ack, others, inPlace) in cases {
+            let sockets = Sockets()
+            let metrics = Metrics()
+            LocalRouter(sink: sockets, metrics: metrics).deliverChat(message, ack: ack, others: others)
+            var expected: [(ConnectionID, [UInt8])] = []
+            for case .send(let targets, let frame) in StoredChatRoute.deliver(message, ack: ack, others: others).effects {
+                expected += targets.map { ($0, frame.encoded()) }
+            }
+            XCTAssertEqual(sockets.sent.map(\.0), expected.map(\.0), "\(message.seq)")
+            for (index, (_, sent)) in sockets.sent.enumerated() {
+                XCTAssertEqual(Array(UnsafeBufferPointer(start: sent.payloadPointer, count: sent.count)), expected[index].1)
+            }
+            XCTAssertEqual(sockets.writtenInPlace, inPlace, "\(message.seq), \(others.count) others")
+            if others.count > 1 { XCTAssertTrue(sockets.sent[sockets.sent.count - 1].1 === sockets.sent[sockets.sent.count - 2].1) }
+            XCTAssertEqual(metrics.framesOut["chat-ack"], ack == nil ? nil : 1)
+            XCTAssertEqual(metrics.framesOut["chat"], others.isEmpty ? nil : others.count)
+        }
+        // An HTTP session gets frames, never bytes: its ack, and the broadcast it shares with a socket.
+        let sockets = Sockets()
+        let router = LocalRouter(sink: sockets, metrics: Metrics())
+        let session = Session()
+        router.attach(virtual, to: session)
+        router.deliverChat(stored, ack: virtual, others: [ConnectionID(2), virtual])
+        XCTAssertEqual(session.frames.map(\.0), [virtual, virtual])
+        XCTAssertEqual(session.frames.map(\.1), [Frame.chatAck(clientID: "c-1", seq: 13, timestamp: 1_700_000_000_123), stored.frame])
+        XCTAssertEqual(sockets.sent.map(\.0), [ConnectionID(2)])
+        XCTAssertEqual(sockets.sent.first.map { Array(UnsafeBufferPointer(start: $0.1.payloadPointer, count: $0.1.count)) },
+                       stored.frame.encoded())
+    }
+
     func test_closes_go_to_the_socket_or_the_attached_session_and_a_detached_session_gets_nothing() {
         let sockets = Sockets()
         let router = LocalRouter(sink: sockets, metrics: Metrics())
