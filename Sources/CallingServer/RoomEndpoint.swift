@@ -253,6 +253,8 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             // Likewise (a joined session's connection always has its seat).
             guard let seat else { return rooms.handle(.message(connection, .ping(payload: payload))) }
             rooms.pong(payload, from: connection, seat: seat)
+        case .chat(let submission):
+            rooms.chat(submission, from: connection)
         case let message:
             rooms.handle(.message(connection, message))
         }

@@ -76,6 +76,7 @@ final class SignalingService: @unchecked Sendable {
         case .join, .disconnect, .kick, .endRoom: membership(input)
         case .message(let connection, .relay(let kind, let to?, let payload)):
             relay(kind, to: to, payload: payload, from: connection)
+        case .message(let connection, .chat(let submission)): chat(submission, from: connection)
         default: apply(hub.handle(input, now: now()))
         }
     }
@@ -98,6 +99,16 @@ final class SignalingService: @unchecked Sendable {
         let route = Self.inPlace(&hub) { $0.route(parts, from: connection, seat: seat) }
         guard case .deliver(let from, let target, let plainIDs)? = route else { return answer(route) }
         router.deliverRelay(parts, from: from, target: target, plainIDs: plainIDs)
+    }
+
+    /// A chat from `connection`: what `handle(.message(connection, .chat(submission)))` does,
+    /// with its store request made straight from the hub's answer (`Hub.admit`), no effects.
+    func chat(_ submission: ChatSubmission, from connection: ConnectionID) {
+        let now = now()
+        switch Self.inPlace(&hub, { $0.admit(submission, from: connection, now: now) }) {
+        case .store(let room, let peer): storeChat(connection: connection, room: room, peer: peer, submission, timestamp: now)
+        case .effects(let effects): apply(effects)
+        }
     }
 
     /// A relay's route that delivers nothing: an `error` back to its sender, or nothing at all.
@@ -309,13 +320,16 @@ final class SignalingService: @unchecked Sendable {
                               meta: submission.meta.map(JSONWriter.string), timestampMs: timestamp)
         // Monotonic, for the ack latency histogram: two clock reads per chat, no allocation.
         let received = DispatchTime.now().uptimeNanoseconds
+        // The client id alone, not the submission: its text and meta would be retained into the
+        // completion's context and released with it, for a refusal that never reads them.
+        let clientID = submission.clientID
         chats.appendChat(draft) { [chatOutcomes] result in
             let outcome: ChatStoreOutcome
             switch result {
             case .success(let stored):
                 outcome = .stored(ChatMessage(record: stored.message), connection: connection, duplicate: stored.duplicate)
             case .failure(let error):
-                outcome = .failed(room: room, peer: peer, clientID: submission.clientID, connection: connection,
+                outcome = .failed(room: room, peer: peer, clientID: clientID, connection: connection,
                                   WireError(.unavailable, "chat not stored: \(error.isRetryable ? "store busy" : "store error"); retry with the same client_id"))
             }
             chatOutcomes.collect(outcome, room: room, received: received)

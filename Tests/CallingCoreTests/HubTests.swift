@@ -650,6 +650,38 @@ final class HubTests: XCTestCase {
             "no ack and no broadcast before the row is committed")
     }
 
+    /// `admit(_:from:now:)`, which the service uses for every chat, leads to what `handle` returns
+    /// for the same chat: `.store` for the store request alone, the effects otherwise.
+    func test_admitting_a_chat_answers_store_or_the_effects_handle_returns() {
+        joinAll()
+        let chat = ChatSubmission(clientID: "c-1", text: "hello")
+        func assertSame(_ connection: ConnectionID, _ submission: ChatSubmission, _ expected: ChatAdmission,
+                        file: StaticString = #filePath, line: UInt = #line) {
+            var viaHandle = hub
+            let effects = viaHandle.handle(.message(connection, .chat(submission)), now: now)
+            let admission = hub.admit(submission, from: connection, now: now)
+            XCTAssertEqual(admission, expected, file: file, line: line)
+            switch admission {
+            case .store(let room, let peer):
+                XCTAssertEqual(effects, [.storeChat(connection: connection, room: room, peer: peer, submission, timestamp: now)],
+                               file: file, line: line)
+            case .effects(let admitted):
+                XCTAssertEqual(admitted, effects, file: file, line: line)
+            }
+        }
+        assertSame(alice, chat, .store(room: room, peer: "alice"))
+        let blank = ChatSubmission(clientID: "c-2", text: " ")
+        assertSame(alice, blank, .effects([.send([alice], Frame(.chatAck, payload: ["client_id": "c-2"],
+                                                                    error: WireError(.chatEmpty, "chat text is empty")))]))
+        assertSame(ConnectionID(99), chat, .effects([]))
+        send(alice, .typing(true))
+        assertSame(alice, chat, .effects([
+            .send([bob, carol], typing("alice", false)),
+            .storeChat(connection: alice, room: room, peer: "alice", chat, timestamp: now),
+        ]))
+        XCTAssertEqual(hub.admit(chat, from: alice, now: now), .store(room: room, peer: "alice"), "typing ended by the chat")
+    }
+
     // MARK: - Chat commit
 
     func test_stored_chat_is_acked_to_the_sender_and_delivered_to_the_others() {
