@@ -817,7 +817,7 @@ public struct Hub: Sendable {
 
     /// A chat from `connection`: its store request (or the ack refusing it), as effects.
     private mutating func chat(_ submission: ChatSubmission, from connection: ConnectionID, now: Millis) -> [HubEffect] {
-        switch admit(submission, from: connection, now: now) {
+        switch admitChat(submission, from: connection, now: now) {
         case .store(let room, let peer):
             return [.storeChat(connection: connection, room: room, peer: peer, submission, timestamp: now)]
         case .effects(let effects):
@@ -832,7 +832,7 @@ public struct Hub: Sendable {
     /// service thread's instructions per chat under callgrind. The room is found by its slot
     /// and the sender read in place: the other frames' path copied the room and the sender's
     /// member (its identity's strings retained and released) for the peer id and typing flag.
-    public mutating func admit(_ submission: ChatSubmission, from connection: ConnectionID, now: Millis) -> ChatAdmission {
+    public mutating func admitChat(_ submission: ChatSubmission, from connection: ConnectionID, now: Millis) -> ChatAdmission {
         guard let slot = connections[connection], let (peer, typing) = rooms[slot: slot].members.chatSender(on: connection)
         else { return .effects([]) }
         let roomID = rooms.id(at: slot)
@@ -956,7 +956,7 @@ public enum RelayRoute: Sendable, Equatable {
     indirect case answer(Frame, to: ConnectionID)
 }
 
-/// `Hub.admit(_:from:now:)`'s answer for a chat from a connection.
+/// `Hub.admitChat(_:from:now:)`'s answer for a chat from a connection.
 public enum ChatAdmission: Sendable, Equatable {
     /// Store it: `HubEffect.storeChat` for the chat, its connection and `now`, in `room` from `peer`.
     case store(room: RoomID, peer: PeerID)

@@ -102,10 +102,10 @@ final class SignalingService: @unchecked Sendable {
     }
 
     /// A chat from `connection`: what `handle(.message(connection, .chat(submission)))` does,
-    /// with its store request made straight from the hub's answer (`Hub.admit`), no effects.
+    /// with its store request made straight from the hub's answer (`Hub.admitChat`), no effects.
     func chat(_ submission: ChatSubmission, from connection: ConnectionID) {
         let now = now()
-        switch Self.inPlace(&hub, { $0.admit(submission, from: connection, now: now) }) {
+        switch Self.inPlace(&hub, { $0.admitChat(submission, from: connection, now: now) }) {
         case .store(let room, let peer): storeChat(connection: connection, room: room, peer: peer, submission, timestamp: now)
         case .effects(let effects): apply(effects)
         }

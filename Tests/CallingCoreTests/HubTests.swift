@@ -650,7 +650,7 @@ final class HubTests: XCTestCase {
             "no ack and no broadcast before the row is committed")
     }
 
-    /// `admit(_:from:now:)`, which the service uses for every chat, leads to what `handle` returns
+    /// `admitChat(_:from:now:)`, which the service uses for every chat, leads to what `handle` returns
     /// for the same chat: `.store` for the store request alone, the effects otherwise.
     func test_admitting_a_chat_answers_store_or_the_effects_handle_returns() {
         joinAll()
@@ -659,7 +659,7 @@ final class HubTests: XCTestCase {
                         file: StaticString = #filePath, line: UInt = #line) {
             var viaHandle = hub
             let effects = viaHandle.handle(.message(connection, .chat(submission)), now: now)
-            let admission = hub.admit(submission, from: connection, now: now)
+            let admission = hub.admitChat(submission, from: connection, now: now)
             XCTAssertEqual(admission, expected, file: file, line: line)
             switch admission {
             case .store(let room, let peer):
@@ -679,7 +679,7 @@ final class HubTests: XCTestCase {
             .send([bob, carol], typing("alice", false)),
             .storeChat(connection: alice, room: room, peer: "alice", chat, timestamp: now),
         ]))
-        XCTAssertEqual(hub.admit(chat, from: alice, now: now), .store(room: room, peer: "alice"), "typing ended by the chat")
+        XCTAssertEqual(hub.admitChat(chat, from: alice, now: now), .store(room: room, peer: "alice"), "typing ended by the chat")
     }
 
     // MARK: - Chat commit
