@@ -182,7 +182,8 @@ public enum HubEffect: Sendable, Equatable {
     case send([ConnectionID], Frame)
     /// Close a connection after the frames already queued for it.
     case close(ConnectionID, CloseCode)
-    /// Persist a chat; the result comes back as `.chatStored`.
+    /// Persist a chat; the result comes back as `.chatStored` (or, from a caller that admits chats
+    /// with `Hub.admitChat` and routes their outcome with `Hub.route(_:)`, goes there).
     case storeChat(connection: ConnectionID, room: RoomID, peer: PeerID, ChatSubmission, timestamp: Millis)
     /// Persist a read marker; the result comes back as `.readStored`.
     case storeRead(room: RoomID, peer: PeerID, seq: Int64)
@@ -577,7 +578,7 @@ public struct Hub: Sendable {
         case .disconnect(let connection):
             return leave(connection, now: now)
         case .chatStored(let outcome):
-            return chatStored(outcome)
+            return route(outcome)?.effects ?? []
         case .readStored(let room, let peer, let seq, let moved):
             guard moved, let members = rooms[room] else { return [] }
             let others = members.connections(excluding: peer)
@@ -870,23 +871,19 @@ public struct Hub: Sendable {
         return text.allSatisfy(\.isWhitespace)
     }
 
-    /// `handle(.chatStored(outcome))`'s effects, from `route(_:)`'s answer.
-    private func chatStored(_ outcome: ChatStoreOutcome) -> [HubEffect] {
-        route(outcome).effects
-    }
-
     /// Where a chat the store answered goes: its ack to the sender, and the stored message to the
-    /// rest of its room unless it was a retry; or, for a refusal, the ack with its error. The
+    /// rest of its room unless it was a retry; or, for a refusal, the ack with its error; nil
+    /// when there is nobody to tell (the sender left, and nobody else is to receive it). The
     /// answer follows a sender who reconnected while the insert was in flight (a new connection
-    /// is looked up only then). The service calls this for every chat and has the router write
-    /// both frames from the message's fields: the effects (`handle(.chatStored(_:))`), their
-    /// array, the two `Frame`s built, copied into them and destroyed, were ~4k of the service
-    /// thread's ~19k instructions per chat under callgrind.
-    public func route(_ outcome: ChatStoreOutcome) -> StoredChatRoute {
+    /// is looked up only then). The service calls this for every chat and hands the answer to
+    /// `Router.deliverChat`, which a single node's router writes from the message's fields: the
+    /// effects (`handle(.chatStored(_:))`), their array, the two `Frame`s built, copied into them
+    /// and destroyed, were ~4k of the service thread's ~19k instructions per chat under callgrind.
+    public func route(_ outcome: ChatStoreOutcome) -> StoredChatRoute? {
         switch outcome {
         case .failed(let room, let peer, let clientID, let connection, let error):
             let target = connections[connection] != nil ? connection : rooms[room]?.members[peer]?.connection
-            guard let target else { return .none }
+            guard let target else { return nil }
             return .answer(Frame(.chatAck, payload: ["client_id": .string(clientID)], error: error), to: target)
         case .stored(let message, let connection, let duplicate):
             let ack = connections[connection] != nil ? connection : rooms[message.room]?.members[message.from]?.connection
@@ -895,7 +892,7 @@ public struct Hub: Sendable {
             if !duplicate, let slot = rooms.slot(of: message.room) {
                 others = rooms[slot: slot].connections(excluding: message.from)
             }
-            guard ack != nil || !others.isEmpty else { return .none }
+            guard ack != nil || !others.isEmpty else { return nil }
             return .deliver(message, ack: ack, others: others)
         }
     }
@@ -965,7 +962,7 @@ public enum ChatAdmission: Sendable, Equatable {
     case effects([HubEffect])
 }
 
-/// `Hub.route(_:)`'s answer for a chat the store answered.
+/// `Hub.route(_:)`'s answer for a chat the store answered (nil there: nobody to tell).
 public enum StoredChatRoute: Sendable, Equatable {
     /// A stored chat: `message`'s ack (`Frame.chatAck`) to `ack`, nil when the sender has left
     /// the room; then `message.frame` to `others`, empty for a retry of a stored chat (only its
@@ -973,21 +970,17 @@ public enum StoredChatRoute: Sendable, Equatable {
     case deliver(ChatMessage, ack: ConnectionID?, others: [ConnectionID])
     /// A refused chat: the ack carrying the error, to the sender.
     case answer(Frame, to: ConnectionID)
-    /// Nobody to tell: the sender left, and no one else is to receive the message.
-    case none
 
     /// The same effects as `Hub.handle(.chatStored(_:))` returns for it: the ack first.
     public var effects: [HubEffect] {
         switch self {
         case .deliver(let message, let ack, let others):
             // Built as one literal: appending to an empty array allocated twice.
-            guard let ack else { return [.send(others, message.frame)] }
+            guard let ack else { return others.isEmpty ? [] : [.send(others, message.frame)] }
             let acked = Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp)
             return others.isEmpty ? [.send([ack], acked)] : [.send([ack], acked), .send(others, message.frame)]
         case .answer(let frame, let target):
             return [.send([target], frame)]
-        case .none:
-            return []
         }
     }
 }

@@ -5,8 +5,9 @@ import CallingTransport
 /// Frames counted by type name. The room protocol's own types are counted by `FrameType` in an
 /// inline array, without hashing the name: every inbound frame is counted here (an `Array` checked
 /// its storage's uniqueness on every count; one slot per type, which MetricsTests holds to
-/// `FrameType.allCases`). Other names (presence
-/// frames, and outbound frames, which carry their type as a string) go to a short list whose last
+/// `FrameType.allCases`), and so are the outbound frames the router writes from their parts (a
+/// relayed frame, a stored chat and its ack). Other names (presence frames, and outbound frames
+/// delivered as a `Frame`, which carries its type as a string) go to a short list whose last
 /// entry used is tried first: a run of one type (a relay, a fan-out) costs one comparison of two
 /// small strings per count instead of a hash. `/metrics` sees one map either way.
 struct FrameCounts {

@@ -361,9 +361,9 @@ final class SignalingService: @unchecked Sendable {
         // What `apply(hub.handle(.chatStored(chat.outcome), now:))` does, without the effects:
         // the router writes the ack and the broadcast from the message (`Hub.route(_:)`).
         switch Self.inPlace(&hub, { $0.route(chat.outcome) }) {
-        case .deliver(let message, let ack, let others): router.deliverChat(message, ack: ack, others: others)
-        case .answer(let ack, let target): router.deliver(ack, to: target)
-        case .none: break
+        case .deliver(let message, let ack, let others)?: router.deliverChat(message, ack: ack, others: others)
+        case .answer(let ack, let target)?: router.deliver(ack, to: target)
+        case nil: break
         }
         metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- chat.received)
         if case .stored(let message, _, false) = chat.outcome, webhooks.wants(.chatMessage) {

@@ -757,16 +757,14 @@ final class HubTests: XCTestCase {
             hub.handle(.chatStored(outcome), now: now), [.send([fresh], Frame(.chatAck, payload: ["client_id": "c-1"], error: error))])
     }
 
-    /// `route(_:)`, which the service uses for every stored chat, answers what `handle(.chatStored)`
-    /// does, as `StoredChatRoute.effects` shows; each case of the section above, asked both ways.
-    func test_route_of_a_stored_chat_names_the_ack_target_and_the_others_as_handle_does() {
+    /// `route(_:)`, which the service uses for every stored chat, in each case of the section
+    /// above (whose `handle(.chatStored)` effects are `route(_:)`'s, through `StoredChatRoute.effects`).
+    func test_route_of_a_stored_chat_names_the_ack_target_and_the_others() {
         joinAll()
         let stored = message(seq: 13, text: "hello")
         let error = WireError(.unavailable, "chat store unavailable")
-        func assertSame(_ outcome: ChatStoreOutcome, _ expected: StoredChatRoute, file: StaticString = #filePath, line: UInt = #line) {
-            let route = hub.route(outcome)
-            XCTAssertEqual(route, expected, file: file, line: line)
-            XCTAssertEqual(route.effects, hub.handle(.chatStored(outcome), now: now), file: file, line: line)
+        func assertSame(_ outcome: ChatStoreOutcome, _ expected: StoredChatRoute?, file: StaticString = #filePath, line: UInt = #line) {
+            XCTAssertEqual(hub.route(outcome), expected, file: file, line: line)
         }
         assertSame(.stored(stored, connection: alice, duplicate: false), .deliver(stored, ack: alice, others: [bob, carol]))
         assertSame(.stored(stored, connection: alice, duplicate: true), .deliver(stored, ack: alice, others: []))
@@ -774,12 +772,13 @@ final class HubTests: XCTestCase {
                    .answer(Frame(.chatAck, payload: ["client_id": "c-1"], error: error), to: alice))
         disconnect(alice)
         assertSame(.stored(stored, connection: alice, duplicate: false), .deliver(stored, ack: nil, others: [bob, carol]))
-        assertSame(.stored(stored, connection: alice, duplicate: true), .none)
-        assertSame(.failed(room: room, peer: "alice", clientID: "c-1", connection: alice, error), .none)
+        assertSame(.stored(stored, connection: alice, duplicate: true), nil)
+        assertSame(.failed(room: room, peer: "alice", clientID: "c-1", connection: alice, error), nil)
         join(fresh, "alice")
         assertSame(.stored(stored, connection: alice, duplicate: false), .deliver(stored, ack: fresh, others: [bob, carol]))
         XCTAssertEqual(StoredChatRoute.deliver(stored, ack: fresh, others: [bob]).effects,
                        [.send([fresh], ack(stored)), .send([bob], stored.frame)], "the ack first")
+        XCTAssertEqual(StoredChatRoute.deliver(stored, ack: nil, others: []).effects, [], "no send without targets")
     }
 
     // MARK: - Read markers

@@ -167,6 +167,32 @@ final class ChatTests: ServerTestCase {
         XCTAssertEqual(anonymous, 401)
     }
 
+    /// A chat the store cannot commit (another process holds the database's write lock past the
+    /// busy timeout) is acked with `unavailable` and reaches nobody else; its retry with the same
+    /// client_id is stored, and broadcast, once the lock is gone.
+    func test_a_chat_the_store_cannot_commit_is_acked_with_an_error_and_its_retry_is_stored() async throws {
+        try restart { $0.sqliteBusyTimeoutMs = 50 }
+        let alice = try await server.join("alice")
+        let bob = try await server.join("bob")
+        let locker = try SQLiteConnection(path: server.config.databasePath)
+        defer { locker.close() }
+        try locker.execute("BEGIN IMMEDIATE")
+        alice.send(chat("c1"))
+        let refused = try await alice.next(type: "chat-ack")
+        XCTAssertEqual(refused.payloadObject["client_id"], "c1")
+        XCTAssertEqual(refused.error?.code, ErrorCode.unavailable.rawValue)
+        XCTAssertNil(refused.payloadObject["seq"])
+        try await bob.expectNoFrame(within: 0.2)
+        try locker.execute("COMMIT")
+        alice.send(chat("c1"))
+        let ack = try await alice.next(type: "chat-ack")
+        XCTAssertNil(ack.error)
+        XCTAssertEqual(ack.payloadObject["seq"], 1)
+        let message = try await bob.next(type: "chat")
+        XCTAssertEqual(message.payloadObject["seq"], 1)
+        XCTAssertEqual(message.payloadObject["client_id"], "c1")
+    }
+
     func test_invalid_chat_gets_an_ack_with_error_and_is_not_stored() async throws {
         let alice = try await server.join("alice")
         alice.send(chat("blank", "   "))

@@ -116,6 +116,8 @@ final class RouterTests: XCTestCase {
                                   timestamp: 1_700_000_000_124)
         let withMeta = ChatMessage(room: "r", seq: 15, from: "alice", clientID: "c-3", text: "hi", meta: ["reply_to": 13],
                                    timestamp: 1_700_000_000_125)
+        let escapedID = ChatMessage(room: "r", seq: 16, from: "alice", clientID: "c\\4", text: "hi", meta: nil,
+                                    timestamp: 1_700_000_000_126)
         let cases: [(ChatMessage, ack: ConnectionID?, others: [ConnectionID], inPlace: [Bool])] = [
             (stored, ConnectionID(1), [ConnectionID(2), ConnectionID(3)], [true, false, false]),
             (stored, ConnectionID(1), [ConnectionID(2)], [true, true]),
@@ -123,6 +125,7 @@ final class RouterTests: XCTestCase {
             (stored, nil, [ConnectionID(2), ConnectionID(3)], [false, false]),
             (escaped, ConnectionID(1), [ConnectionID(2), ConnectionID(3)], [true, false, false]),
             (withMeta, ConnectionID(1), [ConnectionID(2)], [true, false]),
+            (escapedID, ConnectionID(1), [ConnectionID(2), ConnectionID(3)], [false, false, false]),
         ]
         for (message, ack, others, inPlace) in cases {
             let sockets = Sockets()
@@ -143,15 +146,48 @@ final class RouterTests: XCTestCase {
         }
         // An HTTP session gets frames, never bytes: its ack, and the broadcast it shares with a socket.
         let sockets = Sockets()
-        let router = LocalRouter(sink: sockets, metrics: Metrics())
+        let metrics = Metrics()
+        let router = LocalRouter(sink: sockets, metrics: metrics)
         let session = Session()
         router.attach(virtual, to: session)
         router.deliverChat(stored, ack: virtual, others: [ConnectionID(2), virtual])
+        XCTAssertEqual(metrics.framesOut["chat-ack"], 1)
+        XCTAssertEqual(metrics.framesOut["chat"], 2)
         XCTAssertEqual(session.frames.map(\.0), [virtual, virtual])
         XCTAssertEqual(session.frames.map(\.1), [Frame.chatAck(clientID: "c-1", seq: 13, timestamp: 1_700_000_000_123), stored.frame])
         XCTAssertEqual(sockets.sent.map(\.0), [ConnectionID(2)])
         XCTAssertEqual(sockets.sent.first.map { Array(UnsafeBufferPointer(start: $0.1.payloadPointer, count: $0.1.count)) },
                        stored.frame.encoded())
+    }
+
+    /// A router that writes no chat of its own (a cluster's) delivers `StoredChatRoute.effects`'
+    /// frames, in their order, through `deliver`.
+    func test_a_router_without_its_own_chat_writer_delivers_the_routes_frames() {
+        final class Recording: Router {
+            var delivered: [([ConnectionID], Frame)] = []
+            func deliver(_ frame: Frame, to targets: [ConnectionID]) { delivered.append((targets, frame)) }
+            func close(_ connection: ConnectionID, code: CloseCode) {}
+            func attach(_ connection: ConnectionID, to handler: any VirtualConnection) {}
+            func detach(_ connection: ConnectionID) {}
+            func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool) {}
+            func left(_ identity: PeerIdentity, from connection: ConnectionID) {}
+            func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? { nil }
+            func isLocal(_ connection: ConnectionID) -> Bool { true }
+        }
+        let stored = ChatMessage(room: "r", seq: 13, from: "alice", clientID: "c-1", text: "hello", meta: nil,
+                                 timestamp: 1_700_000_000_123)
+        let ack = Frame.chatAck(clientID: "c-1", seq: 13, timestamp: 1_700_000_000_123)
+        let cases: [(ack: ConnectionID?, others: [ConnectionID], expected: [([ConnectionID], Frame)])] = [
+            (ConnectionID(1), [ConnectionID(2), ConnectionID(3)], [([ConnectionID(1)], ack), ([ConnectionID(2), ConnectionID(3)], stored.frame)]),
+            (ConnectionID(1), [], [([ConnectionID(1)], ack)]),
+            (nil, [ConnectionID(2)], [([ConnectionID(2)], stored.frame)]),
+        ]
+        for (target, others, expected) in cases {
+            let router = Recording()
+            router.deliverChat(stored, ack: target, others: others)
+            XCTAssertEqual(router.delivered.map(\.0), expected.map(\.0))
+            XCTAssertEqual(router.delivered.map(\.1), expected.map(\.1))
+        }
     }
 
     func test_closes_go_to_the_socket_or_the_attached_session_and_a_detached_session_gets_nothing() {
