@@ -81,10 +81,13 @@ public struct CallRepository {
 
     /// The newest call of `room` that has not ended.
     public func live(room: RoomID) throws -> CallRecord? {
-        try db.queryFirst(
-            "SELECT \(Self.columns) FROM calls WHERE room_id = ?1 AND state <> 'ended' ORDER BY created_ms DESC, call_id DESC LIMIT 1",
-            [.text(room.rawValue)], row: Self.record)
+        try db.queryFirst(Self.liveSQL, [.text(room.rawValue)], row: Self.record)
     }
+
+    /// Read on every join: the index `calls_by_room_newest` (migration 007) serves its order, so
+    /// no temporary B-tree is built for it (MigrationsTests holds the plan).
+    static let liveSQL =
+        "SELECT \(columns) FROM calls WHERE room_id = ?1 AND state <> 'ended' ORDER BY created_ms DESC, call_id DESC LIMIT 1"
 
     /// A peer joined `room`: its registered calls created after `createdAfterMs` (still inside their
     /// join window) become ongoing with `joined_ms = nowMs`. Calls already past the window are left

@@ -1,6 +1,7 @@
 import CallingCore
-import CallingStore
 import XCTest
+
+@testable import CallingStore
 
 /// The call lifecycle in SQL: registered → ongoing on a join inside the window, registered → ended
 /// when nobody joined in time.
@@ -68,6 +69,22 @@ final class CallRepositoryTests: XCTestCase {
             XCTAssertNil(try calls.live(room: "r1"))
             XCTAssertEqual(try calls.find("second")?.endReason, "consultation_ended")
             XCTAssertNil(try calls.live(room: "elsewhere"))
+        }
+    }
+
+    /// Every join asks for its room's live call: the lookup walks the room's index backwards and
+    /// stops at the first row, the tie-break on `call_id` included, with no temporary B-tree to
+    /// sort it (migration 007), and a same-millisecond tie goes to the larger call id.
+    func testTheLiveCallLookupReadsTheRoomIndexInOrder() throws {
+        let store = try makeStore()
+        try store.sync { db in
+            let plan = try db.query("EXPLAIN QUERY PLAN \(CallRepository.liveSQL)", [.text("r1")]) { $0.text(3) }
+            XCTAssertEqual(plan, ["SEARCH calls USING INDEX calls_by_room_newest (room_id=?)"])
+            let calls = CallRepository(db: db)
+            try calls.insert(call("b", createdMs: 2_000))
+            try calls.insert(call("c", createdMs: 2_000))
+            try calls.insert(call("a", createdMs: 2_000))
+            XCTAssertEqual(try calls.live(room: "r1")?.call, "c")
         }
     }
 
