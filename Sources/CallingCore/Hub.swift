@@ -142,6 +142,11 @@ public struct ChatMessage: Sendable, Equatable {
     public var frame: Frame {
         Frame.chat(from: from.rawValue, clientID: clientID, text: text, meta: meta, seq: seq, timestamp: timestamp)
     }
+
+    /// Its sender's `chat-ack`: the seq and server time it was stored with.
+    public var ack: Frame {
+        Frame.chatAck(clientID: clientID, seq: seq, timestamp: timestamp)
+    }
 }
 
 /// Everything the hub reacts to. Inputs arrive on one thread, in order.
@@ -182,8 +187,7 @@ public enum HubEffect: Sendable, Equatable {
     case send([ConnectionID], Frame)
     /// Close a connection after the frames already queued for it.
     case close(ConnectionID, CloseCode)
-    /// Persist a chat; the result comes back as `.chatStored` (or, from a caller that admits chats
-    /// with `Hub.admitChat` and routes their outcome with `Hub.route(_:)`, goes there).
+    /// Persist a chat; its outcome comes back as `.chatStored`, or goes to `route(_:)`.
     case storeChat(connection: ConnectionID, room: RoomID, peer: PeerID, ChatSubmission, timestamp: Millis)
     /// Persist a read marker; the result comes back as `.readStored`.
     case storeRead(room: RoomID, peer: PeerID, seq: Int64)
@@ -886,10 +890,13 @@ public struct Hub: Sendable {
             guard let target else { return nil }
             return .answer(Frame(.chatAck, payload: ["client_id": .string(clientID)], error: error), to: target)
         case .stored(let message, let connection, let duplicate):
-            let ack = connections[connection] != nil ? connection : rooms[message.room]?.members[message.from]?.connection
+            // A sender still connected is seated in the message's room, which its seat's slot
+            // names: the room id is hashed only for a sender who has gone.
+            let seat = connections[connection]
+            let ack = seat != nil ? connection : rooms[message.room]?.members[message.from]?.connection
             var others: [ConnectionID] = []
             // Read in place: `rooms[message.room]` copied the room (each of its tables retained and released).
-            if !duplicate, let slot = rooms.slot(of: message.room) {
+            if !duplicate, let slot = seat ?? rooms.slot(of: message.room) {
                 others = rooms[slot: slot].connections(excluding: message.from)
             }
             guard ack != nil || !others.isEmpty else { return nil }
@@ -977,8 +984,7 @@ public enum StoredChatRoute: Sendable, Equatable {
         case .deliver(let message, let ack, let others):
             // Built as one literal: appending to an empty array allocated twice.
             guard let ack else { return others.isEmpty ? [] : [.send(others, message.frame)] }
-            let acked = Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp)
-            return others.isEmpty ? [.send([ack], acked)] : [.send([ack], acked), .send(others, message.frame)]
+            return others.isEmpty ? [.send([ack], message.ack)] : [.send([ack], message.ack), .send(others, message.frame)]
         case .answer(let frame, let target):
             return [.send([target], frame)]
         }

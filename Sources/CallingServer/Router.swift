@@ -144,7 +144,7 @@ final class LocalRouter: Router {
                     Frame.writePlainChatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp, to: $0)
                 }
             } else {
-                deliver(Frame.chatAck(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp), to: ack)
+                deliver(message.ack, to: ack)
             }
         }
         guard !others.isEmpty else { return }

@@ -85,7 +85,7 @@ public struct CallRepository {
     }
 
     /// Read on every join: the index `calls_by_room_newest` (migration 007) serves its order, so
-    /// no temporary B-tree is built for it (MigrationsTests holds the plan).
+    /// no temporary B-tree is built for it (CallRepositoryTests holds the plan).
     static let liveSQL =
         "SELECT \(columns) FROM calls WHERE room_id = ?1 AND state <> 'ended' ORDER BY created_ms DESC, call_id DESC LIMIT 1"
 
