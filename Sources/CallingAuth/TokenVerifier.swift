@@ -111,7 +111,7 @@ public struct TokenVerifier: Sendable {
             // Without a prepared key (libcrypto out of memory at start-up, or now) the one-shot HMAC.
             guard let mac = hmacKey?.mac(parts.signingInput) ?? Crypto.hmac(EVP_sha256(), key: key, data: parts.signingInput)
             else { throw .internalError(ENOMEM) }
-            guard Crypto.constantTimeEquals(Array(Base64URL.encode(mac).utf8), Array(parts.signature)) else {
+            guard Crypto.constantTimeEquals(Base64URL.encodedBytes(mac), Array(parts.signature)) else {
                 throw .badSignature
             }
         case .rs256, .es256:
@@ -131,8 +131,9 @@ public struct TokenVerifier: Sendable {
             guard decodedAlgorithm == algorithm.libjwt else { throw .malformed }
         }
 
-        var claims = try PeerTokenClaims(verifiedPayload: payload)
-        let audiences = try PeerTokenClaims.audiences(in: payload)
+        let read = ClaimValues(payload)
+        var claims = try PeerTokenClaims(verified: read)
+        let audiences = try PeerTokenClaims.audiences(read.audience)
         let nowSeconds = now.timeIntervalSince1970
         if nowSeconds >= claims.expiresAt.timeIntervalSince1970 + leeway { throw .expired }
         if let notBefore = claims.notBefore, nowSeconds + leeway < notBefore.timeIntervalSince1970 {
@@ -166,21 +167,24 @@ public struct TokenVerifier: Sendable {
         guard !token.isEmpty, token.utf8.count <= maximumTokenLength else { throw .malformed }
         let bytes = Array(token.utf8)
         var dots = (first: -1, second: -1)
-        for index in bytes.indices {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: ".") {
-                if dots.first < 0 {
-                    dots.first = index
-                } else if dots.second < 0 {
-                    dots.second = index
-                } else {
-                    throw .malformed
+        let clean = bytes.withUnsafeBufferPointer { bytes in
+            for index in bytes.indices {
+                let byte = bytes[index]
+                if byte == UInt8(ascii: ".") {
+                    if dots.first < 0 {
+                        dots.first = index
+                    } else if dots.second < 0 {
+                        dots.second = index
+                    } else {
+                        return false
+                    }
+                } else if !Base64URL.isAlphabet(byte) {
+                    return false
                 }
-            } else if !Base64URL.isAlphabet(byte) {
-                throw .malformed
             }
+            return true
         }
-        guard dots.second >= 0, dots.first > 0, dots.second > dots.first + 1 else { throw .malformed }
+        guard clean, dots.second >= 0, dots.first > 0, dots.second > dots.first + 1 else { throw .malformed }
         return Parts(
             header: bytes[..<dots.first],
             payload: bytes[(dots.first + 1)..<dots.second],
@@ -190,7 +194,7 @@ public struct TokenVerifier: Sendable {
     }
 
     /// The header's `alg`, if it is one we implement (exact, case-sensitive spelling).
-    private static func algorithm(in header: [String: JSONValue]) throws(TokenError) -> JWTAlgorithm {
+    private static func algorithm(in header: TokenObject) throws(TokenError) -> JWTAlgorithm {
         // RFC 7515 §4.1.11: a recipient must reject critical extensions it does not understand,
         // and we understand none.
         if header["crit"] != nil { throw .malformed }

@@ -1,3 +1,5 @@
+import Dispatch
+import Synchronization
 @testable import CallingAuth
 import COpenSSL
 import XCTest
@@ -30,5 +32,24 @@ final class CryptoTests: XCTestCase {
                 XCTAssertEqual(prepared.mac(slice), Crypto.hmac(EVP_sha256(), key: key, data: Array(slice)), "key \(keyLength), data \(length)")
             }
         }
+    }
+
+    /// Every MAC after the first reuses a spare context reset to the key (`EVP_MAC_init` without
+    /// one); more callers at once than there are spares copy the template. Either way each thread's
+    /// MACs are the one-shot HMAC's, so no reset leaves a previous message's state behind.
+    func testPreparedKeyReusedFromManyThreadsAtOnceGivesEachMessagesOwnMAC() throws {
+        let key = Array("a 32-byte secret for the spares!".utf8)
+        let prepared = try XCTUnwrap(HMACKey(sha256Key: key))
+        let threads = HMACKey.maximumSpares * 2
+        let mismatches = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: threads) { thread in
+            for round in 0..<200 {
+                let message = Array("thread \(thread) round \(round)".utf8)
+                if prepared.mac(message[...]) != Crypto.hmac(EVP_sha256(), key: key, data: message) {
+                    mismatches.withLock { $0 += 1 }
+                }
+            }
+        }
+        XCTAssertEqual(mismatches.withLock { $0 }, 0)
     }
 }

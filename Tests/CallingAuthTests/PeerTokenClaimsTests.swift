@@ -46,4 +46,14 @@ final class PeerTokenClaimsTests: XCTestCase {
             XCTAssertThrowsError(try verify(bad), bad)
         }
     }
+
+    /// The claims are picked out in one pass by name length and name: order does not matter, and a
+    /// name of the same length that is not a claim's (another case, one letter off) is not read as it.
+    func testClaimsAreReadInAnyOrderAndLookalikeNamesAreIgnored() throws {
+        let payload = #"{"Sub":"mallory","max_peerz":1,"room_ix":"r0","role":"host","exp":1700003600,"rol":"x","sub":"alice","room_id":"r1","SCOPE":"admin","scope":"room"}"#
+        let token = try HandMadeJWT.hmac(header: Fixture.hs256Header, payload: payload, key: Fixture.secret)
+        let claims = try TokenVerifier(hs256Secret: Fixture.secret).verify(token, now: Fixture.now)
+        XCTAssertEqual(claims, PeerTokenClaims(sub: "alice", roomID: "r1", role: "host", scope: ["room"],
+                                               expiresAt: Date(timeIntervalSince1970: 1_700_003_600)))
+    }
 }

@@ -4,7 +4,7 @@ import XCTest
 
 final class TokenJSONTests: XCTestCase {
     private func object(_ text: String) -> [String: JSONValue]? {
-        TokenJSON.object(from: Array(text.utf8))
+        TokenJSON.object(from: Array(text.utf8))?.dictionary
     }
 
     func testAnObjectIsReadWithIntegerFidelity() {
@@ -37,6 +37,18 @@ final class TokenJSONTests: XCTestCase {
             XCTAssertNil(object(text), text)
         }
         XCTAssertNil(TokenJSON.object(from: [0x7B, 0x22, 0xC3, 0x28, 0x22, 0x3A, 0x31, 0x7D]), "invalid UTF-8")
+    }
+
+    func testMembersKeepTheDocumentsOrderAndAreFoundByName() throws {
+        let read = try XCTUnwrap(TokenJSON.object(from: Array(#"{"typ":"JWT","alg":"HS256","kid":7}"#.utf8)))
+        XCTAssertEqual(read.members.map(\.name), ["typ", "alg", "kid"])
+        XCTAssertEqual(read["alg"], "HS256")
+        XCTAssertEqual(read["kid"], .int(7))
+        XCTAssertNil(read["crit"])
+        XCTAssertNil(read["ALG"], "names are case-sensitive")
+        // A name is found by canonical equivalence, as a dictionary key would be.
+        let accented = try XCTUnwrap(TokenJSON.object(from: Array("{\"\u{E9}\":1}".utf8)))
+        XCTAssertEqual(accented["e\u{301}"], .int(1))
     }
 
     func testDepthIsLimited() {
