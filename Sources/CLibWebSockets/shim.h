@@ -6,7 +6,6 @@
 #include <netinet/tcp.h>
 #include <fcntl.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -45,13 +44,19 @@ static inline long cs_lws_tls_client_options(void) {
 static inline int cs_lws_ssl_cb_handshake_start(void) { return SSL_CB_HANDSHAKE_START; }
 static inline int cs_lws_ssl_cb_handshake_done(void) { return SSL_CB_HANDSHAKE_DONE; }
 
-/// Copies every URI argument fragment ("a=1", "b=2") joined by '&' into dst; returns the length.
+/// Copies every non-empty URI argument fragment ("a=1", "b=2") into dst, joined by 0x1F; returns the
+/// length.
 /// lws splits the query into fragments and url-decodes each one, so '&' inside values survives.
 static inline int cs_lws_copy_query(struct lws * _Nonnull wsi, char * _Nonnull dst, int len) {
-    int used = 0;
-    for (int idx = 0; ; idx++) {
+    /* lws cuts the query at each '&' into fragments, an empty one for "a=1&&b=2" or a leading or
+       trailing '&'. An empty fragment's length (0) is also what a missing one reads as, so the end
+       is found from the total, which counts one byte between fragments. */
+    int total = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_URI_ARGS);
+    int used = 0, seen = 0;
+    for (int idx = 0; seen < total && idx <= total; idx++) {
         int flen = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_URI_ARGS, idx);
-        if (flen <= 0) break;
+        seen += flen + (idx > 0);
+        if (flen <= 0) continue;
         if (used + flen + 2 >= len) return -1;
         if (used > 0) dst[used++] = '\x1f'; /* unit separator: cannot appear decoded from a URL by accident */
         int n = lws_hdr_copy_fragment(wsi, dst + used, len - used, WSI_TOKEN_HTTP_URI_ARGS, idx);

@@ -158,6 +158,13 @@ final class ChatTests: ServerTestCase {
         XCTAssertEqual(last["messages"]?.arrayValue?.count, 1)
         XCTAssertEqual(last["has_more"], false)
 
+        // The query's pairs as the transport cuts them: empty pairs skipped, a name without `=` read
+        // as empty, the last of a repeated name kept, and a value holding `=` kept whole.
+        let (cutStatus, cutBody) = try await server.http(
+            "GET", "/v1/rooms/room-1/messages?&since_seq=9&&flag&since_seq=2&limit=1&note=a=b&", bearer: token)
+        XCTAssertEqual(cutStatus, 200)
+        XCTAssertEqual(try JSONParser.parse(Array(cutBody))["messages"]?.arrayValue?.compactMap { $0["seq"]?.int64Value }, [3])
+
         let (badStatus, badBody) = try await server.http("GET", "/v1/rooms/room-1/messages?limit=0", bearer: token)
         XCTAssertEqual(badStatus, 400)
         XCTAssertEqual(try JSONParser.parse(Array(badBody))["code"], "bad_parameter")
