@@ -26,10 +26,8 @@ public struct PeerIdentity: Sendable, Equatable {
         self.credential = credential
     }
 
-    var rosterEntry: JSONValue {
-        var fields: [String: JSONValue] = ["peer_id": .string(peer.rawValue), "role": .string(role)]
-        fields["name"] = name.map(JSONValue.string) ?? .null
-        return .object(fields)
+    var rosterEntry: RosterEntry {
+        RosterEntry(peerID: peer.rawValue, role: role, name: name)
     }
 }
 
@@ -665,31 +663,19 @@ public struct Hub: Sendable {
         room.seat(Member(identity: identity, connection: connection, typingUntil: takeover?.typingUntil))
 
         let roster = room.members.all.filter { $0.identity.peer != identity.peer }.map(\.identity.rosterEntry)
-        var welcome: [String: JSONValue] = [
-            "peer_id": .string(identity.peer.rawValue),
-            "room_id": .string(identity.room.rawValue),
-            "call_id": identity.call.map { .string($0.rawValue) } ?? .null,
-            "role": .string(identity.role),
-            "name": identity.name.map(JSONValue.string) ?? .null,
-            "peers": .array(roster),
-            "ping_interval_ms": .int(settings.pingIntervalMs),
-            "server_time": .int(now),
-            "last_seq": .int(resume.lastSeq),
-            "read_seq": .int(resume.readSeq),
-            "unread": .int(resume.unread),
-        ]
-        if resume.requested {
-            welcome["recovered"] = .bool(resume.complete)
-            welcome["replay_count"] = .int(Int64(resume.replay.count))
-        }
-        effects.append(.send([connection], Frame(.welcome, payload: .object(welcome))))
+        let welcome = WelcomePayload(
+            peerID: identity.peer.rawValue, roomID: identity.room.rawValue, callID: identity.call?.rawValue,
+            role: identity.role, name: identity.name, peers: roster, pingIntervalMs: settings.pingIntervalMs,
+            serverTime: now, lastSeq: resume.lastSeq, readSeq: resume.readSeq, unread: resume.unread,
+            resume: resume.requested ? WelcomePayload.Resume(recovered: resume.complete, replayCount: Int64(resume.replay.count)) : nil)
+        effects.append(.send([connection], .welcome(welcome)))
         for message in resume.replay {
             effects.append(.send([connection], message.frame))
         }
         if takeover == nil {
             let others = room.connections(excluding: identity.peer)
             if !others.isEmpty {
-                effects.append(.send(others, Frame(.peerJoined, from: identity.peer.rawValue, payload: identity.rosterEntry)))
+                effects.append(.send(others, .peerJoined(identity.rosterEntry)))
             }
         }
         // Typing state of the others, so a joiner does not miss an indicator that is already on.

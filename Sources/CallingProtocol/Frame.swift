@@ -3,8 +3,8 @@ public struct Frame: Sendable, Equatable {
     public var type: String
     public var from: String?
     public var to: String?
-    /// The payload as JSON. Chat and chat-ack frames (`Frame.chat`, `Frame.chatAck`) keep their
-    /// fields typed, and relayed frames (`init(_:from:to:rawPayload:)`) the sender's bytes; both
+    /// The payload as JSON. Chat, chat-ack, welcome and peer-joined frames (`Frame.chat`,
+    /// `Frame.chatAck`, `Frame.welcome`, `Frame.peerJoined`) keep their fields typed, and relayed frames (`init(_:from:to:rawPayload:)`) the sender's bytes; both
     /// build this value only when it is read: `encoded()` writes them directly.
     public var payload: JSONValue? {
         get { body.json }
@@ -21,6 +21,8 @@ public struct Frame: Sendable, Equatable {
         case raw(RawJSON)
         case chatAck(clientID: String, seq: Int64, timestamp: Int64)
         case chat(clientID: String, meta: JSONValue?, seq: Int64, text: String, timestamp: Int64)
+        case welcome(WelcomePayload)
+        case roster(RosterEntry)
 
         var json: JSONValue? {
             switch self {
@@ -33,6 +35,10 @@ public struct Frame: Sendable, Equatable {
             case .chat(let clientID, let meta, let seq, let text, let timestamp):
                 return ["client_id": .string(clientID), "meta": meta ?? .null, "seq": .int(seq), "text": .string(text),
                         "ts": .int(timestamp)]
+            case .welcome(let welcome):
+                return welcome.json
+            case .roster(let entry):
+                return entry.json
             }
         }
     }
@@ -71,6 +77,16 @@ public struct Frame: Sendable, Equatable {
     {
         Frame(type: FrameType.chat.rawValue, from: from,
               body: .chat(clientID: clientID, meta: meta, seq: seq, text: text, timestamp: timestamp))
+    }
+
+    /// The `welcome` a joiner is sent first, its payload kept typed (`WelcomePayload`).
+    public static func welcome(_ payload: WelcomePayload) -> Frame {
+        Frame(type: FrameType.welcome.rawValue, from: nil, body: .welcome(payload))
+    }
+
+    /// The `peer-joined` the others in a room are sent: from the joiner, its roster entry as payload.
+    public static func peerJoined(_ entry: RosterEntry) -> Frame {
+        Frame(type: FrameType.peerJoined.rawValue, from: entry.peerID, body: .roster(entry))
     }
 
     /// Every field once, as `init(_:from:to:rawPayload:)` does: a frame made and then given its
@@ -531,6 +547,14 @@ public struct Frame: Sendable, Equatable {
             JSONWriter.writeRaw(#","ts":"#, into: &out)
             JSONWriter.writeInteger(timestamp, into: &out)
             JSONWriter.writeRaw("},", into: &out)
+        case .welcome(let welcome):
+            JSONWriter.writeRaw(#""payload":"#, into: &out)
+            welcome.write(into: &out)
+            out.append(UInt8(ascii: ","))
+        case .roster(let entry):
+            JSONWriter.writeRaw(#""payload":"#, into: &out)
+            entry.write(into: &out)
+            out.append(UInt8(ascii: ","))
         }
         if let to {
             JSONWriter.writeRaw(#""to":"#, into: &out)

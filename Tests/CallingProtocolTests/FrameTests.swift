@@ -294,4 +294,46 @@ final class FrameTests: XCTestCase {
             XCTAssertEqual(chat.encoded(), JSONWriter.bytes(chat.json))
         }
     }
+
+    /// The hub sends `welcome` and `peer-joined` typed (`Frame.welcome`, `Frame.peerJoined`), written
+    /// from their fields: the same frames, and the same bytes, as the payloads built as JSON,
+    /// golden files included.
+    func test_typed_welcome_and_peer_joined_encode_like_the_same_payload_built_as_json() throws {
+        let typed: [String: Frame] = [
+            "welcome": .welcome(WelcomePayload(
+                peerID: "alice", roomID: "room-1", callID: "call-1", role: "patient", name: "Alice",
+                peers: [RosterEntry(peerID: "bob", role: "agent", name: nil)], pingIntervalMs: 25_000,
+                serverTime: 1_700_000_000_000, lastSeq: 12, readSeq: 10, unread: 2, resume: nil)),
+            "welcome-resumed": .welcome(WelcomePayload(
+                peerID: "alice", roomID: "room-1", callID: nil, role: "peer", name: nil, peers: [], pingIntervalMs: 25_000,
+                serverTime: 1_700_000_000_000, lastSeq: 3, readSeq: 3, unread: 0,
+                resume: WelcomePayload.Resume(recovered: false, replayCount: 2))),
+            "peer-joined": .peerJoined(RosterEntry(peerID: "bob", role: "agent", name: "Bob")),
+        ]
+        for (name, frame) in typed {
+            let golden = try XCTUnwrap(Self.goldenFrames[name])
+            XCTAssertEqual(frame, golden, name)
+            XCTAssertEqual(String(decoding: frame.encoded(), as: UTF8.self), String(decoding: golden.encoded(), as: UTF8.self), name)
+        }
+
+        let odd = "qu\"ote \\ tab\t \u{1} café 😀"
+        let peers = [RosterEntry(peerID: odd, role: "", name: odd), RosterEntry(peerID: "b", role: "host", name: nil),
+                     RosterEntry(peerID: "c", role: "peer", name: "")]
+        for resume in [nil, WelcomePayload.Resume(recovered: true, replayCount: 0), WelcomePayload.Resume(recovered: false, replayCount: .max)] {
+            for (callID, name) in [(nil, nil), (odd, odd), ("", "")] as [(String?, String?)] {
+                let payload = WelcomePayload(peerID: odd, roomID: odd, callID: callID, role: odd, name: name, peers: peers,
+                                             pingIntervalMs: 0, serverTime: -1, lastSeq: .min, readSeq: .max, unread: 7, resume: resume)
+                let frame = Frame.welcome(payload)
+                let asJSON = Frame(.welcome, payload: payload.json)
+                XCTAssertEqual(frame, asJSON)
+                XCTAssertEqual(frame.encoded(), asJSON.encoded(), "\(payload)")
+                XCTAssertEqual(frame.encoded(), JSONWriter.bytes(frame.json))
+            }
+        }
+        for entry in peers {
+            let frame = Frame.peerJoined(entry)
+            XCTAssertEqual(frame.from, entry.peerID)
+            XCTAssertEqual(frame.encoded(), Frame(.peerJoined, from: entry.peerID, payload: entry.json).encoded())
+        }
+    }
 }
