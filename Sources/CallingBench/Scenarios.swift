@@ -194,8 +194,14 @@ final class Scenarios {
         try both { target in
             let engine = try LoadEngine(port: target.port)
             let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
-            seconds[target.kind] = try join(engine, target, count: peers, roomSize: 2, prefix: "j")
-            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, target.cpuSeconds() - cpu0.1)
+            let elapsed = try join(engine, target, count: peers, roomSize: 2, prefix: "j")
+            seconds[target.kind] = elapsed
+            let targetCPU = target.cpuSeconds() - cpu0.1
+            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, targetCPU)
+            // Whether the target spent the phase computing or waiting: its CPU (all threads, kernel
+            // included, in clock ticks) per join, and as a share of the phase's wall clock.
+            result.notes.append(String(format: "%@: %.0f µs CPU per join, %.0f %% of the phase", target.kind.rawValue,
+                                       targetCPU / Double(peers) * 1e6, targetCPU / elapsed * 100))
             result.verified["\(target.kind.rawValue) welcomes"] = engine.connections.filter(\.welcomed).count
             engine.closeAll()
         }
