@@ -62,6 +62,10 @@ def test_every_scenario_runs_at_tiny_n_and_reports_verified_counts(tmp_path):
     assert by_name["rtt"]["verified"] == {"server pongs in order": 50, "baseline pongs in order": 50}
     assert by_name["history"]["verified"] == {"server pages checked": 20, "baseline pages checked": 20}
     assert by_name["join"]["verified"] == {"server welcomes": 20, "baseline welcomes": 20}
+    # The join phase says what each target spent per join, and how much of the phase it was busy.
+    for target in ("server", "baseline"):
+        assert any(re.fullmatch(rf"{target}: [0-9]+ µs CPU per join, [0-9]+ % of the phase", note)
+                   for note in by_name["join"]["notes"]), by_name["join"]["notes"]
     # Each chat phase says what it cost the target: CPU per acked chat and the share of its core.
     chat_notes = "\n".join(by_name["chat"]["notes"])
     for target in ("server", "baseline"):
