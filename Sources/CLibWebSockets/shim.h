@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>

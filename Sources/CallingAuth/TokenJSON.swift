@@ -19,16 +19,34 @@ enum TokenJSON {
     /// Deeper than this is not a token we issue.
     static let maximumDepth = 16
 
+    /// Up to this many members a new name is compared with each one before it (cheaper than
+    /// hashing for the dozen or so a token has); beyond it, the names go into a set.
+    static let linearNames = 16
+
     /// The members of the JSON object in `bytes`, or nil for anything else: invalid UTF-8 or JSON, a
     /// non-object, a repeated member name, nesting beyond `maximumDepth`, an integer outside `Int64`,
     /// a string holding U+0000. Never traps.
     static func object(from bytes: [UInt8]) -> TokenObject? {
         var object = TokenObject()
+        // Past `linearNames` members the names seen are hashed instead of compared one by one: a
+        // token is read before its signature is checked, and an 8 KiB one can hold ~800 members.
+        var seen: Set<String>?
         var valid = true
         do {
             let isObject = try JSONParser.parseMembers(bytes, maxDepth: maximumDepth) { name, value in
                 guard valid else { return }
-                if object.index(of: name) != nil || !isAcceptable(name: name, value) {
+                let repeated: Bool
+                if var names = seen.take() {
+                    repeated = !names.insert(name).inserted
+                    seen = names
+                } else if object.members.count < linearNames {
+                    repeated = object.index(of: name) != nil
+                } else {
+                    var names = Set(object.members.map(\.name))
+                    repeated = !names.insert(name).inserted
+                    seen = names
+                }
+                if repeated || !isAcceptable(name: name, value) {
                     valid = false
                 } else {
                     object.members.append(TokenObject.Member(name: name, value: value))

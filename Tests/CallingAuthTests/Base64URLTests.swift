@@ -23,7 +23,9 @@ final class Base64URLTests: XCTestCase {
     }
 
     func testDecodingRefusesForeignCharactersAndImpossibleLengths() {
-        for text in ["QQ==", "QUI=", "QU+D", "QU/D", "QU D", "A", "AAAAA", "é"] {
+        // A foreign byte in each position of a full group and of a two- and three-character tail.
+        for text in ["QQ==", "QUI=", "QU+D", "QU/D", "QU D", "A", "AAAAA", "é", "QUJ+", "+UJD", "AAAAQ@", "AAAA@B", "QU+",
+                     "AAAAQ@B", "AAAAQB="] {
             XCTAssertNil(Base64URL.decode(Array(text.utf8)), text)
         }
         XCTAssertEqual(Base64URL.decode([UInt8]()), [])

@@ -51,6 +51,25 @@ final class TokenJSONTests: XCTestCase {
         XCTAssertEqual(accented["e\u{301}"], .int(1))
     }
 
+    /// Past `TokenJSON.linearNames` members the names seen go into a set: a repeated name is still
+    /// refused wherever the two stand, by canonical equivalence as before, and hundreds of distinct
+    /// members still read.
+    func testRepeatedNamesAreRefusedAmongManyMembers() throws {
+        let many = (0..<800).map { #""m\#($0)":\#($0)"# }
+        let read = try XCTUnwrap(TokenJSON.object(from: Array(("{" + many.joined(separator: ",") + "}").utf8)))
+        XCTAssertEqual(read.members.count, 800)
+        XCTAssertEqual(read["m799"], .int(799))
+        for (first, second) in [(3, 700), (TokenJSON.linearNames - 1, TokenJSON.linearNames), (2, TokenJSON.linearNames + 5)] {
+            var members = many
+            members[second] = #""m\#(first)":0"#
+            XCTAssertNil(object("{" + members.joined(separator: ",") + "}"), "m\(first) again at \(second)")
+        }
+        var accented = many
+        accented[1] = "\"\u{E9}\":1"
+        accented[600] = "\"e\u{301}\":2"
+        XCTAssertNil(object("{" + accented.joined(separator: ",") + "}"), "two spellings of é, far apart")
+    }
+
     func testDepthIsLimited() {
         XCTAssertEqual(TokenJSON.maximumDepth, 16)
         let fits = #"{"d":"# + String(repeating: "[", count: 15) + String(repeating: "]", count: 15) + "}"

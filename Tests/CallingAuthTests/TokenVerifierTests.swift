@@ -366,6 +366,24 @@ final class TokenVerifierTests: XCTestCase {
         }
     }
 
+    /// With several claims wrong at once, the one reported is the first in the fixed order the
+    /// verifier checks them (sub, exp, room_id, call_id, role, name, scope, iat, nbf, jti,
+    /// max_peers, then aud), whatever their order in the payload.
+    func testTheFirstWrongClaimInCheckingOrderIsTheOneNamed() throws {
+        let cases: [(String, String)] = [
+            (#"{"aud":5,"max_peers":-1,"jti":5,"room_id":7,"sub":"alice","exp":1700003600}"#, "room_id"),
+            (#"{"aud":5,"max_peers":-1,"nbf":"x","call_id":1,"sub":"alice","exp":1700003600}"#, "call_id"),
+            (#"{"aud":5,"max_peers":-1,"sub":"alice","exp":1700003600}"#, "max_peers"),
+            (#"{"aud":5,"exp":"soon","sub":7}"#, "sub"),
+        ]
+        for (payload, name) in cases {
+            let token = try hsToken(payload)
+            XCTAssertThrowsTokenError(.invalidClaim(name), payload) { () throws(TokenError) in
+                try self.plain.verify(token, now: Fixture.now)
+            }
+        }
+    }
+
     // MARK: - Audience
 
     func testWrongOrMissingAudienceIsForbidden() throws {

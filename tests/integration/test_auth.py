@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from support import Peer, b64url, b64url_decode, claims, jwt_payload, raw_upgrade, run, sign_jwt
+from support import Peer, RawWebSocket, b64url, b64url_decode, claims, jwt_payload, raw_upgrade, run, sign_jwt
 
 PROBLEM_FIELDS = {"type", "title", "status", "code", "detail"}
 
@@ -192,6 +192,23 @@ def test_authorization_header_is_accepted(server):
     # A bad bearer token is refused like a bad query token.
     status, headers, body_bytes = raw_upgrade(server.port, "/v1/ws", {"Authorization": "Bearer nope"})
     assert_problem(status, headers, body_bytes, 401, "token_malformed")
+
+
+def test_empty_query_pairs_do_not_hide_the_token_or_what_follows(server):
+    """lws makes an empty fragment of `&&` and of a leading or trailing `&`; the pairs after one
+    used to be dropped, so `?&token=…` was refused and `last_seq` after `&&` went unread."""
+    token = server.token("r1", "alice")
+    for path in (f"/v1/ws?&token={token}", f"/v1/ws?&&token={token}&", f"/v1/ws?x&&token={token}"):
+        status, _, body = raw_upgrade(server.port, path)
+        assert status == 101, (path, status, body)
+    # last_seq after an empty pair still asks for a replay: the welcome says whether it recovered.
+    ws = RawWebSocket(server.port, server.token("r1", "bob"), query="&&last_seq=0&")
+    try:
+        welcome = ws.recv_json()
+        assert welcome["type"] == "welcome", welcome
+        assert welcome["payload"]["recovered"] is True and welcome["payload"]["replay_count"] == 0, welcome
+    finally:
+        ws.close()
 
 
 def test_plain_http_on_the_websocket_endpoint(server):
