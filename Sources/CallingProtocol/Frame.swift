@@ -84,6 +84,13 @@ public struct Frame: Sendable, Equatable {
         Frame(type: FrameType.welcome.rawValue, from: nil, body: .welcome(payload))
     }
 
+    /// A `welcome`'s payload as the hub made it, nil for any other frame (and for a welcome built
+    /// from JSON): read without building the JSON value, as a cluster's catch-up does on every join.
+    public var welcomePayload: WelcomePayload? {
+        if case .welcome(let payload) = body { return payload }
+        return nil
+    }
+
     /// The `peer-joined` the others in a room are sent: from the joiner, its roster entry as payload.
     public static func peerJoined(_ entry: RosterEntry) -> Frame {
         Frame(type: FrameType.peerJoined.rawValue, from: entry.peerID, body: .roster(entry))

@@ -180,9 +180,15 @@ final class ClusterRouter: Router {
     }
 
     private func welcomed(_ frame: Frame, _ targets: [ConnectionID]) {
-        guard let payload = frame.payload, case .string(let room)? = payload["room_id"], case .string(let peer)? = payload["peer_id"],
-            case .int(let lastSeq)? = payload["last_seq"]
-        else { return }
+        let room: String, peer: String, lastSeq: Int64
+        if let welcome = frame.welcomePayload {
+            (room, peer, lastSeq) = (welcome.roomID, welcome.peerID, welcome.lastSeq)
+        } else {
+            guard let payload = frame.payload, case .string(let jsonRoom)? = payload["room_id"],
+                case .string(let jsonPeer)? = payload["peer_id"], case .int(let jsonLastSeq)? = payload["last_seq"]
+            else { return }
+            (room, peer, lastSeq) = (jsonRoom, jsonPeer, jsonLastSeq)
+        }
         let current = now()
         for target in targets where !ClusterMembership.isRemote(target) {
             catchUp?.joined(room: RoomID(room), peer: PeerID(peer), connection: target, lastSeq: lastSeq, now: current)
