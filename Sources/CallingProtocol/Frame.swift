@@ -21,7 +21,8 @@ public struct Frame: Sendable, Equatable {
         case raw(RawJSON)
         case chatAck(clientID: String, seq: Int64, timestamp: Int64)
         case chat(clientID: String, meta: JSONValue?, seq: Int64, text: String, timestamp: Int64)
-        case welcome(WelcomePayload)
+        /// Boxed: held inline, the welcome's thirteen fields would widen every frame, relayed ones too.
+        indirect case welcome(WelcomePayload)
         case roster(RosterEntry)
 
         var json: JSONValue? {
