@@ -115,7 +115,7 @@ final class Metrics {
         gauge("calling_connections", "Open WebSocket connections.", connections)
         gauge("calling_peers", "Peers joined to a room on this node.", hub.peerCount - remotePeers)
         gauge("calling_rooms", "Rooms with at least one peer.", hub.roomCount)
-        gauge("calling_peer_capacity", "Peers this process can hold (open-file limit minus reserve).", capacity)
+        gauge("calling_peer_capacity", "Peers this process can hold (open-file limit minus reserve, at most max_sockets, minus the health headroom).", capacity)
         counter("calling_connections_accepted_total", "WebSocket connections accepted.", transport.accepted)
         counter("calling_queue_drops_total", "Connections closed because their outbound queue exceeded max_queue_bytes.",
                 transport.closedSlowConsumer)

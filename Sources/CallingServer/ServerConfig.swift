@@ -53,6 +53,7 @@ public struct ServerConfig: Sendable, Equatable {
     public var watchdogSeconds = 10.0
     public var shutdownGraceSeconds = 3.0
     public var reservedFileDescriptors = 128
+    public var maxSockets = 65_536
     public var maxURLBytes = 4_096
     public var maxHeaderBytes = 8_192
     public var healthReservedSockets = 8
@@ -184,6 +185,7 @@ public struct ServerConfig: Sendable, Equatable {
         settings.maxURLBytes = maxURLBytes
         settings.maxHeaderBytes = maxHeaderBytes
         settings.healthReservedSockets = healthReservedSockets
+        settings.maxSockets = maxSockets
         settings.httpTimeoutSeconds = httpTimeoutSeconds
         if tlsEnabled, let chain = tlsServedChainFile, let key = tlsKeyFile {
             settings.tls = TLSServerSettings(certificateChainFile: chain, privateKeyFile: key, minimumVersion: tlsMinVersion,
@@ -298,6 +300,8 @@ public struct ServerConfig: Sendable, Equatable {
         .double("watchdog_seconds", "service-loop stall that makes the process exit (70)", \.watchdogSeconds, 1...600),
         .double("shutdown_grace_seconds", "time peers get to close on SIGTERM", \.shutdownGraceSeconds, 0...120),
         .int("reserved_fds", "file descriptors kept free below the open-file limit", \.reservedFileDescriptors, 16...100_000),
+        .int("max_sockets", "most sockets held at once, below the open-file limit; lws scans a table this large on every close; 0 = no ceiling",
+             \.maxSockets, 0...16_777_216),
         .int("health_reserved_sockets", "sockets of the budget only /healthz may use", \.healthReservedSockets, 1...1_000),
         .int("max_url_bytes", "longest HTTP request target, at most max_header_bytes - 512 (414 beyond)", \.maxURLBytes, 256...32_000),
         .int("max_header_bytes", "largest HTTP request head: target, header values, unknown field names (431 beyond)", \.maxHeaderBytes,
@@ -451,6 +455,9 @@ public struct ServerConfig: Sendable, Equatable {
         }
         if config.idleHangupSeconds <= config.idlePingSeconds {
             problems.append("idle_hangup_seconds must be greater than idle_ping_seconds")
+        }
+        if config.maxSockets > 0, config.maxSockets <= config.healthReservedSockets {
+            problems.append("max_sockets must be 0 or greater than health_reserved_sockets")
         }
         if config.historyDefaultLimit > config.historyMaxLimit {
             problems.append("history_default_limit must not exceed history_max_limit")

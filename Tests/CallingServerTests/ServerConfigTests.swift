@@ -123,6 +123,18 @@ final class ServerConfigTests: XCTestCase {
                        WebhookEventType.callStarted.bit | WebhookEventType.callEnded.bit | WebhookEventType.chatMessage.bit)
     }
 
+    func test_max_sockets_is_zero_or_above_the_health_headroom_and_reaches_the_transport() throws {
+        XCTAssertEqual(try ServerConfig.load(file: nil, environment: [:], flags: [:]).get().transport.maxSockets, 65_536)
+        XCTAssertEqual(try ServerConfig.load(file: nil, environment: ["CALLING_MAX_SOCKETS": "0"], flags: [:]).get().transport.maxSockets, 0)
+        XCTAssertEqual(try ServerConfig.load(file: nil, environment: [:], flags: ["max_sockets": "9"]).get().transport.maxSockets, 9)
+        for (sockets, headroom) in [("8", "8"), ("5", "8"), ("1", "1")] {
+            guard case .failure(let problems) = ServerConfig.load(file: nil, environment: [:],
+                                                                  flags: ["max_sockets": sockets, "health_reserved_sockets": headroom])
+            else { return XCTFail("max_sockets \(sockets) with health_reserved_sockets \(headroom) must be refused") }
+            XCTAssertTrue(problems.description.contains("max_sockets must be 0 or greater than health_reserved_sockets"), problems.description)
+        }
+    }
+
     func test_log_format_is_text_or_json() throws {
         XCTAssertEqual(try ServerConfig.load(file: ["log_format": .string("json")], environment: [:], flags: [:]).get().logFormat, .json)
         guard case .failure = ServerConfig.load(file: nil, environment: [:], flags: ["log_format": "xml"]) else {

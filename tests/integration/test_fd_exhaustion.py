@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from support import Peer, Server, run
+import json
+
+from support import Peer, RawWebSocket, Server, raw_upgrade, run
 
 NOFILE = 300
 ATTACKERS = 290
@@ -102,3 +104,25 @@ def test_sockets_that_never_finish_their_headers_cannot_lock_out_healthz(limited
     # 300 - reserved_fds (128) = 172 sockets; the oldest silent ones made room for the rest.
     assert metrics["calling_sockets_evicted_total"] + metrics["calling_sockets_refused_total"] > 0
     assert "socket budget full" in limited.stderr_text()
+
+
+def test_max_sockets_caps_the_budget_below_the_open_file_limit(start_server):
+    """max_sockets 40 under an open-file limit of thousands: a socket budget of 40, so 32 peers
+    after health_reserved_sockets (8), and the 33rd upgrade is refused with 503 at_capacity."""
+    server = start_server(max_sockets=40)
+    assert server.metrics()["calling_peer_capacity"] == 32
+    log = server.stderr_path.read_text()
+    assert "socket_budget=40" in log and "peer_capacity=32" in log, log
+    peers = []
+    try:
+        for n in range(32):
+            peers.append(RawWebSocket(server.port, server.token(f"r{n}", f"p{n}")))
+            assert peers[-1].recv_json()["type"] == "welcome"
+        status, headers, body = raw_upgrade(server.port, f"/v1/ws?token={server.token('r32', 'p32')}")
+        assert status == 503, (status, body)
+        assert json.loads(body)["code"] == "at_capacity"
+    finally:
+        for peer in peers:
+            peer.close()
+    status, _, _ = server.http("GET", "/healthz")
+    assert status == 200
