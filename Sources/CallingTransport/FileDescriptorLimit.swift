@@ -2,14 +2,22 @@ import Glibc
 
 /// Each peer costs one file descriptor, so the open-file limit is the peer capacity.
 enum FileDescriptorLimit {
-    /// Raises the soft RLIMIT_NOFILE to the hard limit and returns the resulting soft limit.
-    static func raiseToHard() -> Int {
+    /// Sets the soft RLIMIT_NOFILE to the hard limit, or to `ceiling` where that is lower (lowering
+    /// a soft limit already above it), and returns the soft limit in force.
+    ///
+    /// The ceiling goes into the limit itself rather than only into the socket budget: lws keeps its
+    /// descriptor lookup table direct-indexed only while `fd_limit_per_thread` is at least the
+    /// process's limit, and scans the table on every socket event otherwise (docs/benchmarks.md,
+    /// "lws `fd_limit_per_thread` = the whole open-file limit").
+    static func set(ceiling: Int?) -> Int {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
-        if limit.rlim_cur < limit.rlim_max {
-            var raised = limit
-            raised.rlim_cur = limit.rlim_max
-            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        var wanted = limit.rlim_max
+        if let ceiling, ceiling > 0, rlim_t(ceiling) < wanted { wanted = rlim_t(ceiling) }
+        if limit.rlim_cur != wanted {
+            var changed = limit
+            changed.rlim_cur = wanted
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &changed) == 0 { limit = changed }
         }
         return limit.rlim_cur == rlim_t.max ? 1 << 20 : Int(limit.rlim_cur)
     }

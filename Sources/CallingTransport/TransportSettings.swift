@@ -36,9 +36,10 @@ public struct TransportSettings: Sendable {
     public var maxURLBytes = 4_096
     /// Largest request head (target, header values, names of fields lws does not know); beyond, 431.
     public var maxHeaderBytes = 8_192
-    /// The socket budget's ceiling, below the open-file limit; 0 leaves the limit alone. lws sizes
-    /// its descriptor tables by the budget and walks one of them on every close: ~6 instructions per
-    /// budgeted socket (120k at 20,000; ~6M at the 1,048,576 a container's hard limit often is).
+    /// The socket budget's ceiling: the soft open-file limit is set to this plus
+    /// `reservedFileDescriptors` where the hard limit is higher; 0 takes the hard limit. lws sizes
+    /// its descriptor tables by that limit and scans one of them on every close: ~6 instructions per
+    /// descriptor (120k at 20,000; ~6M at the 1,048,576 a container's hard limit often is).
     public var maxSockets = 65_536
     /// Sockets of the socket budget kept for `/healthz`: once the others are in use, any other
     /// request gets 503 and the oldest socket still waiting for its request is dropped.

@@ -155,8 +155,8 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Binds and starts the service thread; returns once the port is listening.
     public func start() throws {
         if withLifecycle({ $0.running }) { throw TransportError.alreadyStarted }
-        let underLimit = FileDescriptorLimit.raiseToHard() - settings.reservedFileDescriptors
-        socketBudget = max(2, settings.maxSockets > 0 ? min(underLimit, settings.maxSockets) : underLimit)
+        let ceiling = settings.maxSockets > 0 ? settings.maxSockets + settings.reservedFileDescriptors : nil
+        socketBudget = max(2, FileDescriptorLimit.set(ceiling: ceiling) - settings.reservedFileDescriptors)
         capacity = max(1, socketBudget - settings.healthReservedSockets)
         // lws's own notices go to stderr unformatted; keep only its warnings and errors, and turn
         // the few it reports only as log lines into state (shim.h).

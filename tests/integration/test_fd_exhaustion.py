@@ -107,12 +107,17 @@ def test_sockets_that_never_finish_their_headers_cannot_lock_out_healthz(limited
 
 
 def test_max_sockets_caps_the_budget_below_the_open_file_limit(start_server):
-    """max_sockets 40 under an open-file limit of thousands: a socket budget of 40, so 32 peers
-    after health_reserved_sockets (8), and the 33rd upgrade is refused with 503 at_capacity."""
+    """max_sockets 40 under a hard open-file limit of thousands: the soft limit set to 40 +
+    reserved_fds (128), a socket budget of 40, so 32 peers after health_reserved_sockets (8), and
+    the 33rd upgrade is refused with 503 at_capacity."""
     server = start_server(max_sockets=40)
     assert server.metrics()["calling_peer_capacity"] == 32
     log = server.stderr_path.read_text()
     assert "socket_budget=40" in log and "peer_capacity=32" in log, log
+    # The ceiling is the process's own limit (lws keeps a table that size), not only the budget.
+    limits = open(f"/proc/{server.pid}/limits").read()
+    [soft] = [line.split()[3] for line in limits.splitlines() if line.startswith("Max open files")]
+    assert soft == str(40 + 128), limits
     peers = []
     try:
         for n in range(32):
