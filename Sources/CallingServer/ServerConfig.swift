@@ -300,7 +300,7 @@ public struct ServerConfig: Sendable, Equatable {
         .double("watchdog_seconds", "service-loop stall that makes the process exit (70)", \.watchdogSeconds, 1...600),
         .double("shutdown_grace_seconds", "time peers get to close on SIGTERM", \.shutdownGraceSeconds, 0...120),
         .int("reserved_fds", "file descriptors kept free below the open-file limit", \.reservedFileDescriptors, 16...100_000),
-        .int("max_sockets", "most sockets held at once: the open-file limit is lowered to this plus reserved_fds (lws scans a table that large on every close); 0 = the hard limit",
+        .int("max_sockets", "most sockets held at once; the soft open-file limit is set to this plus reserved_fds (at least 1024) where the hard limit is higher, since lws scans a table that large on every close; 0 = the hard limit",
              \.maxSockets, 0...16_777_216),
         .int("health_reserved_sockets", "sockets of the budget only /healthz may use", \.healthReservedSockets, 1...1_000),
         .int("max_url_bytes", "longest HTTP request target, at most max_header_bytes - 512 (414 beyond)", \.maxURLBytes, 256...32_000),

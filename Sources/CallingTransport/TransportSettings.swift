@@ -37,7 +37,8 @@ public struct TransportSettings: Sendable {
     /// Largest request head (target, header values, names of fields lws does not know); beyond, 431.
     public var maxHeaderBytes = 8_192
     /// The socket budget's ceiling: the soft open-file limit is set to this plus
-    /// `reservedFileDescriptors` where the hard limit is higher; 0 takes the hard limit. lws sizes
+    /// `reservedFileDescriptors` (at least 1,024) where the hard limit is higher; 0 takes the hard
+    /// limit. lws sizes
     /// its descriptor tables by that limit and scans one of them on every close: ~6 instructions per
     /// descriptor (120k at 20,000; ~6M at the 1,048,576 a container's hard limit often is).
     public var maxSockets = 65_536

@@ -128,9 +128,12 @@ public final class WebSocketServer: @unchecked Sendable {
     private let contextResources = LWSServerContextResources()
 
     /// Accepted sockets of every kind (HTTP, WebSocket, not yet known) this process allows at
-    /// once: the open-file limit minus `reservedFileDescriptors`. Beyond it new connections are
-    /// closed at accept, so lws never runs into EMFILE.
+    /// once: the open-file limit minus `reservedFileDescriptors`, at most `maxSockets`. Beyond it
+    /// new connections are closed at accept, so lws never runs into EMFILE.
     public private(set) var socketBudget = 0
+
+    /// The soft open-file limit set at start, which lws's descriptor table is sized to.
+    private var openFileLimit = 1_024
 
     /// Peers (and ordinary requests) this process takes: the socket budget minus
     /// `healthReservedSockets`, which only `/healthz` may use.
@@ -155,8 +158,22 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Binds and starts the service thread; returns once the port is listening.
     public func start() throws {
         if withLifecycle({ $0.running }) { throw TransportError.alreadyStarted }
-        let ceiling = settings.maxSockets > 0 ? settings.maxSockets + settings.reservedFileDescriptors : nil
-        socketBudget = max(2, FileDescriptorLimit.set(ceiling: ceiling) - settings.reservedFileDescriptors)
+        // The limit is the process's, set by every start: servers started in one process (tests,
+        // the in-process chat benchmark) share the last one's. Never below 1,024: the process has
+        // files open already, and lws allocates a table that large in any case.
+        let reserved = settings.reservedFileDescriptors
+        let ceiling = settings.maxSockets > 0 ? max(1_024, min(settings.maxSockets, 1 << 40) + reserved) : nil
+        if let limit = FileDescriptorLimit.set(ceiling: ceiling) {
+            openFileLimit = limit
+            if let ceiling, limit > ceiling {
+                logger.warning("open-file limit not lowered to max_sockets", ["limit": "\(limit)", "wanted": "\(ceiling)"])
+            }
+        } else {
+            openFileLimit = 1_024
+            logger.warning("open-file limit unknown (getrlimit failed), assuming 1024")
+        }
+        let cap = settings.maxSockets > 0 ? settings.maxSockets : Int.max
+        socketBudget = max(2, min(openFileLimit - reserved, cap))
         capacity = max(1, socketBudget - settings.healthReservedSockets)
         // lws's own notices go to stderr unformatted; keep only its warnings and errors, and turn
         // the few it reports only as log lines into state (shim.h).
@@ -474,7 +491,7 @@ public final class WebSocketServer: @unchecked Sendable {
             idlePingSeconds: settings.idlePingSeconds, idleHangupSeconds: settings.idleHangupSeconds,
             headerTokenLimit: settings.maxHeaderBytes + 1, uriTokenLimit: effectiveURLLimit + 1,
             maxHeaderBytes: settings.maxHeaderBytes, httpTimeoutSeconds: settings.httpTimeoutSeconds,
-            fdLimitPerThread: max(1024, socketBudget + settings.reservedFileDescriptors),
+            fdLimitPerThread: max(1024, openFileLimit),
             libev: settings.eventLoop == .libev, tls: tls)
         return contextResources.createContext(options, handler: ServiceRun(server: self, delegate: delegate))
     }

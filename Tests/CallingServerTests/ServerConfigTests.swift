@@ -127,6 +127,14 @@ final class ServerConfigTests: XCTestCase {
         XCTAssertEqual(try ServerConfig.load(file: nil, environment: [:], flags: [:]).get().transport.maxSockets, 65_536)
         XCTAssertEqual(try ServerConfig.load(file: nil, environment: ["CALLING_MAX_SOCKETS": "0"], flags: [:]).get().transport.maxSockets, 0)
         XCTAssertEqual(try ServerConfig.load(file: nil, environment: [:], flags: ["max_sockets": "9"]).get().transport.maxSockets, 9)
+        XCTAssertEqual(try ServerConfig.load(file: ["max_sockets": .int(70_000)], environment: [:], flags: [:]).get().maxSockets, 70_000)
+        XCTAssertEqual(try ServerConfig.load(file: nil, environment: [:], flags: ["max_sockets": "0", "health_reserved_sockets": "1000"])
+            .get().maxSockets, 0, "0 is no ceiling, whatever the headroom")
+        for outside in ["-1", "16777217"] {
+            guard case .failure = ServerConfig.load(file: nil, environment: [:], flags: ["max_sockets": outside]) else {
+                return XCTFail("max_sockets \(outside) is outside its range")
+            }
+        }
         for (sockets, headroom) in [("8", "8"), ("5", "8"), ("1", "1")] {
             guard case .failure(let problems) = ServerConfig.load(file: nil, environment: [:],
                                                                   flags: ["max_sockets": sockets, "health_reserved_sockets": headroom])

@@ -106,18 +106,25 @@ def test_sockets_that_never_finish_their_headers_cannot_lock_out_healthz(limited
     assert "socket budget full" in limited.stderr_text()
 
 
+def open_file_limits(pid: int) -> tuple[str, str]:
+    """The soft and hard "Max open files" of a process, as /proc/PID/limits writes them."""
+    with open(f"/proc/{pid}/limits") as f:
+        [line] = [line for line in f if line.startswith("Max open files")]
+    soft, hard = line.split()[3:5]
+    return soft, hard
+
+
 def test_max_sockets_caps_the_budget_below_the_open_file_limit(start_server):
     """max_sockets 40 under a hard open-file limit of thousands: the soft limit set to 40 +
-    reserved_fds (128), a socket budget of 40, so 32 peers after health_reserved_sockets (8), and
-    the 33rd upgrade is refused with 503 at_capacity."""
+    reserved_fds (128), raised to the floor of 1,024, a socket budget of 40, so 32 peers after
+    health_reserved_sockets (8), and the 33rd upgrade is refused with 503 at_capacity."""
     server = start_server(max_sockets=40)
     assert server.metrics()["calling_peer_capacity"] == 32
     log = server.stderr_path.read_text()
     assert "socket_budget=40" in log and "peer_capacity=32" in log, log
     # The ceiling is the process's own limit (lws keeps a table that size), not only the budget.
-    limits = open(f"/proc/{server.pid}/limits").read()
-    [soft] = [line.split()[3] for line in limits.splitlines() if line.startswith("Max open files")]
-    assert soft == str(40 + 128), limits
+    soft, hard = open_file_limits(server.pid)
+    assert soft == str(min(1024, int(hard))), (soft, hard)
     peers = []
     try:
         for n in range(32):
@@ -131,3 +138,27 @@ def test_max_sockets_caps_the_budget_below_the_open_file_limit(start_server):
             peer.close()
     status, _, _ = server.http("GET", "/healthz")
     assert status == 200
+
+
+class RaisableServer(Server):
+    """The server started with a soft open-file limit of 150 under a hard one of 5,000."""
+
+    def command(self, args):
+        return ["prlimit", "--nofile=150:5000", "--"] + args
+
+
+@pytest.mark.parametrize("max_sockets, soft", [(0, "5000"), (2000, "2128"), (4000, "4128"), (9000, "5000"), (10, "1024")])
+def test_the_soft_open_file_limit_is_the_hard_one_or_max_sockets_plus_the_reserve(tmp_path, max_sockets, soft):
+    """Raised from 150: to the hard limit with max_sockets 0 or one above it, to max_sockets +
+    reserved_fds (128) below it, and never below 1,024; the budget follows."""
+    data = tmp_path / "data"
+    data.mkdir()
+    server = RaisableServer(data, flags={"max_sockets": max_sockets})
+    try:
+        server.start()
+        assert open_file_limits(server.pid) == (soft, "5000")
+        budget = min(int(soft) - 128, max_sockets or int(soft))
+        assert f"socket_budget={budget}" in server.stderr_path.read_text()
+        assert server.metrics()["calling_peer_capacity"] == budget - 8
+    finally:
+        server.kill()
