@@ -412,6 +412,11 @@ public enum JSONWriter {
         }
     }
 
+    /// A string, or `null` for nil.
+    public static func writeStringOrNull(_ string: String?, into out: inout [UInt8]) {
+        if let string { writeString(string, into: &out) } else { writeRaw("null", into: &out) }
+    }
+
     public static func writeString(_ string: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var string = string

@@ -22,7 +22,7 @@ public struct RosterEntry: Sendable, Equatable {
     /// Appends `JSONWriter.bytes(json)`: the keys in sorted order.
     func write(into out: inout [UInt8]) {
         JSONWriter.writeRaw(#"{"name":"#, into: &out)
-        if let name { JSONWriter.writeString(name, into: &out) } else { JSONWriter.writeRaw("null", into: &out) }
+        JSONWriter.writeStringOrNull(name, into: &out)
         JSONWriter.writeRaw(#","peer_id":"#, into: &out)
         JSONWriter.writeString(peerID, into: &out)
         JSONWriter.writeRaw(#","role":"#, into: &out)
@@ -115,11 +115,11 @@ public struct WelcomePayload: Sendable, Equatable {
     /// Appends `JSONWriter.bytes(json)`: the keys in sorted order, written from the fields.
     func write(into out: inout [UInt8]) {
         JSONWriter.writeRaw(#"{"call_id":"#, into: &out)
-        if let callID { JSONWriter.writeString(callID, into: &out) } else { JSONWriter.writeRaw("null", into: &out) }
+        JSONWriter.writeStringOrNull(callID, into: &out)
         JSONWriter.writeRaw(#","last_seq":"#, into: &out)
         JSONWriter.writeInteger(lastSeq, into: &out)
         JSONWriter.writeRaw(#","name":"#, into: &out)
-        if let name { JSONWriter.writeString(name, into: &out) } else { JSONWriter.writeRaw("null", into: &out) }
+        JSONWriter.writeStringOrNull(name, into: &out)
         JSONWriter.writeRaw(#","peer_id":"#, into: &out)
         JSONWriter.writeString(peerID, into: &out)
         JSONWriter.writeRaw(#","peers":["#, into: &out)

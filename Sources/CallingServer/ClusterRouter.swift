@@ -179,19 +179,13 @@ final class ClusterRouter: Router {
         }
     }
 
+    /// Every welcome is the hub's, and the hub sends them typed (`Frame.welcome`).
     private func welcomed(_ frame: Frame, _ targets: [ConnectionID]) {
-        let room: String, peer: String, lastSeq: Int64
-        if let welcome = frame.welcomePayload {
-            (room, peer, lastSeq) = (welcome.roomID, welcome.peerID, welcome.lastSeq)
-        } else {
-            guard let payload = frame.payload, case .string(let jsonRoom)? = payload["room_id"],
-                case .string(let jsonPeer)? = payload["peer_id"], case .int(let jsonLastSeq)? = payload["last_seq"]
-            else { return }
-            (room, peer, lastSeq) = (jsonRoom, jsonPeer, jsonLastSeq)
-        }
+        guard let welcome = frame.welcomePayload else { return }
         let current = now()
         for target in targets where !ClusterMembership.isRemote(target) {
-            catchUp?.joined(room: RoomID(room), peer: PeerID(peer), connection: target, lastSeq: lastSeq, now: current)
+            catchUp?.joined(room: RoomID(welcome.roomID), peer: PeerID(welcome.peerID), connection: target,
+                            lastSeq: welcome.lastSeq, now: current)
         }
     }
 
