@@ -9,6 +9,7 @@ public enum BenchCommand {
     static let usage = """
         usage: calling-bench suite [SCENARIO…] [--quick | --smoke] [--server PATH] [--out DIR] [--no-pin true]
                                     [--relay-rate FRAMES_PER_S[,…]] [--relay-trace DIR]   relay: paced rate(s) instead of half the server's; per-frame CSV
+                                    [--relay-run N]   relay: consecutive paced frames per side (default the window, 32; 1 is round-robin)
                                     [--chat-trace DIR]   chat: each paced ack's receive time and latency, CSV
                                     [--rounds N]   each scenario N times (server, baseline, server, …): medians, and the median of the rounds' ratios
                                     [--instructions true]   relay only: both targets under valgrind callgrind, instructions per relayed frame

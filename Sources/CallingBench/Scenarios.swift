@@ -23,6 +23,9 @@ struct SuiteSizes {
     /// The relay's paced rates in frames/s, one paced phase each in this order; empty: one phase at
     /// half the server's saturated rate (`--relay-rate`).
     var relayPacedRates: [Double] = []
+    /// How many consecutive paced frames each side sends before the next side's turn
+    /// (`--relay-run`); nil: the saturated phase's window, so both phases offer the same shape.
+    var relayRun: Int?
 
     static let full = SuiteSizes()
     static let quick = SuiteSizes(idlePeers: 2_000, rttIdlePeers: 1_000, rttPings: 1_000, phaseSeconds: 1,
@@ -289,10 +292,12 @@ final class Scenarios {
         // which half the server's rate makes differ by run, goes into a note.
         let givenRates = sizes.relayPacedRates
         let rateLabels = givenRates.isEmpty ? ["half the server's rate"] : givenRates.map { "\(Int($0)) frames/s" }
+        let run = sizes.relayRun ?? sizes.relayWindow
         result.parameters = "\(pairs) pairs, candidate frames both ways, window \(sizes.relayWindow), \(seconds) s saturated, "
             + (callgrind != nil ? "each target under callgrind (--instructions)"
                 : "\(seconds) s paced at " + (rateLabels.count > 1 ? "each of " : "") + rateLabels.joined(separator: ", ")
-                    + (givenRates.isEmpty ? "" : " (--relay-rate)"))
+                    + (givenRates.isEmpty ? "" : " (--relay-rate)")
+                    + ", in runs of \(run) frames per side" + (sizes.relayRun == nil ? " (the window)" : " (--relay-run)"))
         var instructions: [TargetProcess.Kind: Double] = [:]
         var saturated: [TargetProcess.Kind: Double] = [:]
         // Per target, each paced phase's latencies (sorted), in `pacedRates`' order.
@@ -342,7 +347,10 @@ final class Scenarios {
                 book.latencies.append(Double(time &- book.sentAt[slot]) / 1e3)
                 let kernel = engine.kernelReceiveTime
                 book.queueWaits.append(kernel > 0 && kernel < time ? Double(time - kernel) / 1e3 : 0)
-                if tracing { book.receivedAt.append(time) }
+                if tracing {
+                    book.receivedAt.append(time)
+                    book.senders.append(sender.index)
+                }
                 book.sentAt[slot] = 0
                 sender.inFlight -= 1
                 book.delivered += 1
@@ -389,21 +397,23 @@ final class Scenarios {
             result.notes.append("\(target.kind.rawValue) saturated: " + GeneratorCost(from: phase, to: afterSaturated).text)
             // The generator's CPU spent sorting and writing out each paced phase, kept out of its share.
             var betweenPhases = 0.0
-            // Paced: half the server's saturated rate (or each rate given), round-robin over every
-            // side, timed from when each frame was due (a late generator must not hide its own delay).
+            // Paced: half the server's saturated rate (or each rate given), in runs per side
+            // (`PacedSchedule`), timed from when each frame was due (a late generator must not hide
+            // its own delay).
             for pacedRate in pacedRates {
                 // With several rates each phase's notes and trace say which rate they are of.
                 let label = "\(target.kind.rawValue) paced" + (pacedRates.count > 1 ? " at \(Int(pacedRate)) frames/s" : "")
                 book.latencies.removeAll(keepingCapacity: true)
                 book.receivedAt.removeAll(keepingCapacity: true)
+                book.senders.removeAll(keepingCapacity: true)
                 book.queueWaits.removeAll(keepingCapacity: true)
                 let pacedDelivered = book.delivered
                 // Taken here, not when the last phase ended: sorting its latencies is the generator's
                 // own time between phases, not this phase's.
                 phase = GeneratorCost.Snapshot(engine, target, delivered: book.delivered)
                 let total = max(1, Int(pacedRate * seconds))
-                let interval = 1e9 / pacedRate
                 let pacedStart = LoadEngine.now()
+                let schedule = PacedSchedule(start: pacedStart, rate: pacedRate, sides: connections.count, run: run)
                 var next = 0
                 // How late the generator queued each frame (its own delay, counted in the latency).
                 var lateness: [Double] = []
@@ -414,13 +424,13 @@ final class Scenarios {
                 while next < total || connections.contains(where: { $0.inFlight > 0 }) {
                     let now = LoadEngine.now()
                     guard now < pacedStart + UInt64((seconds + 30) * 1e9) else { throw LoadEngine.Failure.timedOut("paced relay") }
-                    while next < total, pacedStart + UInt64(Double(next) * interval) <= now {
-                        let due = pacedStart + UInt64(Double(next) * interval)
+                    while next < total, schedule.due(next) <= now {
+                        let due = schedule.due(next)
                         lateness.append(Double(now - due) / 1e3)
-                        try send(connections[next % connections.count], at: due)
+                        try send(connections[schedule.side(next)], at: due)
                         next += 1
                     }
-                    let due = next < total ? pacedStart + UInt64(Double(next) * interval) : now + 50_000_000
+                    let due = next < total ? schedule.due(next) : now + 50_000_000
                     try engine.step(timeoutNanoseconds: due > now ? due - now : 0)
                     Progress.tick("\(target.kind.rawValue): paced")
                 }
@@ -431,7 +441,7 @@ final class Scenarios {
                 result.notes.append("\(label): the generator queued frames late by p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(lateness, 0.5), Stats.percentile(lateness, 0.99)) + " after their due time (counted in the latency); delivered frames waited in its sockets before it read them p50 " + String(format: "%.1f µs, p99 %.1f µs", Stats.percentile(book.queueWaits, 0.5), Stats.percentile(book.queueWaits, 0.99)) + " (kernel receive stamps, SO_TIMESTAMPNS: the last segment of each read, so a lower bound; also counted)")
                 if let directory = relayTraceDirectory {
                     let name = "relay-\(target.kind.rawValue)-paced" + (pacedRates.count > 1 ? "-\(Int(pacedRate))" : "") + ".csv"
-                    try Self.writeTrace(book.latencies, receivedAt: book.receivedAt, since: pacedStart, to: "\(directory)/\(name)")
+                    try Self.writeTrace(book.latencies, receivedAt: book.receivedAt, senders: book.senders, since: pacedStart, to: "\(directory)/\(name)")
                 }
                 book.latencies.sort()
                 paced[target.kind, default: []].append(book.latencies)
@@ -464,9 +474,10 @@ final class Scenarios {
     }
 
     /// One line per paced frame in arrival order: receive time since the phase began and latency, both µs.
-    private static func writeTrace(_ latencies: [Double], receivedAt: [UInt64], since start: UInt64, to path: String) throws {
-        try writeCSV(header: "received_us,latency_us", rows: zip(latencies, receivedAt).map { latency, time in
-            String(format: "%.1f,%.1f", Double(time &- start) / 1e3, latency)
+    /// The sending side's index (0-based, in join order: a0, b0, a1, …) shows the runs it was paced in.
+    private static func writeTrace(_ latencies: [Double], receivedAt: [UInt64], senders: [Int], since start: UInt64, to path: String) throws {
+        try writeCSV(header: "received_us,latency_us,sender", rows: latencies.indices.map { index in
+            String(format: "%.1f,%.1f,%d", Double(receivedAt[index] &- start) / 1e3, latencies[index], senders[index])
         }, to: path)
     }
 
@@ -795,6 +806,35 @@ final class HTTPClient {
 
 /// The relay's per-frame bookkeeping in one object: the closures that share it reach its fields
 /// without the run-time exclusivity check that every access to a captured `var` costs.
+/// The relay's paced phase: frame `n` is due at `start + n / rate` and goes from side
+/// `(n / run) % sides`, so each side sends `run` consecutive frames before the next side's turn.
+///
+/// The saturated phase's rate is that of sides that each keep a window of frames in flight, which
+/// the kernel and both event loops move a batch per system call. Handed out one frame per side in
+/// turn, the same rate is a different load: a batch for one side only forms once a frame is queued
+/// for every side, so at a rate that needs batches to keep up (half the saturated rate does on this
+/// machine) each frame waits for `sides` times as many others as it would in runs of its own side
+/// (docs/benchmarks.md, "The relay's pacing"). `run` 1 is that round-robin.
+struct PacedSchedule: Equatable {
+    let start: UInt64
+    /// Nanoseconds between consecutive frames' due times.
+    let interval: Double
+    let sides: Int
+    let run: Int
+
+    init(start: UInt64, rate: Double, sides: Int, run: Int) {
+        precondition(rate > 0 && sides > 0 && run > 0)
+        self.start = start
+        interval = 1e9 / rate
+        self.sides = sides
+        self.run = run
+    }
+
+    func due(_ frame: Int) -> UInt64 { start + UInt64(Double(frame) * interval) }
+
+    func side(_ frame: Int) -> Int { (frame / run) % sides }
+}
+
 private final class RelayBook {
     static let ringSize = 1 << 13
     @exclusivity(unchecked) var frames: [(bytes: [UInt8], offset: Int)]
@@ -805,6 +845,8 @@ private final class RelayBook {
     /// How long each frame's bytes waited in the generator's socket before the read that found them.
     @exclusivity(unchecked) var queueWaits: [Double] = []
     @exclusivity(unchecked) var receivedAt: [UInt64] = []
+    /// With a trace: which connection sent each delivered frame, in `receivedAt`'s order.
+    @exclusivity(unchecked) var senders: [Int] = []
     /// Saturating while now < refill.
     @exclusivity(unchecked) var refill: UInt64 = 0
 

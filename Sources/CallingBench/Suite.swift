@@ -23,7 +23,7 @@ enum Suite {
             CallingCommand.printError(BenchCommand.usage)
             return 64
         }
-        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-trace", "chat-trace",
+        let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-run", "relay-trace", "chat-trace",
                                                    "rounds", "instructions"])
         let badNames = names.filter { !Scenarios.names.contains($0) }
         guard unknown.isEmpty, badNames.isEmpty else {
@@ -37,6 +37,13 @@ enum Suite {
                 return 64
             }
             sizes.relayPacedRates = rates.compactMap { $0 }
+        }
+        if let text = flags["relay-run"] {
+            guard let run = Int(text), (1...4_096).contains(run) else {
+                CallingCommand.printError("--relay-run wants how many consecutive paced frames each side sends, from 1 to 4096, e.g. 32")
+                return 64
+            }
+            sizes.relayRun = run
         }
         var rounds = 1
         if let text = flags["rounds"] {

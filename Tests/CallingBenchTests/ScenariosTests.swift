@@ -28,4 +28,18 @@ final class ScenariosTests: XCTestCase {
         XCTAssertTrue(cost.generatorMicroseconds.isNaN)
         XCTAssertTrue(cost.sendsPerFrame.isNaN)
     }
+
+    func test_a_paced_schedule_hands_each_side_a_run_of_consecutive_frames_in_turn() {
+        let runs = PacedSchedule(start: 1_000, rate: 250_000, sides: 4, run: 3)
+        XCTAssertEqual((0..<15).map(runs.side), [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 0, 0, 0], "every side in turn, then the first again")
+        XCTAssertEqual((0..<4).map(runs.due), [1_000, 5_000, 9_000, 13_000], "4 µs apart at 250,000 frames/s, runs or not")
+        let roundRobin = PacedSchedule(start: 0, rate: 1_000, sides: 3, run: 1)
+        XCTAssertEqual((0..<7).map(roundRobin.side), [0, 1, 2, 0, 1, 2, 0])
+        XCTAssertEqual(roundRobin.due(3), 3_000_000)
+        let longerThanThePhase = PacedSchedule(start: 0, rate: 1_000, sides: 2, run: 100)
+        XCTAssertEqual(Set((0..<100).map(longerThanThePhase.side)), [0], "a run longer than the phase leaves one side sending")
+        // Due times come from the frame's index, not by adding the interval up: no drift over a long phase.
+        let fine = PacedSchedule(start: 0, rate: 3_000_000, sides: 20, run: 32)
+        XCTAssertEqual(fine.due(3_000_000), 1_000_000_000)
+    }
 }

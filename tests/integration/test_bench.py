@@ -96,6 +96,8 @@ def test_rounds_alternate_the_targets_and_report_medians(tmp_path):
     entries = {entry["scenario"]: entry for entry in json.loads(summary.read_text())["scenarios"]}
     # Both rounds' pongs, every one checked: 50 per target per round.
     assert entries["rtt"]["verified"] == {"server pongs in order": 100, "baseline pongs in order": 100}
+    # Without --relay-run the paced phase hands each side runs of the saturated phase's window (8 in --smoke).
+    assert "in runs of 8 frames per side (the window)" in entries["relay"]["parameters"], entries["relay"]["parameters"]
     for entry in entries.values():
         assert entry["parameters"].endswith("; median of 2 of 2 rounds"), entry["parameters"]
         # Every figure found in both rounds (the relay's paced rate, which differs by round, is
@@ -112,12 +114,16 @@ def test_relay_paces_each_rate_given_in_turn_for_both_targets(tmp_path):
     for bad in ("2000,", "2000,x", "0", "-5"):
         refused = subprocess.run(command + ["--relay-rate", bad], capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert refused.returncode == 64 and "--relay-rate wants frames per second" in refused.stderr, (bad, refused.stderr)
-    result = subprocess.run(command + ["--relay-rate", "2000,3000", "--relay-trace", str(tmp_path / "trace")],
+    for bad in ("0", "4097", "x", "2.5"):
+        refused = subprocess.run(command + ["--relay-run", bad], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert refused.returncode == 64 and "--relay-run wants how many consecutive paced frames" in refused.stderr, (bad, refused.stderr)
+    result = subprocess.run(command + ["--relay-rate", "2000,3000", "--relay-run", "3", "--relay-trace", str(tmp_path / "trace")],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     [summary] = list(tmp_path.glob("results-*.json"))
     [entry] = json.loads(summary.read_text())["scenarios"]
-    assert "paced at each of 2000 frames/s, 3000 frames/s (--relay-rate)" in entry["parameters"], entry["parameters"]
+    assert ("paced at each of 2000 frames/s, 3000 frames/s (--relay-rate), in runs of 3 frames per side (--relay-run)"
+            in entry["parameters"]), entry["parameters"]
     names = [figure["name"] for figure in entry["figures"]]
     assert names == ["saturated relay rate"] + [f"latency {p} at {rate} frames/s"
                                                 for rate in (2000, 3000) for p in ("p50", "p99", "p99.9")], names
@@ -127,7 +133,12 @@ def test_relay_paces_each_rate_given_in_turn_for_both_targets(tmp_path):
             # Each phase sends rate × 0.3 s frames, all of them delivered and said to be of that rate.
             assert f"{target} paced at {rate} frames/s: {frames} frames in" in notes, notes
             lines = (tmp_path / "trace" / f"relay-{target}-paced-{rate}.csv").read_text().splitlines()
-            assert lines[0] == "received_us,latency_us" and len(lines) == frames + 1, (target, rate, len(lines))
+            assert lines[0] == "received_us,latency_us,sender" and len(lines) == frames + 1, (target, rate, len(lines))
+            # In due order (arrival minus latency, frames 1/rate apart), the 4 sides a0, b0, a1, b1
+            # sent runs of 3 in turn: the schedule the phase claims is the one that went out.
+            rows = [line.split(",") for line in lines[1:]]
+            senders = [int(sender) for received, latency, sender in sorted(rows, key=lambda row: float(row[0]) - float(row[1]))]
+            assert senders == [(n // 3) % 4 for n in range(frames)], (target, rate, senders[:24])
 
 
 def test_instructions_count_each_targets_relayed_frames_under_callgrind(tmp_path):
