@@ -43,7 +43,8 @@ final class Scenarios {
     let baselineBinary: String
     let targetCPU: Int?
     let sizes: SuiteSizes
-    /// Where the relay writes each paced frame's due time and latency (`--relay-trace DIR`), or nil.
+    /// Where the relay writes each paced frame's receive time, latency and sending side
+    /// (`--relay-trace DIR`), or nil.
     var relayTraceDirectory: String?
     /// Where the chat scenario writes each paced ack's receive time and latency (`--chat-trace DIR`), or nil.
     var chatTraceDirectory: String?
@@ -297,7 +298,8 @@ final class Scenarios {
             + (callgrind != nil ? "each target under callgrind (--instructions)"
                 : "\(seconds) s paced at " + (rateLabels.count > 1 ? "each of " : "") + rateLabels.joined(separator: ", ")
                     + (givenRates.isEmpty ? "" : " (--relay-rate)")
-                    + ", in runs of \(run) frames per side" + (sizes.relayRun == nil ? " (the window)" : " (--relay-run)"))
+                    + (run == 1 ? ", one frame per side in turn" : ", in runs of \(run) frames per side")
+                    + (sizes.relayRun == nil ? " (the window)" : " (--relay-run)"))
         var instructions: [TargetProcess.Kind: Double] = [:]
         var saturated: [TargetProcess.Kind: Double] = [:]
         // Per target, each paced phase's latencies (sorted), in `pacedRates`' order.
@@ -321,7 +323,6 @@ final class Scenarios {
             let connections = engine.connections
             let book = RelayBook(frames: connections.map { Self.candidateFrame(to: connections[$0.index ^ 1].name) })
             let ringSize = RelayBook.ringSize
-            let tracing = relayTraceDirectory != nil
             func send(_ sender: LoadEngine.Connection, at time: UInt64) throws {
                 sender.sent += 1
                 let slot = sender.index * ringSize + (sender.sent & (ringSize - 1))
@@ -347,7 +348,7 @@ final class Scenarios {
                 book.latencies.append(Double(time &- book.sentAt[slot]) / 1e3)
                 let kernel = engine.kernelReceiveTime
                 book.queueWaits.append(kernel > 0 && kernel < time ? Double(time - kernel) / 1e3 : 0)
-                if tracing {
+                if book.tracing {
                     book.receivedAt.append(time)
                     book.senders.append(sender.index)
                 }
@@ -412,6 +413,7 @@ final class Scenarios {
                 // own time between phases, not this phase's.
                 phase = GeneratorCost.Snapshot(engine, target, delivered: book.delivered)
                 let total = max(1, Int(pacedRate * seconds))
+                book.tracing = relayTraceDirectory != nil
                 let pacedStart = LoadEngine.now()
                 let schedule = PacedSchedule(start: pacedStart, rate: pacedRate, sides: connections.count, run: run)
                 var next = 0
@@ -804,18 +806,16 @@ final class HTTPClient {
     }
 }
 
-/// The relay's per-frame bookkeeping in one object: the closures that share it reach its fields
-/// without the run-time exclusivity check that every access to a captured `var` costs.
 /// The relay's paced phase: frame `n` is due at `start + n / rate` and goes from side
 /// `(n / run) % sides`, so each side sends `run` consecutive frames before the next side's turn.
 ///
 /// The saturated phase's rate is that of sides that each keep a window of frames in flight, which
 /// the kernel and both event loops move a batch per system call. Handed out one frame per side in
 /// turn, the same rate is a different load: a batch for one side only forms once a frame is queued
-/// for every side, so at a rate that needs batches to keep up (half the saturated rate does on this
-/// machine) each frame waits for `sides` times as many others as it would in runs of its own side
-/// (docs/benchmarks.md, "The relay's pacing"). `run` 1 is that round-robin.
-struct PacedSchedule: Equatable {
+/// for every side, so at a rate that needs batches to keep up each frame waits for `sides` times as
+/// many others as it would in runs of its own side (docs/benchmarks.md, "The relay's pacing").
+/// `run` 1 is that round-robin.
+struct PacedSchedule {
     let start: UInt64
     /// Nanoseconds between consecutive frames' due times.
     let interval: Double
@@ -835,6 +835,8 @@ struct PacedSchedule: Equatable {
     func side(_ frame: Int) -> Int { (frame / run) % sides }
 }
 
+/// The relay's per-frame bookkeeping in one object: the closures that share it reach its fields
+/// without the run-time exclusivity check that every access to a captured `var` costs.
 private final class RelayBook {
     static let ringSize = 1 << 13
     @exclusivity(unchecked) var frames: [(bytes: [UInt8], offset: Int)]
@@ -845,6 +847,9 @@ private final class RelayBook {
     /// How long each frame's bytes waited in the generator's socket before the read that found them.
     @exclusivity(unchecked) var queueWaits: [Double] = []
     @exclusivity(unchecked) var receivedAt: [UInt64] = []
+    /// Set for the paced phases with `--relay-trace` only: the saturated phase's millions of frames
+    /// are not traced.
+    @exclusivity(unchecked) var tracing = false
     /// With a trace: which connection sent each delivered frame, in `receivedAt`'s order.
     @exclusivity(unchecked) var senders: [Int] = []
     /// Saturating while now < refill.

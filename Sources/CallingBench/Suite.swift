@@ -39,6 +39,7 @@ enum Suite {
             sizes.relayPacedRates = rates.compactMap { $0 }
         }
         if let text = flags["relay-run"] {
+            // Half the relay's ring of 8,192 frames in flight per side: one run never fills it alone.
             guard let run = Int(text), (1...4_096).contains(run) else {
                 CallingCommand.printError("--relay-run wants how many consecutive paced frames each side sends, from 1 to 4096, e.g. 32")
                 return 64

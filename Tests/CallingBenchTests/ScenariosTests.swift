@@ -38,8 +38,10 @@ final class ScenariosTests: XCTestCase {
         XCTAssertEqual(roundRobin.due(3), 3_000_000)
         let longerThanThePhase = PacedSchedule(start: 0, rate: 1_000, sides: 2, run: 100)
         XCTAssertEqual(Set((0..<100).map(longerThanThePhase.side)), [0], "a run longer than the phase leaves one side sending")
-        // Due times come from the frame's index, not by adding the interval up: no drift over a long phase.
+        // Due times come from the frame's index, not by adding the interval up: six additions of
+        // 333.33… ns come to 1,999.99… and would put frame 6 a nanosecond early.
         let fine = PacedSchedule(start: 0, rate: 3_000_000, sides: 20, run: 32)
+        XCTAssertEqual(fine.due(6), 2_000)
         XCTAssertEqual(fine.due(3_000_000), 1_000_000_000)
     }
 }
