@@ -5,7 +5,7 @@
         [--seconds N] [--connect-timeout S] [--chromium /usr/bin/chromium] [--workdir DIR]
 
 Runs where it is started (the media tests start it inside a peer host's network namespace with
-`ip netns exec`, so Chromium and everything it opens live there). It launches Chromium headless
+`nsenter --net`, so Chromium and everything it opens live there). It launches Chromium headless
 with a fresh --user-data-dir in a temporary directory, a fake microphone (a beep) and
 --remote-debugging-pipe (the DevTools protocol over fds 3/4: no port, nothing listening), loads
 chromium/peer.html from a file:// URL and awaits its `runCall(config)` (chromium/peer.js): join the

@@ -15,8 +15,14 @@ lab proves the relay path by construction.
 The addresses exist only inside these namespaces (nothing is added to the host's own network),
 and nothing here sends traffic anywhere else. Namespace names carry the pytest process id and a
 counter, so parallel runs never share one; namespaces left behind by a run that was SIGKILLed
-(its pid is gone) are removed when the next lab is created. Needs root (CI runs as root) and
-iproute2.
+(its pid is gone) are removed when the next lab is created. Needs root (CI runs as root),
+iproute2 and nsenter (util-linux, in every Debian).
+
+Commands enter a namespace with `nsenter --net`, not `ip netns exec` or `ip -n`: those also
+unshare the mount namespace and remount /sys, which fails where / is not a mount point (a chroot,
+as a freshly debootstrapped Debian is tested in). Nothing started here reads /sys for its network:
+interfaces and addresses come from netlink, and /proc/sys/net answers for the namespace of the
+process that opens it.
 
 The test process itself stays in the host's namespace. HTTP requests to the server (metrics,
 API keys) go through a worker thread that has entered the server host's namespace with setns(2):
@@ -54,9 +60,18 @@ class LabError(RuntimeError):
 
 
 def ip(*args: str, timeout: float = 10.0) -> str:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return _run(["ip", *args], timeout)
+
+
+def ip_in(namespace: str, *args: str, timeout: float = 10.0) -> str:
+    """`ip ARGS` inside network namespace `namespace`."""
+    return _run(["nsenter", f"--net=/run/netns/{namespace}", "--", "ip", *args], timeout)
+
+
+def _run(argv: list[str], timeout: float) -> str:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
-        raise LabError(f"`ip {' '.join(args)}` failed ({result.returncode}): {result.stderr.strip()}")
+        raise LabError(f"`{' '.join(argv)}` failed ({result.returncode}): {result.stderr.strip()}")
     return result.stdout
 
 
@@ -68,6 +83,8 @@ def namespaces_available() -> str | None:
         subprocess.run(["ip", "-V"], capture_output=True, timeout=5, check=True)
     except (OSError, subprocess.SubprocessError):
         return "iproute2 (`ip`) is missing: run deploy/install-deps.sh --test"
+    if shutil.which("nsenter") is None:
+        return "nsenter (util-linux) is missing: run deploy/install-deps.sh --test"
     return None
 
 
@@ -112,16 +129,21 @@ class Namespace:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         if create:
             ip("netns", "add", name)
-            ip("-n", name, "link", "set", "lo", "up")
-            self.sysctl("net.ipv6.conf.all.disable_ipv6", "1", required=False)
-            self.sysctl("net.ipv6.conf.default.disable_ipv6", "1", required=False)
+            try:
+                ip_in(name, "link", "set", "lo", "up")
+                self.sysctl("net.ipv6.conf.all.disable_ipv6", "1", required=False)
+                self.sysctl("net.ipv6.conf.default.disable_ipv6", "1", required=False)
+            except BaseException:
+                # No object is returned for a lab to close: the namespace would outlive the run.
+                self.delete()
+                raise
 
     @classmethod
     def adopt(cls, name: str) -> "Namespace":
         return cls(name, create=False)
 
     def exec_args(self, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.name, *map(str, argv)]
+        return ["nsenter", f"--net=/run/netns/{self.name}", "--", *map(str, argv)]
 
     def run(self, argv: list[str], timeout: float = 10.0) -> subprocess.CompletedProcess:
         return subprocess.run(self.exec_args(argv), capture_output=True, text=True, timeout=timeout,
@@ -257,7 +279,7 @@ class NsServer(support.Server):
         return self.host.exec_args(args)
 
     def kill(self) -> None:
-        # The whole group: `ip netns exec` may leave the server a child of its own.
+        # The whole group: whatever runs the server may leave it a child of its own.
         support.kill_and_reap(self.proc, group=True)
         super().kill()
 
@@ -374,13 +396,13 @@ class Lab:
                 host = PeerHost(f"{base}-p{index + 1}", f"{subnet}.2", f"{subnet}.1")
                 self.peer_hosts.append(host)
                 link = f"to-p{index + 1}"
-                ip("-n", self.server_host.name, "link", "add", link, "type", "veth", "peer", "name", "eth0",
+                ip_in(self.server_host.name, "link", "add", link, "type", "veth", "peer", "name", "eth0",
                    "netns", host.name)
-                ip("-n", self.server_host.name, "addr", "add", f"{host.gateway}/24", "dev", link)
-                ip("-n", self.server_host.name, "link", "set", link, "up")
-                ip("-n", host.name, "addr", "add", f"{host.address}/24", "dev", "eth0")
-                ip("-n", host.name, "link", "set", "eth0", "up")
-                ip("-n", host.name, "route", "add", "default", "via", host.gateway)
+                ip_in(self.server_host.name, "addr", "add", f"{host.gateway}/24", "dev", link)
+                ip_in(self.server_host.name, "link", "set", link, "up")
+                ip_in(host.name, "addr", "add", f"{host.address}/24", "dev", "eth0")
+                ip_in(host.name, "link", "set", "eth0", "up")
+                ip_in(host.name, "route", "add", "default", "via", host.gateway)
             self.server_host.sysctl("net.ipv4.ip_forward", "1" if routed else "0")
             self._wait_links_up()
         except BaseException:
@@ -390,7 +412,7 @@ class Lab:
     def _wait_links_up(self, timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
         for host in self.peer_hosts:
-            while "LOWER_UP" not in ip("-n", host.name, "link", "show", "eth0"):
+            while "LOWER_UP" not in ip_in(host.name, "link", "show", "eth0"):
                 if time.monotonic() > deadline:
                     raise LabError(f"{host.name}: eth0 not up within {timeout}s")
                 time.sleep(0.02)
