@@ -4,8 +4,9 @@
 // presence. Media needs a browser: tests/integration covers that in Chromium.
 //
 // Node 22 has a global WebSocket; Node 20 has it behind --experimental-websocket, so on Node 20
-// this file re-runs itself with that flag. Node 18 has none: skipped. Without a built
-// .build/debug/calling-server: skipped.
+// this file re-runs itself with that flag. Node 18 (Debian 12's) has none. Every Node also runs
+// the same test over node-websocket.mjs (RFC 6455 on node:http), so the real server is exercised
+// on Debian 12 too. Without a built .build/debug/calling-server: skipped.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync, execFileSync } from "node:child_process";
@@ -15,6 +16,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import { CallingClient, PresenceClient } from "../../sdk/js/calling-client.js";
+import { NodeWebSocket } from "./node-websocket.mjs";
 
 const BINARY = fileURLToPath(new URL("../../.build/debug/calling-server", import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -34,8 +36,23 @@ if (canEnable && !process.env.CALLING_JS_LIVE_CHILD) {
     assert.equal(run.status, 0, `${run.stdout}\n${run.stderr}`);
   });
 } else {
-  const skip = !haveWebSocket ? "this Node has no WebSocket" : !haveBinary ? `${BINARY} is missing: run swift build` : false;
+  const skip = !haveWebSocket ? "this Node has no WebSocket (the test below runs over node-websocket.mjs)" : !haveBinary ? `${BINARY} is missing: run swift build` : false;
   test("real server: chat, typing, read, data, history, restart resume, takeover, presence", { skip, timeout: 90000 }, liveTest);
+}
+
+if (!process.env.CALLING_JS_LIVE_CHILD) {
+  const skip = !haveBinary && `${BINARY} is missing: run swift build`;
+  test("real server over node-websocket.mjs: the same", { skip, timeout: 90000 }, async () => {
+    // The SDK takes the global WebSocket when its clients are made; this run's clients get this one.
+    const own = Object.getOwnPropertyDescriptor(globalThis, "WebSocket");
+    globalThis.WebSocket = NodeWebSocket;
+    try {
+      await liveTest();
+    } finally {
+      if (own) Object.defineProperty(globalThis, "WebSocket", own);
+      else delete globalThis.WebSocket;
+    }
+  });
 }
 
 function serverEnv(secret) {
