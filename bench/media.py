@@ -63,16 +63,23 @@ def main() -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="calling-bench-media-"))
     processes: list[subprocess.Popen] = []
     ip("netns", "add", namespace)
+    # nsenter --net, not `ip netns exec`/`ip -n`: those also make / a slave mount in a new mount
+    # namespace, which fails where / is not a mount point (a chroot; docs/operations.md).
+    enter = ["nsenter", f"--net=/run/netns/{namespace}", "--"]
+
+    def in_namespace(*args: str) -> None:
+        subprocess.run([*enter, *args], check=True, capture_output=True, timeout=10)
+
     try:
-        ip("-n", namespace, "link", "set", "lo", "up")
-        ip("-n", namespace, "link", "add", "v0", "type", "veth", "peer", "name", "v1")
-        ip("-n", namespace, "addr", "add", f"{SERVER_ADDRESS}/24", "dev", "v0")
-        ip("-n", namespace, "addr", "add", f"{PEER_ADDRESS}/24", "dev", "v1")
-        ip("-n", namespace, "link", "set", "v0", "up")
-        ip("-n", namespace, "link", "set", "v1", "up")
+        in_namespace("ip", "link", "set", "lo", "up")
+        in_namespace("ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1")
+        in_namespace("ip", "addr", "add", f"{SERVER_ADDRESS}/24", "dev", "v0")
+        in_namespace("ip", "addr", "add", f"{PEER_ADDRESS}/24", "dev", "v1")
+        in_namespace("ip", "link", "set", "v0", "up")
+        in_namespace("ip", "link", "set", "v1", "up")
 
         def spawn(argv: list[str], log: Path) -> subprocess.Popen:
-            process = subprocess.Popen(["ip", "netns", "exec", namespace, *argv], stdout=log.open("w"),
+            process = subprocess.Popen([*enter, *argv], stdout=log.open("w"),
                                        stderr=subprocess.STDOUT)
             processes.append(process)
             return process
@@ -80,7 +87,7 @@ def main() -> int:
         spawn([str(binary), "serve", "--host", SERVER_ADDRESS, "--port", str(PORT), "--data-dir", str(data_dir)],
               data_dir / "server.log")
         deadline = time.monotonic() + 10
-        while subprocess.run(["ip", "netns", "exec", namespace, "bash", "-c",
+        while subprocess.run([*enter, "bash", "-c",
                               f"echo > /dev/tcp/{SERVER_ADDRESS}/{PORT}"], capture_output=True).returncode != 0:
             if time.monotonic() > deadline:
                 raise RuntimeError("server did not start: " + (data_dir / "server.log").read_text())

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what calling-server needs on Debian 12, and nothing when it is all present.
 #   deploy/install-deps.sh          build + serve needs (C libraries, pkg-config)
-#   deploy/install-deps.sh --test   also what the test suite needs (redis-server, coturn, iproute2, util-linux, chromium, nodejs, nginx, valgrind)
+#   deploy/install-deps.sh --test   also what the test suite needs (redis-server, coturn, iproute2, chromium, nodejs, nginx, valgrind)
 #                                   and a Python virtual environment with the test tools (pytest,
 #                                   websockets, pytest-timeout, aiortc, selenium) in $CALLING_VENV (default ./.venv)
 # Idempotent and quiet when everything is present; must run as root when something is missing.
@@ -45,9 +45,7 @@ if [ "$want_test" = 1 ]; then
   # redis-server: tests/integration/test_cluster.py and CallingRedisTests start their own on a free port.
   # valgrind: `calling-bench relay --instructions true` counts each target's instructions under
   # callgrind (tests/integration/test_bench.py).
-  # iproute2 and util-linux (nsenter; Essential, so normally there): the media and browser tests'
-  # private network namespaces (tests/integration/media/netns.py).
-  debs+=(redis-server coturn iproute2 util-linux procps chromium chromium-driver nodejs node-typescript python3-venv openssl nginx-light
+  debs+=(redis-server coturn iproute2 procps chromium chromium-driver nodejs node-typescript python3-venv openssl nginx-light
          postgresql-15 postgresql-client-15 valgrind)
 fi
 

@@ -1,10 +1,10 @@
-// The SDK against the real server binary on 127.0.0.1, port 0, over Node's own WebSocket (no fakes):
+// The SDK against the real server binary on 127.0.0.1, port 0, over real sockets (no fakes):
 // connect, roster, chat with acks, typing, read, data, ping, history, a server restart with chat
 // on both sides during the outage (nothing lost, nothing duplicated), takeover (4400, terminal),
 // presence. Media needs a browser: tests/integration covers that in Chromium.
 //
 // Node 22 has a global WebSocket; Node 20 has it behind --experimental-websocket, so on Node 20
-// this file re-runs itself with that flag. Node 18 (Debian 12's) has none. Every Node also runs
+// this file re-runs itself with that flag (20.10 and later). Node 18 (Debian 12's) has none. Every Node also runs
 // the same test over node-websocket.mjs (RFC 6455 on node:http), so the real server is exercised
 // on Debian 12 too. Without a built .build/debug/calling-server: skipped.
 import { test } from "node:test";
@@ -37,22 +37,12 @@ if (canEnable && !process.env.CALLING_JS_LIVE_CHILD) {
   });
 } else {
   const skip = !haveWebSocket ? "this Node has no WebSocket (the test below runs over node-websocket.mjs)" : !haveBinary ? `${BINARY} is missing: run swift build` : false;
-  test("real server: chat, typing, read, data, history, restart resume, takeover, presence", { skip, timeout: 90000 }, liveTest);
+  test("real server: chat, typing, read, data, history, restart resume, takeover, presence", { skip, timeout: 90000 }, () => liveTest());
 }
 
 if (!process.env.CALLING_JS_LIVE_CHILD) {
   const skip = !haveBinary && `${BINARY} is missing: run swift build`;
-  test("real server over node-websocket.mjs: the same", { skip, timeout: 90000 }, async () => {
-    // The SDK takes the global WebSocket when its clients are made; this run's clients get this one.
-    const own = Object.getOwnPropertyDescriptor(globalThis, "WebSocket");
-    globalThis.WebSocket = NodeWebSocket;
-    try {
-      await liveTest();
-    } finally {
-      if (own) Object.defineProperty(globalThis, "WebSocket", own);
-      else delete globalThis.WebSocket;
-    }
-  });
+  test("real server over node-websocket.mjs: the same", { skip, timeout: 90000 }, () => liveTest(NodeWebSocket));
 }
 
 function serverEnv(secret) {
@@ -99,7 +89,8 @@ async function until(what, predicate, ms = 10000) {
   }
 }
 
-async function liveTest() {
+/** `WebSocket`: the constructor every client of the run is given; undefined: Node's own. */
+async function liveTest(WebSocket) {
   const dir = mkdtempSync(join(tmpdir(), "calling-js-live-"));
   const dataDir = join(dir, "data");
   const env = serverEnv(randomBytes(32).toString("base64"));
@@ -109,9 +100,9 @@ async function liveTest() {
   try {
     const url = `ws://127.0.0.1:${server.port}/v1/ws`;
     const backoff = { initialMs: 200, maxMs: 1000, jitter: 0 };
-    const alice = new CallingClient({ url, token: token("--room", "r1", "--peer", "alice", "--name", "Alice"), backoff });
+    const alice = new CallingClient({ WebSocket, url, token: token("--room", "r1", "--peer", "alice", "--name", "Alice"), backoff });
     let refreshed = 0;
-    const bob = new CallingClient({
+    const bob = new CallingClient({ WebSocket,
       url,
       token: token("--room", "r1", "--peer", "bob"),
       backoff,
@@ -184,7 +175,7 @@ async function liveTest() {
     assert.equal(history.messages.length, 3, "stored once each");
 
     // Takeover: the same peer id joins elsewhere; the old connection is closed 4400 and stays closed.
-    const alice2 = new CallingClient({ url, token: token("--room", "r1", "--peer", "alice"), backoff });
+    const alice2 = new CallingClient({ WebSocket, url, token: token("--room", "r1", "--peer", "alice"), backoff });
     clients.push(alice2);
     const aliceErrors = [];
     alice.on("error", (e) => aliceErrors.push(e));
@@ -197,14 +188,14 @@ async function liveTest() {
     // A token that does not verify: history refused with the problem code; the upgrade refusal
     // (invisible to a WebSocket) is explained the same way.
     const good = token("--room", "r1", "--peer", "eve");
-    const forged = new CallingClient({ url, token: `${good.slice(0, -4)}AAAA` });
+    const forged = new CallingClient({ WebSocket, url, token: `${good.slice(0, -4)}AAAA` });
     await assert.rejects(forged.fetchMessages(), (e) => e.code === "token_bad_signature" && e.status === 401 && !e.retryable);
     await assert.rejects(forged.connect(), (e) => e.code === "token_bad_signature" && e.status === 401);
 
     // Presence: an agent sees itself in the snapshot; a dashboard sees its status change.
     const purl = `ws://127.0.0.1:${server.port}/v1/presence`;
-    const agent = new PresenceClient({ url: purl, token: token("--room", "x", "--peer", "ann", "--role", "agent", "--scope", "presence"), queues: ["sales"] });
-    const dash = new PresenceClient({ url: purl, token: token("--room", "x", "--peer", "dash", "--role", "dashboard", "--scope", "presence") });
+    const agent = new PresenceClient({ WebSocket, url: purl, token: token("--room", "x", "--peer", "ann", "--role", "agent", "--scope", "presence"), queues: ["sales"] });
+    const dash = new PresenceClient({ WebSocket, url: purl, token: token("--room", "x", "--peer", "dash", "--role", "dashboard", "--scope", "presence") });
     clients.push(agent, dash);
     const snap = await agent.connect();
     assert.equal(snap.peer_id, "ann");
@@ -214,9 +205,9 @@ async function liveTest() {
     await until("dashboard status", () => dash.agents.get("ann") && dash.agents.get("ann").status === "away");
     assert.equal(dash.agents.get("ann").note, "coffee");
     // A refused upgrade (wrong scope) is explained without an HTTP status from the socket.
-    const bad = new PresenceClient({ url: purl, token: token("--room", "x", "--peer", "z", "--role", "agent") });
+    const bad = new PresenceClient({ WebSocket, url: purl, token: token("--room", "x", "--peer", "z", "--role", "agent") });
     await assert.rejects(bad.connect(), (e) => e.code === "token_wrong_scope" && e.retryable === false);
-    const expired = new CallingClient({ url, token: token("--room", "r1", "--peer", "old", "--ttl", "1") });
+    const expired = new CallingClient({ WebSocket, url, token: token("--room", "r1", "--peer", "old", "--ttl", "1") });
     await new Promise((r) => setTimeout(r, 2000));
     // Within jwt_leeway_seconds the token still works; the probe agrees with the server either way.
     await expired.connect().then(() => expired.disconnect(), (e) => assert.equal(e.code, "token_expired"));

@@ -24,17 +24,20 @@ export class NodeWebSocket {
     this._buffer = Buffer.alloc(0);
     this._fragments = [];
     this._text = true;
+    this._failed = false;
     this._closeSent = false;
     this._closeFrame = null;
     const key = randomBytes(16).toString("base64");
-    const req = request({
-      host: target.hostname,
+    const req = (this._request = request({
+      host: target.hostname.replace(/^\[|\]$/g, ""),
       port: target.port || 80,
       path: target.pathname + target.search,
       headers: { Connection: "Upgrade", Upgrade: "websocket", "Sec-WebSocket-Key": key, "Sec-WebSocket-Version": "13" },
-    });
+    }));
     req.on("upgrade", (res, socket, head) => {
       const accept = createHash("sha1").update(key + GUID).digest("base64");
+      // Closed while connecting: the upgrade that comes anyway is dropped, as a browser aborts it.
+      if (this.readyState !== NodeWebSocket.CONNECTING) return socket.destroy();
       if (res.headers["sec-websocket-accept"] !== accept) {
         socket.destroy();
         return this._fail();
@@ -67,15 +70,24 @@ export class NodeWebSocket {
     if (this.readyState === NodeWebSocket.CONNECTING) return this._fail();
     this.readyState = NodeWebSocket.CLOSING;
     this._sendClose(code, reason);
-    // A server that never answers the close does not keep the socket: 2 s, then it is dropped.
+    this._dropLater();
+  }
+
+  // A peer that never finishes the closing handshake does not keep the socket: 2 s, then it goes.
+  _dropLater() {
     setTimeout(() => this._socket?.destroy(), 2000).unref();
   }
 
+  // Events are queued, never fired inside the call that caused them, as in a browser.
   _fail() {
     if (this.readyState === NodeWebSocket.CLOSED) return;
     this.readyState = NodeWebSocket.CLOSED;
-    this.onerror?.({ type: "error" });
-    this.onclose?.({ type: "close", code: 1006, reason: "", wasClean: false });
+    this._request.destroy();
+    this._socket?.destroy();
+    setImmediate(() => {
+      this.onerror?.({ type: "error" });
+      this.onclose?.({ type: "close", code: 1006, reason: "", wasClean: false });
+    });
   }
 
   _sendClose(code, reason) {
@@ -97,11 +109,12 @@ export class NodeWebSocket {
   }
 
   _receive(chunk) {
+    if (this._closeFrame || this._failed) return; // nothing counts after a close frame or a failure
     this._buffer = this._buffer.length ? Buffer.concat([this._buffer, chunk]) : chunk;
     for (;;) {
       const b = this._buffer;
       if (b.length < 2) return;
-      if (b[1] & 0x80) return this._protocolError("a masked frame from the server");
+      if (b[1] & 0x80 || b[0] & 0x70) return this._protocolError();
       let length = b[1] & 0x7f;
       let offset = 2;
       if (length === 126) {
@@ -117,22 +130,27 @@ export class NodeWebSocket {
       const payload = b.subarray(offset, offset + length);
       this._buffer = b.subarray(offset + length);
       this._frame(b[0] & 0x80, b[0] & 0x0f, payload);
-      if (this.readyState === NodeWebSocket.CLOSED) return;
+      if (this._closeFrame || this._failed) return;
     }
   }
 
   _frame(fin, opcode, payload) {
-    if (opcode === 0x9) return this._write(0xa, Buffer.from(payload)); // ping → pong
-    if (opcode === 0xa) return;
-    if (opcode === 0x8) {
+    if (opcode >= 0x8) {
+      if (!fin || payload.length > 125 || opcode > 0xa) return this._protocolError();
+      if (opcode === 0x9) return this._write(0xa, Buffer.from(payload)); // ping → pong
+      if (opcode === 0xa) return;
       const code = payload.length >= 2 ? payload.readUInt16BE(0) : 1005;
       this._closeFrame = { code, reason: payload.subarray(2).toString("utf8") };
       this.readyState = NodeWebSocket.CLOSING;
       this._sendClose(code === 1005 ? 1000 : code, "");
       this._socket.end();
+      this._dropLater();
       return;
     }
-    if (opcode === 0x1 || opcode === 0x2) this._text = opcode === 0x1;
+    // A continuation needs a message to continue, and a new message needs the last one finished.
+    const continuing = this._fragments.length > 0;
+    if (opcode > 0x2 || (opcode === 0x0) !== continuing) return this._protocolError();
+    if (opcode !== 0x0) this._text = opcode === 0x1;
     this._fragments.push(Buffer.from(payload));
     if (!fin) return;
     const whole = Buffer.concat(this._fragments);
@@ -141,8 +159,9 @@ export class NodeWebSocket {
     this.onmessage?.({ type: "message", data: this._text ? whole.toString("utf8") : whole });
   }
 
-  _protocolError(what) {
-    this._closeFrame = { code: 1002, reason: what };
+  // The connection is failed, as a browser fails it: close 1002 sent, 1006 reported.
+  _protocolError() {
+    this._failed = true;
     this._sendClose(1002, "");
     this._socket.destroy();
   }

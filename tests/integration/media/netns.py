@@ -19,8 +19,9 @@ counter, so parallel runs never share one; namespaces left behind by a run that 
 iproute2 and nsenter (util-linux, in every Debian).
 
 Commands enter a namespace with `nsenter --net`, not `ip netns exec` or `ip -n`: those also
-unshare the mount namespace and remount /sys, which fails where / is not a mount point (a chroot,
-as a freshly debootstrapped Debian is tested in). Nothing started here reads /sys for its network:
+unshare the mount namespace, make / a slave mount and remount /sys; the first step fails where /
+is not a mount point (`"mount --make-rslave /" failed: Invalid argument` in a chroot, as a freshly
+debootstrapped Debian is tested in). Nothing started here reads /sys for its network:
 interfaces and addresses come from netlink, and /proc/sys/net answers for the namespace of the
 process that opens it.
 
