@@ -60,6 +60,12 @@ class LabError(RuntimeError):
     pass
 
 
+def fresh_base() -> str:
+    """A name prefix no other namespace of this or any live run has: the pytest pid and a counter,
+    the pattern `sweep_stale_namespaces` recognises."""
+    return f"{PREFIX}-{os.getpid()}-{next(_COUNTER)}"
+
+
 def ip(*args: str, timeout: float = 10.0) -> str:
     return _run(["ip", *args], timeout)
 
@@ -389,7 +395,7 @@ class Lab:
         self.server_host: Namespace | None = None
         self.peer_hosts: list[PeerHost] = []
         sweep_stale_namespaces()
-        base = f"{PREFIX}-{os.getpid()}-{next(_COUNTER)}"
+        base = fresh_base()
         try:
             self.server_host = Namespace(f"{base}-srv")
             for index in range(peers):

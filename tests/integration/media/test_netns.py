@@ -3,15 +3,12 @@ namespace whose set-up fails does not outlive the test."""
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 
 import pytest
 
 import netns
-
-_COUNTER = itertools.count(1)
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +20,7 @@ def namespaces():
 
 def fresh_name() -> str:
     # The lab's pattern, so a run killed part-way is swept like any other lab's leftovers.
-    return f"{netns.PREFIX}-{os.getpid()}-{900 + next(_COUNTER)}-t"
+    return f"{netns.fresh_base()}-t"
 
 
 def listed() -> set[str]:
