@@ -172,14 +172,36 @@ export interface CallingErrorInit {
 }
 
 /**
+ * The codes the SDK gives its own errors (docs/browser.md "Errors"). `token_no_room`,
+ * `token_wrong_scope`, `token_wrong_role` and `token_expired` are also server codes; the SDK
+ * produces them from the token or a close code when the server's answer cannot be read.
+ */
+export type CallingSdkErrorCode =
+  | "not_connected"
+  | "connect_failed"
+  | "closed"
+  | "replaced"
+  | "token_expired"
+  | "timeout"
+  | "invalid_argument"
+  | "invalid_state"
+  | "invalid_token"
+  | "token_no_room"
+  | "token_wrong_scope"
+  | "token_wrong_role"
+  | "http_error"
+  | "network"
+  | "media"
+  | "refresh_failed";
+
+/**
  * Every error the SDK reports. `code` is the server's stable string code (`token_expired`,
- * `no_answering_peer`, …), the numeric frame error code (422, 440, …), or an SDK code:
- * `not_connected`, `connect_failed`, `closed`, `timeout`, `invalid_state`, `invalid_token`,
- * `network`, `media`, `refresh_failed`.
+ * `origin_not_allowed`, `no_answering_peer`, …), the numeric frame error code (422, 440, …), or
+ * one of the SDK's own, {@link CallingSdkErrorCode}.
  */
 export class CallingError extends Error {
   constructor(message: string, init: CallingErrorInit);
-  readonly code: string | number;
+  readonly code: CallingSdkErrorCode | (string & {}) | number;
   /** HTTP status, when a request or an upgrade was refused. */
   readonly status: number | undefined;
   /** Whether trying again unchanged can succeed. */

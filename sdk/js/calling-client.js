@@ -50,9 +50,9 @@ function defaultTimers() {
  * Every error the SDK reports (rejected promises and `error` events).
  *
  * - `code`: the server's stable string code (`token_expired`, `no_answering_peer`, …), the numeric
- *   frame error code (422, 440, 503, …; docs/protocol.md "Error codes"), or an SDK code:
- *   `not_connected`, `connect_failed`, `closed`, `timeout`, `invalid_state`, `invalid_argument`,
- *   `invalid_token`, `network`, `media`, `refresh_failed`, `http_error`.
+ *   frame error code (422, 440, 503, …; docs/protocol.md "Error codes"), or one the SDK produces
+ *   itself, listed in docs/browser.md "Errors" and as `CallingSdkErrorCode` in calling-client.d.ts
+ *   (tests/js/error-codes.test.mjs holds all three together).
  * - `status`: the HTTP status when a request (or, as found by a probe, an upgrade) was refused.
  * - `retryable`: whether trying again unchanged can succeed.
  * - `closeCode`: the WebSocket close code for `closed` errors.
@@ -1139,10 +1139,22 @@ class ReconnectingSocket extends ClientBase {
 
   async _probeRefusal() {
     if (!this._fetch) return this._localRefusal();
+    const url = `${_httpBase(this._url)}/v1/ice`;
     let answer;
     try {
-      answer = await httpRequest(this._fetch, "GET", `${_httpBase(this._url)}/v1/ice`, { token: this._tokenValue });
+      answer = await httpRequest(this._fetch, "GET", url, { token: this._tokenValue });
     } catch {
+      // The Authorization header makes that request preflighted, and a browser reports a refused
+      // preflight as a network failure. A simple request (no header, so no preflight) gets the
+      // server's 403 `origin_not_allowed` readable; anything else leaves it a network failure.
+      try {
+        const simple = await httpRequest(this._fetch, "GET", url);
+        if (simple.status === 403 && simple.body && simple.body.code === "origin_not_allowed") {
+          return problemError(simple.status, simple.body, simple.headers);
+        }
+      } catch {
+        // unreachable as well
+      }
       return null; // unreachable: a network failure, retryable
     }
     if (answer.status === 401 || answer.status === 403) return problemError(answer.status, answer.body, answer.headers);

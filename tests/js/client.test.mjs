@@ -104,6 +104,34 @@ test("a refused upgrade is explained by GET /v1/ice with the token (401 token_ex
   assert.equal(env.client.state, "closed");
 });
 
+test("a refused origin (preflight fails as a network error) is origin_not_allowed from a simple probe, not retryable", async () => {
+  const env = setup({
+    routes: ({ url, headers }) => {
+      if (url !== "http://127.0.0.1:9/v1/ice") return null;
+      // A browser fails the preflighted request outright; the plain GET shows the server's 403.
+      if (headers.Authorization) return { networkError: true };
+      return { status: 403, body: { code: "origin_not_allowed", detail: "this origin is not in the server's allowed_origins", status: 403 } };
+    },
+  });
+  const promise = env.client.connect();
+  env.WS.last().drop();
+  await assert.rejects(promise, (e) => e.code === "origin_not_allowed" && e.status === 403 && e.retryable === false);
+  assert.equal(env.client.state, "closed");
+  const probes = env.fetch.calls.filter((c) => c.url.endsWith("/v1/ice"));
+  assert.equal(probes.length, 2);
+  assert.deepEqual(Object.keys(probes[1].headers), [], "the second probe must be a simple request");
+  await env.clock.advance(60_000);
+  await flush();
+  assert.equal(env.WS.instances.length, 1, "no reconnect after a refused origin");
+});
+
+test("an unreachable server stays connect_failed (retryable) when the simple probe fails too", async () => {
+  const env = setup({ routes: ({ url }) => (url.endsWith("/v1/ice") ? { networkError: true } : null) });
+  const promise = env.client.connect();
+  env.WS.last().drop();
+  await assert.rejects(promise, (e) => e.code === "connect_failed" && e.retryable === true);
+});
+
 test("an upgrade that fails while the token is fine is connect_failed (retryable); a token without room_id is token_no_room", async () => {
   const env = setup();
   const promise = env.client.connect();
