@@ -102,4 +102,31 @@ struct CORSPolicy: Sendable, Equatable {
 
     static let refusal = HTTPResponse.problem(403, code: "origin_not_allowed",
                                               detail: "this origin is not in the server's allowed_origins")
+
+    /// The refusal of an HTTP request from `origin`, readable by that origin's scripts: without
+    /// `access-control-allow-origin` a browser hides the 403 behind a network error, and an app
+    /// (the SDK's refusal probe included) would take it for a retryable outage. The response
+    /// holds only the refusal, and the preflight of such an origin is still refused, so no request
+    /// with credentials or a body from it ever reaches a route.
+    static func refusal(origin: String) -> HTTPResponse {
+        var response = refusal
+        response.headers += [("access-control-allow-origin", origin), ("vary", "Origin")]
+        return response
+    }
+
+    /// CORS headers for a static file under `/sdk/` (the SDK a page imports as a module, which is
+    /// always a CORS request). Unlike the API routes these are cacheable, so the headers never
+    /// depend on `Origin` without saying so: under `*` every response carries `*`, with or without
+    /// `Origin`; under a list every response carries `vary: Origin`. Nil for a refused origin.
+    func staticHeaders(for verdict: Verdict) -> [(String, String)]? {
+        switch (verdict, origins) {
+        case (.refused, _): return nil
+        case (_, .any): return Self.responseHeaders(allowOrigin: "*")
+        case (.notCrossOrigin, .list): return [("vary", "Origin")]
+        case (.allowed(let allowOrigin), .list): return Self.responseHeaders(allowOrigin: allowOrigin)
+        }
+    }
+
+    /// Methods of the static files, for a preflight.
+    static let staticMethods = ["GET", "HEAD"]
 }

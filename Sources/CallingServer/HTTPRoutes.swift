@@ -43,15 +43,16 @@ final class HTTPRoutes: @unchecked Sendable {
     }
 
     func handle(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
-        if let response = staticFiles.response(for: request) { return respond(response) }
         let segments = request.pathSegments
+        if segments.first == "sdk" { return sdkFile(request, respond: respond) }
+        if let response = staticFiles.response(for: request) { return respond(response) }
         var respond = respond
         if let methods = Self.browserRouteMethods(segments) {
             switch cors.check(request) {
             case .notCrossOrigin:
                 break
             case .refused:
-                return respond(CORSPolicy.refusal)
+                return respond(CORSPolicy.refusal(origin: request.headers["origin"] ?? "null"))
             case .allowed(let allowOrigin):
                 if request.method == .options, request.headers["access-control-request-method"] != nil {
                     return respond(CORSPolicy.preflight(allowOrigin: allowOrigin, methods: methods))
@@ -65,6 +66,22 @@ final class HTTPRoutes: @unchecked Sendable {
             }
         }
         route(request, segments: segments, respond: respond)
+    }
+
+    /// `/sdk/…`: the SDK and its typings, which pages of other origins import as modules (always a
+    /// CORS request), so these speak CORS under the same `allowed_origins` as the API.
+    private func sdkFile(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        let verdict = cors.check(request)
+        guard let corsHeaders = cors.staticHeaders(for: verdict) else {
+            return respond(CORSPolicy.refusal(origin: request.headers["origin"] ?? "null"))
+        }
+        if request.method == .options, case .allowed(let allowOrigin) = verdict, request.headers["access-control-request-method"] != nil {
+            return respond(CORSPolicy.preflight(allowOrigin: allowOrigin, methods: CORSPolicy.staticMethods))
+        }
+        var response = staticFiles.response(for: request)
+            ?? .problem(404, code: "not_found", detail: "no file at \(request.path.prefix(200))")
+        response.headers += corsHeaders
+        respond(response)
     }
 
     /// The methods of a route that browsers call with a peer token, which therefore speaks CORS;

@@ -34,7 +34,7 @@ struct StaticFiles: Sendable {
     /// Extensions served, with their media types. Anything else in the folder is not served.
     static let contentTypes: [String: String] = [
         "html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "mjs": "text/javascript; charset=utf-8",
-        "css": "text/css; charset=utf-8", "ts": "text/plain; charset=utf-8", "json": "application/json",
+        "css": "text/css; charset=utf-8", "ts": "application/typescript; charset=utf-8", "json": "application/json",
         "svg": "image/svg+xml", "png": "image/png", "ico": "image/x-icon", "webmanifest": "application/manifest+json",
     ]
     /// Bounds on what start-up reads, so a web_root pointed at a big folder by mistake fails loudly.
@@ -131,6 +131,11 @@ struct StaticFiles: Sendable {
             ("cache-control", "no-cache"),
             ("x-content-type-options", "nosniff"),
         ]
+        if let typings = Self.typingsName(of: relative), assets[typings] != nil {
+            // Where Deno and other URL-importing TypeScript tools find the module's types; relative
+            // to the module's own URL, so it holds behind a proxy that moves `/sdk/`.
+            headers.append(("x-typescript-types", "./" + (typings.split(separator: "/").last.map(String.init) ?? typings)))
+        }
         if asset.contentType.hasPrefix("text/html") {
             // Pages load only this server's scripts and styles; media and sockets go where the app says.
             headers += [
@@ -157,6 +162,11 @@ struct StaticFiles: Sendable {
         guard !segments.isEmpty, segments.allSatisfy({ isServableName(String($0)) }) else { return "" }
         if !pagesEnabled, segments.first == "demo" { return "" }
         return String(rest)
+    }
+
+    /// `calling-client.js` → `calling-client.d.ts`, the name TypeScript gives a `.js` module's typings.
+    static func typingsName(of relative: String) -> String? {
+        relative.hasSuffix(".js") ? relative.dropLast(3) + ".d.ts" : nil
     }
 
     static func isServableName(_ name: String) -> Bool {

@@ -43,6 +43,31 @@ final class CORSPolicyTests: XCTestCase {
         XCTAssertEqual(answer.headers.first { $0.0 == "access-control-max-age" }?.1, "600")
     }
 
+    func test_static_files_carry_cors_headers_that_never_vary_unsaid() {
+        let any = CORSPolicy(allowedOrigins: "*")
+        // Under `*` the same headers with or without Origin, so a cached copy fits every page.
+        for origin in [nil, "https://anyone.example"] {
+            let headers = any.staticHeaders(for: any.check(request(origin: origin)))
+            XCTAssertEqual(headers?.first { $0.0 == "access-control-allow-origin" }?.1, "*", origin ?? "no origin")
+            XCTAssertFalse(headers?.contains { $0.0 == "vary" } ?? true)
+        }
+        let list = CORSPolicy(allowedOrigins: "https://app.example")
+        let allowed = list.staticHeaders(for: list.check(request(origin: "https://app.example")))
+        XCTAssertEqual(allowed?.first { $0.0 == "access-control-allow-origin" }?.1, "https://app.example")
+        XCTAssertTrue(allowed?.contains { $0 == ("vary", "Origin") } ?? false)
+        let without = list.staticHeaders(for: list.check(request(origin: nil)))
+        XCTAssertEqual(without?.map(\.0), ["vary"])
+        XCTAssertNil(list.staticHeaders(for: list.check(request(origin: "https://evil.example"))))
+    }
+
+    func test_a_refusal_is_readable_by_the_refused_page() {
+        let refusal = CORSPolicy.refusal(origin: "https://evil.example")
+        XCTAssertEqual(refusal.status, 403)
+        XCTAssertEqual(refusal.headers.first { $0.0 == "access-control-allow-origin" }?.1, "https://evil.example")
+        XCTAssertTrue(refusal.headers.contains { $0 == ("vary", "Origin") })
+        XCTAssertTrue(String(decoding: refusal.body, as: UTF8.self).contains("origin_not_allowed"))
+    }
+
     func test_values_that_are_not_origins_are_configuration_problems() {
         XCTAssertEqual(CORSPolicy.problems("*, https://a.example, null, http://b.example:81"), [])
         XCTAssertEqual(CORSPolicy.problems("https://a.example/path").count, 1)

@@ -14,6 +14,7 @@ final class StaticFilesTests: XCTestCase {
         outside = base + "/secret.txt"
         try FileManager.default.createDirectory(atPath: root + "/demo", withIntermediateDirectories: true)
         try "export const x = 1;\n".write(toFile: root + "/calling-client.js", atomically: true, encoding: .utf8)
+        try "export declare const x: number;\n".write(toFile: root + "/calling-client.d.ts", atomically: true, encoding: .utf8)
         try "<!doctype html><title>demo</title>".write(toFile: root + "/demo/index.html", atomically: true, encoding: .utf8)
         try "<!doctype html><title>dash</title>".write(toFile: root + "/demo/dashboard.html", atomically: true, encoding: .utf8)
         try "key".write(toFile: outside, atomically: true, encoding: .utf8)
@@ -45,6 +46,20 @@ final class StaticFilesTests: XCTestCase {
         XCTAssertTrue(get(files, "/")?.headers.contains { $0.0 == "content-security-policy" } ?? false)
         XCTAssertEqual(String(decoding: get(files, "/dashboard")?.body ?? [], as: UTF8.self), "<!doctype html><title>dash</title>")
         XCTAssertEqual(get(files, "/sdk/demo/index.html")?.status, 200)
+    }
+
+    func test_a_module_with_typings_names_them_and_typings_are_typescript() throws {
+        let files = try StaticFiles(root: root, pagesEnabled: true)
+        let sdk = try XCTUnwrap(get(files, "/sdk/calling-client.js"))
+        XCTAssertEqual(sdk.headers.first { $0.0 == "x-typescript-types" }?.1, "./calling-client.d.ts")
+        let typings = try XCTUnwrap(get(files, "/sdk/calling-client.d.ts"))
+        XCTAssertEqual(typings.headers.first { $0.0 == "content-type" }?.1, "application/typescript; charset=utf-8")
+        XCTAssertNil(typings.headers.first { $0.0 == "x-typescript-types" })
+        // A module without typings beside it names none.
+        try "export {};\n".write(toFile: root + "/demo/common.js", atomically: true, encoding: .utf8)
+        let reloaded = try StaticFiles(root: root, pagesEnabled: true)
+        XCTAssertEqual(get(reloaded, "/sdk/demo/common.js")?.status, 200)
+        XCTAssertNil(get(reloaded, "/sdk/demo/common.js")?.headers.first { $0.0 == "x-typescript-types" })
     }
 
     func test_a_matching_if_none_match_gets_304_without_a_body() throws {
