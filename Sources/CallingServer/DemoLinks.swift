@@ -3,7 +3,10 @@ import CallingCore
 import Foundation
 
 /// The links `make serve` prints (`print_demo_links`): the demo page for two peers of one room,
-/// so two tabs can call each other, and the presence dashboard as a supervisor and as an agent.
+/// so two tabs can call each other, and the presence dashboard as a supervisor, as an agent and as
+/// a caller: the caller's page has a Call button per available agent, so with the agent's link
+/// open in another tab the request → accept flow runs from the pages alone, and both parties'
+/// accepted requests link into the room.
 /// Each carries a token minted now with the server's own secret, in the URL fragment, which the
 /// browser never sends to any server.
 enum DemoLinks {
@@ -24,6 +27,7 @@ enum DemoLinks {
             ("demo, bob", "/", try token("bob", room: "demo", role: "peer", name: "Bob", scope: "room")),
             ("dashboard, supervisor", "/dashboard", try token("supervisor", room: nil, role: "dashboard", name: "Supervisor", scope: "presence")),
             ("dashboard, agent ann", "/dashboard", try token("ann", room: nil, role: "agent", name: "Ann", scope: "presence")),
+            ("dashboard, caller carl", "/dashboard", try token("carl", room: nil, role: "caller", name: "Carl", scope: "presence")),
         ]
         let minutes = config.tokenTTLSeconds / 60
         return "open in a browser (tokens valid \(minutes) min):\n"

@@ -57,8 +57,11 @@ def test_the_sdk_is_served_as_javascript_with_a_validator(web_server):
     etag = headers["etag"]
     status, headers, body = web_server.http("GET", "/sdk/calling-client.js", {"If-None-Match": etag})
     assert (status, body) == (304, b"")
+    # TypeScript tools that import by URL find the typings through this header.
+    assert headers["x-typescript-types"] == "./calling-client.d.ts"
     status, headers, _ = web_server.http("GET", "/sdk/calling-client.d.ts")
-    assert status == 200 and headers["content-type"].startswith("text/plain")
+    assert status == 200 and headers["content-type"] == "application/typescript; charset=utf-8"
+    assert "x-typescript-types" not in headers
     status, headers, body = web_server.http("HEAD", "/sdk/calling-client.js")
     assert status == 200 and body == b""
 
@@ -132,7 +135,8 @@ def test_a_configured_list_echoes_allowed_origins_and_refuses_others(start_serve
     assert headers["vary"] == "Origin"
     status, headers, body = server.http("GET", "/v1/ice", {**auth, "Origin": "https://evil.example"})
     assert status == 403 and json.loads(body)["code"] == "origin_not_allowed"
-    assert "access-control-allow-origin" not in headers
+    # The refusal is readable by the refused page (else a browser shows it as a network error).
+    assert headers["access-control-allow-origin"] == "https://evil.example" and headers["vary"] == "Origin"
     status, _, body = server.http("OPTIONS", "/v1/ice", {"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"})
     assert status == 403 and json.loads(body)["code"] == "origin_not_allowed"
     # No Origin: curl, the Swift SDK, a backend. Never refused, and no CORS headers.
@@ -141,6 +145,52 @@ def test_a_configured_list_echoes_allowed_origins_and_refuses_others(start_serve
     # A page of this very server is same-origin whatever the list says.
     status, headers, _ = server.http("GET", "/v1/ice", {**auth, "Origin": f"http://{HOST}:{server.port}"})
     assert status == 200
+
+
+def test_the_sdk_files_speak_cors_for_any_origin_by_default(server):
+    """A page of another origin imports /sdk/calling-client.js as a module, always a CORS request."""
+    origin = "http://127.0.0.1:9999"
+    for path in ("/sdk/calling-client.js", "/sdk/calling-client.d.ts", "/sdk/package.json"):
+        status, headers, _ = server.http("GET", path, {"Origin": origin})
+        assert status == 200, path
+        assert headers["access-control-allow-origin"] == "*", path
+        assert "access-control-allow-credentials" not in headers
+    # The same headers without Origin, so a cached copy serves any page.
+    status, headers, _ = server.http("GET", "/sdk/calling-client.js")
+    assert status == 200 and headers["access-control-allow-origin"] == "*" and "vary" not in headers
+    etag = headers["etag"]
+    status, headers, _ = server.http("GET", "/sdk/calling-client.js", {"Origin": origin, "If-None-Match": etag})
+    assert status == 304 and headers["access-control-allow-origin"] == "*"
+    status, headers, _ = server.http("OPTIONS", "/sdk/calling-client.js", {"Origin": origin, "Access-Control-Request-Method": "GET"})
+    assert status == 204
+    assert headers["access-control-allow-origin"] == "*"
+    assert headers["access-control-allow-methods"] == "GET, HEAD, OPTIONS"
+    # Not a preflight: still a method the files do not take.
+    assert server.http("OPTIONS", "/sdk/calling-client.js", {"Origin": origin})[0] == 405
+    assert server.http("GET", "/sdk/missing.js", {"Origin": origin})[1]["access-control-allow-origin"] == "*"
+    # The pages themselves are not for other origins to embed: no CORS there.
+    assert "access-control-allow-origin" not in server.http("GET", "/", {"Origin": origin})[1]
+
+
+def test_the_sdk_files_follow_an_allowed_origins_list(start_server):
+    server = start_server(allowed_origins="http://127.0.0.1:9999")
+    status, headers, _ = server.http("GET", "/sdk/calling-client.js", {"Origin": "http://127.0.0.1:9999"})
+    assert status == 200
+    assert headers["access-control-allow-origin"] == "http://127.0.0.1:9999" and headers["vary"] == "Origin"
+    status, headers, _ = server.http("OPTIONS", "/sdk/calling-client.js",
+                                     {"Origin": "http://127.0.0.1:9999", "Access-Control-Request-Method": "GET"})
+    assert status == 204 and headers["access-control-allow-origin"] == "http://127.0.0.1:9999"
+    status, headers, body = server.http("GET", "/sdk/calling-client.js", {"Origin": "http://127.0.0.1:9998"})
+    assert status == 403 and json.loads(body)["code"] == "origin_not_allowed"
+    status, _, body = server.http("OPTIONS", "/sdk/calling-client.js",
+                                  {"Origin": "http://127.0.0.1:9998", "Access-Control-Request-Method": "GET"})
+    assert status == 403 and json.loads(body)["code"] == "origin_not_allowed"
+    # Without Origin (curl, a bundler fetching the file): served, and caches told it varies.
+    status, headers, _ = server.http("GET", "/sdk/calling-client.js")
+    assert status == 200 and "access-control-allow-origin" not in headers and headers["vary"] == "Origin"
+    # The server's own pages import it whatever the list says.
+    status, headers, _ = server.http("GET", "/sdk/calling-client.js", {"Origin": f"http://{HOST}:{server.port}"})
+    assert status == 200 and headers["access-control-allow-origin"] == f"http://{HOST}:{server.port}"
 
 
 def test_api_key_routes_send_no_cors_headers(server):
@@ -170,12 +220,88 @@ def test_websocket_upgrades_check_origin_against_the_same_list(start_server):
 def test_dev_links_carry_tokens_the_server_accepts(start_server):
     server = start_server(print_demo_links="true", web_root=str(WEB_ROOT))
     text = server.stdout_path.read_text()
-    links = [line.split(": ", 1)[1] for line in text.splitlines() if "#token=" in line]
-    assert len(links) == 4, text
-    demo = links[0]
+    links = dict(line.strip().split(": ", 1) for line in text.splitlines() if "#token=" in line)
+    assert list(links) == ["demo, alice", "demo, bob", "dashboard, supervisor", "dashboard, agent ann",
+                           "dashboard, caller carl"], text
+    demo = links["demo, alice"]
     assert demo.startswith(f"http://{HOST}:{server.port}/#token=")
     token = demo.split("#token=", 1)[1]
     assert raw_upgrade(server.port, f"/v1/ws?token={token}")[0] == 101
-    assert links[2].split("#")[0].endswith("/dashboard")
+    for label in ("dashboard, supervisor", "dashboard, agent ann", "dashboard, caller carl"):
+        assert links[label].split("#")[0] == f"http://{HOST}:{server.port}/dashboard", label
+    roles = {label: support.jwt_payload(link.split("#token=", 1)[1])["role"] for label, link in links.items()}
+    assert roles["dashboard, caller carl"] == "caller" and roles["dashboard, agent ann"] == "agent"
     # Never in the log.
     assert token not in server.stderr_text()
+
+
+def test_the_printed_agent_and_caller_links_run_a_request_to_accept(start_server):
+    """What the dashboard pages of the printed links do: carl (the caller link) asks for ann (the
+    agent link), ann accepts, and both get a room token for the same room."""
+    from support import Peer, run
+    from websockets.asyncio.client import connect as ws_connect
+
+    server = start_server(print_demo_links="true", web_root=str(WEB_ROOT))
+    links = dict(line.strip().split(": ", 1) for line in server.stdout_path.read_text().splitlines() if "#token=" in line)
+    agent_token = links["dashboard, agent ann"].split("#token=", 1)[1]
+    caller_token = links["dashboard, caller carl"].split("#token=", 1)[1]
+
+    async def presence(token, label):
+        ws = await ws_connect(f"ws://{HOST}:{server.port}/v1/presence?token={token}", proxy=None, compression=None,
+                              open_timeout=5, ping_interval=None)
+        peer = Peer(ws, label)
+        peer.welcome = await peer.recv_type("connected", skip=("status",))
+        return peer
+
+    async def body():
+        agent = await presence(agent_token, "ann")
+        caller = await presence(caller_token, "carl")
+        assert caller.welcome["payload"]["role"] == "caller"
+        assert [entry["agent_id"] for entry in caller.welcome["payload"]["agents"]] == ["ann"]
+        await caller.send({"type": "request", "payload": {"agent_id": "ann"}})
+        offer = await agent.recv_type("request", skip=("status",))
+        assert offer["from"] == "carl"
+        await agent.send({"type": "accept", "payload": {"request_id": offer["payload"]["request_id"]}})
+        accepted = (await caller.recv_type("accepted", skip=("status", "request")))["payload"]
+        mine = (await agent.recv_type("accepted", skip=("status",)))["payload"]
+        assert accepted["room_id"] == mine["room_id"] and accepted["token"] and mine["token"]
+        room = await Peer.connect(server, accepted["token"], "carl-in-room")
+        await room.close()
+        await caller.close()
+        await agent.close()
+
+    run(body(), timeout=20)
+
+
+def page_hint_commands(server, path: str) -> list[str]:
+    """The full `calling-server token …` commands in a page's #token-hint."""
+    import html
+    import re
+
+    status, _, body = server.http("GET", path)
+    assert status == 200
+    hint = re.search(r'<p id="token-hint"[^>]*>(.*?)</p>', body.decode(), re.S).group(1)
+    return [html.unescape(code) for code in re.findall(r"<code>(calling-server token [^<]*)</code>", hint)]
+
+
+@pytest.mark.parametrize("path", ["/", "/dashboard"])
+def test_the_pages_token_hint_mints_a_token_the_server_accepts_as_written(start_server, tmp_path, path):
+    """The hint's command, run as written from the folder `make serve` runs in (data dir ./data),
+    mints a token that this server accepts: the secret is read from the server's --data-dir."""
+    import subprocess
+
+    from support import BINARY
+
+    work = tmp_path / "checkout"
+    (work / "data").mkdir(parents=True)
+    server = start_server(data_dir=work / "data", web_root=str(WEB_ROOT))
+    commands = page_hint_commands(server, path)
+    assert commands, f"no calling-server token command in the hint of {path}"
+    for command in commands:
+        assert "--data-dir ./data" in command, command
+        argv = [str(BINARY), *command.split()[1:]]
+        minted = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=10, env=server.env)
+        assert minted.returncode == 0, (command, minted.stderr)
+        token = minted.stdout.strip().splitlines()[-1]
+        endpoint = "/v1/presence" if "--scope presence" in command else "/v1/ws"
+        assert raw_upgrade(server.port, f"{endpoint}?token={token}")[0] == 101, command
