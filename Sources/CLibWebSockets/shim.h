@@ -29,7 +29,9 @@ static inline uint64_t cs_lws_option_disable_os_ca_certs(void) { return LWS_SERV
 static inline uint64_t cs_lws_option_explicit_vhosts(void) { return LWS_SERVER_OPTION_EXPLICIT_VHOSTS; }
 
 /* TLS knobs lws takes as raw OpenSSL values (ssl_options_set, lws_ssl_info.where). The constants are
- * macros of the <openssl/ssl.h> that libwebsockets.h includes; nothing else of OpenSSL is used here. */
+ * macros of the <openssl/ssl.h> that libwebsockets.h includes. The one OpenSSL object lws hands out
+ * is the X509_STORE_CTX of LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION; the two functions
+ * below read its verdict (which is why the module map also links libcrypto). */
 
 /// Server SSL_CTX options: no SSLv3/TLS 1.0/1.1 (1.2 too when `tls13_only`), no TLS compression
 /// (CRIME), no renegotiation.
@@ -41,6 +43,31 @@ static inline long cs_lws_tls_server_options(int tls13_only) {
 /// Client SSL_CTX options: TLS 1.2 or newer, no compression.
 static inline long cs_lws_tls_client_options(void) {
     return (long)(SSL_OP_NO_SSLv3 | SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1 | SSL_OP_NO_COMPRESSION);
+}
+/// The X509_V_ERR_* of the check that failed, from the `user` of
+/// LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION (lws documents it as the X509_STORE_CTX).
+/// lws's own failure text names no cause, so this is the only way to tell a wrong host from an
+/// untrusted issuer or an expired certificate.
+static inline int cs_lws_x509_verify_error(void * _Nonnull x509_ctx) {
+    return X509_STORE_CTX_get_error((X509_STORE_CTX *)x509_ctx);
+}
+/// OpenSSL's words for an X509_V_ERR_* value ("certificate has expired").
+static inline const char * _Nonnull cs_lws_x509_verify_error_text(int error) {
+    return X509_verify_cert_error_string(error);
+}
+/// Which check an X509_V_ERR_* belongs to, so Swift needs none of OpenSSL's macros: 1 the host name
+/// (or IP address) is not in the certificate, 2 the chain does not end at a trusted CA, 3 the
+/// certificate has expired, 4 it is not valid yet, 0 anything else.
+static inline int cs_lws_x509_verify_error_check(int error) {
+    switch (error) {
+    case X509_V_ERR_HOSTNAME_MISMATCH: case X509_V_ERR_IP_ADDRESS_MISMATCH: return 1;
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT: case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE: case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN: case X509_V_ERR_CERT_UNTRUSTED: return 2;
+    case X509_V_ERR_CERT_HAS_EXPIRED: return 3;
+    case X509_V_ERR_CERT_NOT_YET_VALID: return 4;
+    default: return 0;
+    }
 }
 static inline int cs_lws_ssl_cb_handshake_start(void) { return SSL_CB_HANDSHAKE_START; }
 static inline int cs_lws_ssl_cb_handshake_done(void) { return SSL_CB_HANDSHAKE_DONE; }

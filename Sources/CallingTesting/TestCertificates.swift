@@ -42,6 +42,46 @@ public final class TestCertificates: Sendable {
         return (cert, key)
     }
 
+    /// A server certificate signed by `caFile` for `names` whose validity ended long ago (1-2 Jan
+    /// 2020). `openssl x509` cannot back-date, so this goes through `openssl ca` and a minimal
+    /// config of its own. Returns `<name>.pem` and `<name>.key`.
+    @discardableResult
+    public func issueExpiredServer(_ name: String, names: [String] = ["localhost", "127.0.0.1"]) throws
+        -> (cert: String, key: String)
+    {
+        let cert = "\(directory)/\(name).pem"
+        let key = "\(directory)/\(name).key"
+        let csr = "\(directory)/\(name).csr"
+        let extensions = "\(directory)/\(name).ext"
+        let caDirectory = "\(directory)/\(name)-ca"
+        try FileManager.default.createDirectory(atPath: caDirectory, withIntermediateDirectories: true)
+        try "".write(toFile: "\(caDirectory)/index.txt", atomically: true, encoding: .utf8)
+        try "01\n".write(toFile: "\(caDirectory)/serial", atomically: true, encoding: .utf8)
+        try """
+            [ca]
+            default_ca = backdated
+            [backdated]
+            database = \(caDirectory)/index.txt
+            new_certs_dir = \(caDirectory)
+            serial = \(caDirectory)/serial
+            default_md = sha256
+            policy = any
+            unique_subject = no
+            [any]
+            commonName = supplied
+
+            """.write(toFile: "\(caDirectory)/ca.cnf", atomically: true, encoding: .utf8)
+        let san = names.map { $0.allSatisfy { $0.isNumber || $0 == "." || $0 == ":" } ? "IP:\($0)" : "DNS:\($0)" }
+        try ("subjectAltName=\(san.joined(separator: ","))\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+            .write(toFile: extensions, atomically: true, encoding: .utf8)
+        try Self.openssl(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
+                          "-out", csr, "-subj", "/CN=\(names.first ?? name)"])
+        try Self.openssl(["ca", "-batch", "-config", "\(caDirectory)/ca.cnf", "-cert", caFile, "-keyfile", "\(directory)/ca.key",
+                          "-in", csr, "-out", cert, "-startdate", "20200101000000Z", "-enddate", "20200102000000Z",
+                          "-extfile", extensions, "-notext"])
+        return (cert, key)
+    }
+
     /// A fresh private key that belongs to no certificate.
     public func strayKey(_ name: String) throws -> String {
         let key = "\(directory)/\(name).key"

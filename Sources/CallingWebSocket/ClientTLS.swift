@@ -75,3 +75,22 @@ public enum ClientEndpointError: Error, Equatable, Sendable, CustomStringConvert
         }
     }
 }
+
+/// Why a connection or request failed before the server answered, when the client can say more
+/// than "connection failed": the `code` of `WebSocketClientEvent.failed` (its `status` is nil) and
+/// of `HTTPClientError`. The strings are stable; the failure's message says the same for people,
+/// with OpenSSL's own words for a certificate.
+public enum ClientFailureCode {
+    /// `TLSClientOptions.caFile` cannot be loaded: missing, unreadable, or no PEM certificate in it.
+    public static let caFileUnusable = "tls_ca_file_unusable"
+    /// The certificate does not name the host that was dialled (DNS name or IP address).
+    public static let hostNameMismatch = "tls_host_name_mismatch"
+    /// The certificate's chain does not end at a trusted CA (unknown issuer, self-signed).
+    public static let untrustedIssuer = "tls_untrusted_issuer"
+    /// The certificate's notAfter has passed.
+    public static let certificateExpired = "tls_certificate_expired"
+    /// The certificate's notBefore is still ahead (often a clock that is wrong on one side).
+    public static let certificateNotYetValid = "tls_certificate_not_yet_valid"
+    /// Any other verification failure (bad signature, wrong key usage…); the message has OpenSSL's reason.
+    public static let certificateInvalid = "tls_certificate_invalid"
+}

@@ -19,7 +19,9 @@ public enum WebSocketClientEvent: Sendable, Equatable {
     case closed(code: UInt16?, reason: String)
     /// The connection never opened: refused, unreachable, or the upgrade was answered without a
     /// 101. `status` is the HTTP status of that answer (401, 403, 503…) when there was one, `code`
-    /// its `problem-code` header (the server's problem code) when it had one.
+    /// its `problem-code` header (the server's problem code) when it had one; without a status,
+    /// `code` is a `ClientFailureCode` when the client knows the cause (which certificate check
+    /// failed, an unusable CA file).
     case failed(status: Int?, code: String? = nil, message: String)
 
     /// True for `closed` and `failed`, the events that end the stream.
@@ -59,10 +61,22 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     /// Every client protocol buffer is this large so a 200 KB message arrives in one or two chunks;
     /// messages larger than this are still reassembled from fragments.
     static let rxBufferSize = 256 * 1024
-    /// The failure message (`failed(message:)`, `HTTPClientError.message`) of a connection whose
-    /// server certificate failed verification; lws logs OpenSSL's exact reason on stderr.
-    public static let certificateRefused = "TLS: the server's certificate failed verification "
-        + "(issuer not trusted, name does not match the host, or expired)"
+    /// The failure (`ClientFailureCode` and message) of a connection to `host` whose server
+    /// certificate failed OpenSSL's check `error` (an X509_V_ERR_* value): which check, in the
+    /// code and in words, with OpenSSL's own reason.
+    static func certificateFailure(_ error: Int32, host: String) -> (code: String, message: String) {
+        let reason = String(cString: cs_lws_x509_verify_error_text(error))
+        let code: String
+        let what: String
+        switch cs_lws_x509_verify_error_check(error) {
+        case 1: (code, what) = (ClientFailureCode.hostNameMismatch, "does not name the host \(host)")
+        case 2: (code, what) = (ClientFailureCode.untrustedIssuer, "is not issued by a trusted CA")
+        case 3: (code, what) = (ClientFailureCode.certificateExpired, "has expired")
+        case 4: (code, what) = (ClientFailureCode.certificateNotYetValid, "is not valid yet")
+        default: (code, what) = (ClientFailureCode.certificateInvalid, "failed verification")
+        }
+        return (code, "TLS: the server's certificate \(what) (OpenSSL: \(reason), X509_V_ERR \(error))")
+    }
 
     /// Largest message reassembled; a larger one closes the connection with 1009.
     static let maxMessageBytes = 16 * 1024 * 1024
@@ -358,7 +372,10 @@ public final class WebSocketClientLoop: @unchecked Sendable {
                            + "anyone on the network path can impersonate the server", ["target": target])
         }
         guard let caFile = tls.caFile else { return .success((flags, nil)) }
-        guard let vhost = vhost(trusting: caFile) else { return .failure(HTTPClientError(message: "cannot load the CA file \(caFile)")) }
+        guard let vhost = vhost(trusting: caFile) else {
+            return .failure(HTTPClientError(message: "cannot load the CA file \(caFile) (missing, unreadable, or no PEM certificate)",
+                                            code: ClientFailureCode.caFileUnusable))
+        }
         return .success((flags, vhost))
     }
 
@@ -487,7 +504,7 @@ extension WebSocketClientLoop {
             info.ssl_connection = flags
             info.vhost = vhost
         case .failure(let problem):
-            finish(session, .failed(status: nil, message: problem.message))
+            finish(session, .failed(status: nil, code: problem.code, message: problem.message))
             return
         }
         // The connection's id, as an integer in a pointer: never a retained object (lws keeps
@@ -532,11 +549,11 @@ extension WebSocketClientLoop {
     }
 
     /// Service thread: every lws callback for this context. Returning -1 closes the wsi.
-    fileprivate func handle(_ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ input: UnsafeMutableRawPointer?,
-                            _ length: Int) -> Int32
+    fileprivate func handle(_ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
+                            _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
     {
         if let raw = lws_get_opaque_user_data(wsi), let exchange = state.requests[UInt64(UInt(bitPattern: raw))] {
-            return handleHTTP(exchange, wsi: wsi, reason, input, length)
+            return handleHTTP(exchange, wsi: wsi, reason, user, input, length)
         }
         switch reason {
         case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
@@ -558,9 +575,14 @@ extension WebSocketClientLoop {
             return 0
 
         case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
-            // lws's verify callback hands us OpenSSL's verdict in `len` (preverify_ok); 0 keeps its
-            // decision. Its own failure text ("connect SSL err 1: …") names no cause.
-            if length == 0, let session = session(for: wsi) { session.failureMessage = Self.certificateRefused }
+            // lws's verify callback hands us OpenSSL's verdict in `len` (preverify_ok) and the
+            // X509_STORE_CTX in `user`; returning 0 keeps its decision. Its own failure text
+            // ("connect SSL err 1: …") names no cause, so the failed check is read here. OpenSSL
+            // stops at the first failure, which is the one kept.
+            if length == 0, let user, let session = session(for: wsi), session.failureMessage == nil {
+                let failure = Self.certificateFailure(cs_lws_x509_verify_error(user), host: session.host)
+                (session.failureCode, session.failureMessage) = (failure.code, failure.message)
+            }
             return 0
 
         case LWS_CALLBACK_CLIENT_ESTABLISHED:
@@ -602,8 +624,8 @@ extension WebSocketClientLoop {
             if let failure = session.failureMessage { message = failure }
             if session.abortRequested { message = "aborted" }
             if message.isEmpty { message = "connection failed" }
-            finish(session, .failed(status: status == 0 ? nil : status, code: status == 0 ? nil : Self.problemCode(wsi),
-                                    message: message))
+            let code = status != 0 ? Self.problemCode(wsi) : session.abortRequested ? nil : session.failureCode
+            finish(session, .failed(status: status == 0 ? nil : status, code: code, message: message))
             return 0
 
         case LWS_CALLBACK_CLIENT_CLOSED, LWS_CALLBACK_CLOSED_CLIENT_HTTP, LWS_CALLBACK_WSI_DESTROY:
@@ -667,7 +689,7 @@ extension WebSocketClientLoop {
 
     /// Service thread: the callbacks of an HTTP request's wsi.
     private func handleHTTP(_ exchange: HTTPClientExchange, wsi: OpaquePointer, _ reason: lws_callback_reasons,
-                            _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
+                            _ user: UnsafeMutableRawPointer?, _ input: UnsafeMutableRawPointer?, _ length: Int) -> Int32
     {
         switch reason {
         case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
@@ -697,7 +719,10 @@ extension WebSocketClientLoop {
             return 0
 
         case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
-            if length == 0 { exchange.failureMessage = Self.certificateRefused }
+            if length == 0, let user, exchange.failureMessage == nil {
+                let failure = Self.certificateFailure(cs_lws_x509_verify_error(user), host: exchange.host)
+                (exchange.failureCode, exchange.failureMessage) = (failure.code, failure.message)
+            }
             return 0
 
         case LWS_CALLBACK_ESTABLISHED_CLIENT_HTTP:
@@ -745,12 +770,14 @@ extension WebSocketClientLoop {
                 String(decoding: UnsafeRawBufferPointer(start: pointer, count: length).prefix { $0 != 0 }, as: UTF8.self)
             } ?? ""
             if let failure = exchange.failureMessage { message = failure }
-            completeRequest(exchange, .failure(HTTPClientError(message: message.isEmpty ? "connection failed" : message)))
+            completeRequest(exchange, .failure(HTTPClientError(message: message.isEmpty ? "connection failed" : message,
+                                                               code: exchange.failureCode)))
             return 0
 
         case LWS_CALLBACK_CLOSED_CLIENT_HTTP, LWS_CALLBACK_WSI_DESTROY:
             completeRequest(exchange, .failure(HTTPClientError(
-                message: exchange.failureMessage ?? "the connection closed before the response was complete")))
+                message: exchange.failureMessage ?? "the connection closed before the response was complete",
+                code: exchange.failureCode)))
             return 0
 
         default:
@@ -844,8 +871,9 @@ extension WebSocketClientLoop {
     /// Service thread: the wsi is gone without CONNECTION_ERROR.
     private func ended(_ session: ClientSession) {
         guard session.opened else {
-            finish(session, .failed(status: nil, message: session.failureMessage
-                                        ?? (session.abortRequested ? "aborted" : "closed before established")))
+            finish(session, .failed(status: nil, code: session.abortRequested ? nil : session.failureCode,
+                                    message: session.abortRequested ? "aborted"
+                                        : session.failureMessage ?? "closed before established"))
             return
         }
         if let (code, reason) = session.peerClose {
@@ -879,7 +907,7 @@ private func clientCallback(
 ) -> Int32 {
     guard let wsi, let context = lws_get_context(wsi), let owner = lws_context_user(context) else { return 0 }
     let loop = Unmanaged<WebSocketClientLoop>.fromOpaque(owner).takeUnretainedValue()
-    return loop.handle(wsi, reason, input, length)
+    return loop.handle(wsi, reason, user, input, length)
 }
 
 /// A value behind a pthread mutex (NSLock). Not `Synchronization.Mutex`: on Linux its contended
@@ -945,6 +973,8 @@ private final class ClientSession: @unchecked Sendable {
     var abortRequested = false
     var readPaused = false
     var failureMessage: String?
+    /// The `ClientFailureCode` that goes with `failureMessage`, when there is one.
+    var failureCode: String?
     var rx: [UInt8] = []
     var rxBinary = false
 
@@ -1044,7 +1074,12 @@ public struct HTTPClientResponse: Sendable, Equatable {
 /// An HTTP request that got no complete answer.
 public struct HTTPClientError: Error, Equatable, Sendable, CustomStringConvertible {
     public var message: String
-    public init(message: String) { self.message = message }
+    /// A `ClientFailureCode` when the client knows the cause (a certificate check, the CA file).
+    public var code: String?
+    public init(message: String, code: String? = nil) {
+        self.message = message
+        self.code = code
+    }
     public var description: String { message }
 }
 
@@ -1068,6 +1103,8 @@ private final class HTTPClientExchange: @unchecked Sendable {
     var finished = false
     var bodySent = false
     var failureMessage: String?
+    /// The `ClientFailureCode` that goes with `failureMessage`, when there is one.
+    var failureCode: String?
     var status = 0
     var responseHeaders: [String: String] = [:]
     var responseBody: [UInt8] = []

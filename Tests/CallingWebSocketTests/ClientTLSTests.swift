@@ -88,15 +88,38 @@ final class ClientTLSTests: XCTestCase {
         server.delegate = echo
         try! server.start()
         let (event, _) = await exchange(tls: TLSClientOptions(caFile: pki.caFile))
-        guard case .failed(_, _, let message) = event else { return XCTFail("opened with the wrong host name: \(event)") }
-        XCTAssertEqual(message, WebSocketClientLoop.certificateRefused)
+        guard case .failed(nil, let code, let message) = event else { return XCTFail("opened with the wrong host name: \(event)") }
+        XCTAssertEqual(code, ClientFailureCode.hostNameMismatch)
+        XCTAssertTrue(message.hasPrefix("TLS: the server's certificate does not name the host 127.0.0.1 (OpenSSL: "), message)
+    }
+
+    func test_an_expired_certificate_is_refused_as_expired() async throws {
+        let (cert, key) = try pki.issueExpiredServer("expired")
+        server.stop(grace: 1)
+        var settings = server.settings
+        settings.port = 0
+        settings.tls = TLSServerSettings(certificateChainFile: cert, privateKeyFile: key)
+        server = WebSocketServer(settings: settings, logger: Logger(label: "server", level: .error))
+        server.delegate = echo
+        try server.start()
+        let (event, _) = await exchange(tls: TLSClientOptions(caFile: pki.caFile))
+        guard case .failed(nil, let code, let message) = event else { return XCTFail("opened with an expired certificate: \(event)") }
+        XCTAssertEqual(code, ClientFailureCode.certificateExpired)
+        XCTAssertEqual(message, "TLS: the server's certificate has expired (OpenSSL: certificate has expired, X509_V_ERR 10)")
+        do {
+            _ = try await loop.request("GET", host: "127.0.0.1", port: server.port, path: "/", tls: TLSClientOptions(caFile: pki.caFile))
+            XCTFail("https accepted an expired certificate")
+        } catch {
+            XCTAssertEqual(error.code, ClientFailureCode.certificateExpired)
+        }
     }
 
     func test_an_untrusted_ca_is_refused_by_the_system_store_and_by_another_ca_file() async {
         for tls in [TLSClientOptions(), TLSClientOptions(caFile: pki.otherCAFile)] {
             let (event, _) = await exchange(tls: tls)
-            guard case .failed(_, _, let message) = event else { return XCTFail("opened with an untrusted CA: \(event)") }
-            XCTAssertEqual(message, WebSocketClientLoop.certificateRefused)
+            guard case .failed(nil, let code, let message) = event else { return XCTFail("opened with an untrusted CA: \(event)") }
+            XCTAssertEqual(code, ClientFailureCode.untrustedIssuer)
+            XCTAssertTrue(message.hasPrefix("TLS: the server's certificate is not issued by a trusted CA (OpenSSL: "), message)
         }
     }
 
@@ -111,7 +134,8 @@ final class ClientTLSTests: XCTestCase {
 
     func test_a_missing_ca_file_fails_the_connection() async {
         let (event, _) = await exchange(tls: TLSClientOptions(caFile: pki.directory + "/nope.pem"))
-        XCTAssertEqual(event, .failed(status: nil, message: "cannot load the CA file \(pki.directory)/nope.pem"))
+        XCTAssertEqual(event, .failed(status: nil, code: ClientFailureCode.caFileUnusable,
+                                      message: "cannot load the CA file \(pki.directory)/nope.pem (missing, unreadable, or no PEM certificate)"))
     }
 
     func test_plaintext_to_the_tls_port_is_refused_and_counted() async {
@@ -138,7 +162,8 @@ final class ClientTLSTests: XCTestCase {
             _ = try await loop.request("GET", host: "127.0.0.1", port: server.port, path: "/", tls: TLSClientOptions())
             XCTFail("https accepted a certificate of an untrusted CA")
         } catch {
-            XCTAssertEqual(error.message, WebSocketClientLoop.certificateRefused)
+            XCTAssertEqual(error.code, ClientFailureCode.untrustedIssuer)
+            XCTAssertTrue(error.message.hasPrefix("TLS: the server's certificate is not issued by a trusted CA"), error.message)
         }
     }
 
