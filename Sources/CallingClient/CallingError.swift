@@ -1,5 +1,20 @@
 import CallingProtocol
+import CallingWebSocket
 import Foundation
+
+/// Which check a server certificate failed (`CallingError.Kind.certificateRejected`).
+public enum CertificateFailure: String, Equatable, Sendable {
+    /// The certificate does not name the URL's host (DNS name, or IP address for an IP URL).
+    case hostNameMismatch
+    /// Its chain does not end at a trusted CA: the system store, or `tlsCAFile` when set.
+    case untrustedIssuer
+    /// Its validity period has ended.
+    case expired
+    /// Its validity period has not begun (a clock is wrong on one side, or the certificate is too new).
+    case notYetValid
+    /// Another check failed; the error's `reason` has OpenSSL's words.
+    case other
+}
 
 /// An SDK error: a matchable `kind`, whether retrying can help (`isRetryable`), and the server's
 /// own codes where it gave one. Compare with the static members (`error == .tokenExpired`) or
@@ -23,9 +38,15 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
         /// server's problem code (`token_expired`, `token_wrong_scope`, `at_capacity`… in
         /// docs/protocol.md) when it could be read; `message` says what it means.
         case connectFailed(status: Int, code: String?, message: String)
-        /// No HTTP answer from `host:port`: refused, unreachable, reset before the answer, or a
-        /// server certificate that failed verification.
+        /// No HTTP answer from `host:port`: refused, unreachable, reset before the answer.
         case network(host: String, port: Int, reason: String)
+        /// The server's certificate failed verification: `failure` says which check, `reason` says
+        /// it in words with OpenSSL's reason. Not retryable: it takes a change on the server or in
+        /// the trust settings (`tlsCAFile`).
+        case certificateRejected(host: String, port: Int, failure: CertificateFailure, reason: String)
+        /// A setting cannot be used as given (a `tlsCAFile` that is missing, unreadable or holds no
+        /// PEM certificate); raised before any connection is made, and never retried.
+        case invalidConfiguration(String)
         /// The socket closed after it was open. `code` nil: it dropped without a close frame.
         case closed(code: UInt16?, reason: String)
         /// The server refused a frame (`error` frame or failed `chat-ack`): the numeric code of
@@ -62,10 +83,44 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
 
     /// A socket that ended before `open`: the upgrade's HTTP status, or no answer at all.
     static func socketFailed(status: Int?, message: String, host: String, port: Int, code: String? = nil) -> CallingError {
-        guard let status else { return CallingError(.network(host: host, port: port, reason: message)) }
+        guard let status else { return transportFailed(message: message, code: code, host: host, port: port) }
         let meaning = code.flatMap { Self.problemMeanings[$0] }
         return CallingError(.connectFailed(status: status, code: code,
                                            message: meaning ?? HTTPResponseText.reason(status)))
+    }
+
+    /// No answer from `host:port`; `code` is the transport's `ClientFailureCode` when it knows why.
+    static func transportFailed(message: String, code: String?, host: String, port: Int) -> CallingError {
+        let failure: CertificateFailure
+        switch code {
+        case ClientFailureCode.caFileUnusable?: return CallingError(.invalidConfiguration("tlsCAFile: \(message)"))
+        case ClientFailureCode.hostNameMismatch?: failure = .hostNameMismatch
+        case ClientFailureCode.untrustedIssuer?: failure = .untrustedIssuer
+        case ClientFailureCode.certificateExpired?: failure = .expired
+        case ClientFailureCode.certificateNotYetValid?: failure = .notYetValid
+        case ClientFailureCode.certificateInvalid?: failure = .other
+        default: return CallingError(.network(host: host, port: port, reason: message))
+        }
+        return CallingError(.certificateRejected(host: host, port: port, failure: failure, reason: message))
+    }
+
+    /// Throws `invalidConfiguration` when `tls.caFile` is set for a TLS endpoint but cannot be
+    /// read: checked before connecting, so the app hears about its setting instead of a network
+    /// error it would retry.
+    static func checkTLSFiles(_ tls: TLSClientOptions, for endpoint: ClientEndpoint) throws(CallingError) {
+        guard endpoint.usesTLS, let caFile = tls.caFile else { return }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: caFile, isDirectory: &isDirectory) else {
+            throw CallingError(.invalidConfiguration("tlsCAFile: \(caFile) does not exist"))
+        }
+        guard !isDirectory.boolValue, let contents = FileManager.default.contents(atPath: caFile) else {
+            throw CallingError(.invalidConfiguration("tlsCAFile: \(caFile) is not a readable file"))
+        }
+        // OpenSSL skips what is not PEM and would trust nothing: every server would then look
+        // untrusted, which blames the server for the app's setting.
+        guard contents.range(of: Data("-----BEGIN CERTIFICATE-----".utf8)) != nil else {
+            throw CallingError(.invalidConfiguration("tlsCAFile: \(caFile) holds no PEM certificate"))
+        }
     }
 
     /// What the upgrade refusals of docs/protocol.md mean, for `connectFailed`'s message.
@@ -108,7 +163,7 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
             return !(CloseCode(rawValue: code)?.isTerminal ?? (code >= 4400 && code < 5000))
         case .server(let code, _, _):
             return ErrorCode(rawValue: code)?.isTemporary ?? false
-        case .invalidToken, .invalidState, .media, .unsupportedURL:
+        case .invalidToken, .invalidState, .media, .unsupportedURL, .certificateRejected, .invalidConfiguration:
             return false
         case .http(let status, _, _):
             return status == 429 || status == 502 || status == 503
@@ -162,6 +217,8 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
         case .connectFailed(let status, let code, let message):
             return "the server refused the connection: HTTP \(status)\(code.map { " \($0)" } ?? ""): \(message)"
         case .network(let host, let port, let reason): return "cannot reach \(host):\(port): \(reason)"
+        case .certificateRejected(let host, let port, _, let reason): return "refused the server \(host):\(port): \(reason)"
+        case .invalidConfiguration(let why): return "invalid configuration: \(why)"
         case .closed(let code?, let reason):
             return "the server closed the connection (\(code)\(reason.isEmpty ? "" : " " + reason))"
         case .closed(nil, let reason):

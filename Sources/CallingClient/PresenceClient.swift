@@ -104,7 +104,7 @@ public final class PresenceClient: @unchecked Sendable {
     /// (after 4401). Throws `CallingError` on a refused upgrade or timeout; never retried on its own.
     @discardableResult
     public func connect(token newToken: String? = nil) async throws -> PresenceSnapshot {
-        if case .failure(let error) = endpoint { throw error }
+        try CallingError.checkTLSFiles(TLSClientOptions(caFile: options.tlsCAFile), for: endpoint.get())
         guard case .snapshot(let snapshot) = try await driver.wait({ $0.handle(.connect(token: newToken, waiter: $1)) }) else {
             throw CallingError(.invalidState("connect() resumed without a snapshot"))
         }

@@ -54,16 +54,18 @@ enum REST {
         return body
     }
 
-    /// One request; a request that got no answer throws `network(host:port:reason:)`.
+    /// One request; a request that got no answer throws `network(host:port:reason:)`, or
+    /// `certificateRejected` / `invalidConfiguration` for what TLS refused.
     static func send(loop: WebSocketClientLoop, endpoint: ClientEndpoint, tls: TLSClientOptions, method: String,
                      target: String, headers: [String: String], body: [UInt8], timeout: TimeInterval)
         async throws(CallingError) -> HTTPClientResponse
     {
+        try CallingError.checkTLSFiles(tls, for: endpoint)
         do {
             return try await loop.request(method, host: endpoint.host, port: endpoint.port, path: target, headers: headers,
                                           body: body, tls: endpoint.usesTLS ? tls : nil, timeout: timeout)
         } catch {
-            throw CallingError(.network(host: endpoint.host, port: endpoint.port, reason: error.message))
+            throw CallingError.transportFailed(message: error.message, code: error.code, host: endpoint.host, port: endpoint.port)
         }
     }
 }

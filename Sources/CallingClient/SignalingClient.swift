@@ -191,7 +191,7 @@ public final class SignalingClient: @unchecked Sendable {
     /// the token first (connect again after 4401 `token expired`).
     @discardableResult
     public func connect(token newToken: String? = nil) async throws -> Welcome {
-        if case .failure(let error) = endpoint { throw error }
+        try CallingError.checkTLSFiles(options.tls, for: endpoint.get())
         guard case .welcome(let welcome) = try await driver.wait({ $0.handle(.connect(token: newToken, waiter: $1)) }) else {
             throw CallingError(.invalidState("connect() resumed without a welcome"))
         }

@@ -58,14 +58,14 @@ final class SignalingClientTLSTests: ClientTestCase {
                 try await alice.connect()
                 XCTFail("connected to a server whose certificate is not trusted")
             } catch let error as CallingError {
-                XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
+                try assertRejected(error, .untrustedIssuer, saying: "is not issued by a trusted CA")
             }
             do {
                 _ = try await alice.fetchMessages()
                 XCTFail("https accepted a certificate that is not trusted")
             } catch let error as CallingError {
                 XCTAssertNil(error.httpStatus)
-                XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
+                try assertRejected(error, .untrustedIssuer, saying: "is not issued by a trusted CA")
             }
         }
     }
@@ -84,8 +84,88 @@ final class SignalingClientTLSTests: ClientTestCase {
             try await alice.connect()
             XCTFail("connected although the certificate is for calls.example.org")
         } catch let error as CallingError {
-            XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
+            try assertRejected(error, .hostNameMismatch, saying: "does not name the host 127.0.0.1")
         }
+    }
+
+    func test_an_expired_certificate_is_refused_as_expired_and_not_retried() async throws {
+        let (cert, key) = try pki.issueExpiredServer("expired")
+        try FileManager.default.removeItem(atPath: server.config.tlsCertFile!)
+        try FileManager.default.removeItem(atPath: server.config.tlsKeyFile!)
+        try FileManager.default.copyItem(atPath: cert, toPath: server.config.tlsCertFile!)
+        try FileManager.default.copyItem(atPath: key, toPath: server.config.tlsKeyFile!)
+        try server.app.reloadTLSCertificate()
+        let alice = try client("alice") { $0.tlsCAFile = self.pki.caFile }
+        do {
+            try await alice.connect()
+            XCTFail("connected although the certificate expired in 2020")
+        } catch let error as CallingError {
+            try assertRejected(error, .expired, saying: "has expired (OpenSSL: certificate has expired")
+        }
+        var options = WebCallOptions()
+        options.tlsCAFile = pki.caFile
+        options.loop = server.loop
+        let call = WebCallClient(baseURL: URL(string: "https://127.0.0.1:\(server.port)")!, callID: "c", accessToken: "t",
+                                 options: options)
+        do {
+            _ = try await call.start(offerSDP: "v=0\r\n")
+            XCTFail("https accepted an expired certificate")
+        } catch let error as CallingError {
+            try assertRejected(error, .expired, saying: "has expired")
+        }
+    }
+
+    func test_a_missing_or_unusable_ca_file_is_a_configuration_error_raised_before_connecting() async throws {
+        let missing = pki.directory + "/no-such-ca.pem"
+        let alice = try client("alice") { $0.tlsCAFile = missing }
+        do {
+            try await alice.connect()
+            XCTFail("connected without its CA file")
+        } catch let error as CallingError {
+            XCTAssertEqual(error.kind, .invalidConfiguration("tlsCAFile: \(missing) does not exist"))
+            XCTAssertFalse(error.isRetryable)
+        }
+        XCTAssertEqual(alice.state, .idle, "nothing was dialled")
+        do {
+            _ = try await alice.fetchMessages()
+            XCTFail("fetched without its CA file")
+        } catch let error as CallingError {
+            XCTAssertEqual(error.kind, .invalidConfiguration("tlsCAFile: \(missing) does not exist"))
+        }
+        var presenceOptions = server.presenceOptions { $0.tlsCAFile = missing }
+        presenceOptions.loop = server.loop
+        let ann = PresenceClient(url: secureURL, token: try server.presenceToken("ann", role: "agent"), options: presenceOptions)
+        do {
+            try await ann.connect()
+            XCTFail("presence connected without its CA file")
+        } catch let error as CallingError {
+            XCTAssertEqual(error.kind, .invalidConfiguration("tlsCAFile: \(missing) does not exist"))
+        }
+        // A file that exists but holds no certificate would trust nothing: refused the same way.
+        let garbage = pki.directory + "/garbage.pem"
+        try "not a certificate\n".write(toFile: garbage, atomically: true, encoding: .utf8)
+        let bob = try client("bob") { $0.tlsCAFile = garbage }
+        do {
+            try await bob.connect()
+            XCTFail("connected with a CA file that holds no certificate")
+        } catch let error as CallingError {
+            XCTAssertEqual(error.kind, .invalidConfiguration("tlsCAFile: \(garbage) holds no PEM certificate"))
+            XCTAssertFalse(error.isRetryable)
+        }
+    }
+
+    /// `error` is a refused certificate for `failure`, not retryable, saying `words`.
+    private func assertRejected(_ error: CallingError, _ failure: CertificateFailure, saying words: String,
+                                file: StaticString = #filePath, line: UInt = #line) throws
+    {
+        guard case .certificateRejected(let host, let port, let got, let reason) = error.kind else {
+            return XCTFail("not a rejected certificate: \(error)", file: file, line: line)
+        }
+        XCTAssertEqual(host, "127.0.0.1", file: file, line: line)
+        XCTAssertEqual(port, server.port, file: file, line: line)
+        XCTAssertEqual(got, failure, file: file, line: line)
+        XCTAssertTrue(reason.contains(words), reason, file: file, line: line)
+        XCTAssertFalse(error.isRetryable, file: file, line: line)
     }
 
     func test_insecure_skip_verification_connects_to_an_untrusted_certificate() async throws {
@@ -134,7 +214,7 @@ final class SignalingClientTLSTests: ClientTestCase {
             XCTFail("https accepted a certificate that is not trusted")
         } catch let error as CallingError {
             XCTAssertNil(error.httpStatus)
-            XCTAssertTrue(error.description.contains(WebSocketClientLoop.certificateRefused), error.description)
+            try assertRejected(error, .untrustedIssuer, saying: "is not issued by a trusted CA")
         }
     }
 
