@@ -112,11 +112,11 @@ public final class PresenceClient: @unchecked Sendable {
     }
 
     /// Agent: sets the status, and optionally the note (nil leaves it; "" is sent as is) and queues.
+    /// The client remembers the agent's status (this call, then the server's `status` frames about
+    /// the agent) until `disconnect()`, and sets it again after a reconnect whose snapshot shows
+    /// something else (a restarted server brings every agent back `available`).
     public func setStatus(_ status: PresenceStatus, note: String? = nil, queues: [String]? = nil) throws {
-        var payload: [String: JSONValue] = ["status": .string(status.rawValue)]
-        if let note { payload["note"] = .string(note) }
-        if let queues { payload["queues"] = .array(queues.map { .string($0) }) }
-        try send("status", .object(payload))
+        try driver.run { session throws(CallingError) in ((), try session.setStatus(status, note: note, queues: queues)) }
     }
 
     /// Caller: asks `agentID` for a call. The ack arrives as `request`, the outcome as

@@ -37,10 +37,37 @@ enum PresenceInput: Sendable {
     case tokenRefreshed(attempt: Int, Result<String, CallingError>)
 }
 
+/// The status an agent last had: what the app set with `setStatus`, then what the server's
+/// `status` frames about the agent said (which also covers the server's own changes, such as
+/// `busy` on `accept`). A field that is nil was never known, and is left as the server has it.
+struct AgentStatusMemory: Sendable, Equatable {
+    var status: PresenceStatus
+    /// `.some(nil)`: the note was cleared.
+    var note: String??
+    var queues: [String]?
+
+    /// Whether the server's view of the agent already is this.
+    func matches(_ agent: AgentPresence) -> Bool {
+        guard agent.status == status else { return false }
+        if let note, note != agent.note { return false }
+        if let queues, queues.sorted() != agent.queues.sorted() { return false }
+        return true
+    }
+
+    /// The `status` frame that sets it.
+    var frame: Frame {
+        var payload: [String: JSONValue] = ["status": .string(status.rawValue)]
+        if let note { payload["note"] = note.map(JSONValue.string) ?? .null }
+        if let queues { payload["queues"] = .array(queues.map { .string($0) }) }
+        return Frame(type: "status", payload: .object(payload))
+    }
+}
+
 /// The decision logic of `PresenceClient`, pure like `SignalingSession`: connect and its
-/// timeout, automatic reconnect with backoff once a session got its snapshot (an agent that
-/// is back within `presence_grace_seconds` keeps its status), token refresh on 4401, terminal
-/// closes, and the typed events.
+/// timeout, automatic reconnect with backoff once a session got its snapshot, the agent's status
+/// applied again after a reconnect (a restarted server has forgotten it; one that kept it within
+/// `presence_grace_seconds` is left alone), token refresh on 4401, terminal closes, and the typed
+/// events.
 struct PresenceSession {
     struct Settings: Sendable {
         var path = "/v1/presence"
@@ -58,6 +85,8 @@ struct PresenceSession {
     private(set) var state: CallState = .idle
     private(set) var socket: UInt64 = 0
     private(set) var snapshot: PresenceSnapshot?
+    /// The agent's status to restore after a reconnect; forgotten on `disconnect()`.
+    private(set) var agentStatus: AgentStatusMemory?
     private var socketActive = false
     private var welcomed = false
     private var connectWaiter: Waiter?
@@ -156,6 +185,20 @@ struct PresenceSession {
         return [.send(Frame(type: type, payload: payload))]
     }
 
+    /// Agent: sets the status (nil `note`/`queues`: unchanged) and remembers it for reconnects.
+    mutating func setStatus(_ status: PresenceStatus, note: String?, queues: [String]?) throws(CallingError)
+        -> [PresenceAction]
+    {
+        guard state == .connected else { throw CallingError.notConnected }
+        var memory = agentStatus ?? AgentStatusMemory(status: status)
+        memory.status = status
+        if let note { memory.note = .some(note) }
+        if let queues { memory.queues = queues }
+        agentStatus = memory
+        // The frame says only what the app said: a note or queues it left out stay as they are.
+        return [.send(AgentStatusMemory(status: status, note: note.map { .some($0) }, queues: queues).frame)]
+    }
+
     private mutating func emit(_ event: PresenceEvent) { out.append(.emit(event)) }
 
     private mutating func setState(_ new: CallState) {
@@ -216,6 +259,8 @@ struct PresenceSession {
     }
 
     private mutating func finish() {
+        // The app ended the session: a later connect() starts from what the server has.
+        agentStatus = nil
         socket += 1
         socketActive = false
         out.append(.cancel(.connect))
@@ -242,12 +287,21 @@ struct PresenceSession {
             self.snapshot = snapshot
             setState(.connected)
             emit(.connected(snapshot))
+            // A restarted server brings the agent back `available` with the URL's queues: set
+            // what the agent had again. Within the grace period the server kept it: nothing to do.
+            if let memory = agentStatus, !(snapshot.agents.first { $0.agentID == snapshot.peerID }.map(memory.matches) ?? false) {
+                out.append(.send(memory.frame))
+            }
             if let waiter = connectWaiter {
                 connectWaiter = nil
                 out.append(.resume(waiter, .success(.snapshot(snapshot))))
             }
         case "status":
-            if let agent = AgentPresence(payload) { emit(.status(agent)) }
+            guard let agent = AgentPresence(payload) else { break }
+            if agent.agentID == snapshot?.peerID {
+                agentStatus = AgentStatusMemory(status: agent.status, note: .some(agent.note), queues: agent.queues)
+            }
+            emit(.status(agent))
         case "request":
             if let request = PresenceRequest(payload, from: from) { emit(.request(request)) }
         case "accepted":

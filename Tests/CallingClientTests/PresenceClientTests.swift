@@ -130,4 +130,30 @@ final class PresenceClientTests: ClientTestCase {
         await carl.disconnect()
         await ann.disconnect()
     }
+
+    func test_after_a_server_restart_the_agent_gets_its_status_note_and_queues_back() async throws {
+        // The server keeps presence in memory: the restarted one lists ann `available` with the
+        // URL's queues until the client sets what the app had set again.
+        let ann = try server.presence("ann", role: "agent") {
+            $0.reconnectDelays = [0.1]
+            $0.queues = ["sales"]
+        }
+        let events = EventLog(ann.events)
+        try await ann.connect()
+        try ann.setStatus(.away, note: "lunch", queues: ["sales", "vip"])
+        let isAway: (PresenceEvent) -> Bool = { if case .status(let s) = $0, s.agentID == "ann", s.status == .away { true } else { false } }
+        try await events.waitCount(1, isAway)
+        try await server.restart()
+        try await events.waitCount(2) { if case .connected = $0 { true } else { false } }
+        try await events.waitCount(2, isAway)
+
+        let dashboard = try server.presence("dash", role: "dashboard")
+        let seen = try await dashboard.connect()
+        let agent = try XCTUnwrap(seen.agents.first { $0.agentID == "ann" })
+        XCTAssertEqual(agent.status, .away)
+        XCTAssertEqual(agent.note, "lunch")
+        XCTAssertEqual(agent.queues.sorted(), ["sales", "vip"])
+        await dashboard.disconnect()
+        await ann.disconnect()
+    }
 }

@@ -129,4 +129,57 @@ final class PresenceSessionTests: XCTestCase {
         XCTAssertNil(opened(advance(by: 60)))
         XCTAssertThrowsError(try session.send("ping", nil)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
     }
+
+    private func sent(_ actions: [PresenceAction]) -> [Frame] {
+        actions.compactMap { if case .send(let frame) = $0 { frame } else { nil } }
+    }
+
+    private func agentSnapshot(_ status: String, note: JSONValue, queues: [JSONValue]) -> JSONValue {
+        ["type": "connected", "payload": [
+            "peer_id": "ann", "role": "agent", "server_time": 5, "requests": [],
+            "agents": [["agent_id": "ann", "status": .string(status), "note": note, "queues": .array(queues), "updated_at": 4]],
+        ]]
+    }
+
+    private func reconnect(to snapshot: JSONValue) -> [PresenceAction] {
+        input(.socketClosed(session.socket, code: 1001, reason: "server shutting down"))
+        _ = advance(by: 1)
+        return server(snapshot)
+    }
+
+    func test_a_reconnect_sets_the_agents_last_status_again_unless_the_server_kept_it() throws {
+        connected()
+        XCTAssertEqual(sent(try session.setStatus(.busy, note: "on a call", queues: ["vip"])),
+                       [Frame(type: "status", payload: ["status": "busy", "note": "on a call", "queues": ["vip"]])])
+        // A restarted server: ann is back `available` with the URL's queues.
+        XCTAssertEqual(sent(reconnect(to: agentSnapshot("available", note: .null, queues: ["sales"]))),
+                       [Frame(type: "status", payload: ["status": "busy", "note": "on a call", "queues": ["vip"]])])
+        // Back within the grace period: the server kept it, nothing is sent.
+        XCTAssertEqual(sent(reconnect(to: agentSnapshot("busy", note: "on a call", queues: ["vip"]))), [])
+        // The server's own change (busy on accept, here `away` with the note cleared) is what is restored next.
+        _ = server(["type": "status", "from": "ann", "payload": [
+            "agent_id": "ann", "status": "away", "note": .null, "queues": ["vip"], "updated_at": 9,
+        ]])
+        XCTAssertEqual(sent(reconnect(to: agentSnapshot("available", note: "stale", queues: ["vip"]))),
+                       [Frame(type: "status", payload: ["status": "away", "note": .null, "queues": ["vip"]])])
+        // Another agent's status is not ours to restore.
+        _ = server(["type": "status", "from": "bo", "payload": [
+            "agent_id": "bo", "status": "offline", "note": .null, "queues": [], "updated_at": 10,
+        ]])
+        XCTAssertEqual(session.agentStatus?.status, .away)
+        // disconnect() forgets it: a new session starts from what the server has.
+        input(.disconnect(waiter: 2))
+        input(.socketClosed(session.socket, code: 1000, reason: "normal"))
+        input(.connect(token: nil, waiter: 3))
+        XCTAssertEqual(sent(server(agentSnapshot("available", note: .null, queues: ["sales"]))), [])
+    }
+
+    func test_an_agent_that_never_set_a_status_is_left_as_the_server_has_it() {
+        connected()
+        XCTAssertEqual(sent(reconnect(to: agentSnapshot("available", note: .null, queues: ["sales"]))), [])
+        // A status set without note or queues restores only the status.
+        XCTAssertNoThrow(try session.setStatus(.away, note: nil, queues: nil))
+        XCTAssertEqual(sent(reconnect(to: agentSnapshot("available", note: "kept", queues: ["sales"]))),
+                       [Frame(type: "status", payload: ["status": "away"])])
+    }
 }
