@@ -244,7 +244,10 @@ public struct ServerConfig: Sendable, Equatable {
         .string("data_dir", "folder for the SQLite file and the generated dev secret", \.dataDir),
         Key(name: "log_level", help: "trace, debug, info, notice, warning, error, critical",
             apply: { config, value in
-                guard let level = Logger.Level(name: value) else { return "log_level: unknown level '\(value)'" }
+                guard let level = Logger.Level(name: value) else {
+                    let levels = Logger.Level.allCases.map { "\($0)" }.joined(separator: ", ")
+                    return "log_level: unknown level '\(value)'; use one of \(levels)"
+                }
                 config.logLevel = level
                 return nil
             }, show: { "\($0.logLevel)" }),
@@ -393,6 +396,11 @@ public struct ServerConfig: Sendable, Equatable {
              \.clusterChatGapMs, 10...600_000),
     ]
 
+    /// `CALLING_*` variables that are not server keys: the config file's name, and what
+    /// `calling-server admin` reads (docs/protocol.md, "Admin API"). An operator exports them in
+    /// the same shell that runs `serve`, so they must not count as unknown keys.
+    public static let clientVariables: Set<String> = ["CALLING_CONFIG", "CALLING_ADMIN_KEY", "CALLING_ADMIN_URL"]
+
     /// Names that are secrets: never a config-file key, never a flag.
     static let secretNames: Set<String> = ["jwt_secret", "turn_secret", "webhook_secret"]
 
@@ -442,7 +450,7 @@ public struct ServerConfig: Sendable, Equatable {
                 config.webhookSecret = value
                 continue
             }
-            if name == "config" { continue }
+            if clientVariables.contains(variable) { continue }
             apply(name, value, source: "env \(variable)")
         }
         for (flag, value) in flags.sorted(by: { $0.key < $1.key }) {

@@ -143,6 +143,23 @@ final class ServerConfigTests: XCTestCase {
         }
     }
 
+    func test_the_admin_clis_variables_are_not_server_keys_but_a_misspelt_one_is_refused() throws {
+        let environment = ["CALLING_ADMIN_KEY": "csk_x", "CALLING_ADMIN_URL": "http://127.0.0.1:9", "CALLING_PORT": "9000"]
+        XCTAssertEqual(try ServerConfig.load(file: nil, environment: environment, flags: [:]).get().port, 9000)
+        guard case .failure(let problems) = ServerConfig.load(file: nil, environment: ["CALLING_ADMIN_KYE": "x"], flags: [:]) else {
+            return XCTFail("an unknown CALLING_ variable must still be refused")
+        }
+        XCTAssertTrue(problems.description.contains("unknown key 'admin_kye'"), problems.description)
+    }
+
+    func test_an_unknown_log_level_names_the_valid_ones() {
+        guard case .failure(let problems) = ServerConfig.load(file: nil, environment: [:], flags: ["log_level": "verbose"]) else {
+            return XCTFail("an unknown level must be refused")
+        }
+        XCTAssertTrue(problems.description.contains("use one of trace, debug, info, notice, warning, error, critical"),
+                      problems.description)
+    }
+
     func test_log_format_is_text_or_json() throws {
         XCTAssertEqual(try ServerConfig.load(file: ["log_format": .string("json")], environment: [:], flags: [:]).get().logFormat, .json)
         guard case .failure = ServerConfig.load(file: nil, environment: [:], flags: ["log_format": "xml"]) else {
