@@ -10,7 +10,7 @@ BIN := .build/debug/calling-server
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: deps test-deps build release serve install test test-swift test-js test-integration test-corpus test-fuzz fuzz fuzz-build test-asan test-tsan soak bench bench-quick bench-chat bench-media clean
+.PHONY: deps test-deps build-info build release serve install test test-swift test-js test-integration test-corpus test-fuzz fuzz fuzz-build test-asan test-tsan soak bench bench-quick bench-chat bench-media clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -18,10 +18,22 @@ deps:
 test-deps:
 	@CALLING_VENV=$(VENV) bash deploy/install-deps.sh --test
 
-build: deps
+# Records the git commit for `calling-server --version` in Sources/CBuildInfo/build_commit.h (not
+# in git; a plain `swift build` reports "unknown"). Rewritten only when the commit changes, and
+# build_info.c touched then, because a header that did not exist at the last build is not yet in
+# the compiler's dependency list.
+BUILD_COMMIT_HEADER := Sources/CBuildInfo/build_commit.h
+build-info:
+	@commit=$$(git rev-parse --short=12 HEAD 2>/dev/null) || commit=unknown; \
+	if [ "$$commit" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then commit="$$commit-dirty"; fi; \
+	line="#define CALLING_BUILD_COMMIT \"$$commit\""; \
+	if [ "$$(cat $(BUILD_COMMIT_HEADER) 2>/dev/null)" != "$$line" ]; then \
+		echo "$$line" > $(BUILD_COMMIT_HEADER); touch Sources/CBuildInfo/build_info.c; fi
+
+build: deps build-info
 	$(SWIFT) build
 
-release: deps
+release: deps build-info
 	$(SWIFT) build -c release
 
 # Prints links to the demo page and the dashboard with fresh development tokens.
@@ -38,7 +50,7 @@ install: release
 	mkdir -p $(DESTDIR)$(PREFIX)/share/calling-server
 	cp -R sdk/js $(DESTDIR)$(PREFIX)/share/calling-server/sdk
 
-test: test-deps
+test: test-deps build-info
 	$(SWIFT) build --build-tests
 	$(MAKE) --no-print-directory test-swift test-js test-integration test-fuzz
 

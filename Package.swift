@@ -50,10 +50,12 @@ let package = Package(
         .target(name: "CallingTransport", dependencies: ["CallingWebSocket", "CallingProtocol", "CallingLogging"]),
         // Cluster mode's Redis client (hiredis); only CallingServer's cluster driver uses it.
         .target(name: "CallingRedis", dependencies: ["CHiredis"]),
+        // The git commit of the build, from a header `make` writes (Makefile, build-info).
+        .target(name: "CBuildInfo"),
         .target(
             name: "CallingServer",
             dependencies: ["CallingProtocol", "CallingCore", "CallingStore", "CallingPostgres", "CallingAuth", "CallingTransport",
-                           "CallingRedis"]
+                           "CallingRedis", "CBuildInfo"]
         ),
         .executableTarget(name: "calling-server", dependencies: ["CallingServer", "CallingClient", "CallingMedia", "CallingProtocol"]),
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).

@@ -9,25 +9,116 @@ import CallingTransport
 /// `calling-server <subcommand> [--flag value]…`. Kept in the library so tests can run commands
 /// in-process; the executable only forwards `CommandLine.arguments`.
 public enum CallingCommand {
+    /// The global usage: every command, one line each; `calling-server <command> --help` has the
+    /// command's own flags.
     public static let usage = """
         usage: calling-server <command> [flags]
+               calling-server <command> --help    the command's own usage and flags
+               calling-server --version           version and git commit of this build
 
-          serve    [--config FILE] [--host H] [--port P] [--data-dir DIR] [--<key> VALUE]…
-                   run the signaling server (every key of docs/configuration.md is a flag)
-          token    --room ROOM --peer PEER [--role R] [--name N] [--call CALL] [--scope S] [--ttl SECONDS] [--max-peers N] [--jti ID]
-                   print a peer token signed with the server's secret (same config flags as serve)
-          migrate  [--data-dir DIR] [--database-url postgres://…]
-                   apply the SQLite migrations (and, with database_url, PostgreSQL's chat migrations) and exit
-          config   print the effective configuration (secrets hidden)
-          apikey   create --name N [--scope calls|admin] | list | revoke --id ID
-                   API keys: scope calls for /v1/calls and /v1/tokens, admin for /v1/admin (create prints the key once)
-          admin    rooms | kick | end | send | drain | status   the admin API (key from CALLING_ADMIN_KEY or --key-file)
-          backup   --to FILE   a consistent copy of the live SQLite database (online backup; the server keeps running)
-          bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
-                   acked chat messages per second and ack latency against an in-process server
-          bench suite [SCENARIO…] [--quick|--smoke]   every scenario against this server and a bare lws baseline
-                   (both run the calling-bench executable beside this one; bench/README.md)
+          serve         run the signaling server (every key of docs/configuration.md is a flag)
+          token         print a peer or presence token signed with the server's secret
+          migrate       apply the SQLite migrations (and PostgreSQL's with database_url) and exit
+          config        print the effective configuration (secrets hidden)
+          config-table  print the key table of docs/configuration.md
+          apikey        create | list | revoke   API keys for /v1/calls, /v1/tokens and /v1/admin
+          admin         rooms | kick | end | send | drain | status   the admin API from a shell
+          backup        a consistent copy of the live SQLite database (the server keeps running)
+          peer          a Linux WebRTC peer: joins a room, calls or answers with audio and data
+          bench         chat | suite   the load generators (the calling-bench executable beside this one)
+          help [COMMAND]  this text, or COMMAND's usage
         """
+
+    /// The flags every configuration-reading command takes (docs/configuration.md).
+    static let configFlags = """
+          --config FILE          JSON configuration file (else CALLING_CONFIG)
+          --data-dir DIR         the server's data directory (default \(ServerConfig().dataDir))
+          --<key> VALUE          any key of docs/configuration.md; CALLING_<KEY> variables apply too
+        """
+
+    /// Each command's own usage, printed for `calling-server <command> --help` (exit 0) before
+    /// any configuration or key is read. `peer` has its own in the executable.
+    public static let commandUsages: [String: String] = [
+        "serve": """
+            usage: calling-server serve [--config FILE] [--<key> VALUE]…
+
+            Runs the signaling server until SIGINT or SIGTERM. Layers, later wins: defaults, the
+            --config file, CALLING_<KEY> variables, flags (docs/configuration.md).
+
+              --host H               address to listen on (default \(ServerConfig().host))
+              --port P               port (default \(ServerConfig().port); 0 picks a free one, shown in the banner)
+            \(configFlags)
+            """,
+        "token": """
+            usage: calling-server token --peer PEER [--room ROOM] [token flags] [config flags]
+
+            Prints a token signed with the server's secret (CALLING_JWT_SECRET, jwt_secret_file or
+            <data_dir>/jwt-secret: give it the server's --data-dir or --config). It never creates a
+            secret: without one it exits 1.
+
+              --peer PEER            the token's sub (required)
+              --room ROOM            room_id (required while the scope contains room)
+              --role R               role claim (default peer; agent, dashboard or caller for presence)
+              --name N               display name
+              --call CALL            call_id claim
+              --scope S              space-separated scopes (default room; presence for /v1/presence)
+              --ttl SECONDS          lifetime (default token_ttl_seconds)
+              --audience A           aud claim (default jwt_audience)
+              --max-peers N          seats of the room for this joiner (0 = unlimited)
+              --jti ID               token id (default random)
+            \(configFlags)
+
+            examples:
+              calling-server token --data-dir ./data --room demo --peer alice
+              calling-server token --data-dir ./data --peer ann --role agent --scope presence
+            """,
+        "migrate": """
+            usage: calling-server migrate [--data-dir DIR] [--database-url postgres://…] [config flags]
+
+            Applies the SQLite migrations (and, with database_url, PostgreSQL's chat migrations) and exits.
+
+              --database-url URL     PostgreSQL for chat history (docs/operations.md)
+            \(configFlags)
+            """,
+        "config": """
+            usage: calling-server config [config flags]
+
+            Prints the effective configuration, one `key = value` per line, secrets hidden.
+
+            \(configFlags)
+            """,
+        "config-table": """
+            usage: calling-server config-table
+
+            Prints the key table of docs/configuration.md, generated from the source.
+            """,
+        "backup": """
+            usage: calling-server backup --to FILE [config flags]
+
+            Copies the live SQLite database with SQLite's online backup (the server keeps running),
+            then checks the copy with integrity_check.
+
+              --to FILE              where the copy is written (required)
+            \(configFlags)
+            """,
+        "apikey": APIKeyCommand.usage,
+        "admin": AdminCommand.usage,
+        "bench": """
+            usage: calling-server bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R]
+                                             [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
+                   calling-server bench suite [SCENARIO…] [--quick|--smoke]
+
+            Runs the calling-bench executable beside this one with the same arguments
+            (`calling-bench --help` lists every flag; bench/README.md).
+            """,
+    ]
+
+    /// `calling-server --version`: the version and the git commit this binary was built from.
+    public static var versionLine: String { "calling-server \(BuildInfo.version) (commit \(BuildInfo.commit))" }
+
+    static func wantsHelp(_ arguments: ArraySlice<String>) -> Bool {
+        arguments.contains { $0 == "--help" || $0 == "-h" }
+    }
 
     /// Splits `--key value` / `--key=value` flags; a bare word is an error.
     public static func parseFlags(_ arguments: ArraySlice<String>) -> Result<[String: String], ConfigProblems> {
@@ -79,13 +170,33 @@ public enum CallingCommand {
             return 64
         }
         let command = arguments[1]
+        switch command {
+        case "--version", "version":
+            print(versionLine)
+            return 0
+        case "help", "--help", "-h":
+            if arguments.count > 2 {
+                guard let own = commandUsages[arguments[2]] else {
+                    printError("unknown command '\(arguments[2])'\n\(usage)")
+                    return 64
+                }
+                print(own)
+            } else {
+                print(usage)
+            }
+            return 0
+        default:
+            break
+        }
+        // Before anything else reads the configuration or a key: help must work on a machine
+        // where neither is set up yet.
+        if wantsHelp(arguments.dropFirst(2)), let own = commandUsages[command] {
+            print(own)
+            return 0
+        }
         if command == "bench" { return bench(arguments: arguments) }
         if command == "apikey" { return APIKeyCommand.run(arguments, environment: environment) }
         if command == "admin" { return AdminCommand.run(arguments, environment: environment) }
-        if arguments.dropFirst(2).contains(where: { $0 == "--help" || $0 == "-h" }) {
-            print(usage)
-            return 0
-        }
         let flags: [String: String]
         switch parseFlags(arguments.dropFirst(2)) {
         case .failure(let problems):
@@ -108,9 +219,6 @@ public enum CallingCommand {
         case "config-table":
             // The key table of docs/configuration.md, regenerated from the source of truth.
             print(ServerConfig.markdownTable)
-            return 0
-        case "help", "--help", "-h":
-            print(usage)
             return 0
         default:
             printError("unknown command '\(command)'\n\(usage)")
@@ -163,7 +271,7 @@ public enum CallingCommand {
         // Machine-readable line for scripts and tests that start the server on port 0.
         // Written unbuffered: scripts wait for this line before connecting.
         let banner = "calling-server listening on \(config.tlsEnabled ? "https" : "http")://\(config.host):\(app.port)\n"
-            + "mint a token: \(executable) token --data-dir \(config.dataDir) --room demo --peer alice\n"
+            + "mint a token: \(mintCommand(executable: executable, flags: flags, environment: environment, config: config))\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
         if config.printDemoLinks {
             // Standard output only, never the log: these links carry live tokens.
@@ -208,6 +316,30 @@ public enum CallingCommand {
         }
         app.stop()
         return 0
+    }
+
+    /// The banner's `token` command line: the same config file and the flags that decide which
+    /// secret signs and what `aud` a token carries, so the printed command mints a token this
+    /// server accepts when copied as is.
+    static func mintCommand(executable: String, flags: [String: String], environment: [String: String], config: ServerConfig) -> String {
+        var words = [executable, "token"]
+        if let file = flags["config"] ?? environment["CALLING_CONFIG"] { words += ["--config", file] }
+        words += ["--data-dir", config.dataDir]
+        for key in ["jwt_secret_file", "jwt_audience"] {
+            if let value = flags[key] ?? flags[key.replacingOccurrences(of: "_", with: "-")] {
+                words += ["--" + key.replacingOccurrences(of: "_", with: "-"), value]
+            }
+        }
+        words += ["--room", "demo", "--peer", "alice"]
+        return words.map(shellQuoted).joined(separator: " ")
+    }
+
+    /// `word` as one POSIX shell word: as is when it is plain, else in single quotes.
+    static func shellQuoted(_ word: String) -> String {
+        let plain = !word.isEmpty && word.unicodeScalars.allSatisfy {
+            CharacterSet.alphanumerics.contains($0) || "-_./:=@%+,".unicodeScalars.contains($0)
+        }
+        return plain ? word : "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 
     /// The load generators are not part of the server library (bench/README.md): `bench …` runs the

@@ -7,4 +7,8 @@ let arguments = CommandLine.arguments
 if arguments.count > 1, arguments[1] == "peer" {
     exit(PeerCommand.run(arguments.dropFirst(2)))
 }
+if arguments.count > 2, ["help", "--help", "-h"].contains(arguments[1]), arguments[2] == "peer" {
+    print(PeerCommand.usage)
+    exit(0)
+}
 exit(CallingCommand.run(arguments))

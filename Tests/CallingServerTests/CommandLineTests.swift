@@ -122,11 +122,17 @@ final class TokenCommandTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: dataDir + "/jwt-secret"), "no secret written")
     }
 
-    func test_help_flags_print_the_usage() throws {
-        for arguments in [["token", "--help"], ["serve", "-h"]] {
-            let (code, output) = try capturingStandardOutput { CallingCommand.run(["calling-server"] + arguments, environment: [:]) }
+    func test_help_flags_print_the_commands_own_usage() throws {
+        for arguments in [["token", "--help"], ["serve", "-h"], ["admin", "--help"], ["apikey", "revoke", "--help"]] {
+            // A configuration that cannot load and no admin key: help reads neither.
+            let (code, output) = try capturingStandardOutput {
+                CallingCommand.run(["calling-server"] + arguments, environment: ["CALLING_PORT": "x"])
+            }
             XCTAssertEqual(code, 0, "\(arguments)")
-            XCTAssertTrue(output.contains("token    --room ROOM --peer PEER"), output)
+            XCTAssertTrue(output.hasPrefix("usage: calling-server \(arguments[0])"), output)
         }
+        let (code, output) = try capturingStandardOutput { CallingCommand.run(["calling-server", "--version"], environment: [:]) }
+        XCTAssertEqual(code, 0)
+        XCTAssertEqual(output, CallingCommand.versionLine + "\n")
     }
 }
