@@ -1086,7 +1086,8 @@ public final class WebSocketServer: @unchecked Sendable {
     }
 
     private func writeHeaders(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Bool {
-        LWS.writeResponseHead(wsi, status: response.status, headers: response.headers, contentLength: response.body.count)
+        LWS.writeResponseHead(wsi, status: response.status, reason: HTTPResponse.reasonPhrase(response.status), headers: response.headers,
+                              contentLength: response.body.count)
     }
 
     private func requestMethod(_ wsi: OpaquePointer) -> HTTPMethod? {

@@ -513,8 +513,11 @@ package enum LWS {
     // MARK: response head (service thread, in an `httpWriteable` callback)
 
     /// Writes the status line and headers through lws's header helpers (which add the server's
-    /// own fields) with `Content-Length: contentLength`. False when lws refuses.
-    package static func writeResponseHead(_ wsi: OpaquePointer, status: Int, headers: [(String, String)], contentLength: Int) -> Bool {
+    /// own fields) with `Content-Length: contentLength`. False when lws refuses. lws knows the
+    /// reason phrases of 200, 3xx, 4xx and 5xx only and leaves others empty (`HTTP/1.1 201 `);
+    /// `reason` fills an empty one in.
+    package static func writeResponseHead(_ wsi: OpaquePointer, status: Int, reason: String = "", headers: [(String, String)],
+                                          contentLength: Int) -> Bool {
         var headerBytes = 512
         for (name, value) in headers { headerBytes += name.utf8.count + value.utf8.count + 8 }
         let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: OutboundMessage.headroom + headerBytes)
@@ -523,6 +526,7 @@ package enum LWS {
         var cursor: UnsafeMutablePointer<UInt8>? = start
         let end = start + headerBytes
         if lws_add_http_header_status(wsi, UInt32(status), &cursor, end) != 0 { return false }
+        if !reason.isEmpty, let written = cursor { cursor = fillReasonPhrase(reason, from: start, to: written, end: end) }
         for (name, value) in headers {
             let headerName = Array((name.lowercased() + ":").utf8) + [0]
             let headerValue = Array(value.utf8)
@@ -538,5 +542,23 @@ package enum LWS {
         if lws_finalize_http_header(wsi, &cursor, end) != 0 { return false }
         guard let cursor else { return false }
         return lws_write(wsi, start, cursor - start, LWS_WRITE_HTTP_HEADERS) >= 0
+    }
+
+    /// Inserts `reason` into an HTTP/1 status line lws wrote at `start` with an empty reason phrase
+    /// (whatever lws wrote after it moves along); returns the new end of the head. An HTTP/2
+    /// head (a `:status` pseudo-header, no phrase), a phrase lws did write, or no room: unchanged.
+    static func fillReasonPhrase(_ reason: String, from start: UnsafeMutablePointer<UInt8>, to written: UnsafeMutablePointer<UInt8>,
+                                 end: UnsafeMutablePointer<UInt8>) -> UnsafeMutablePointer<UInt8> {
+        let head = UnsafeBufferPointer(start: start, count: written - start)
+        guard head.starts(with: "HTTP/1.".utf8),
+              let lineEnd = head.indices.first(where: { head[$0] == UInt8(ascii: "\r") }),
+              lineEnd > 0, head[lineEnd - 1] == UInt8(ascii: " ")
+        else { return written }
+        let phrase = Array(reason.utf8)
+        guard written + phrase.count <= end else { return written }
+        let gap = start + lineEnd
+        memmove(gap + phrase.count, gap, written - gap)
+        gap.update(from: phrase, count: phrase.count)
+        return written + phrase.count
     }
 }
