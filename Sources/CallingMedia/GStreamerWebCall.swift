@@ -50,6 +50,8 @@ public final class GStreamerWebCall: @unchecked Sendable {
     private var generation = 0
     private var grace: Task<Void, Never>?
     private var reconnecting = false
+    /// Set when the call ends: the connection's last statistics, read before it is closed.
+    private var closing: Task<PeerMediaStats?, Never>?
     /// How long lost media may take to come back before a reconnect (docs/sdk.md "Media").
     public var disconnectGrace: TimeInterval = 5
     /// Waits before reconnect attempt 1, 2, 3; the call ends as `disconnected` after the last.
@@ -149,9 +151,11 @@ public final class GStreamerWebCall: @unchecked Sendable {
         finish("hangup")
     }
 
-    /// Statistics of the call's peer connection (packets, audio levels, the tone heard).
+    /// Statistics of the call's peer connection (packets, audio levels, the tone heard); after
+    /// the call ended, what it had measured when it ended.
     public func stats() async -> PeerMediaStats? {
-        await engine.stats(for: Self.peer)
+        if let closing = lock.withLock({ closing }) { return await closing.value }
+        return await engine.stats(for: Self.peer)
     }
 
     private func control(_ message: ControlMessage) throws {
@@ -200,8 +204,18 @@ public final class GStreamerWebCall: @unchecked Sendable {
             defer { ended = true }
             return !ended
         }) else { return }
-        lock.withLock { grace?.cancel() }
+        // Closing the connection discards its statistics, and an app asks for them once the
+        // call is over (`.ended`): read them first, then close.
+        let engine = engine
+        let closing = Task { () -> PeerMediaStats? in
+            let last = await engine.stats(for: Self.peer)
+            engine.close(peer: Self.peer)
+            return last
+        }
+        lock.withLock {
+            grace?.cancel()
+            self.closing = closing
+        }
         continuation.yield(.ended(reason: reason))
-        engine.close(peer: Self.peer)
     }
 }

@@ -468,13 +468,10 @@ actor PeerSession {
         if let rtt = stats?.rttMs { fields["rtt_ms"] = .double(rtt) }
         if let jitter = stats?.jitterMs { fields["jitter_ms"] = .double(jitter) }
         if let loss = stats?.packetLoss { fields["packet_loss"] = .double(loss) }
-        log("summary " + JSONWriter.string(.object(fields)))
+        PeerOutput.summary(JSONWriter.string(.object(fields)))
     }
 
-    /// Unbuffered: a test reads these lines while the peer runs, and a killed peer loses none.
-    private nonisolated func log(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
-    }
+    private nonisolated func log(_ line: String) { PeerOutput.line(line) }
 
     private nonisolated func format(_ value: Double?) -> String {
         guard let value else { return "-" }
@@ -489,6 +486,7 @@ actor WebCallSession {
     private var pongMilliseconds: Int64?
     private var reconnects = 0
     private var endedReason: String?
+    private var sawEnded = false
     private var stop: CheckedContinuation<Void, Never>?
     private var call: GStreamerWebCall?
 
@@ -528,7 +526,12 @@ actor WebCallSession {
             if endedReason != nil { continuation.resume() } else { stop = continuation }
         }
         let stats = await call.stats()
-        if endedReason == "time" { await call.hangup() }
+        if endedReason == "time" {
+            await call.hangup()
+            // The hangup's `ended` event comes through the event task; report it before the
+            // summary, which is the last line (bounded: the event is already queued).
+            for _ in 0..<50 where !sawEnded { try? await Task.sleep(nanoseconds: 20_000_000) }
+        }
         var fields: [String: JSONValue] = [
             "connected": .bool(statuses.contains("connected")),
             "statuses": .array(statuses.map { .string($0) }),
@@ -541,7 +544,7 @@ actor WebCallSession {
             "reconnect_attempts": .int(Int64(reconnects)),
         ]
         if let pongMilliseconds { fields["pong_rtt_ms"] = .int(pongMilliseconds) }
-        log("summary " + JSONWriter.string(.object(fields)))
+        PeerOutput.summary(JSONWriter.string(.object(fields)))
         events.cancel()
         return 0
     }
@@ -565,6 +568,7 @@ actor WebCallSession {
             reconnects += 1
         case .ended(let reason):
             log("ended \(reason)")
+            sawEnded = true
             if reason != "hangup" { finish(reason) }
         }
     }
@@ -576,8 +580,29 @@ actor WebCallSession {
         stop = nil
     }
 
-    private nonisolated func log(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    private nonisolated func log(_ line: String) { PeerOutput.line(line) }
+}
+
+/// The peer's standard output. Unbuffered: a test reads these lines while the peer runs, and a
+/// killed peer loses none. `summary {json}` is the last line, as `--help` and docs/media.md
+/// promise: events still arriving from the signaling and media tasks after it are not printed.
+enum PeerOutput {
+    nonisolated(unsafe) private static var summarized = false
+    private static let lock = NSLock()
+
+    static func line(_ text: String) {
+        lock.withLock {
+            guard !summarized else { return }
+            FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        }
+    }
+
+    static func summary(_ json: String) {
+        lock.withLock {
+            guard !summarized else { return }
+            summarized = true
+            FileHandle.standardOutput.write(Data(("summary " + json + "\n").utf8))
+        }
     }
 }
 

@@ -279,3 +279,54 @@ def test_linux_agent_with_stay_answers_one_session_caller_after_another(lab):
         assert_heard(c, f"app-{index}", 660, min_frames=50)
     assert g["calls"] == 2, g
     assert "ending reason=time" in agent.output(), f"the agent should have stayed until --seconds:\n{agent.tail()}"
+
+
+def last_line(proc) -> str:
+    lines = [line for line in proc.output().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def web_call(lab, server, key: str, room: str, agent: str, label: str, seconds: float):
+    status, _, call = server.post_json("/v1/calls", {"room_id": room, "agent_id": agent}, {"X-API-Key": key})
+    assert status == 201, call
+    argv = [support.BINARY, "peer", "--web-call", call["call_id"], "--url", server.base_url_for(lab.a),
+            "--token", call["access_token"], "--tone", "440", "--seconds", str(seconds)]
+    return lab.spawn(lab.a, argv, label, env=clean_env())
+
+
+def test_the_summary_is_the_last_line_of_every_web_call_that_ends_on_seconds(lab):
+    """`--help` and docs/media.md promise `summary {json}` as the last line. A web call ending on
+    --seconds hangs up, and its own hangup's `ended hangup` used to come after the summary (12 of
+    15 runs); every run here must end on the summary, the agent's (--seconds, --stay) too."""
+    server = lab.start_server()
+    agent = linux_peer(lab, lab.b, server, server.token("support-3", "agent-3", role="agent"), "linux-agent-stay",
+                       tone=660, answer_sessions=True, stay=True, seconds=CALLEE_SECONDS + 6)
+    server.wait_peers(1)
+    key = server.apikey()
+    for index in range(4):
+        app = web_call(lab, server, key, "support-3", "agent-3", f"linux-web-call-{index}", 1.5)
+        summary = app.summary(SUMMARY_TIMEOUT)
+        assert summary["hangup_reason"] == "time", summary
+        assert "ended hangup" in app.output(), f"run {index}: the hangup was not reported:\n{app.tail()}"
+        assert last_line(app).startswith("summary {"), f"run {index} did not end on its summary:\n{app.tail()}"
+    agent.summary(CALLEE_SECONDS + 6 + SUMMARY_TIMEOUT)
+    assert last_line(agent).startswith("summary {"), f"the agent did not end on its summary:\n{agent.tail()}"
+
+
+def test_a_web_call_the_agent_ends_reports_the_audio_that_flowed(lab):
+    """The agent's side ends the call (its --seconds run out first): the app's summary says so and
+    still counts the packets and the tone it received, read before the peer connection closed
+    (it used to report 0 packets and -120 dBFS)."""
+    server = lab.start_server()
+    agent = linux_peer(lab, lab.b, server, server.token("support-4", "agent-4", role="agent"), "linux-agent",
+                       tone=660, answer_sessions=True, seconds=6)
+    server.wait_peers(1)
+    app = web_call(lab, server, server.apikey(), "support-4", "agent-4", "linux-web-call", CALLEE_SECONDS)
+    a = app.summary(SUMMARY_TIMEOUT)
+    agent.summary(SUMMARY_TIMEOUT)
+
+    assert a["hangup_reason"] == "ended", f"the agent's end was not seen as such: {a}"
+    assert (a.get("packets_received") or 0) > 0 and (a.get("packets_sent") or 0) > 0, a
+    assert a["rms_dbfs"] > -60, a
+    assert_heard(a, "linux-web-call", 660)
+    assert last_line(app).startswith("summary {"), app.tail()
