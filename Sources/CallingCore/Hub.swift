@@ -64,6 +64,12 @@ public struct TokenCredential: Sendable, Hashable {
     }
 }
 
+/// A seat by room and peer id, for the reconnect graces.
+struct GraceSeat: Hashable, Sendable {
+    var room: RoomID
+    var peer: PeerID
+}
+
 /// What a ban is keyed by: the same for every identity presenting the same token.
 struct BanKey: Hashable, Sendable {
     enum Kind: Hashable, Sendable {
@@ -152,7 +158,17 @@ public enum HubInput: Sendable {
     /// An authenticated connection joins its token's room.
     case join(ConnectionID, PeerIdentity, ChatResume)
     case message(ConnectionID, ClientMessage)
+    /// The connection's seat ends at once: a clean leave (a `leave` frame, the client's close
+    /// 1000 or 1001, a terminal close by the server, an HTTP session that ended).
     case disconnect(ConnectionID)
+    /// The connection's socket ended without a clean leave (no close handshake, or a close the
+    /// client may reconnect after): the seat is kept for `HubSettings.reconnectGraceMs`, the room
+    /// sees `peer-reconnecting`, and a join with the same peer id within the grace resumes it.
+    /// With a grace of 0, the same as `.disconnect`.
+    case connectionLost(ConnectionID)
+    /// A grace timer armed by `HubEffect.armGrace` is due. Ignored unless its arming is still the
+    /// seat's current one (the peer resumed, left or was kicked since, or a later loss re-armed it).
+    case graceExpired(GraceTimer)
     /// The store committed (or refused) a chat the hub asked it to persist.
     case chatStored(ChatStoreOutcome)
     /// The store moved (or kept) a read marker.
@@ -193,6 +209,22 @@ public enum HubEffect: Sendable, Equatable {
     case storeStats(room: RoomID, call: CallID?, peer: PeerID, StatsSample, timestamp: Millis)
     /// Persist a room's meter (started, paused, announced, ended) so a restart resumes it.
     case storeMeter(RoomID, MeterSnapshot)
+    /// Feed `.graceExpired(timer)` back once the clock reaches `at`. A timer whose arming is no
+    /// longer current is ignored then, so the environment never cancels one.
+    case armGrace(GraceTimer, at: Millis)
+}
+
+/// A seat's reconnect grace, as armed: which seat, and which arming of it (each loss arms anew).
+public struct GraceTimer: Sendable, Hashable {
+    public var room: RoomID
+    public var peer: PeerID
+    public var arming: UInt64
+
+    public init(room: RoomID, peer: PeerID, arming: UInt64) {
+        self.room = room
+        self.peer = peer
+        self.arming = arming
+    }
 }
 
 /// Settings the hub applies; all come from configuration.
@@ -206,9 +238,14 @@ public struct HubSettings: Sendable, Equatable {
     /// How long a seat stays held for an admitted joiner whose join has not completed (the store
     /// read of its chat state); a join that never completes frees the seat after this.
     public var seatHoldMs: Int64
+    /// How long a seat whose socket ended without a clean leave stays held for its peer to
+    /// reconnect (`HubInput.connectionLost`); 0 = no grace, the seat ends at once.
+    public var reconnectGraceMs: Int64
 
     public init(pingIntervalMs: Int64 = 25_000, typingTTLMs: Int64 = 6_000, chatMaxTextBytes: Int = 4_096,
-                chatMaxMetaBytes: Int = 2_048, maxPeersPerRoom: Int = 0, seatHoldMs: Int64 = 30_000) {
+                chatMaxMetaBytes: Int = 2_048, maxPeersPerRoom: Int = 0, seatHoldMs: Int64 = 30_000,
+                reconnectGraceMs: Int64 = 15_000) {
+        self.reconnectGraceMs = reconnectGraceMs
         self.pingIntervalMs = pingIntervalMs
         self.typingTTLMs = typingTTLMs
         self.chatMaxTextBytes = chatMaxTextBytes
@@ -229,6 +266,10 @@ public struct Hub: Sendable {
         /// once at join: a relayed frame between two such peers is written without checking
         /// either id again (`RelayedFrame.plainLength(_:plainFrom:plainTo:payload:)`).
         let plainID: Bool
+        /// In its reconnect grace: `connection` is gone, nothing is sent to it, relays to it are
+        /// answered with `peer_reconnecting`, and the seat still counts toward the room's limit.
+        /// Beside `plainID`, in its padding: a member is no larger for it.
+        var reconnecting = false
 
         init(identity: PeerIdentity, connection: ConnectionID, typingUntil: Millis?) {
             self.identity = identity
@@ -273,10 +314,13 @@ public struct Hub: Sendable {
         /// strings): two copies per relayed frame, ~340 instructions under callgrind.
         /// No target when `peer` is the sender's own id: ids are unique in a room, so that is the
         /// target being the sender's member, and the ids need not be compared again.
-        func route(from connection: ConnectionID, to peer: PeerID) -> (sender: PeerID, target: ConnectionID?, plainIDs: Bool)? {
+        /// `reconnecting`: the target is in its reconnect grace (`target` is its gone connection).
+        func route(from connection: ConnectionID, to peer: PeerID)
+            -> (sender: PeerID, target: ConnectionID?, plainIDs: Bool, reconnecting: Bool)?
+        {
             guard let sender = all.firstIndex(where: { $0.connection == connection }) else { return nil }
-            guard let target = position(of: peer), target != sender else { return (all[sender].identity.peer, nil, false) }
-            return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
+            guard let target = position(of: peer), target != sender else { return (all[sender].identity.peer, nil, false, false) }
+            return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID, all[target].reconnecting)
         }
 
         /// `route(from:to:)` for a `to` given as UTF-8 bytes (`RelayParts`), compared with each
@@ -286,7 +330,8 @@ public struct Hub: Sendable {
         /// as a `String`; else `to` is not in the room, which that way answers).
         func route(from connection: ConnectionID, toUTF8 peer: UnsafeBufferPointer<UInt8>) -> (sender: PeerID, target: ConnectionID, plainIDs: Bool)? {
             guard index == nil, let sender = all.firstIndex(where: { $0.connection == connection }),
-                  let target = all.firstIndex(where: { Self.spells($0.identity.peer, peer) }), target != sender
+                  let target = all.firstIndex(where: { Self.spells($0.identity.peer, peer) }), target != sender,
+                  !all[target].reconnecting
             else { return nil }
             return (all[sender].identity.peer, all[target].connection, all[sender].plainID && all[target].plainID)
         }
@@ -355,6 +400,13 @@ public struct Hub: Sendable {
             all[position].typingUntil = until
         }
 
+        /// Marks `peer`'s seat as in (or out of) its reconnect grace; its typing ends with it.
+        mutating func setReconnecting(_ peer: PeerID, _ reconnecting: Bool) {
+            guard let position = position(of: peer) else { return }
+            all[position].reconnecting = reconnecting
+            if reconnecting { all[position].typingUntil = nil }
+        }
+
         private mutating func reindex() {
             guard all.count > Self.indexedAbove / 2 else {
                 index = nil
@@ -372,7 +424,8 @@ public struct Hub: Sendable {
         /// Each member's connection, in join order, collected from `members` (a scan, no lookup by
         /// peer id): a broadcast builds its target list once per frame either way, and a second
         /// array per room kept ~20 bytes per seated peer.
-        var connections: [ConnectionID] { members.all.map(\.connection) }
+        /// A member in its reconnect grace has no connection to send to and is left out.
+        var connections: [ConnectionID] { members.all.compactMap { $0.reconnecting ? nil : $0.connection } }
         /// Kept out of line: most rooms never have a meter, and inline it made every room's entry
         /// in `rooms` ~80 bytes larger (an indirect case is an immutable heap box, so the hub keeps
         /// its value semantics; a meter changes at most once a tick).
@@ -406,12 +459,17 @@ public struct Hub: Sendable {
             members.setTyping(peer, until: until)
         }
 
-        /// Every member's connection but `peer`'s, in join order.
+        mutating func setReconnecting(_ peer: PeerID, _ reconnecting: Bool) {
+            members.setReconnecting(peer, reconnecting)
+        }
+
+        /// Every member's connection but `peer`'s (and those of members in their reconnect
+        /// grace), in join order.
         func connections(excluding peer: PeerID) -> [ConnectionID] {
             guard let excluded = members[peer]?.connection else { return connections }
             var others: [ConnectionID] = []
             others.reserveCapacity(members.count - 1)
-            for member in members.all where member.connection != excluded { others.append(member.connection) }
+            for member in members.all where member.connection != excluded && !member.reconnecting { others.append(member.connection) }
             return others
         }
     }
@@ -498,6 +556,9 @@ public struct Hub: Sendable {
     private var holds: [RoomID: [PeerID: Millis]] = [:]
     /// Kicked credentials, refused until the stored time (their expiry).
     private var banned: [BanKey: Millis] = [:]
+    /// Seats in their reconnect grace, by room and peer: the arming of their current timer.
+    private var graces: [GraceSeat: UInt64] = [:]
+    private var nextArming: UInt64 = 0
     /// Set by `.setDraining`: `admit` refuses new seats while rooms already open go on.
     public private(set) var isDraining = false
 
@@ -566,9 +627,22 @@ public struct Hub: Sendable {
         rooms.keys.sorted().map { ($0, identities(in: $0)) }
     }
 
-    /// The connection seated as `peer` in `room`, if any.
+    /// The connection seated as `peer` in `room`, if any (a gone one while the seat is in its
+    /// reconnect grace).
     public func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? {
         rooms[room]?.members[peer]?.connection
+    }
+
+    /// `peer`'s seat in `room`: its connection (gone while `reconnecting`), its identity, and
+    /// whether it is in its reconnect grace. `identity(of:)` knows only live connections.
+    public func seat(of peer: PeerID, in room: RoomID) -> (connection: ConnectionID, identity: PeerIdentity, reconnecting: Bool)? {
+        guard let member = rooms[room]?.members[peer] else { return nil }
+        return (member.connection, member.identity, member.reconnecting)
+    }
+
+    /// Seats in their reconnect grace, by room then peer id (for the admin API and tests).
+    public var reconnectingSeats: [(room: RoomID, peer: PeerID)] {
+        graces.keys.map { ($0.room, $0.peer) }.sorted { ($0.room, $0.peer) < ($1.room, $1.peer) }
     }
 
     public mutating func handle(_ input: HubInput, now: Millis) -> [HubEffect] {
@@ -579,6 +653,12 @@ public struct Hub: Sendable {
             return handle(message, from: connection, now: now)
         case .disconnect(let connection):
             return leave(connection, now: now)
+        case .connectionLost(let connection):
+            return settings.reconnectGraceMs > 0 ? beginGrace(connection, now: now) : leave(connection, now: now)
+        case .graceExpired(let timer):
+            let key = GraceSeat(room: timer.room, peer: timer.peer)
+            guard graces[key] == timer.arming else { return [] }
+            return endSeat(timer.peer, in: timer.room, now: now)
         case .chatStored(let outcome):
             return route(outcome)?.effects ?? []
         case .readStored(let room, let peer, let seq, let moved):
@@ -596,6 +676,8 @@ public struct Hub: Sendable {
         case .kick(let roomID, let peer):
             guard let member = rooms[roomID]?.members[peer] else { return [] }
             ban(member.identity)
+            // A seat in its grace has no socket to close: it ends, and the room hears `peer-left`.
+            if member.reconnecting { return endSeat(peer, in: roomID, now: now) }
             // Left at once, so the room and the admin listing no longer show the peer; the socket's
             // disconnect that follows the close finds nothing left to do.
             return [.close(member.connection, .kicked)] + leave(member.connection, now: now)
@@ -605,12 +687,15 @@ public struct Hub: Sendable {
             for member in seated {
                 ban(member.identity)
                 connections[member.connection] = nil
+                graces[GraceSeat(room: roomID, peer: member.identity.peer)] = nil
             }
             rooms[roomID] = nil
             holds[roomID] = nil
             var emptied = room
             emptied.unseatAll()
-            return seated.map { .close($0.connection, .roomClosed) } + meterAfterLeave(roomID, remaining: emptied, now: now)
+            // Seats in their grace have no socket left to close.
+            return seated.filter { !$0.reconnecting }.map { .close($0.connection, .roomClosed) }
+                + meterAfterLeave(roomID, remaining: emptied, now: now)
         case .serverData(let roomID, let to, let payload):
             guard let room = rooms[roomID] else { return [] }
             let frame = Frame(.data, from: Self.serverPeerID.rawValue, to: to?.rawValue, payload: payload)
@@ -655,14 +740,24 @@ public struct Hub: Sendable {
         releaseHold(identity.room, identity.peer)
         var room = rooms[identity.room] ?? Room()
         let takeover = room.members[identity.peer]
+        let resumed = takeover?.reconnecting == true
         if let takeover {
-            // Same peer id again: the new connection takes the seat. The room sees no leave/join.
+            // Same peer id again: the new connection takes the seat. The room sees no leave/join;
+            // a seat in its grace is resumed (its connection is gone already, nothing to close).
             connections[takeover.connection] = nil
-            effects.append(.close(takeover.connection, .replaced))
+            if resumed {
+                graces[GraceSeat(room: identity.room, peer: identity.peer)] = nil
+            } else {
+                effects.append(.close(takeover.connection, .replaced))
+            }
         }
         room.seat(Member(identity: identity, connection: connection, typingUntil: takeover?.typingUntil))
 
-        let roster = room.members.all.filter { $0.identity.peer != identity.peer }.map(\.identity.rosterEntry)
+        let roster = room.members.all.filter { $0.identity.peer != identity.peer }.map { member in
+            var entry = member.identity.rosterEntry
+            entry.reconnecting = member.reconnecting
+            return entry
+        }
         let welcome = WelcomePayload(
             peerID: identity.peer.rawValue, roomID: identity.room.rawValue, callID: identity.call?.rawValue,
             role: identity.role, name: identity.name, peers: roster, pingIntervalMs: settings.pingIntervalMs,
@@ -672,10 +767,11 @@ public struct Hub: Sendable {
         for message in resume.replay {
             effects.append(.send([connection], message.frame))
         }
-        if takeover == nil {
+        if takeover == nil || resumed {
             let others = room.connections(excluding: identity.peer)
             if !others.isEmpty {
-                effects.append(.send(others, .peerJoined(identity.rosterEntry)))
+                effects.append(.send(others, takeover == nil ? .peerJoined(identity.rosterEntry)
+                    : Frame(.peerResumed, from: identity.peer.rawValue, payload: ["peer_id": .string(identity.peer.rawValue)])))
             }
         }
         // Typing state of the others, so a joiner does not miss an indicator that is already on.
@@ -712,6 +808,48 @@ public struct Hub: Sendable {
         return effects
     }
 
+    /// `connection`'s socket ended without a clean leave: its seat stays, marked reconnecting,
+    /// until a join with its peer id resumes it or its grace timer ends it. The meter goes on
+    /// (media between the peers does not need the signaling socket).
+    private mutating func beginGrace(_ connection: ConnectionID, now: Millis) -> [HubEffect] {
+        guard let slot = connections.removeValue(forKey: connection) else { return [] }
+        let roomID = rooms.id(at: slot)
+        guard let member = rooms[slot: slot].members.member(on: connection) else { return [] }
+        let peer = member.identity.peer
+        rooms[roomID]?.setReconnecting(peer, true)
+        nextArming += 1
+        let timer = GraceTimer(room: roomID, peer: peer, arming: nextArming)
+        graces[GraceSeat(room: roomID, peer: peer)] = nextArming
+        var effects: [HubEffect] = []
+        let others = rooms[slot: slot].connections
+        if !others.isEmpty {
+            if member.typingUntil != nil {
+                effects.append(.send(others, Frame(.typing, from: peer.rawValue, payload: ["typing": false])))
+            }
+            effects.append(.send(others, Frame(.peerReconnecting, from: peer.rawValue, payload: ["peer_id": .string(peer.rawValue)])))
+        }
+        effects.append(.armGrace(timer, at: now + settings.reconnectGraceMs))
+        return effects
+    }
+
+    /// Ends `peer`'s seat in its reconnect grace (expired, or kicked): the room hears `peer-left`.
+    private mutating func endSeat(_ peer: PeerID, in roomID: RoomID, now: Millis) -> [HubEffect] {
+        graces[GraceSeat(room: roomID, peer: peer)] = nil
+        guard var room = rooms[roomID], room.members[peer]?.reconnecting == true else { return [] }
+        room.unseat(peer)
+        if room.members.isEmpty {
+            rooms[roomID] = nil
+            return meterAfterLeave(roomID, remaining: room, now: now)
+        }
+        rooms[roomID] = room
+        var effects: [HubEffect] = []
+        let others = room.connections
+        if !others.isEmpty {
+            effects.append(.send(others, Frame(.peerLeft, from: peer.rawValue, payload: ["peer_id": .string(peer.rawValue)])))
+        }
+        return effects + meterAfterLeave(roomID, remaining: room, now: now)
+    }
+
     // MARK: frames
 
     /// Where an addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) from
@@ -733,12 +871,17 @@ public struct Hub: Sendable {
     public func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID, seat: Seat) -> RelayRoute? {
         // The room is found by its slot, not by hashing its id, and sender and target are read
         // from it without copying the room or either member.
-        guard let (peer, target, plainIDs) = rooms[slot: seat.slot].members.route(from: connection, to: to)
+        guard let (peer, target, plainIDs, reconnecting) = rooms[slot: seat.slot].members.route(from: connection, to: to)
         else { return nil }
         // No target for `to` naming the sender itself either (`MemberList.route`).
         guard let target else {
             return .answer(Frame.error(.peerNotFound, "no peer '\(to.rawValue.prefix(128))' in this room", inReplyTo: kind.rawValue),
                            to: connection)
+        }
+        // Its socket is gone; the sender holds the frame and sends it again after `peer-resumed`.
+        if reconnecting {
+            return .answer(Frame.error(.peerReconnecting, "peer '\(to.rawValue.prefix(128))' is reconnecting; send again after peer-resumed",
+                                       inReplyTo: kind.rawValue), to: connection)
         }
         return .deliver(from: peer, to: target, plainIDs: plainIDs)
     }
@@ -795,6 +938,9 @@ public struct Hub: Sendable {
             return others.isEmpty ? [] : [.send(others, frame)]
         case .ping(let payload):
             return [.send([connection], Self.pong(echoing: payload))]
+        case .leave:
+            // The seat ends now, whatever happens to the socket after (the SDK closes it).
+            return leave(connection, now: now)
         case .typing(let typing):
             return setTyping(typing, room: roomID, peer: peer, now: now)
         case .chat(let submission):

@@ -9,6 +9,8 @@ public enum ClientMessage: Sendable, Equatable {
     case stats(StatsSample)
     /// Answered with a `pong` that echoes the payload, as a relayed frame does: the sender's text.
     case ping(payload: RawJSON?)
+    /// The peer leaves the room now: its seat ends without a reconnect grace.
+    case leave
 
     public var frameType: FrameType {
         switch self {
@@ -18,6 +20,7 @@ public enum ClientMessage: Sendable, Equatable {
         case .read: return .read
         case .stats: return .stats
         case .ping: return .ping
+        case .leave: return .leave
         }
     }
 }
@@ -296,6 +299,8 @@ public enum ClientFrameDecoder {
             return .stats(try decodeStats(payload, typeName: typeName))
         case .ping:
             return .ping(payload: payload.map(RawJSON.init))
+        case .leave:
+            return .leave
         default:
             throw FrameError(.unknownType, "unknown frame type '\(typeName)'", type: typeName)
         }

@@ -11,6 +11,9 @@ public enum ErrorCode: Int, Sendable, CaseIterable, CustomStringConvertible {
     case forbidden = 403
     /// `to` names no peer in the room.
     case peerNotFound = 404
+    /// `to` names a peer in its reconnect grace: hold the frame and send it again after
+    /// `peer-resumed` (or drop it on `peer-left`).
+    case peerReconnecting = 480
     /// The frame exceeds `max_frame_bytes`; it was dropped unread.
     case frameTooLarge = 413
     /// Binary frames carry nothing in this protocol.
@@ -37,7 +40,7 @@ public enum ErrorCode: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// Whether retrying the same frame later can succeed.
     public var isTemporary: Bool {
         switch self {
-        case .rateLimited, .internalError, .unavailable, .peerNotFound: return true
+        case .rateLimited, .internalError, .unavailable, .peerNotFound, .peerReconnecting: return true
         default: return false
         }
     }
@@ -50,6 +53,7 @@ public enum ErrorCode: Int, Sendable, CaseIterable, CustomStringConvertible {
         case .unknownType: return "unknown_type"
         case .forbidden: return "forbidden"
         case .peerNotFound: return "peer_not_found"
+        case .peerReconnecting: return "peer_reconnecting"
         case .frameTooLarge: return "frame_too_large"
         case .binaryUnsupported: return "binary_unsupported"
         case .invalidUTF8: return "invalid_utf8"

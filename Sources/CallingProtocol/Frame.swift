@@ -684,10 +684,16 @@ public enum FrameType: String, Sendable, CaseIterable {
     case ping
     case pong
     case error
+    /// A peer's socket ended without a clean leave; its seat is held for its reconnect grace.
+    case peerReconnecting = "peer-reconnecting"
+    /// A peer in its reconnect grace is back on a new socket.
+    case peerResumed = "peer-resumed"
+    /// From a client: its seat ends now (a deliberate hang-up), not after a reconnect grace.
+    case leave
 
     public var isClientSendable: Bool {
         switch self {
-        case .offer, .answer, .candidate, .data, .chat, .typing, .read, .stats, .ping: return true
+        case .offer, .answer, .candidate, .data, .chat, .typing, .read, .stats, .ping, .leave: return true
         default: return false
         }
     }

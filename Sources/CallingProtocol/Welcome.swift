@@ -7,16 +7,22 @@ public struct RosterEntry: Sendable, Equatable {
     public var role: String
     /// Its display name, if its token gave one.
     public var name: String?
+    /// In its reconnect grace (docs/protocol.md, "Reconnect grace"): sent as `"reconnecting":
+    /// true` in `welcome.peers`, and left out otherwise.
+    public var reconnecting: Bool
 
-    public init(peerID: String, role: String, name: String?) {
+    public init(peerID: String, role: String, name: String?, reconnecting: Bool = false) {
         self.peerID = peerID
         self.role = role
         self.name = name
+        self.reconnecting = reconnecting
     }
 
     /// The entry as the JSON object it is sent as.
     public var json: JSONValue {
-        ["name": name.map(JSONValue.string) ?? .null, "peer_id": .string(peerID), "role": .string(role)]
+        var fields: [String: JSONValue] = ["name": name.map(JSONValue.string) ?? .null, "peer_id": .string(peerID), "role": .string(role)]
+        if reconnecting { fields["reconnecting"] = .bool(true) }
+        return .object(fields)
     }
 
     /// Appends `JSONWriter.bytes(json)`: the keys in sorted order.
@@ -25,6 +31,7 @@ public struct RosterEntry: Sendable, Equatable {
         JSONWriter.writeStringOrNull(name, into: &out)
         JSONWriter.writeRaw(#","peer_id":"#, into: &out)
         JSONWriter.writeString(peerID, into: &out)
+        if reconnecting { JSONWriter.writeRaw(#","reconnecting":true"#, into: &out) }
         JSONWriter.writeRaw(#","role":"#, into: &out)
         JSONWriter.writeString(role, into: &out)
         out.append(UInt8(ascii: "}"))

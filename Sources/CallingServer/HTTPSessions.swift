@@ -392,7 +392,8 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     private func start(_ kind: Kind, identity: PeerIdentity, offer: String, preferred: PeerID?, expiresAt: Millis,
                        completion: @escaping (Session, AnswerOutcome) -> Void, refused: (HTTPResponse) -> Void)
     {
-        let present = rooms.hubSnapshot.identities(in: identity.room)
+        let hub = rooms.hubSnapshot
+        let present = hub.identities(in: identity.room)
         let seat = Seat(room: identity.room, peer: identity.peer)
         if bySeat[seat] == nil, present.contains(where: { $0.peer == identity.peer }) {
             // The API's 409: the identity is in use by a different kind of participant (a WebSocket peer).
@@ -400,8 +401,9 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
             return refused(.problem(409, code: "identity_in_use",
                                     detail: "peer '\(identity.peer.rawValue.prefix(128))' is connected over WebSocket in this room"))
         }
+        // A peer in its reconnect grace has no socket to take the offer.
         let candidates = present.filter {
-            $0.role == config.sessionAnswerRole && $0.peer != identity.peer
+            $0.role == config.sessionAnswerRole && $0.peer != identity.peer && hub.seat(of: $0.peer, in: identity.room)?.reconnecting != true
         }
         guard let answerer = candidates.first(where: { $0.peer == preferred }) ?? candidates.first else {
             counters["refused_no_answerer", default: 0] += 1

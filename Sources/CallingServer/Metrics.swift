@@ -12,7 +12,7 @@ import CallingTransport
 /// small strings per count instead of a hash. `/metrics` sees one map either way.
 struct FrameCounts {
     private static let types = FrameType.allCases
-    private var known = InlineArray<16, Int>(repeating: 0)
+    private var known = InlineArray<19, Int>(repeating: 0)
     private var other: [(name: String, count: Int)] = []
     private var last = 0
 
@@ -42,6 +42,9 @@ struct FrameCounts {
         case .ping: return 13
         case .pong: return 14
         case .error: return 15
+        case .peerReconnecting: return 16
+        case .peerResumed: return 17
+        case .leave: return 18
         }
     }
 

@@ -193,11 +193,17 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     }
 
     func didClose(_ connection: ConnectionID) {
+        didClose(connection, ending: .closedByClient(CloseCode.normal.rawValue))
+    }
+
+    /// A seated peer whose socket ended without a clean leave keeps its seat for its reconnect
+    /// grace (`Hub`, `.connectionLost`); a clean one leaves at once (docs/protocol.md, "Reconnect grace").
+    func didClose(_ connection: ConnectionID, ending: SocketEnding) {
         guard let session = sessions.removeValue(for: connection.rawValue) else { return }
         if let pending = session.pending {
             rooms.abandonSeat(connection, pending.ticket.identity)
         } else {
-            rooms.handle(.disconnect(connection))
+            rooms.handle(ending.isCleanLeave ? .disconnect(connection) : .connectionLost(connection))
         }
     }
 

@@ -65,6 +65,9 @@ public struct ServerConfig: Sendable, Equatable {
     public var maxClientIDBytes = 128
     public var maxPeerIDBytes = 128
     public var typingTTLMs = 6_000
+    /// How long a peer whose socket ended without a clean leave keeps its seat (docs/protocol.md,
+    /// "Reconnect grace"); 0 ends the seat at once, as before the grace existed.
+    public var reconnectGraceMs = 15_000
     public var chatMaxTextBytes = 4_096
     public var chatMaxMetaBytes = 2_048
     public var replayCap = 500
@@ -227,7 +230,7 @@ public struct ServerConfig: Sendable, Equatable {
 
     public var hub: HubSettings {
         HubSettings(pingIntervalMs: Int64(pingIntervalMs), typingTTLMs: Int64(typingTTLMs), chatMaxTextBytes: chatMaxTextBytes,
-                    chatMaxMetaBytes: chatMaxMetaBytes, maxPeersPerRoom: maxPeersPerRoom)
+                    chatMaxMetaBytes: chatMaxMetaBytes, maxPeersPerRoom: maxPeersPerRoom, reconnectGraceMs: Int64(reconnectGraceMs))
     }
 
     /// One entry per key: its JSON name, a one-line meaning, and how to read and write it.
@@ -316,6 +319,8 @@ public struct ServerConfig: Sendable, Equatable {
         .int("max_client_id_bytes", "longest chat client_id", \.maxClientIDBytes, 8...1_024),
         .int("max_peer_id_bytes", "longest peer id accepted in `to`", \.maxPeerIDBytes, 8...1_024),
         .int("typing_ttl_ms", "typing indicator expiry", \.typingTTLMs, 500...600_000),
+        .int("reconnect_grace_ms", "how long a peer whose socket ended without a clean leave keeps its seat (peer-reconnecting); 0 = peer-left at once",
+             \.reconnectGraceMs, 0...600_000),
         .int("chat_max_text_bytes", "longest chat text", \.chatMaxTextBytes, 1...1_048_576),
         .int("chat_max_meta_bytes", "largest chat meta object (serialized)", \.chatMaxMetaBytes, 2...1_048_576),
         .int("replay_cap", "messages replayed on resume before saying recovered=false", \.replayCap, 0...100_000),

@@ -26,6 +26,9 @@ final class SignalingService: @unchecked Sendable {
     private var lifecycle = CallLifecycle()
     /// Why the server closed a connection, for the `call_ended` reason when it was the room's last peer.
     private var closeReasons: [ConnectionID: String] = [:]
+    /// Reconnect graces armed by the hub (`HubEffect.armGrace`), fed back as `.graceExpired` once
+    /// due; a timer whose seat resumed or ended meanwhile is ignored by the hub then.
+    private var graceTimers: [(due: Millis, timer: GraceTimer)] = []
 
     // Stored copies of the context's leaves: read on every frame, so not through `context`.
     private let config: ServerConfig
@@ -73,7 +76,9 @@ final class SignalingService: @unchecked Sendable {
     /// leave, an admin action). Service thread.
     func handle(_ input: HubInput) {
         switch input {
-        case .join, .disconnect, .kick, .endRoom: membership(input)
+        case .join, .disconnect, .connectionLost, .graceExpired, .kick, .endRoom: membership(input)
+        // A `leave` frame ends the seat like a clean close (webhooks, the cluster's leave).
+        case .message(let connection, .leave): membership(.disconnect(connection))
         case .message(let connection, .relay(let kind, let to?, let payload)):
             relay(kind, to: to, payload: payload, from: connection)
         case .message(let connection, .chat(let submission)): chat(submission, from: connection)
@@ -186,19 +191,31 @@ final class SignalingService: @unchecked Sendable {
                     events = lifecycle.joined(identity, takeover: previous.map(router.isLocal) ?? false, now: current)
                 }
             }
-        case .disconnect(let connection):
+        case .disconnect(let connection), .connectionLost(let connection):
             // Nil for a connection whose seat was taken over: its leave changes nothing.
             let identity = hub.identity(of: connection)
             effects = hub.handle(input, now: current)
             let reason = closeReasons.removeValue(forKey: connection)
                 ?? (webhooks.isStopping ? "server_shutdown" : "last_peer_left")
-            if let identity {
+            // A seat in its reconnect grace has not ended: no `peer_left`, no leave for the
+            // router (the cluster keeps it announced) until `.graceExpired` ends it.
+            if let identity, hub.seat(of: identity.peer, in: identity.room)?.connection != connection {
                 left.append((identity, connection))
                 if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: reason, now: current) }
             }
+        case .graceExpired(let timer):
+            let seat = hub.seat(of: timer.peer, in: timer.room)
+            effects = hub.handle(input, now: current)
+            if let seat, seat.reconnecting, hub.seat(of: timer.peer, in: timer.room) == nil {
+                left.append((seat.identity, seat.connection))
+                if hooks, router.isLocal(seat.connection) {
+                    events = lifecycle.left(seat.identity, reason: webhooks.isStopping ? "server_shutdown" : "last_peer_left", now: current)
+                }
+            }
         case .kick(let room, let peer):
             // The hub seats the kicked peer out at once; its socket's disconnect then finds nothing.
-            let seat = hub.connection(of: peer, in: room).flatMap { connection in hub.identity(of: connection).map { (connection, $0) } }
+            // A seat in its reconnect grace is found too (its connection is gone).
+            let seat = hub.seat(of: peer, in: room).map { ($0.connection, $0.identity) }
             effects = hub.handle(input, now: current)
             if let (connection, identity) = seat {
                 left.append((identity, connection))
@@ -311,6 +328,8 @@ final class SignalingService: @unchecked Sendable {
                 calls.storeStats(StatsDraft(room: room, call: call, peer: peer, sample: sample, timestampMs: timestamp))
             case .storeMeter(let room, let snapshot):
                 calls.storeMeter(room, snapshot)
+            case .armGrace(let timer, let due):
+                graceTimers.append((due, timer))
             }
         }
     }
@@ -378,9 +397,14 @@ final class SignalingService: @unchecked Sendable {
 
     // MARK: timers
 
-    /// The hub's timers (typing expiry, seat holds, meters). Every `tick_ms`, service thread.
+    /// The hub's timers (typing expiry, seat holds, meters) and the reconnect graces that are
+    /// due. Every `tick_ms`, service thread.
     func tick(now current: Millis) {
         apply(hub.handle(.tick, now: current))
+        guard !graceTimers.isEmpty, graceTimers.contains(where: { $0.due <= current }) else { return }
+        let due = graceTimers.filter { $0.due <= current }
+        graceTimers.removeAll { $0.due <= current }
+        for entry in due { membership(.graceExpired(entry.timer)) }
     }
 }
 

@@ -17,11 +17,15 @@ protocol WebSocketEndpoint: AnyObject {
     /// `server(_:didReceiveText:on:)`); by default handed on to `didReceive` as `.text`, copied.
     func didReceiveText(_ bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID)
     func didClose(_ connection: ConnectionID)
+    /// The same, saying how the socket ended; the default calls `didClose(_:)`.
+    func didClose(_ connection: ConnectionID, ending: SocketEnding)
     /// Every `tick_ms`, for timers (grace periods, request TTLs, token expiry).
     func tick(now: Millis)
 }
 
 extension WebSocketEndpoint {
+    func didClose(_ connection: ConnectionID, ending: SocketEnding) { didClose(connection) }
+
     func didReceiveText(_ bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID) {
         didReceive(.text(Array(bytes)), on: connection)
     }
@@ -187,6 +191,10 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
 
     func server(_ server: WebSocketServer, didClose connection: ConnectionID) {
         (byConnection.removeValue(forKey: connection) ?? primary).didClose(connection)
+    }
+
+    func server(_ server: WebSocketServer, didClose connection: ConnectionID, ending: SocketEnding) {
+        (byConnection.removeValue(forKey: connection) ?? primary).didClose(connection, ending: ending)
     }
 
     func server(_ server: WebSocketServer, handle request: HTTPRequest, responder: HTTPResponder) {

@@ -16,13 +16,43 @@ public protocol WebSocketServerDelegate: AnyObject {
     func server(_ server: WebSocketServer, didReceiveText bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID)
     /// The connection is gone (either side closed it, or the network did).
     func server(_ server: WebSocketServer, didClose connection: ConnectionID)
+    /// The same, saying how it ended; the default calls `server(_:didClose:)`.
+    func server(_ server: WebSocketServer, didClose connection: ConnectionID, ending: SocketEnding)
     /// A plain HTTP request; answer through `responder`, now or later (on the service thread).
     func server(_ server: WebSocketServer, handle request: HTTPRequest, responder: HTTPResponder)
 }
 
 extension WebSocketServerDelegate {
+    public func server(_ server: WebSocketServer, didClose connection: ConnectionID, ending: SocketEnding) {
+        self.server(server, didClose: connection)
+    }
+
     public func server(_ server: WebSocketServer, didReceiveText bytes: UnsafeBufferPointer<UInt8>, on connection: ConnectionID) {
         self.server(server, didReceive: .text(Array(bytes)), on: connection)
+    }
+}
+
+/// How a WebSocket ended, as the transport saw it.
+public enum SocketEnding: Sendable, Equatable {
+    /// The server closed it with this code (whether or not the client answered).
+    case closedByServer(UInt16)
+    /// The client sent a Close frame with this code (1005 when it carried none).
+    case closedByClient(UInt16)
+    /// No close handshake: a reset, a timeout, the network gone.
+    case dropped
+
+    /// Whether the peer is gone for good rather than likely to reconnect (docs/protocol.md,
+    /// "Reconnect grace"): the client closed with 1000 or 1001 (RFC 6455 §7.4.1: a browser
+    /// sends 1001 for a page navigated away from), or the server closed with a terminal code
+    /// (4400–4999) or 1001, its own stop, after which nothing would run the grace. Anything else
+    /// (no Close, a client's other code, a server's 4000–4399 or 1011) is a connection lost.
+    public var isCleanLeave: Bool {
+        switch self {
+        case .closedByClient(let code): return code == CloseCode.normal.rawValue || code == CloseCode.goingAway.rawValue
+        case .closedByServer(let code):
+            return code == CloseCode.goingAway.rawValue || CloseCode(rawValue: code)?.isTerminal == true
+        case .dropped: return false
+        }
     }
 }
 
@@ -603,6 +633,12 @@ public final class WebSocketServer: @unchecked Sendable {
         case .peerInitiatedClose:
             // Our Close already went out: this is the client's answer, so close without an echo.
             guard let user, let conn = Self.connection(user) else { return 0 }
+            if !conn.closeFrameSent {
+                // `in`: the close payload, a big-endian status code then a reason. Kept aside until
+                // CLOSED, not in the connection: every idle peer's object would grow for it.
+                let code = length >= 2 ? input.map { UInt16($0.load(fromByteOffset: 0, as: UInt8.self)) << 8 | UInt16($0.load(fromByteOffset: 1, as: UInt8.self)) } : nil
+                state.peerCloses[LWSSession.id(user)] = code ?? 1005
+            }
             return conn.closeFrameSent ? 1 : 0
 
         case .serverWriteable:
@@ -618,9 +654,11 @@ public final class WebSocketServer: @unchecked Sendable {
             guard let user else { return 0 }
             let id = ConnectionID(LWSSession.id(user))
             LWSSession.store(user, id: id.rawValue, object: nil)
+            let peerClose = state.peerCloses.isEmpty ? nil : state.peerCloses.removeValue(forKey: id.rawValue)
             guard let conn = state.connections.removeValue(for: id.rawValue) else { return 0 }
             conn.closed = true
-            delegate?.server(self, didClose: id)
+            let ending: SocketEnding = conn.closeCode.map(SocketEnding.closedByServer) ?? peerClose.map(SocketEnding.closedByClient) ?? .dropped
+            delegate?.server(self, didClose: id, ending: ending)
             if state.shuttingDown, state.connections.isEmpty { state.onDrained?() }
             return 0
 
@@ -1192,6 +1230,8 @@ private final class ServiceState {
     /// TLS connections by wsi: false while their handshake runs, true once it is done.
     var tlsHandshakes: [OpaquePointer: Bool] = [:]
     var shuttingDown = false
+    /// The code of each client Close frame received, until its connection's CLOSED.
+    var peerCloses: [UInt64: UInt16] = [:]
     var onDrained: (() -> Void)?
     /// Every socket lws accepted and has not destroyed yet, until it becomes a WebSocket.
     var sockets: [OpaquePointer: AcceptedSocket] = [:]

@@ -56,7 +56,7 @@ final class HubTests: XCTestCase {
         effects.filter {
             switch $0 {
             case .storeChat, .storeRead, .storeStats, .storeMeter: return true
-            case .send, .close: return false
+            case .send, .close, .armGrace: return false
             }
         }
     }
@@ -995,5 +995,173 @@ extension HubTests {
         for (index, peer) in remaining.prefix(4).dropFirst() {
             XCTAssertEqual(frames(send(from, .relay(.data, to: peer, payload: nil)), to: ConnectionID(UInt64(100 + index))).count, 1)
         }
+    }
+}
+
+// MARK: - Reconnect grace
+
+extension HubTests {
+    private func lose(_ connection: ConnectionID) -> [HubEffect] { hub.handle(.connectionLost(connection), now: now) }
+
+    private func peerFrame(_ type: FrameType, _ peer: PeerID) -> Frame {
+        Frame(type, from: peer.rawValue, payload: ["peer_id": .string(peer.rawValue)])
+    }
+
+    /// The grace timers `effects` arm, with when they are due.
+    private func timers(_ effects: [HubEffect]) -> [(GraceTimer, Millis)] {
+        effects.compactMap { if case .armGrace(let timer, let at) = $0 { return (timer, at) } else { return nil } }
+    }
+
+    func test_a_lost_connection_keeps_its_seat_and_the_room_sees_peer_reconnecting() throws {
+        hub = Hub(settings: HubSettings(reconnectGraceMs: 15_000))
+        joinAll()
+        let effects = lose(bob)
+        XCTAssertEqual(effects.first, .send([alice, carol], peerFrame(.peerReconnecting, "bob")))
+        let (timer, due) = try XCTUnwrap(timers(effects).first)
+        XCTAssertEqual(effects.count, 2)
+        XCTAssertEqual(due, now + 15_000)
+        XCTAssertEqual(timer.peer, "bob")
+        XCTAssertEqual(hub.members(of: room), ["alice", "bob", "carol"], "the seat is still there")
+        XCTAssertFalse(hub.isSeated(bob), "its connection is gone")
+        XCTAssertEqual(hub.seat(of: "bob", in: room)?.reconnecting, true)
+        // Broadcasts skip the seat in grace: nothing is sent to a gone socket.
+        XCTAssertEqual(send(alice, .relay(.data, to: nil, payload: nil)).first.flatMap {
+            if case .send(let targets, _) = $0 { return targets } else { return nil }
+        }, [carol])
+    }
+
+    func test_a_reconnect_within_the_grace_resumes_the_seat_with_peer_resumed() throws {
+        joinAll()
+        let timer = try XCTUnwrap(timers(lose(bob)).first?.0)
+        now += 5_000
+        let effects = join(fresh, "bob")
+        XCTAssertEqual(frames(effects, to: fresh).first?.type, "welcome")
+        XCTAssertEqual(frames(effects, to: alice), [peerFrame(.peerResumed, "bob")])
+        XCTAssertEqual(frames(effects, to: carol), [peerFrame(.peerResumed, "bob")])
+        XCTAssertEqual(closes(effects), [:], "the gone socket is not closed again")
+        XCTAssertEqual(hub.seat(of: "bob", in: room)?.reconnecting, false)
+        XCTAssertTrue(hub.isSeated(fresh))
+        // The old timer fires later and finds its arming no longer current.
+        now += 20_000
+        XCTAssertEqual(hub.handle(.graceExpired(timer), now: now), [])
+        XCTAssertEqual(hub.members(of: room), ["alice", "bob", "carol"])
+        XCTAssertEqual(frames(send(alice, .relay(.data, to: "bob", payload: nil)), to: fresh).count, 1, "relays reach the new socket")
+    }
+
+    func test_the_grace_expiring_ends_the_seat_with_peer_left() throws {
+        joinAll()
+        let timer = try XCTUnwrap(timers(lose(bob)).first?.0)
+        now += 15_000
+        XCTAssertEqual(hub.handle(.graceExpired(timer), now: now), [.send([alice, carol], peerFrame(.peerLeft, "bob"))])
+        XCTAssertEqual(hub.members(of: room), ["alice", "carol"])
+        XCTAssertNil(hub.seat(of: "bob", in: room))
+        XCTAssertEqual(hub.handle(.graceExpired(timer), now: now), [], "a timer fires once")
+        // A later join of bob is a new seat again.
+        XCTAssertEqual(frames(join(fresh, "bob"), to: alice).map(\.type), ["peer-joined"])
+    }
+
+    func test_only_the_current_arming_ends_a_seat_lost_twice() throws {
+        joinAll()
+        let first = try XCTUnwrap(timers(lose(bob)).first?.0)
+        join(fresh, "bob")
+        let second = try XCTUnwrap(timers(lose(fresh)).first?.0)
+        XCTAssertNotEqual(first, second)
+        XCTAssertEqual(hub.handle(.graceExpired(first), now: now), [], "the first loss's timer is stale")
+        XCTAssertEqual(hub.members(of: room), ["alice", "bob", "carol"])
+        XCTAssertEqual(frames(hub.handle(.graceExpired(second), now: now), to: alice), [peerFrame(.peerLeft, "bob")])
+    }
+
+    func test_a_clean_disconnect_or_a_leave_frame_ends_the_seat_at_once() {
+        joinAll()
+        XCTAssertEqual(disconnect(bob), [.send([alice, carol], peerFrame(.peerLeft, "bob"))], "client close 1000 / 1001")
+        XCTAssertEqual(send(carol, .leave), [.send([alice], peerFrame(.peerLeft, "carol"))], "a leave frame")
+        XCTAssertEqual(hub.members(of: room), ["alice"])
+        XCTAssertFalse(hub.isSeated(carol))
+        XCTAssertEqual(disconnect(carol), [], "the socket closing after its leave changes nothing")
+        XCTAssertEqual(lose(carol), [])
+    }
+
+    func test_terminal_closes_end_the_seat_at_once_even_during_the_grace() {
+        hub = Hub()
+        seat(alice, identity("alice"))
+        seat(bob, identity("bob"))
+        seat(carol, identity("carol"))
+        _ = lose(bob)
+        // A kick of a seat in its grace: no socket to close, the seat ends, the token is refused.
+        let kicked = hub.handle(.kick(room, "bob"), now: now)
+        XCTAssertEqual(kicked, [.send([alice, carol], peerFrame(.peerLeft, "bob"))])
+        XCTAssertEqual(hub.admit(identity("bob"), now: now), .kicked)
+        // A takeover of a live seat is still `replaced`, not a resume.
+        let takeover = join(fresh, "carol")
+        XCTAssertEqual(closes(takeover), [carol: .replaced])
+        XCTAssertFalse(frames(takeover, to: alice).contains { $0.type == "peer-resumed" })
+        // Ending the room closes only the live sockets.
+        _ = lose(alice)
+        XCTAssertEqual(closes(hub.handle(.endRoom(room), now: now)), [fresh: .roomClosed])
+        XCTAssertEqual(hub.roomCount, 0)
+        XCTAssertEqual(hub.reconnectingSeats.count, 0)
+    }
+
+    func test_a_relay_to_a_peer_in_its_grace_is_answered_with_peer_reconnecting() throws {
+        joinAll()
+        _ = lose(bob)
+        for kind in [RelayKind.offer, .candidate, .data] {
+            let effects = send(alice, .relay(kind, to: "bob", payload: nil))
+            let error = try XCTUnwrap(frames(effects, to: alice).first)
+            XCTAssertEqual(error.type, "error")
+            XCTAssertEqual(error.error?.code, ErrorCode.peerReconnecting.rawValue)
+            XCTAssertEqual(effects.count, 1, "nothing goes to bob's gone socket")
+        }
+        XCTAssertTrue(ErrorCode.peerReconnecting.isTemporary)
+        let seat = try XCTUnwrap(hub.seat(of: alice))
+        XCTAssertEqual(hub.route(.candidate, to: "bob", from: alice, seat: seat),
+                       .answer(Frame.error(.peerReconnecting, "peer 'bob' is reconnecting; send again after peer-resumed", inReplyTo: "candidate"),
+                               to: alice))
+    }
+
+    func test_a_seat_in_its_grace_counts_toward_the_room_limit_and_its_peer_gets_back_in() {
+        hub = Hub(settings: HubSettings(maxPeersPerRoom: 2))
+        XCTAssertNil(seat(alice, identity("alice")))
+        XCTAssertNil(seat(bob, identity("bob")))
+        _ = lose(bob)
+        XCTAssertEqual(hub.admit(identity("carol"), now: now), .roomFull(limit: 2), "bob's seat is held for him")
+        _ = hub.handle(.setDraining(true), now: now)
+        XCTAssertNil(seat(fresh, identity("bob")), "bob gets back in, full room and drain alike")
+        XCTAssertEqual(hub.members(of: room), ["alice", "bob"])
+    }
+
+    func test_the_welcome_lists_a_seat_in_its_grace_as_reconnecting() throws {
+        join(alice, "alice")
+        join(bob, "bob")
+        _ = lose(alice)
+        let welcome = try XCTUnwrap(frames(join(carol, "carol"), to: carol).first)
+        XCTAssertEqual(welcome.payload?["peers"], [
+            ["peer_id": "alice", "role": "peer", "name": nil, "reconnecting": true],
+            ["peer_id": "bob", "role": "peer", "name": nil],
+        ])
+    }
+
+    func test_a_room_whose_every_peer_is_in_its_grace_stays_open_until_the_last_grace_ends() throws {
+        join(alice, "alice")
+        join(bob, "bob")
+        let a = try XCTUnwrap(timers(lose(alice)).first?.0)
+        let b = try XCTUnwrap(timers(lose(bob)).first?.0)
+        XCTAssertEqual(hub.roomCount, 1)
+        XCTAssertEqual(hub.handle(.graceExpired(a), now: now), [], "nobody connected to tell")
+        XCTAssertEqual(hub.handle(.graceExpired(b), now: now), [])
+        XCTAssertEqual(hub.roomCount, 0)
+    }
+
+    func test_typing_ends_when_the_grace_begins() {
+        joinAll()
+        send(bob, .typing(true))
+        XCTAssertEqual(frames(lose(bob), to: alice), [typing("bob", false), peerFrame(.peerReconnecting, "bob")])
+    }
+
+    func test_a_grace_of_zero_ends_a_lost_seat_at_once_as_before() {
+        hub = Hub(settings: HubSettings(reconnectGraceMs: 0))
+        joinAll()
+        XCTAssertEqual(lose(bob), [.send([alice, carol], peerFrame(.peerLeft, "bob"))])
+        XCTAssertEqual(hub.members(of: room), ["alice", "carol"])
     }
 }

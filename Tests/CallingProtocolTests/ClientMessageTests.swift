@@ -25,6 +25,8 @@ final class ClientMessageTests: XCTestCase {
                 + " packet_loss=\(number(sample.packetLoss)) bitrate_kbps=\(number(sample.bitrateKbps))"
         case .ping(let payload):
             return "ping payload=\(payload.map { String(decoding: $0.bytes, as: UTF8.self) } ?? "-")"
+        case .leave:
+            return "leave"
         }
     }
 

@@ -1,4 +1,5 @@
 import CallingProtocol
+import Foundation
 import XCTest
 
 final class CodesTests: XCTestCase {
@@ -30,8 +31,8 @@ final class CodesTests: XCTestCase {
         let expected: [ErrorCode: Int] = [
             .badJSON: 400, .badFrame: 401, .unknownType: 402, .forbidden: 403, .peerNotFound: 404,
             .conflict: 409, .frameTooLarge: 413, .binaryUnsupported: 415, .invalidUTF8: 416, .invalidPayload: 422,
-            .rateLimited: 429, .chatEmpty: 440, .chatTooLong: 441, .chatMetaInvalid: 442, .internalError: 500,
-            .unavailable: 503,
+            .rateLimited: 429, .chatEmpty: 440, .chatTooLong: 441, .chatMetaInvalid: 442, .peerReconnecting: 480,
+            .internalError: 500, .unavailable: 503,
         ]
         XCTAssertEqual(Set(ErrorCode.allCases), Set(expected.keys), "a new code needs a row here and in docs/protocol.md")
         for (code, number) in expected {
@@ -40,9 +41,22 @@ final class CodesTests: XCTestCase {
         }
     }
 
+    /// docs/protocol.md, "Error codes": one row per code, in declaration order, with its name and kind.
+    func test_the_protocol_docs_list_every_error_code_with_its_name_and_kind() throws {
+        let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/protocol.md")
+        let text = try String(contentsOf: docs, encoding: .utf8)
+        let section = try XCTUnwrap(text.components(separatedBy: "\n## Error codes\n").dropFirst().first?
+            .components(separatedBy: "\n## ").first)
+        let rows = section.split(separator: "\n").filter { $0.hasPrefix("| 4") || $0.hasPrefix("| 5") }.map { row in
+            row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }.prefix(3).joined(separator: " ")
+        }
+        XCTAssertEqual(rows, ErrorCode.allCases.map { "\($0.rawValue) `\($0.name)` \($0.isTemporary ? "temporary" : "permanent")" })
+    }
+
     func test_only_transient_failures_are_worth_retrying() {
         let temporary = Set(ErrorCode.allCases.filter(\.isTemporary))
-        XCTAssertEqual(temporary, [.rateLimited, .internalError, .unavailable, .peerNotFound])
+        XCTAssertEqual(temporary, [.rateLimited, .internalError, .unavailable, .peerNotFound, .peerReconnecting])
         XCTAssertFalse(ErrorCode.badJSON.isTemporary, "resending a malformed frame cannot succeed")
         XCTAssertFalse(ErrorCode.chatTooLong.isTemporary)
     }
