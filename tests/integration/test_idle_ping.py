@@ -13,7 +13,8 @@ from support import Peer, RawWebSocket, run
 
 PING_S = 1
 HANGUP_S = 3
-FLAGS = dict(idle_ping_seconds=PING_S, idle_hangup_seconds=HANGUP_S)
+# A short reconnect grace: an idle hang-up is a lost connection (docs/protocol.md, "Reconnect grace").
+FLAGS = dict(idle_ping_seconds=PING_S, idle_hangup_seconds=HANGUP_S, reconnect_grace_ms=500)
 
 
 def frames_until_closed(ws: RawWebSocket, seconds: float, answer_pings: bool, send_every: float | None = None):
@@ -76,6 +77,7 @@ def test_a_client_that_never_answers_is_dropped_without_a_close_frame(start_serv
             pings = [at for at, opcode in events if opcode == 0x9]
             assert pings and pings[0] <= PING_S + 1.5, f"no PING about {PING_S}s after the upgrade: {events}"
             assert 0x8 not in [opcode for _, opcode in events], "an idle hang-up sends no close frame"
+            assert (await observer.recv_type("peer-reconnecting", timeout=5.0))["from"] == "silent"
             assert (await observer.recv_type("peer-left", timeout=5.0))["from"] == "silent"
             await observer.ping(timeout=2.0)
         finally:

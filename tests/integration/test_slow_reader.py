@@ -12,8 +12,10 @@ from support import Peer, RawWebSocket, run
 MAX_QUEUE = 262_144
 BLOB = "x" * 64_000  # ~64 KB data frames
 ROUNDS = 3
+# No reconnect grace: these tests watch the transport let the slow socket go, which the room
+# hears as peer-left only when the seat ends at once (docs/protocol.md, "Reconnect grace").
 SLOW_FLAGS = dict(max_queue_bytes=MAX_QUEUE, max_frame_bytes=131_072,
-                  max_frames_per_second=100_000, frame_burst=100_000)
+                  max_frames_per_second=100_000, frame_burst=100_000, reconnect_grace_ms=0)
 
 
 async def healthz_latency(server) -> float:

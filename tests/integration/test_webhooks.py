@@ -4,6 +4,7 @@ by webhook-id), in order per room."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -556,5 +557,36 @@ def test_admin_kick_and_end_room_end_the_call_with_their_reason(start_server):
         r2 = [(e["type"], e["data"].get("peer_id"), e["data"].get("reason")) for e in events if e["data"]["room_id"] == "r2"]
         assert r2 == [("call_started", None, None), ("peer_joined", "bob", None), ("peer_joined", "carol", None),
                       ("peer_left", "bob", None), ("peer_left", "carol", None), ("call_ended", None, "room_closed")]
+    finally:
+        receiver.close()
+
+
+def test_peer_left_fires_only_when_a_seat_in_its_reconnect_grace_really_ends(start_server):
+    """docs/protocol.md, "Reconnect grace": a dropped socket sends no peer_left; a resume within the
+    grace sends nothing; the expiry of a second drop sends peer_left, and call_ended once empty."""
+    receiver = Receiver()
+    try:
+        server = start_server(env=ENV, webhook_urls=receiver.url, reconnect_grace_ms=1500)
+
+        async def body():
+            alice = await Peer.connect(server, server.token("r1", "alice"), "alice")
+            bob = await Peer.connect(server, server.token("r1", "bob"), "bob")
+            await alice.recv_type("peer-joined")
+            bob.ws.transport.abort()
+            await alice.recv_type("peer-reconnecting")
+            bob = await Peer.connect(server, server.token("r1", "bob"), "bob2")
+            await alice.recv_type("peer-resumed")
+            await asyncio.sleep(2.0)  # past the first drop's grace: nothing ends
+            assert [summary(e) for e in [r["event"] for r in receiver.accepted()]] == ROOM_SCRIPT[:3]
+            bob.ws.transport.abort()
+            await alice.recv_type("peer-reconnecting")
+            await asyncio.sleep(0.5)
+            assert [summary(e) for e in [r["event"] for r in receiver.accepted()]] == ROOM_SCRIPT[:3], "no peer_left during the grace"
+            await alice.recv_type("peer-left", timeout=4)
+            await alice.ws.close()
+
+        run(body())
+        receiver.wait_for(lambda r: len(r.accepted()) >= 6, 10, "six events")
+        assert [summary(e) for e in once_each_in_order(receiver)] == ROOM_SCRIPT
     finally:
         receiver.close()
