@@ -106,7 +106,8 @@ async def wait_remote(nodes, counts, timeout: float = 5.0):
 
 @pytest.fixture
 def cluster(start_server, redis):
-    nodes = [start_node(start_server, redis, name) for name in ("node-a", "node-b", "node-c")]
+    # A short reconnect grace, for the test that waits one out.
+    nodes = [start_node(start_server, redis, name, reconnect_grace_ms=2000) for name in ("node-a", "node-b", "node-c")]
     for node in nodes:
         wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
     return nodes
@@ -875,3 +876,40 @@ def test_a_chat_stored_before_its_node_heard_of_a_new_seat_still_reaches_that_pe
 
     run(body(), timeout=30)
     assert c.metrics()["calling_cluster_chat_gap_fills_total"] == 1
+
+
+def test_a_peer_in_its_grace_on_one_node_resumes_through_another_with_peer_resumed(cluster):
+    """docs/protocol.md, "Reconnect grace", in a cluster: bob's socket on a drops; carol on c sees
+    peer-reconnecting (forwarded from a); bob comes back through b; carol sees peer-resumed, never
+    peer-left, and relays reach bob's new socket; a later drop expires with peer-left everywhere."""
+    a, b, c = cluster
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice")
+        bob = await Peer.connect(a, a.token("r1", "bob"), "bob-on-a")
+        carol = await Peer.connect(c, c.token("r1", "carol"), "carol")
+        await wait_remote(cluster, [1, 3, 2])
+        await alice.recv_type("peer-joined")
+        await alice.recv_type("peer-joined")
+        bob.ws.transport.abort()
+        for peer in (alice, carol):
+            assert (await peer.recv_type("peer-reconnecting", skip=("peer-joined",)))["from"] == "bob"
+
+        again = await Peer.connect(b, b.token("r1", "bob"), "bob-on-b")
+        assert ids(again.welcome) == ["alice", "carol"]
+        for peer in (alice, carol):
+            assert (await peer.recv_type("peer-resumed"))["from"] == "bob"
+        await wait_remote(cluster, [2, 2, 2])
+        await carol.send({"type": "data", "to": "bob", "payload": {"n": 1}})
+        assert (await again.recv_type("data"))["from"] == "carol"
+        # Past a's grace: the takeover ended it, no peer-left anywhere.
+        await alice.assert_silent(2.5)
+        await carol.assert_silent(0.1)
+
+        again.ws.transport.abort()
+        for peer in (alice, carol):
+            assert (await peer.recv_type("peer-reconnecting"))["from"] == "bob"
+        for peer in (alice, carol):
+            assert (await peer.recv_type("peer-left", timeout=5))["from"] == "bob"
+
+    run(body(), timeout=40)
