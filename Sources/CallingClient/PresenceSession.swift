@@ -6,6 +6,22 @@ enum PresenceTimer: Hashable, Sendable {
     case connect
     case reconnect
     case closeGrace
+
+    init(_ timer: ConnectionLifecycle.Timer) {
+        switch timer {
+        case .connect: self = .connect
+        case .reconnect: self = .reconnect
+        case .closeGrace: self = .closeGrace
+        }
+    }
+
+    var lifecycle: ConnectionLifecycle.Timer {
+        switch self {
+        case .connect: .connect
+        case .reconnect: .reconnect
+        case .closeGrace: .closeGrace
+        }
+    }
 }
 
 /// What a resumed `PresenceClient` call returns.
@@ -63,11 +79,11 @@ struct AgentStatusMemory: Sendable, Equatable {
     }
 }
 
-/// The decision logic of `PresenceClient`, pure like `SignalingSession`: connect and its
-/// timeout, automatic reconnect with backoff once a session got its snapshot, the agent's status
-/// applied again after a reconnect (a restarted server has forgotten it; one that kept it within
-/// `presence_grace_seconds` is left alone), token refresh on 4401, terminal closes, and the typed
-/// events.
+/// The decision logic of `PresenceClient`, pure like `SignalingSession`: the snapshot, the
+/// agent's status applied again after a reconnect (a restarted server has forgotten it; one that
+/// kept it within `presence_grace_seconds` is left alone), and the typed events. Connect and its
+/// timeout, reconnect with backoff once a session got its snapshot, token refresh on 4401,
+/// terminal closes and the close grace are the nested `ConnectionLifecycle`'s.
 struct PresenceSession {
     struct Settings: Sendable {
         var path = "/v1/presence"
@@ -81,24 +97,25 @@ struct PresenceSession {
     }
 
     let settings: Settings
-    private(set) var token: String
+    private(set) var lifecycle: ConnectionLifecycle
+    var token: String { lifecycle.token }
+    /// What the app sees; moved by the lifecycle's notices and the `connected` snapshot.
     private(set) var state: CallState = .idle
-    private(set) var socket: UInt64 = 0
+    /// The newest socket number (`ConnectionLifecycle.socket`).
+    var socket: UInt64 { lifecycle.socket }
     private(set) var snapshot: PresenceSnapshot?
     /// The agent's status to restore after a reconnect; forgotten on `disconnect()`.
     private(set) var agentStatus: AgentStatusMemory?
-    private var socketActive = false
-    private var welcomed = false
     private var connectWaiter: Waiter?
     private var disconnectWaiters: [Waiter] = []
-    private var userDisconnected = false
-    private var reconnectAttempt = 0
-    private var refreshing: Int?
     private var out: [PresenceAction] = []
 
     init(token: String, settings: Settings) {
-        self.token = token
         self.settings = settings
+        lifecycle = ConnectionLifecycle(token: token, settings: ConnectionLifecycle.Settings(
+            host: settings.host, port: settings.port, connectTimeout: settings.connectTimeout,
+            reconnectDelays: settings.reconnectDelays, maxReconnectAttempts: settings.maxReconnectAttempts,
+            closeGrace: settings.closeGrace, hasTokenProvider: settings.hasTokenProvider, establishedBy: "connected"))
     }
 
     var isConnected: Bool { state == .connected }
@@ -113,68 +130,28 @@ struct PresenceSession {
                 out.append(.resume(waiter, .failure(CallingError(.invalidState("connect() while \(state)")))))
                 return out
             }
-            if let newToken { token = newToken }
             connectWaiter = waiter
-            userDisconnected = false
-            reconnectAttempt = 0
-            setState(.connecting)
-            openSocket()
+            run(.connect(token: newToken))
         case .disconnect(let waiter):
             if state.isTerminal || state == .idle {
                 out.append(.resume(waiter, .success(.done)))
                 return out
             }
-            userDisconnected = true
             disconnectWaiters.append(waiter)
-            if socketActive {
-                out.append(.closeSocket(code: CloseCode.normal.rawValue, reason: "normal"))
-                out.append(.arm(.closeGrace, after: settings.closeGrace))
-            } else {
-                cancelReconnect()
-                finish()
-            }
+            run(.disconnect)
         case .socketText(let id, let text):
-            guard id == socket, let json = try? JSONParser.parse(text), let type = json["type"]?.stringValue else { break }
+            guard lifecycle.isCurrent(id), let json = try? JSONParser.parse(text), let type = json["type"]?.stringValue else { break }
             receive(type, json)
         case .socketClosed(let id, let code, let reason):
-            guard id == socket else { break }
-            socketActive = false
-            if let code, !userDisconnected { emit(.closed(code: code, reason: reason)) }
-            ended(CallingError(.closed(code: code, reason: reason)))
+            guard lifecycle.isCurrent(id) else { break }
+            if let code, !lifecycle.isClosing { emit(.closed(code: code, reason: reason)) }
+            run(.socketClosed(id, code: code, reason: reason))
         case .socketFailed(let id, let status, let code, let message):
-            guard id == socket else { break }
-            socketActive = false
-            ended(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port,
-                                            code: code))
+            run(.socketFailed(id, status: status, code: code, message: message))
         case .timerFired(let timer):
-            switch timer {
-            case .connect:
-                guard !welcomed, socketActive else { break }
-                abandon()
-                ended(CallingError(.timedOut("connected")))
-            case .reconnect:
-                guard case .reconnecting(let attempt) = state else { break }
-                if settings.hasTokenProvider {
-                    refreshing = attempt
-                    out.append(.refreshToken(attempt: attempt))
-                } else {
-                    openSocket()
-                }
-            case .closeGrace:
-                guard userDisconnected, !state.isTerminal else { break }
-                abandon()
-                finish()
-            }
+            run(.timerFired(timer.lifecycle))
         case .tokenRefreshed(let attempt, let result):
-            guard refreshing == attempt, case .reconnecting(attempt) = state else { break }
-            refreshing = nil
-            switch result {
-            case .success(let fresh):
-                token = fresh
-                openSocket()
-            case .failure(let error):
-                if error.isRetryable { scheduleReconnect(error) } else { fail(error) }
-            }
+            run(.tokenRefreshed(attempt: attempt, result))
         }
         return out
     }
@@ -207,72 +184,50 @@ struct PresenceSession {
         emit(.stateChanged(new))
     }
 
-    private mutating func openSocket() {
-        socket += 1
-        socketActive = true
-        welcomed = false
-        out.append(.openSocket(id: socket, path: settings.path, token: token))
-        out.append(.arm(.connect, after: settings.connectTimeout))
-    }
-
-    private mutating func abandon() {
-        out.append(.abortSocket)
-        socket += 1
-        socketActive = false
-    }
-
-    private mutating func cancelReconnect() {
-        out.append(.cancel(.reconnect))
-        refreshing = nil
-    }
-
-    /// The socket ended: finished, failed, or reconnect.
-    private mutating func ended(_ error: CallingError) {
-        out.append(.cancel(.connect))
-        out.append(.cancel(.closeGrace))
-        welcomed = false
-        if userDisconnected { return finish() }
-        emit(.disconnected(error))
-        if let waiter = connectWaiter {
-            // The first connect is never retried on its own: the app decides.
-            connectWaiter = nil
-            fail(error)
-            out.append(.resume(waiter, .failure(error)))
-            return
+    /// Hands `input` to the lifecycle and translates what it asks for.
+    private mutating func run(_ input: ConnectionLifecycle.Input) {
+        for action in lifecycle.handle(input) {
+            switch action {
+            case .openSocket(let id, let token): out.append(.openSocket(id: id, path: settings.path, token: token))
+            case .closeSocket(let code, let reason): out.append(.closeSocket(code: code, reason: reason))
+            case .abortSocket: out.append(.abortSocket)
+            case .arm(let timer, let delay): out.append(.arm(PresenceTimer(timer), after: delay))
+            case .cancel(let timer): out.append(.cancel(PresenceTimer(timer)))
+            case .refreshToken(let attempt): out.append(.refreshToken(attempt: attempt))
+            case .notify(let notice): lifecycleNotice(notice)
+            }
         }
-        let refreshable = settings.hasTokenProvider && error.closeCode == CloseCode.tokenExpired.rawValue
-        if refreshable || error.isRetryable { scheduleReconnect(error) } else { fail(error) }
     }
 
-    private mutating func scheduleReconnect(_ error: CallingError) {
-        reconnectAttempt += 1
-        guard reconnectAttempt <= settings.maxReconnectAttempts else { return fail(error) }
-        setState(.reconnecting(attempt: reconnectAttempt))
-        let delays = settings.reconnectDelays
-        out.append(.arm(.reconnect, after: delays.isEmpty ? 0 : delays[min(reconnectAttempt - 1, delays.count - 1)]))
-    }
-
-    private mutating func fail(_ error: CallingError) {
-        if socketActive { abandon() }
-        cancelReconnect()
-        setState(.failed(error))
-    }
-
-    private mutating func finish() {
-        // The app ended the session: a later connect() starts from what the server has.
-        agentStatus = nil
-        socket += 1
-        socketActive = false
-        out.append(.cancel(.connect))
-        out.append(.cancel(.closeGrace))
-        if let waiter = connectWaiter {
-            connectWaiter = nil
-            out.append(.resume(waiter, .failure(CallingError.notConnected)))
+    private mutating func lifecycleNotice(_ notice: ConnectionLifecycle.Notice) {
+        switch notice {
+        case .connecting:
+            setState(.connecting)
+        case .socketDown:
+            break
+        case .lost(let error):
+            emit(.disconnected(error))
+        case .retrying(let attempt):
+            setState(.reconnecting(attempt: attempt))
+        case .failed(let error):
+            setState(.failed(error))
+            if let waiter = connectWaiter {
+                // The first connect is never retried on its own: the app decides.
+                connectWaiter = nil
+                out.append(.resume(waiter, .failure(error)))
+            }
+        case .closed:
+            // The app ended the session: a later connect() starts from what the server has.
+            agentStatus = nil
+            if let waiter = connectWaiter {
+                connectWaiter = nil
+                out.append(.resume(waiter, .failure(CallingError.notConnected)))
+            }
+            emit(.disconnected(nil))
+            setState(.ended)
+            for waiter in disconnectWaiters { out.append(.resume(waiter, .success(.done))) }
+            disconnectWaiters.removeAll()
         }
-        emit(.disconnected(nil))
-        setState(.ended)
-        for waiter in disconnectWaiters { out.append(.resume(waiter, .success(.done))) }
-        disconnectWaiters.removeAll()
     }
 
     private mutating func receive(_ type: String, _ json: JSONValue) {
@@ -280,9 +235,7 @@ struct PresenceSession {
         let from = json["from"]?.stringValue
         switch type {
         case "connected":
-            out.append(.cancel(.connect))
-            welcomed = true
-            reconnectAttempt = 0
+            run(.established)
             let snapshot = PresenceSnapshot(payload ?? [:])
             self.snapshot = snapshot
             setState(.connected)

@@ -32,6 +32,14 @@ enum SessionTimer: Hashable, Sendable {
     case mediaConnect(PeerID)
     /// A call whose connection went `disconnected`, waiting for it to recover.
     case mediaGrace(PeerID)
+
+    init(_ timer: ConnectionLifecycle.Timer) {
+        switch timer {
+        case .connect: self = .connect
+        case .reconnect: self = .reconnect
+        case .closeGrace: self = .closeGrace
+        }
+    }
 }
 
 /// Work for the `MediaEngine`, which the driver runs serialised per peer.
@@ -135,7 +143,10 @@ struct SignalingSession {
     }
 
     let settings: Settings
-    private(set) var token: String
+    /// Connect, timeout, backoff, token refresh, close grace and socket numbers.
+    private(set) var lifecycle: ConnectionLifecycle
+    var token: String { lifecycle.token }
+    /// What the app sees; moved by the lifecycle's notices and `welcome`.
     private(set) var state: CallState = .idle
     private(set) var peerID: PeerID?
     private(set) var roomID: RoomID?
@@ -143,19 +154,12 @@ struct SignalingSession {
     private(set) var peers: [PeerInfo] = []
     private(set) var lastSeq: Int64 = 0
 
-    /// The current socket's number; events of any other socket are stale.
-    private(set) var socket: UInt64 = 0
-    /// A socket is open or opening: from `openSocket` to its end (not during a reconnect's backoff).
-    private var socketActive = false
-    private var welcomed = false
+    /// The newest socket number (`ConnectionLifecycle.socket`); the gap fill is numbered by it.
+    var socket: UInt64 { lifecycle.socket }
     private var connectWaiter: Waiter?
     private var disconnectWaiters: [Waiter] = []
     /// True once any connection got `welcome`: later connections resume with `last_seq`.
     private var resumable = false
-    private var reconnectAttempt = 0
-    /// The attempt whose token refresh is outstanding (nil: none, or its answer is stale).
-    private var refreshing: Int?
-    private var userDisconnected = false
 
     private var seenSeqs = Set<Int64>()
     /// Seqs at or below this were pruned from `seenSeqs` and count as seen.
@@ -211,8 +215,11 @@ struct SignalingSession {
     private var out: [SessionAction] = []
 
     init(token: String, settings: Settings) {
-        self.token = token
         self.settings = settings
+        lifecycle = ConnectionLifecycle(token: token, settings: ConnectionLifecycle.Settings(
+            host: settings.host, port: settings.port, connectTimeout: settings.connectTimeout,
+            reconnectDelays: settings.reconnectDelays, maxReconnectAttempts: settings.maxReconnectAttempts,
+            closeGrace: settings.closeGrace, hasTokenProvider: settings.hasTokenProvider, establishedBy: "welcome"))
     }
 
     var isConnected: Bool { state == .connected }
@@ -230,19 +237,14 @@ struct SignalingSession {
         case .socketOpened:
             break  // frames sent before `open` are queued by the transport; `welcome` is what counts
         case .socketText(let id, let text):
-            guard id == socket, let json = try? JSONParser.parse(text), let type = json["type"]?.stringValue else { break }
+            guard lifecycle.isCurrent(id), let json = try? JSONParser.parse(text), let type = json["type"]?.stringValue else { break }
             receive(type: type, json: json)
         case .socketClosed(let id, let code, let reason):
-            guard id == socket else { break }
-            socketGone()
-            socketEnded(CallingError(.closed(code: code, reason: reason)))
+            run(.socketClosed(id, code: code, reason: reason))
         case .socketFailed(let id, let status, let code, let message):
-            guard id == socket else { break }
-            socketGone()
-            socketEnded(CallingError.socketFailed(status: status, message: message, host: settings.host, port: settings.port,
-                                                  code: code))
+            run(.socketFailed(id, status: status, code: code, message: message))
         case .timerFired(let timer): timerFired(timer)
-        case .tokenRefreshed(let attempt, let result): tokenRefreshed(attempt, result)
+        case .tokenRefreshed(let attempt, let result): run(.tokenRefreshed(attempt: attempt, result))
         case .gapPage(let generation, let page): gapPage(generation, page)
         case .gapFailed(let generation, let error):
             if generation == gapGeneration {
@@ -353,12 +355,8 @@ struct SignalingSession {
             out.append(.resume(waiter, .failure(CallingError(.invalidState("connect() while \(state)")))))
             return
         }
-        if let newToken { token = newToken }
         connectWaiter = waiter
-        userDisconnected = false
-        reconnectAttempt = 0
-        setState(.connecting)
-        openSocket()
+        run(.connect(token: newToken))
     }
 
     private mutating func disconnect(_ waiter: Waiter) {
@@ -366,146 +364,72 @@ struct SignalingSession {
             out.append(.resume(waiter, .success(.done)))
             return
         }
-        userDisconnected = true
         disconnectWaiters.append(waiter)
         endAllCalls(notify: false)
-        if socketActive {
-            out.append(.closeSocket(code: CloseCode.normal.rawValue, reason: "normal"))
-            // A server that never echoes the close must not hold us up.
-            out.append(.arm(.closeGrace, after: settings.closeGrace))
-        } else {
-            cancelReconnect()
-            finishSession(error: nil)
+        run(.disconnect)
+    }
+
+    /// Hands `input` to the lifecycle and translates what it asks for.
+    private mutating func run(_ input: ConnectionLifecycle.Input) {
+        for action in lifecycle.handle(input) {
+            switch action {
+            case .openSocket(let id, let token):
+                replayHigh = 0
+                var path = settings.path
+                if resumable { path += "?last_seq=\(min(lastSeq, gapCursor ?? .max))" }
+                out.append(.openSocket(id: id, path: path, token: token))
+            case .closeSocket(let code, let reason): out.append(.closeSocket(code: code, reason: reason))
+            case .abortSocket: out.append(.abortSocket)
+            case .arm(let timer, let delay): out.append(.arm(SessionTimer(timer), after: delay))
+            case .cancel(let timer): out.append(.cancel(SessionTimer(timer)))
+            case .refreshToken(let attempt): out.append(.refreshToken(attempt: attempt))
+            case .notify(let notice): lifecycleNotice(notice)
+            }
         }
     }
 
-    private mutating func openSocket() {
-        socket += 1
-        socketActive = true
-        welcomed = false
-        replayHigh = 0
-        var path = settings.path
-        if resumable { path += "?last_seq=\(min(lastSeq, gapCursor ?? .max))" }
-        out.append(.openSocket(id: socket, path: path, token: token))
-        out.append(.arm(.connect, after: settings.connectTimeout))
-    }
-
-    /// The current socket ended (its event arrived, or we dropped it): later events of it are stale.
-    private mutating func socketGone() {
-        socketActive = false
-    }
-
-    /// Drops the current socket; its later events are ignored.
-    private mutating func abandonSocket() {
-        out.append(.abortSocket)
-        socket += 1
-        socketGone()
-    }
-
-    /// The socket is gone (closed, failed, timed out). Decides between ended, failed and a
-    /// reconnect.
-    private mutating func socketEnded(_ error: CallingError) {
-        out.append(.cancel(.connect))
-        out.append(.cancel(.closeGrace))
-        stopTimers()
-        welcomed = false
-        typingOn = false
-        out.append(.cancel(.typing))
-        if userDisconnected {
-            finishSession(error: nil)
-            return
+    private mutating func lifecycleNotice(_ notice: ConnectionLifecycle.Notice) {
+        switch notice {
+        case .connecting:
+            setState(.connecting)
+        case .socketDown:
+            stopTimers()
+            typingOn = false
+            out.append(.cancel(.typing))
+        case .lost(let error):
+            emit(.disconnected(error))
+        case .retrying(let attempt):
+            setState(.reconnecting(attempt: attempt))
+        case .failed(let error):
+            // Pending chats throw `error`; the first connect's caller gets it too.
+            stopTimers()
+            endAllCalls(notify: false)
+            rejectPendingChats(error)
+            setState(.failed(error))
+            if let waiter = connectWaiter {
+                connectWaiter = nil
+                out.append(.resume(waiter, .failure(error)))
+            }
+        case .closed:
+            // The app's `disconnect()` completed (or raced the socket's end).
+            stopTimers()
+            rejectPendingChats(CallingError.notConnected)
+            if let waiter = connectWaiter {
+                connectWaiter = nil
+                out.append(.resume(waiter, .failure(CallingError.notConnected)))
+            }
+            emit(.disconnected(nil))
+            setState(.ended)
+            for waiter in disconnectWaiters { out.append(.resume(waiter, .success(.done))) }
+            disconnectWaiters.removeAll()
         }
-        emit(.disconnected(error))
-        if let waiter = connectWaiter {
-            // The first connect never got `welcome`: no automatic retry, the app decides.
-            connectWaiter = nil
-            fail(error)
-            out.append(.resume(waiter, .failure(error)))
-            return
-        }
-        if isRetryableEnd(error) { scheduleReconnect(after: error) } else { fail(error) }
-    }
-
-    /// A 4401 `token expired` close is worth a reconnect when a token provider can supply a new
-    /// token (as the browser SDK does with `refreshToken`, sdk/js/calling-client.js); every other end as `isRetryable` says.
-    private func isRetryableEnd(_ error: CallingError) -> Bool {
-        if settings.hasTokenProvider, error.closeCode == CloseCode.tokenExpired.rawValue { return true }
-        return error.isRetryable
-    }
-
-    private mutating func scheduleReconnect(after error: CallingError) {
-        reconnectAttempt += 1
-        guard reconnectAttempt <= settings.maxReconnectAttempts else { return fail(error) }
-        setState(.reconnecting(attempt: reconnectAttempt))
-        let delays = settings.reconnectDelays
-        let delay = delays.isEmpty ? 0 : delays[min(reconnectAttempt - 1, delays.count - 1)]
-        refreshing = nil
-        out.append(.arm(.reconnect, after: delay))
-    }
-
-    private mutating func cancelReconnect() {
-        out.append(.cancel(.reconnect))
-        refreshing = nil
-    }
-
-    private mutating func reconnectDue() {
-        guard case .reconnecting(let attempt) = state else { return }
-        if settings.hasTokenProvider {
-            refreshing = attempt
-            out.append(.refreshToken(attempt: attempt))
-        } else {
-            openSocket()
-        }
-    }
-
-    private mutating func tokenRefreshed(_ attempt: Int, _ result: Result<String, CallingError>) {
-        guard refreshing == attempt, case .reconnecting(attempt) = state else { return }
-        refreshing = nil
-        switch result {
-        case .success(let fresh):
-            token = fresh
-            openSocket()
-        case .failure(let failure):
-            if failure.isRetryable { scheduleReconnect(after: failure) } else { fail(failure) }
-        }
-    }
-
-    /// Terminal failure: no reconnect. Pending chats throw `error`.
-    private mutating func fail(_ error: CallingError) {
-        if socketActive { abandonSocket() }
-        cancelReconnect()
-        stopTimers()
-        endAllCalls(notify: false)
-        rejectPendingChats(error)
-        setState(.failed(error))
-    }
-
-    /// The app's `disconnect()` completed (or a disconnect raced the socket's end).
-    private mutating func finishSession(error: CallingError?) {
-        socket += 1
-        socketGone()
-        out.append(.cancel(.connect))
-        out.append(.cancel(.closeGrace))
-        stopTimers()
-        rejectPendingChats(CallingError.notConnected)
-        if let waiter = connectWaiter {
-            connectWaiter = nil
-            out.append(.resume(waiter, .failure(CallingError.notConnected)))
-        }
-        emit(.disconnected(error))
-        setState(.ended)
-        for waiter in disconnectWaiters { out.append(.resume(waiter, .success(.done))) }
-        disconnectWaiters.removeAll()
     }
 
     private mutating func timerFired(_ timer: SessionTimer) {
         switch timer {
-        case .connect:
-            guard !welcomed, socketActive else { return }
-            abandonSocket()
-            socketEnded(CallingError(.timedOut("welcome")))
-        case .reconnect:
-            reconnectDue()
+        case .connect: run(.timerFired(.connect))
+        case .reconnect: run(.timerFired(.reconnect))
+        case .closeGrace: run(.timerFired(.closeGrace))
         case .chatAck(let id):
             chatTimedOut(id)
         case .typing:
@@ -517,8 +441,7 @@ struct SignalingSession {
             if awaitingPong {
                 // The previous ping was never answered (half-open TCP): drop the socket and
                 // reconnect as after any drop.
-                abandonSocket()
-                socketEnded(CallingError(.closed(code: nil, reason: "no pong within \(pingEvery) s")))
+                run(.dropped(CallingError(.closed(code: nil, reason: "no pong within \(pingEvery) s"))))
                 return
             }
             awaitingPong = true
@@ -528,10 +451,6 @@ struct SignalingSession {
             guard statsRunning, state == .connected else { return }
             out.append(.collectStats)
             out.append(.arm(.stats, after: settings.statsInterval))
-        case .closeGrace:
-            guard userDisconnected, !state.isTerminal else { return }
-            abandonSocket()
-            finishSession(error: nil)
         case .mediaConnect(let peer):
             guard activeCalls.contains(peer), !mediaConnected.contains(peer) else { return }
             mediaEnded(peer, failure: CallingError(.timedOut("the media connection (\(Int(settings.mediaConnectTimeout)) s)")))
@@ -628,8 +547,7 @@ struct SignalingSession {
     }
 
     private mutating func handleWelcome(_ payload: JSONValue) {
-        out.append(.cancel(.connect))
-        welcomed = true
+        run(.established)
         let resumed = payload["recovered"] != nil
         let welcome = Welcome(
             peerID: PeerID(payload["peer_id"]?.stringValue ?? ""), roomID: RoomID(payload["room_id"]?.stringValue ?? ""),
@@ -661,7 +579,6 @@ struct SignalingSession {
             seenFloor = max(seenFloor, welcome.lastSeq)
         }
         resumable = true
-        reconnectAttempt = 0
         setState(.connected)
         emit(.connected(welcome))
         if let waiter = connectWaiter {
@@ -679,14 +596,10 @@ struct SignalingSession {
     private mutating func handleError(_ json: JSONValue, payload: JSONValue?) {
         let error = CallingError(.server(code: Int(json["error"]?["code"]?.int64Value ?? 0),
                                          message: json["error"]?["message"]?.stringValue ?? ""))
-        if !welcomed, let waiter = connectWaiter {
-            connectWaiter = nil
-            abandonSocket()
-            out.append(.cancel(.connect))
+        if !lifecycle.isEstablished, connectWaiter != nil {
+            // The first connect refused: `connect()` throws it, nothing is retried.
             emit(.error(error))
-            emit(.disconnected(error))
-            fail(error)
-            out.append(.resume(waiter, .failure(error)))
+            run(.refused(error))
             return
         }
         emit(.error(error))
