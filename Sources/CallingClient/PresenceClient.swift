@@ -42,17 +42,14 @@ public struct PresenceOptions: Sendable {
 /// `failed`.
 ///
 /// Threading: a pure `PresenceSession` run under one lock, as in `SignalingClient`.
-public final class PresenceClient: @unchecked Sendable {
-    // @unchecked: `socket` is touched only under the driver's lock; `let`s are immutable.
+public final class PresenceClient: Sendable {
     public let url: URL
     /// The settings given to `init`.
     public let options: PresenceOptions
 
-    private let driver: SessionDriver<PresenceSession, PresenceAction, PresenceTimer, PresenceOutcome>
+    private let core: SessionClientCore<PresenceSession>
+    private var driver: SessionDriver<PresenceSession, PresenceAction, PresenceTimer, PresenceOutcome> { core.driver }
     private let endpoint: Result<ClientEndpoint, CallingError>
-    private let sink: EventSink<PresenceEvent>
-    private let callbackQueue: DispatchQueue
-    private let socket: SessionSocket
 
     /// `url` is `ws://host:port` or `wss://host[:port]` (a path other than `/` replaces
     /// `/v1/presence`; other schemes make `connect()` throw `unsupportedURL`); `token` needs
@@ -63,11 +60,10 @@ public final class PresenceClient: @unchecked Sendable {
         self.options = options
         let loop = options.loop ?? SignalingClient.sharedLoop
         endpoint = Result { () throws(CallingError) in try REST.endpoint(for: url) }
-        sink = EventSink(limit: options.eventBufferLimit)
-        socket = SessionSocket(loop: loop, endpoint: endpoint,
-                               tls: TLSClientOptions(caFile: options.tlsCAFile,
-                                                     insecureSkipVerification: options.insecureSkipTLSVerification))
-        callbackQueue = options.callbackQueue ?? DispatchQueue(label: "calling-presence.callbacks")
+        let socket = SessionSocket(loop: loop, endpoint: endpoint,
+                                   tls: TLSClientOptions(caFile: options.tlsCAFile,
+                                                         insecureSkipVerification: options.insecureSkipTLSVerification))
+        let callbackQueue = options.callbackQueue ?? DispatchQueue(label: "calling-presence.callbacks")
         var settings = PresenceSession.Settings()
         var path = url.path.isEmpty || url.path == "/" ? "/v1/presence" : url.path
         if let queues = options.queues { path += "?queues=" + queryEncoded(queues.joined(separator: ",")) }
@@ -80,18 +76,19 @@ public final class PresenceClient: @unchecked Sendable {
         settings.reconnectDelays = options.reconnectDelays
         settings.maxReconnectAttempts = options.maxReconnectAttempts
         settings.hasTokenProvider = options.tokenProvider != nil
-        driver = SessionDriver(PresenceSession(token: token, settings: settings))
-        driver.start(perform: { [weak self] action in self?.perform(action) },
-                     timerFired: { [weak self] timer in self?.submit(.timerFired(timer)) })
+        core = SessionClientCore(PresenceSession(token: token, settings: settings), socket: socket,
+                                 eventBufferLimit: options.eventBufferLimit, tokenProvider: options.tokenProvider)
+        let onEvent = options.onEvent
+        core.start(callback: { event in if let onEvent { callbackQueue.async { onEvent(event) } } },
+                   perform: { _ in })  // every presence action is a common one
     }
 
     deinit {
-        socket.close(code: CloseCode.normal.rawValue, reason: "normal")
-        sink.finish()
+        core.shutdown()
     }
 
     /// Every event, in order, for one consumer; created on first use (read it before `connect()`).
-    public var events: AsyncStream<PresenceEvent> { driver.withLock { sink.events } }
+    public var events: AsyncStream<PresenceEvent> { core.events }
 
     /// `idle`, `connecting`, `connected`, `reconnecting(attempt:)`, `ended` or `failed`.
     public var state: CallState { driver.read(\.state) }
@@ -153,57 +150,37 @@ public final class PresenceClient: @unchecked Sendable {
     private func send(_ type: String, _ payload: JSONValue?) throws(CallingError) {
         try driver.run { session throws(CallingError) in ((), try session.send(type, payload)) }
     }
+}
 
-    private func submit(_ input: PresenceInput) {
-        driver.run { $0.handle(input) }
+extension PresenceSession: ClientSession {
+    typealias Event = PresenceEvent
+
+    static func timerFired(_ timer: PresenceTimer) -> PresenceInput { .timerFired(timer) }
+
+    static func tokenRefreshed(attempt: Int, _ result: Result<String, CallingError>) -> PresenceInput {
+        .tokenRefreshed(attempt: attempt, result)
     }
 
-    /// Under the driver's lock; never blocks.
-    private func perform(_ action: PresenceAction) {
-        switch action {
-        case .openSocket(let id, let path, let token):
-            socket.open(path: path, token: token) { [weak self] event in self?.socketEvent(event, socket: id) }
-        case .closeSocket(let code, let reason):
-            socket.close(code: code, reason: reason)
-        case .abortSocket:
-            socket.abort()
-        case .send(let frame):
-            socket.send(frame)
-        case .arm(let timer, let delay):
-            driver.arm(timer, after: delay)
-        case .cancel(let timer):
-            driver.cancel(timer)
-        case .resume(let waiter, let result):
-            driver.resume(waiter, with: result)
-        case .emit(let event):
-            sink.yield(event)
-            if let onEvent = options.onEvent { callbackQueue.async { onEvent(event) } }
-        case .refreshToken(let attempt):
-            guard let provider = options.tokenProvider else { return }
-            Task { [weak self] in
-                let result: Result<String, CallingError>
-                do {
-                    result = .success(try await provider())
-                } catch {
-                    result = .failure(error as? CallingError
-                        ?? CallingError(.tokenProviderFailed("\(error)")))
-                }
-                self?.submit(.tokenRefreshed(attempt: attempt, result))
-            }
-        }
-    }
-
-    private func socketEvent(_ event: WebSocketClientEvent, socket: UInt64) {
-        let input: PresenceInput
+    static func socketInput(_ event: WebSocketClientEvent, socket: UInt64) -> PresenceInput? {
         switch event {
-        case .open, .binary: return
-        case .text(let text): input = .socketText(socket, text)
-        case .closed(let code, let reason): input = .socketClosed(socket, code: code, reason: reason)
-        case .failed(let status, let code, let message): input = .socketFailed(socket, status: status, code: code, message: message)
+        case .open, .binary: nil
+        case .text(let text): .socketText(socket, text)
+        case .closed(let code, let reason): .socketClosed(socket, code: code, reason: reason)
+        case .failed(let status, let code, let message): .socketFailed(socket, status: status, code: code, message: message)
         }
-        driver.run { session in
-            if event.isTerminal, session.socket == socket { self.socket.ended() }
-            return session.handle(input)
+    }
+
+    static func common(_ action: PresenceAction) -> CommonSessionAction<PresenceTimer, PresenceOutcome, PresenceEvent>? {
+        switch action {
+        case .openSocket(let id, let path, let token): .openSocket(id: id, path: path, token: token)
+        case .closeSocket(let code, let reason): .closeSocket(code: code, reason: reason)
+        case .abortSocket: .abortSocket
+        case .send(let frame): .send(frame)
+        case .arm(let timer, let delay): .arm(timer, after: delay)
+        case .cancel(let timer): .cancel(timer)
+        case .resume(let waiter, let result): .resume(waiter, result)
+        case .emit(let event): .emit(event)
+        case .refreshToken(let attempt): .refreshToken(attempt: attempt)
         }
     }
 }

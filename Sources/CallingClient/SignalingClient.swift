@@ -92,15 +92,15 @@ public final class SignalingClient: @unchecked Sendable {
     /// The settings given to `init`.
     public let options: SignalingOptions
 
-    private let driver: SessionDriver<SignalingSession, SessionAction, SessionTimer, WaiterOutcome>
+    private let core: SessionClientCore<SignalingSession>
+    private var driver: SessionDriver<SignalingSession, SessionAction, SessionTimer, WaiterOutcome> { core.driver }
+    private var socket: SessionSocket { core.socket }
     private let callbackQueue: DispatchQueue
     private let loop: WebSocketClientLoop
     /// Where `url` points, or why the SDK cannot serve it (`connect` throws that).
     private let endpoint: Result<ClientEndpoint, CallingError>
-    private let sink: EventSink<CallingEvent>
 
     private weak var delegateStorage: (any SignalingClientDelegate)?
-    private let socket: SessionSocket
     /// The last media operation queued for each peer (see `enqueueMedia`), numbered so that it
     /// removes itself when it finishes last.
     private var mediaTasks: [PeerID: (number: UInt64, task: Task<Void, Never>)] = [:]
@@ -118,8 +118,7 @@ public final class SignalingClient: @unchecked Sendable {
         endpoint = Result { () throws(CallingError) in try REST.endpoint(for: url) }
         loop = options.loop ?? SignalingClient.sharedLoop
         callbackQueue = options.callbackQueue ?? DispatchQueue(label: "calling-client.callbacks")
-        sink = EventSink(limit: options.eventBufferLimit)
-        socket = SessionSocket(loop: loop, endpoint: endpoint, tls: options.tls)
+        let socket = SessionSocket(loop: loop, endpoint: endpoint, tls: options.tls)
         var settings = SignalingSession.Settings()
         settings.path = (url.path.isEmpty || url.path == "/") ? "/v1/ws" : url.path
         if case .success(let endpoint) = endpoint {
@@ -138,15 +137,15 @@ public final class SignalingClient: @unchecked Sendable {
         settings.pingInterval = options.pingInterval
         settings.hasMediaEngine = options.mediaEngine != nil
         settings.hasTokenProvider = options.tokenProvider != nil
-        driver = SessionDriver(SignalingSession(token: token, settings: settings))
-        driver.start(perform: { [weak self] action in self?.perform(action) },
-                     timerFired: { [weak self] timer in self?.submit(.timerFired(timer)) })
+        core = SessionClientCore(SignalingSession(token: token, settings: settings), socket: socket,
+                                 eventBufferLimit: options.eventBufferLimit, tokenProvider: options.tokenProvider)
+        core.start(callback: { [weak self] event in self?.deliver(event) },
+                   perform: { [weak self] action in self?.perform(action) })
         options.mediaEngine?.observeTracks { [weak self] peer, track in self?.submit(.remoteTrack(peer, track)) }
     }
 
     deinit {
-        socket.close(code: CloseCode.normal.rawValue, reason: "normal")
-        sink.finish()
+        core.shutdown()
     }
 
     /// One lws client loop for every client that is not given its own; lives for the process.
@@ -160,7 +159,7 @@ public final class SignalingClient: @unchecked Sendable {
 
     /// Every event, in order, for one consumer. Created on first use: read it before `connect()`
     /// to see every event. Holds at most `options.eventBufferLimit` undelivered events.
-    public var events: AsyncStream<CallingEvent> { driver.withLock { sink.events } }
+    public var events: AsyncStream<CallingEvent> { core.events }
 
     /// Called on `callbackQueue` for every event. Held weakly.
     public var delegate: (any SignalingClientDelegate)? {
@@ -356,44 +355,21 @@ public final class SignalingClient: @unchecked Sendable {
 
     /// Any thread or task.
     private func submit(_ input: SessionInput) {
-        driver.run { $0.handle(input) }
+        core.submit(input)
     }
 
-    /// Under the driver's lock; never blocks.
+    /// Under the driver's lock: an event's delegate call, besides the stream.
+    private func deliver(_ event: CallingEvent) {
+        if let delegate = delegateStorage {
+            callbackQueue.async { [self] in delegate.signalingClient(self, didReceive: event) }
+        }
+    }
+
+    /// The session's own actions (the common ones are `core`'s). Under the driver's lock; never blocks.
     private func perform(_ action: SessionAction) {
         switch action {
-        case .openSocket(let id, let path, let token):
-            // The lws service thread calls back: one input per event, in order.
-            socket.open(path: path, token: token) { [weak self] event in self?.socketEvent(event, socket: id) }
-        case .closeSocket(let code, let reason):
-            socket.close(code: code, reason: reason)
-        case .abortSocket:
-            socket.abort()
-        case .send(let frame):
-            socket.send(frame)
-        case .arm(let timer, let delay):
-            driver.arm(timer, after: delay)
-        case .cancel(let timer):
-            driver.cancel(timer)
-        case .resume(let waiter, let result):
-            driver.resume(waiter, with: result)
-        case .emit(let event):
-            sink.yield(event)
-            if let delegate = delegateStorage {
-                callbackQueue.async { [self] in delegate.signalingClient(self, didReceive: event) }
-            }
-        case .refreshToken(let attempt):
-            guard let provider = options.tokenProvider else { return }
-            Task { [weak self] in
-                let result: Result<String, CallingError>
-                do {
-                    result = .success(try await provider())
-                } catch {
-                    result = .failure(error as? CallingError
-                        ?? CallingError(.tokenProviderFailed("\(error)")))
-                }
-                self?.submit(.tokenRefreshed(attempt: attempt, result))
-            }
+        case .openSocket, .closeSocket, .abortSocket, .send, .arm, .cancel, .resume, .emit, .refreshToken:
+            break  // SignalingSession.common
         case .fetchGap(let since, let generation):
             Task { [weak self] in
                 guard let self else { return }
@@ -413,25 +389,6 @@ public final class SignalingClient: @unchecked Sendable {
             }
         case .media(let command):
             if let engine = options.mediaEngine { runMedia(command, engine) }
-        }
-    }
-
-    private func socketEvent(_ event: WebSocketClientEvent, socket: UInt64) {
-        switch event {
-        case .open: submit(.socketOpened(socket))
-        case .text(let text): submit(.socketText(socket, text))
-        case .binary: break
-        case .closed(let code, let reason):
-            socketEnded(socket, .socketClosed(socket, code: code, reason: reason))
-        case .failed(let status, let code, let message):
-            socketEnded(socket, .socketFailed(socket, status: status, code: code, message: message))
-        }
-    }
-
-    private func socketEnded(_ socket: UInt64, _ input: SessionInput) {
-        driver.run { session in
-            if session.socket == socket { self.socket.ended() }
-            return session.handle(input)
         }
     }
 
@@ -525,5 +482,40 @@ public final class SignalingClient: @unchecked Sendable {
         }, onStateChange: { [weak self] state in
             self?.submit(.connectionState(peer, connection: connection, state))
         })
+    }
+}
+
+extension SignalingSession: ClientSession {
+    typealias Event = CallingEvent
+
+    static func timerFired(_ timer: SessionTimer) -> SessionInput { .timerFired(timer) }
+
+    static func tokenRefreshed(attempt: Int, _ result: Result<String, CallingError>) -> SessionInput {
+        .tokenRefreshed(attempt: attempt, result)
+    }
+
+    static func socketInput(_ event: WebSocketClientEvent, socket: UInt64) -> SessionInput? {
+        switch event {
+        case .open: .socketOpened(socket)
+        case .text(let text): .socketText(socket, text)
+        case .binary: nil
+        case .closed(let code, let reason): .socketClosed(socket, code: code, reason: reason)
+        case .failed(let status, let code, let message): .socketFailed(socket, status: status, code: code, message: message)
+        }
+    }
+
+    static func common(_ action: SessionAction) -> CommonSessionAction<SessionTimer, WaiterOutcome, CallingEvent>? {
+        switch action {
+        case .openSocket(let id, let path, let token): .openSocket(id: id, path: path, token: token)
+        case .closeSocket(let code, let reason): .closeSocket(code: code, reason: reason)
+        case .abortSocket: .abortSocket
+        case .send(let frame): .send(frame)
+        case .arm(let timer, let delay): .arm(timer, after: delay)
+        case .cancel(let timer): .cancel(timer)
+        case .resume(let waiter, let result): .resume(waiter, result)
+        case .emit(let event): .emit(event)
+        case .refreshToken(let attempt): .refreshToken(attempt: attempt)
+        case .fetchGap, .collectStats, .media: nil
+        }
     }
 }
