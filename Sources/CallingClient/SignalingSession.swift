@@ -152,34 +152,15 @@ struct SignalingSession {
     private(set) var roomID: RoomID?
     private(set) var callID: CallID?
     private(set) var peers: [PeerInfo] = []
-    private(set) var lastSeq: Int64 = 0
+    /// Pending sends, seen seqs, resume point and gap fill.
+    private var chat: ChatLedger
+    /// The highest chat seq seen (`ChatLedger.lastSeq`).
+    var lastSeq: Int64 { chat.lastSeq }
 
     /// The newest socket number (`ConnectionLifecycle.socket`); the gap fill is numbered by it.
     var socket: UInt64 { lifecycle.socket }
     private var connectWaiter: Waiter?
     private var disconnectWaiters: [Waiter] = []
-    /// True once any connection got `welcome`: later connections resume with `last_seq`.
-    private var resumable = false
-
-    private var seenSeqs = Set<Int64>()
-    /// Seqs at or below this were pruned from `seenSeqs` and count as seen.
-    private var seenFloor: Int64 = 0
-    private var pendingChats: [String: PendingChat] = [:]
-    private var pendingOrder: [String] = []
-    /// The pending chat sent most recently: an `error` frame about a `chat` names no client_id,
-    /// and our own checks leave only the latest send to be the refused one.
-    private var lastChatSent: String?
-    /// Replayed `chat` frames still expected after a resumed `welcome`.
-    private var replayRemaining = 0
-    /// The resumed `welcome` said `recovered: false`: page the rest over REST after the replay.
-    private var gapFillPending = false
-    /// Where the REST gap fill has got to (nil when no gap is open). Reconnects resume from here,
-    /// not from `lastSeq`, which live chats and acks move past the gap.
-    private var gapCursor: Int64?
-    /// The socket whose gap fill is running; pages of another are stale.
-    private var gapGeneration: UInt64?
-    /// Highest seq delivered by the current socket's resume replay.
-    private var replayHigh: Int64 = 0
     private var typingOn = false
 
     private var activeCalls = Set<PeerID>()
@@ -204,18 +185,12 @@ struct SignalingSession {
     /// Test hook: inbound frames for which this returns false are dropped (as if lost).
     var inboundFilter: (@Sendable (String, JSONValue?) -> Bool)?
 
-    private struct PendingChat {
-        var text: String
-        var meta: JSONValue?
-        var waiter: Waiter
-        var sends = 0
-    }
-
     /// Actions produced by the input being handled.
     private var out: [SessionAction] = []
 
     init(token: String, settings: Settings) {
         self.settings = settings
+        chat = ChatLedger(ackTimeout: settings.chatAckTimeout, maxSends: settings.chatMaxAttempts)
         lifecycle = ConnectionLifecycle(token: token, settings: ConnectionLifecycle.Settings(
             host: settings.host, port: settings.port, connectTimeout: settings.connectTimeout,
             reconnectDelays: settings.reconnectDelays, maxReconnectAttempts: settings.maxReconnectAttempts,
@@ -245,12 +220,8 @@ struct SignalingSession {
             run(.socketFailed(id, status: status, code: code, message: message))
         case .timerFired(let timer): timerFired(timer)
         case .tokenRefreshed(let attempt, let result): run(.tokenRefreshed(attempt: attempt, result))
-        case .gapPage(let generation, let page): gapPage(generation, page)
-        case .gapFailed(let generation, let error):
-            if generation == gapGeneration {
-                gapGeneration = nil
-                emit(.error(error))
-            }
+        case .gapPage(let generation, let page): out += chat.gapPage(generation, page, own: peerID, socket: socket)
+        case .gapFailed(let generation, let error): out += chat.gapFailed(generation, error)
         case .statsCollected(let sample):
             if let sample, state == .connected {
                 emit(.stats(sample))
@@ -374,9 +345,8 @@ struct SignalingSession {
         for action in lifecycle.handle(input) {
             switch action {
             case .openSocket(let id, let token):
-                replayHigh = 0
                 var path = settings.path
-                if resumable { path += "?last_seq=\(min(lastSeq, gapCursor ?? .max))" }
+                if let resumeFrom = chat.socketOpening() { path += "?last_seq=\(resumeFrom)" }
                 out.append(.openSocket(id: id, path: path, token: token))
             case .closeSocket(let code, let reason): out.append(.closeSocket(code: code, reason: reason))
             case .abortSocket: out.append(.abortSocket)
@@ -404,7 +374,7 @@ struct SignalingSession {
             // Pending chats throw `error`; the first connect's caller gets it too.
             stopTimers()
             endAllCalls(notify: false)
-            rejectPendingChats(error)
+            out += chat.rejectAll(error)
             setState(.failed(error))
             if let waiter = connectWaiter {
                 connectWaiter = nil
@@ -413,7 +383,7 @@ struct SignalingSession {
         case .closed:
             // The app's `disconnect()` completed (or raced the socket's end).
             stopTimers()
-            rejectPendingChats(CallingError.notConnected)
+            out += chat.rejectAll(CallingError.notConnected)
             if let waiter = connectWaiter {
                 connectWaiter = nil
                 out.append(.resume(waiter, .failure(CallingError.notConnected)))
@@ -431,7 +401,7 @@ struct SignalingSession {
         case .reconnect: run(.timerFired(.reconnect))
         case .closeGrace: run(.timerFired(.closeGrace))
         case .chatAck(let id):
-            chatTimedOut(id)
+            out += chat.ackTimedOut(id, connected: state == .connected)
         case .typing:
             guard typingOn else { return }
             typingOn = false
@@ -470,10 +440,10 @@ struct SignalingSession {
         switch type {
         case "welcome": handleWelcome(payload ?? [:])
         case "error": handleError(json, payload: payload)
-        case "chat-ack": handleChatAck(json, payload: payload)
+        case "chat-ack": out += chat.ack(json, payload: payload)
         case "chat":
             guard let message = ChatMessage(payload, from: json["from"]?.stringValue) else { return }
-            handleChat(message, replayed: replayRemaining > 0)
+            out += chat.received(message, own: peerID, socket: socket)
         case "typing":
             guard let from, let typing = payload?["typing"]?.boolValue else { return }
             emit(.typing(from: from, isTyping: typing))
@@ -560,8 +530,8 @@ struct SignalingSession {
         peerID = welcome.peerID
         roomID = welcome.roomID
         callID = welcome.callID
-        replayRemaining = resumed ? welcome.replayCount : 0
-        gapFillPending = resumed && !welcome.recovered
+        chat.welcomed(resumed: resumed, recovered: welcome.recovered, replayCount: welcome.replayCount,
+                      roomLastSeq: welcome.lastSeq)
         if resumed {
             // The roster may have changed while we were away: report the difference.
             let before = Set(peers.map(\.peerID))
@@ -574,23 +544,17 @@ struct SignalingSession {
             for joined in welcome.peers where !before.contains(joined.peerID) { emit(.peerJoined(joined)) }
         } else {
             peers = welcome.peers
-            // Messages before this session are history (fetchMessages), not live events.
-            if welcome.lastSeq > lastSeq { lastSeq = welcome.lastSeq }
-            seenFloor = max(seenFloor, welcome.lastSeq)
         }
-        resumable = true
         setState(.connected)
         emit(.connected(welcome))
         if let waiter = connectWaiter {
             connectWaiter = nil
             out.append(.resume(waiter, .success(.welcome(welcome))))
         }
-        // Retry everything not acked yet, oldest first, with the same client_ids. Frames sent now
-        // reach the server after the join, so the replay (which may already contain some of them)
-        // is ahead of the answers.
-        for id in pendingOrder { transmitChat(id, counts: false) }
+        let (resend, gapFill) = chat.resume(socket: socket)
+        out += resend
         startTimers(serverInterval: Double(payload["ping_interval_ms"]?.int64Value ?? 25_000) / 1000)
-        if gapFillPending, replayRemaining == 0 { startGapFill() }
+        out += gapFill
     }
 
     private mutating func handleError(_ json: JSONValue, payload: JSONValue?) {
@@ -606,85 +570,8 @@ struct SignalingSession {
         // A refused `chat` frame (not a refused chat, which comes as a `chat-ack` with an error)
         // would otherwise wait out every ack timeout. A temporary refusal (429) is retried by
         // the ack timer like a lost ack.
-        if payload?["type"]?.stringValue == FrameType.chat.rawValue, !error.isRetryable,
-           let id = lastChatSent, pendingChats[id] != nil
-        {
-            resolveChat(id, .failure(error))
-        }
-    }
-
-    private mutating func handleChatAck(_ json: JSONValue, payload: JSONValue?) {
-        guard let id = payload?["client_id"]?.stringValue else { return }
-        if let wire = json["error"].flatMap(JSONValue.nonNull) {
-            let code = Int(wire["code"]?.int64Value ?? 0)
-            let error = CallingError(.server(code: code, message: wire["message"]?.stringValue ?? ""))
-            emit(.error(error))
-            guard pendingChats[id] != nil else { return }
-            if error.isRetryable {
-                // 503: not stored; the timer resends the same client_id a little later.
-                out.append(.arm(.chatAck(id), after: min(1, settings.chatAckTimeout)))
-            } else {
-                resolveChat(id, .failure(error))
-            }
-            return
-        }
-        guard let seq = payload?["seq"]?.int64Value else { return }
-        markSeen(seq)
-        resolveChat(id, .success(ChatAck(clientID: id, seq: seq, ts: payload?["ts"]?.int64Value ?? 0)))
-    }
-
-    private mutating func handleChat(_ message: ChatMessage, replayed: Bool = false) {
-        defer {
-            if replayed, replayRemaining > 0 {
-                replayRemaining -= 1
-                if replayRemaining == 0, gapFillPending { startGapFill() }
-            }
-        }
-        if replayed { replayHigh = max(replayHigh, message.seq) }
-        guard message.seq > seenFloor, !seenSeqs.contains(message.seq) else { return }  // replay overlap
-        markSeen(message.seq)
-        if message.from == peerID, pendingChats[message.clientID] != nil {
-            // Our own message in a resume replay: committed, its ack was lost with the socket.
-            resolveChat(message.clientID, .success(ChatAck(clientID: message.clientID, seq: message.seq, ts: message.ts)))
-            return
-        }
-        emit(.chat(message))
-    }
-
-    private mutating func markSeen(_ seq: Int64) {
-        seenSeqs.insert(seq)
-        if seq > lastSeq { lastSeq = seq }
-        if seenSeqs.count > 4096 {
-            // Never above an open gap: its messages are still to come.
-            let floor = min(lastSeq - 1024, gapCursor ?? .max)
-            seenSeqs = seenSeqs.filter { $0 > floor }
-            seenFloor = max(seenFloor, floor)
-        }
-    }
-
-    // MARK: gap fill
-
-    /// The replay was capped (`recovered: false`): fetch everything after it over REST and feed it
-    /// through the same seq dedupe as live frames. Live messages may arrive before older gap
-    /// messages meanwhile; each seq is still reported exactly once.
-    private mutating func startGapFill() {
-        gapFillPending = false
-        // After a reconnect in the middle of a gap, the replay covered gapCursor…replayHigh.
-        let since = gapCursor.map { max($0, replayHigh) } ?? lastSeq
-        gapCursor = since
-        gapGeneration = socket
-        out.append(.fetchGap(since: since, generation: socket))
-    }
-
-    private mutating func gapPage(_ generation: UInt64, _ page: MessagesPage) {
-        guard generation == gapGeneration, generation == socket, let cursor = gapCursor else { return }
-        for message in page.messages { handleChat(message) }
-        if page.hasMore, page.nextSinceSeq > cursor {
-            gapCursor = page.nextSinceSeq
-            out.append(.fetchGap(since: page.nextSinceSeq, generation: generation))
-        } else {
-            gapCursor = nil
-            gapGeneration = nil
+        if payload?["type"]?.stringValue == FrameType.chat.rawValue, !error.isRetryable {
+            out += chat.chatFrameRefused(error)
         }
     }
 
@@ -695,46 +582,7 @@ struct SignalingSession {
         case .connected, .connecting, .reconnecting: break
         default: return out.append(.resume(waiter, .failure(CallingError.notConnected)))
         }
-        guard pendingChats[id] == nil else {
-            return out.append(.resume(waiter, .failure(CallingError(.invalidState("client_id \(id) is already pending")))))
-        }
-        pendingChats[id] = PendingChat(text: text, meta: meta, waiter: waiter)
-        pendingOrder.append(id)
-        if state == .connected { transmitChat(id) }
-    }
-
-    /// `counts`: false for the resend after a reconnect, which is free (SignalingOptions, sdk.md).
-    private mutating func transmitChat(_ id: String, counts: Bool = true) {
-        guard var pending = pendingChats[id] else { return }
-        if counts { pending.sends += 1 }
-        pendingChats[id] = pending
-        var body: [String: JSONValue] = ["client_id": .string(id), "text": .string(pending.text)]
-        if let meta = pending.meta { body["meta"] = meta }
-        send(Frame(.chat, payload: .object(body)))
-        lastChatSent = id
-        out.append(.arm(.chatAck(id), after: settings.chatAckTimeout))
-    }
-
-    private mutating func chatTimedOut(_ id: String) {
-        guard let pending = pendingChats[id] else { return }
-        if pending.sends >= settings.chatMaxAttempts {
-            resolveChat(id, .failure(CallingError(.timedOut("chat-ack"))))
-        } else if state == .connected {
-            transmitChat(id)
-        }
-        // Not connected: the next `welcome` resends it.
-    }
-
-    private mutating func resolveChat(_ id: String, _ result: Result<ChatAck, CallingError>) {
-        guard let pending = pendingChats.removeValue(forKey: id) else { return }
-        pendingOrder.removeAll { $0 == id }
-        if lastChatSent == id { lastChatSent = nil }
-        out.append(.cancel(.chatAck(id)))
-        out.append(.resume(pending.waiter, result.map { .chatAck($0) }))
-    }
-
-    private mutating func rejectPendingChats(_ error: CallingError) {
-        for id in pendingOrder { resolveChat(id, .failure(error)) }
+        out += chat.send(id, text: text, meta: meta, waiter: waiter, connected: state == .connected)
     }
 
     private mutating func setTyping(_ typing: Bool) {
