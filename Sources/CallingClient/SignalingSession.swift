@@ -163,19 +163,8 @@ struct SignalingSession {
     private var disconnectWaiters: [Waiter] = []
     private var typingOn = false
 
-    private var activeCalls = Set<PeerID>()
-    private var remoteDescriptionSet = Set<PeerID>()
-    private var candidateQueue: [PeerID: [IceCandidate]] = [:]
-    private var pendingOffers: [PeerID: SessionDescription] = [:]
-    /// Peers whose latest offer came from an HTTP session (it carried `session_id`).
-    private var sessionPeers = Set<PeerID>()
-    /// Which peer connection of each peer is current (`call`/`accept` each create a new one). A
-    /// replaced connection can still report while the engine tears it down; only the current
-    /// one's reports count.
-    private var currentConnection: [PeerID: UInt64] = [:]
-    private var connectionCount: UInt64 = 0
-    /// Calls whose media has connected at least once.
-    private var mediaConnected = Set<PeerID>()
+    /// Offers, candidates, peer connections and media timers of the calls.
+    private var calls: CallTable
     private var statsRunning = false
     private var pingRunning = false
     private var pingEvery: TimeInterval = 0
@@ -191,6 +180,8 @@ struct SignalingSession {
     init(token: String, settings: Settings) {
         self.settings = settings
         chat = ChatLedger(ackTimeout: settings.chatAckTimeout, maxSends: settings.chatMaxAttempts)
+        calls = CallTable(hasMediaEngine: settings.hasMediaEngine, connectTimeout: settings.mediaConnectTimeout,
+                          disconnectGrace: settings.mediaDisconnectGrace)
         lifecycle = ConnectionLifecycle(token: token, settings: ConnectionLifecycle.Settings(
             host: settings.host, port: settings.port, connectTimeout: settings.connectTimeout,
             reconnectDelays: settings.reconnectDelays, maxReconnectAttempts: settings.maxReconnectAttempts,
@@ -207,8 +198,8 @@ struct SignalingSession {
         case .connect(let token, let waiter): connect(token: token, waiter: waiter)
         case .disconnect(let waiter): disconnect(waiter)
         case .sendChat(let id, let text, let meta, let waiter): sendChat(id, text, meta, waiter)
-        case .call(let peer, let media, let waiter): call(peer, media, waiter)
-        case .accept(let peer, let waiter): accept(peer, waiter)
+        case .call(let peer, let media, let waiter): out += calls.call(peer, media, waiter, connected: state == .connected)
+        case .accept(let peer, let waiter): out += calls.accept(peer, waiter, connected: state == .connected)
         case .socketOpened:
             break  // frames sent before `open` are queued by the transport; `welcome` is what counts
         case .socketText(let id, let text):
@@ -228,48 +219,20 @@ struct SignalingSession {
                 send(Frame(.stats, payload: sample.json))
             }
         case .mediaOfferCreated(let peer, let connection, let offer, let waiter):
-            if currentConnection[peer] == connection, state == .connected {
-                send(Frame(.offer, to: peer.rawValue, payload: onTheWire(offer).json))
-            }
-            out.append(.resume(waiter, .success(.done)))
+            out += calls.descriptionCreated(.offer, peer, connection: connection, offer, waiter: waiter,
+                                            connected: state == .connected, own: peerID)
         case .mediaAnswerCreated(let peer, let connection, let answer, let waiter):
-            // Not after the call ended: a peer that left and offered again must not get this
-            // connection's answer to its new offer.
-            if currentConnection[peer] == connection, state == .connected {
-                send(Frame(.answer, to: peer.rawValue, payload: onTheWire(answer).json))
-            }
-            out.append(.resume(waiter, .success(.done)))
+            out += calls.descriptionCreated(.answer, peer, connection: connection, answer, waiter: waiter,
+                                            connected: state == .connected, own: peerID)
         case .mediaCallFailed(let peer, let connection, let message, let waiter):
-            if currentConnection[peer] == connection { endCall(peer) }
-            out.append(.resume(waiter, .failure(CallingError(.media(message)))))
-        case .mediaRemoteApplied(let peer): remoteDescriptionApplied(peer)
+            out += calls.callFailed(peer, connection: connection, message, waiter: waiter)
+        case .mediaRemoteApplied(let peer): out += calls.remoteDescriptionApplied(peer)
         case .mediaFailed(let message): emit(.error(CallingError(.media(message))))
         case .localCandidate(let peer, let connection, let candidate):
-            // A replaced connection's late candidates would reach the peer's new one.
-            if activeCalls.contains(peer), currentConnection[peer] == connection, state == .connected {
-                send(Frame(.candidate, to: peer.rawValue, payload: candidate.json))
-            }
-        case .remoteTrack(let peer, let track):
-            if activeCalls.contains(peer) { emit(.track(peerID: peer, track: track)) }
+            out += calls.localCandidate(peer, connection: connection, candidate, connected: state == .connected)
+        case .remoteTrack(let peer, let track): out += calls.remoteTrack(peer, track)
         case .connectionState(let peer, let connection, let connectionState):
-            guard activeCalls.contains(peer), currentConnection[peer] == connection else { break }
-            emit(.connectionState(peerID: peer, state: connectionState))
-            switch connectionState {
-            case .connected:
-                mediaConnected.insert(peer)
-                out.append(.cancel(.mediaConnect(peer)))
-                out.append(.cancel(.mediaGrace(peer)))
-            case .disconnected:
-                // ICE may recover on its own (a brief network drop): the call ends only if it
-                // stays disconnected for the grace period.
-                out.append(.arm(.mediaGrace(peer), after: settings.mediaDisconnectGrace))
-            case .failed:
-                mediaEnded(peer, failure: CallingError(.disconnected("the media connection failed")))
-            case .closed:
-                mediaEnded(peer, failure: nil)
-            case .new, .connecting:
-                break
-            }
+            out += calls.connectionState(peer, connection: connection, connectionState, connected: state == .connected)
         }
         return out
     }
@@ -281,12 +244,10 @@ struct SignalingSession {
             try requireConnected()
             send(Frame(.data, to: to?.rawValue, payload: payload))
         case .hangup(let peer, let notify):
-            endCall(peer)
-            if notify, state == .connected { send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"])) }
+            out += calls.hangup(peer, notify: notify, connected: state == .connected)
         case .reject(let peer):
             try requireConnected()
-            endCall(peer)
-            send(Frame(.data, to: peer.rawValue, payload: ["kind": "reject"]))
+            out += calls.reject(peer)
         case .ping:
             try requireConnected()
             send(Frame(.ping))
@@ -336,7 +297,7 @@ struct SignalingSession {
             return
         }
         disconnectWaiters.append(waiter)
-        endAllCalls(notify: false)
+        out += calls.endAll(notify: false)
         run(.disconnect)
     }
 
@@ -373,7 +334,7 @@ struct SignalingSession {
         case .failed(let error):
             // Pending chats throw `error`; the first connect's caller gets it too.
             stopTimers()
-            endAllCalls(notify: false)
+            out += calls.endAll(notify: false)
             out += chat.rejectAll(error)
             setState(.failed(error))
             if let waiter = connectWaiter {
@@ -422,12 +383,9 @@ struct SignalingSession {
             out.append(.collectStats)
             out.append(.arm(.stats, after: settings.statsInterval))
         case .mediaConnect(let peer):
-            guard activeCalls.contains(peer), !mediaConnected.contains(peer) else { return }
-            mediaEnded(peer, failure: CallingError(.timedOut("the media connection (\(Int(settings.mediaConnectTimeout)) s)")))
+            out += calls.mediaConnectTimedOut(peer, connected: state == .connected)
         case .mediaGrace(let peer):
-            guard activeCalls.contains(peer) else { return }
-            mediaEnded(peer, failure: CallingError(.disconnected(
-                "no media for \(Int(settings.mediaDisconnectGrace)) s after the connection was lost")))
+            out += calls.mediaGraceEnded(peer, connected: state == .connected)
         }
     }
 
@@ -458,51 +416,20 @@ struct SignalingSession {
         case "peer-left":
             guard let id = (payload?["peer_id"]?.stringValue).map({ PeerID($0) }) ?? from else { return }
             peers.removeAll { $0.peerID == id }
-            peerGone(id)
+            out += calls.peerGone(id)
             emit(.peerLeft(id))
         case "offer":
-            guard let from, let sdp = payload?["sdp"]?.stringValue else { return }
-            let offer = SessionDescription(kind: .offer, sdp: sdp, sessionID: payload?["session_id"]?.stringValue)
-            if offer.sessionID != nil { sessionPeers.insert(from) } else { sessionPeers.remove(from) }
-            pendingOffers[from] = offer
-            emit(.incoming(IncomingCall(from: from, offer: offer)))
+            guard let from else { return }
+            out += calls.offer(from: from, payload)
         case "answer":
             guard let from else { return }
-            if settings.hasMediaEngine, activeCalls.contains(from), let sdp = payload?["sdp"]?.stringValue {
-                out.append(.media(.applyAnswer(from, SessionDescription(kind: .answer, sdp: sdp))))
-            } else {
-                emit(.signal(type: type, from: from, payload: payload))
-            }
+            out += calls.answer(from: from, payload)
         case "candidate":
             guard let from else { return }
-            if settings.hasMediaEngine, activeCalls.contains(from) || pendingOffers[from] != nil,
-               let candidate = IceCandidate(payload)
-            {
-                if remoteDescriptionSet.contains(from) {
-                    out.append(.media(.addCandidate(from, candidate)))
-                } else {
-                    candidateQueue[from, default: []].append(candidate)
-                }
-            } else {
-                emit(.signal(type: type, from: from, payload: payload))
-            }
+            out += calls.candidate(from: from, payload)
         case "data":
             guard let from else { return }
-            switch payload?["kind"]?.stringValue {
-            case "hangup":
-                endCall(from)
-                emit(.hangup(from))
-            case "reject":
-                endCall(from)
-                emit(.rejected(from))
-            case "replaced":
-                // An HTTP session's caller posted again: its next offer is a new peer connection
-                // from the same peer id, so the old one ends now (docs/protocol.md "HTTP sessions").
-                endCall(from, reason: .replaced)
-                emit(.data(from: from, payload: payload))
-            default:
-                emit(.data(from: from, payload: payload))
-            }
+            out += calls.data(from: from, payload)
         case "meter":
             let meter = MeterUpdate(state: payload?["state"]?.stringValue ?? "", elapsedSeconds: payload?["elapsed_s"]?.int64Value,
                                     limitSeconds: payload?["limit_s"]?.int64Value,
@@ -537,7 +464,7 @@ struct SignalingSession {
             let before = Set(peers.map(\.peerID))
             let after = Set(welcome.peers.map(\.peerID))
             for gone in peers where !after.contains(gone.peerID) {
-                peerGone(gone.peerID)
+                out += calls.peerGone(gone.peerID)
                 emit(.peerLeft(gone.peerID))
             }
             peers = welcome.peers
@@ -596,94 +523,6 @@ struct SignalingSession {
             typingOn = false
             send(Frame(.typing, payload: ["typing": false]))
         }
-    }
-
-    // MARK: media
-
-    private mutating func call(_ peer: PeerID, _ media: CallMedia, _ waiter: Waiter) {
-        guard settings.hasMediaEngine else { return out.append(.resume(waiter, .failure(CallingError(.media("no MediaEngine"))))) }
-        guard state == .connected else { return out.append(.resume(waiter, .failure(CallingError.notConnected))) }
-        activeCalls.insert(peer)
-        armMediaConnect(peer)
-        out.append(.media(.startCall(peer, connection: newConnection(peer), media: media, waiter: waiter)))
-    }
-
-    private mutating func accept(_ peer: PeerID, _ waiter: Waiter) {
-        guard settings.hasMediaEngine else { return out.append(.resume(waiter, .failure(CallingError(.media("no MediaEngine"))))) }
-        guard let offer = pendingOffers.removeValue(forKey: peer) else {
-            return out.append(.resume(waiter, .failure(CallingError(.invalidState("no incoming call from \(peer)")))))
-        }
-        activeCalls.insert(peer)
-        armMediaConnect(peer)
-        out.append(.media(.answerCall(peer, connection: newConnection(peer), offer: offer, waiter: waiter)))
-    }
-
-    private mutating func armMediaConnect(_ peer: PeerID) {
-        mediaConnected.remove(peer)
-        out.append(.cancel(.mediaGrace(peer)))
-        if settings.mediaConnectTimeout > 0 { out.append(.arm(.mediaConnect(peer), after: settings.mediaConnectTimeout)) }
-    }
-
-    /// Numbers the peer connection about to be created for `peer` and makes it current.
-    private mutating func newConnection(_ peer: PeerID) -> UInt64 {
-        connectionCount += 1
-        currentConnection[peer] = connectionCount
-        return connectionCount
-    }
-
-    /// A description as sent: our tracks under the stream id `local-<peerID>`.
-    private func onTheWire(_ description: SessionDescription) -> SessionDescription {
-        guard let peerID else { return description }
-        var sent = description
-        sent.sdp = LocalStreamID.rewrite(description.sdp, peer: peerID)
-        return sent
-    }
-
-    /// The engine's connection ended the call: `callFailed` (when it failed) then `hangup`.
-    private mutating func mediaEnded(_ peer: PeerID, failure: CallingError?) {
-        // An HTTP session is ended by the server only when told: without this, a caller
-        // that hung up over its control channel would keep its seat until the token expires.
-        if sessionPeers.contains(peer), state == .connected {
-            send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"]))
-        }
-        endCall(peer)
-        if let failure { emit(.callFailed(peerID: peer, error: failure)) }
-        emit(.hangup(peer))
-    }
-
-    private mutating func remoteDescriptionApplied(_ peer: PeerID) {
-        guard activeCalls.contains(peer), settings.hasMediaEngine else { return }
-        remoteDescriptionSet.insert(peer)
-        for candidate in candidateQueue.removeValue(forKey: peer) ?? [] { out.append(.media(.addCandidate(peer, candidate))) }
-    }
-
-    private mutating func endCall(_ peer: PeerID, reason: CallEndReason = .ended) {
-        pendingOffers[peer] = nil
-        candidateQueue[peer] = nil
-        remoteDescriptionSet.remove(peer)
-        guard activeCalls.remove(peer) != nil, settings.hasMediaEngine else { return }
-        mediaConnected.remove(peer)
-        out.append(.cancel(.mediaConnect(peer)))
-        out.append(.cancel(.mediaGrace(peer)))
-        out.append(.media(.close(peer, reason)))
-    }
-
-    /// The peer left the room: its call (if any) ends with a `hangup` event.
-    private mutating func peerGone(_ peer: PeerID) {
-        sessionPeers.remove(peer)
-        currentConnection[peer] = nil
-        let hadCall = activeCalls.contains(peer)
-        endCall(peer)
-        if hadCall { emit(.hangup(peer)) }
-    }
-
-    private mutating func endAllCalls(notify: Bool) {
-        for peer in activeCalls.sorted(by: { $0.rawValue < $1.rawValue }) {
-            endCall(peer)
-            if notify { send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"])) }
-        }
-        pendingOffers.removeAll()
-        candidateQueue.removeAll()
     }
 
     // MARK: periodic timers
