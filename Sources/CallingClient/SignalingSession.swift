@@ -166,10 +166,14 @@ struct SignalingSession {
     /// Offers, candidates, peer connections and media timers of the calls.
     private var calls: CallTable
     private var statsRunning = false
-    private var pingRunning = false
-    private var pingEvery: TimeInterval = 0
-    /// A `ping` is out and its `pong` has not come back yet.
-    private var awaitingPong = false
+    /// The keep-alive while it runs (from `welcome` to the socket's end).
+    private var keepAlive: KeepAlive?
+
+    private struct KeepAlive {
+        let every: TimeInterval
+        /// A `ping` is out and its `pong` has not come back yet.
+        var awaitingPong = false
+    }
 
     /// Test hook: inbound frames for which this returns false are dropped (as if lost).
     var inboundFilter: (@Sendable (String, JSONValue?) -> Bool)?
@@ -368,16 +372,17 @@ struct SignalingSession {
             typingOn = false
             if state == .connected { send(Frame(.typing, payload: ["typing": false])) }
         case .ping:
-            guard pingRunning, state == .connected else { return }
-            if awaitingPong {
+            guard var keepAlive, state == .connected else { return }
+            if keepAlive.awaitingPong {
                 // The previous ping was never answered (half-open TCP): drop the socket and
                 // reconnect as after any drop.
-                run(.dropped(CallingError(.closed(code: nil, reason: "no pong within \(pingEvery) s"))))
+                run(.dropped(CallingError(.closed(code: nil, reason: "no pong within \(keepAlive.every) s"))))
                 return
             }
-            awaitingPong = true
+            keepAlive.awaitingPong = true
+            self.keepAlive = keepAlive
             send(Frame(.ping))
-            out.append(.arm(.ping, after: pingEvery))
+            out.append(.arm(.ping, after: keepAlive.every))
         case .stats:
             guard statsRunning, state == .connected else { return }
             out.append(.collectStats)
@@ -437,7 +442,7 @@ struct SignalingSession {
             emit(.meter(meter))
             if meter.state == "ended" { emit(.consultationEnded(meter)) }
         case "pong":
-            awaitingPong = false
+            keepAlive?.awaitingPong = false
         default:
             break  // anything newer than this SDK
         }
@@ -534,19 +539,16 @@ struct SignalingSession {
         }
         // Keep-alive and dead-connection detection, see `SignalingOptions.pingInterval`.
         let interval = settings.pingInterval ?? serverInterval
-        if interval > 0, !pingRunning {
-            pingRunning = true
-            pingEvery = interval
-            awaitingPong = false
+        if interval > 0, keepAlive == nil {
+            keepAlive = KeepAlive(every: interval)
             out.append(.arm(.ping, after: interval))
         }
     }
 
     private mutating func stopTimers() {
         if statsRunning { out.append(.cancel(.stats)) }
-        if pingRunning { out.append(.cancel(.ping)) }
+        if keepAlive != nil { out.append(.cancel(.ping)) }
         statsRunning = false
-        pingRunning = false
-        awaitingPong = false
+        keepAlive = nil
     }
 }
