@@ -119,6 +119,8 @@ export type HangupReason =
   | "failed"       // the peer connection reached "failed"
   | "closed"       // the peer connection reached "closed"
   | "replaced"     // an HTTP session caller posted a new offer (data {kind:"replaced"})
+  | "cancelled"    // a ringing offer ended before the answer: the caller hung up or left
+  | "disconnected" // no media for iceRestartWindowMs despite ICE restarts; retryable: call again
   | "disconnect";  // disconnect() or a terminal close of the client
 
 /** An incoming call: answer with accept(stream) or decline with reject(). */
@@ -137,6 +139,12 @@ export interface CallingClientEvents {
   connected: Welcome;
   "peer-joined": PeerInfo;
   "peer-left": { peer_id: string };
+  /** The peer's socket dropped; the server holds its seat (reconnect grace). Its call is kept. */
+  "peer-reconnecting": { peer_id: string };
+  /** The peer is back within the grace; frames held for it were sent again. */
+  "peer-resumed": { peer_id: string };
+  /** An ICE-restart offer to the peer is being made (this side offered the call). */
+  "ice-restart": { peerId: string; attempt: number };
   incoming: IncomingCall;
   track: { peerId: string; track: MediaStreamTrack; streams: readonly MediaStream[] };
   "connection-state": { peerId: string; state: RTCPeerConnectionState };
@@ -192,7 +200,8 @@ export type CallingSdkErrorCode =
   | "http_error"
   | "network"
   | "media"
-  | "refresh_failed";
+  | "refresh_failed"
+  | "relay_overflow";
 
 /**
  * Every error the SDK reports. `code` is the server's stable string code (`token_expired`,
@@ -245,6 +254,18 @@ export interface CallingClientOptions {
   pingIntervalMs?: number;
   /** Extra RTCConfiguration fields for every peer connection (iceServers are set by the SDK). */
   rtcConfig?: RTCConfiguration;
+  /** How long a call may be without ICE connectivity (ICE restarts meanwhile) before it ends as `disconnected`. Default 15000. */
+  iceRestartWindowMs?: number;
+  /** ICE `disconnected` this long before the first restart (`failed` restarts at once). Default 2000. */
+  iceDisconnectedDebounceMs?: number;
+  /** Wait between ICE restarts while the window is open. Default 5000. */
+  iceRestartRetryMs?: number;
+  /** Frames held per peer in its reconnect grace; beyond it a frame is dropped (`relay_overflow`). Default 100. */
+  heldRelayLimit?: number;
+  /** Source of `pagehide` and `online` (default `window`); null ignores them. */
+  window?: EventTarget | null;
+  /** Source of network `change` events (default `navigator.connection`); null ignores them. */
+  network?: EventTarget | null;
   WebSocket?: typeof WebSocket;
   fetch?: typeof fetch;
   RTCPeerConnection?: typeof RTCPeerConnection;
@@ -588,3 +609,44 @@ export class _Emitter {
   once(event: string): Promise<any>;
   emit(event: string, payload?: unknown): void;
 }
+
+/** @internal Relays to peers in their reconnect grace: held, counted back when refused (480), released on peer-resumed. */
+export class _RelayHold {
+  constructor(options?: { limit?: number });
+  isHeld(peerId: string): boolean;
+  heldPeers(): string[];
+  /** Frames waiting for the peer (refused plus queued). */
+  waiting(peerId: string): number;
+  sent(peerId: string, type: string, text: string): void;
+  hold(peerId: string): void;
+  /** False when the peer's queue is full. */
+  push(peerId: string, type: string, text: string): boolean;
+  /** Counts an `error` 480 against a held peer; returns it, or null. */
+  refused(type: string, to?: string | null): string | null;
+  /** The frames to send again, oldest first. */
+  release(peerId: string): string[];
+  drop(peerId: string): number;
+  clear(): void;
+}
+
+/** @internal When one call restarts ICE and when it gives up. */
+export class _IceRecovery {
+  constructor(options: {
+    restarter: boolean; windowMs?: number; debounceMs?: number; retryMs?: number; timers?: Timers;
+    restart: () => void; giveUp: () => void; canGiveUp?: () => boolean;
+  });
+  readonly recovering: boolean;
+  /** Restarts asked for since the call began. */
+  readonly restarts: number;
+  onIceState(state: string): void;
+  onNetworkChange(): void;
+  onSignalingResumed(healthy: boolean): void;
+  stop(): void;
+}
+
+/** @internal After our own resume: which calls end (peer gone), which ringing offers are cancelled, which are kept. */
+export function _reconcileCalls(
+  callPeers: Iterable<string>,
+  offerPeers: Iterable<string>,
+  roster: { peer_id: string }[],
+): { ended: string[]; cancelled: string[]; kept: string[] };

@@ -19,7 +19,7 @@
 
 const WS_OPEN = 1;
 /** Error codes the server marks temporary (ErrorCode.isTemporary, docs/protocol.md "Error codes"). */
-const TEMPORARY_CODES = new Set([404, 429, 500, 503]);
+const TEMPORARY_CODES = new Set([404, 429, 480, 500, 503]);
 const DTMF_KEYS = "0123456789*#ABCD";
 /** Longest client_id the server accepts (max_client_id_bytes default). */
 const MAX_CLIENT_ID_BYTES = 128;
@@ -224,7 +224,7 @@ export function _isRetryableStatus(status) {
 }
 
 /**
- * Internal. Whether a numeric frame error code is temporary (404, 429, 500, 503).
+ * Internal. Whether a numeric frame error code is temporary (404, 429, 480, 500, 503).
  * @param {number} code
  */
 export function _isTemporaryCode(code) {
@@ -750,6 +750,268 @@ export class _TypingState {
   }
 }
 
+/** Relayed frame types a peer in its reconnect grace refuses (docs/browser.md "What survives a drop"). */
+const RELAY_TYPES = new Set(["offer", "answer", "candidate", "data"]);
+/** `error.code` of a relay addressed to a peer whose seat is held for it (`peer_reconnecting`). */
+const PEER_RECONNECTING = 480;
+
+/**
+ * Internal. Relays to peers in their reconnect grace (`peer-reconnecting` … `peer-resumed` or
+ * `peer-left`). While a peer is held, frames to it are queued here instead of sent. Frames sent
+ * just before the `peer-reconnecting` arrived are refused by the server one `error` 480 each; the
+ * server handles one connection's frames in order, so the refused ones are the last frames sent to
+ * that peer, and `refused()` counts them back out of a short log of what was sent. On
+ * `peer-resumed`, `release()` gives the refused and the queued frames, oldest first, to send again;
+ * on `peer-left`, `drop()` forgets them. At most `limit` frames per peer are logged or queued; a
+ * frame beyond that is refused (`push` returns false).
+ */
+export class _RelayHold {
+  /** @param {{limit?: number}} [options] */
+  constructor(options = {}) {
+    this._limit = Math.max(1, options.limit ?? 100);
+    /** peerId → {log: {type, text}[], refused: number, held: {type, text}[] | null} */
+    this._peers = new Map();
+  }
+
+  _entry(peerId) {
+    let entry = this._peers.get(peerId);
+    if (!entry) {
+      entry = { log: [], refused: 0, held: null };
+      this._peers.set(peerId, entry);
+    }
+    return entry;
+  }
+
+  /** Whether frames to `peerId` are being held. */
+  isHeld(peerId) {
+    const entry = this._peers.get(peerId);
+    return Boolean(entry && entry.held);
+  }
+
+  /** Peers being held. */
+  heldPeers() {
+    return Array.from(this._peers).filter(([, e]) => e.held).map(([id]) => id);
+  }
+
+  /** Frames waiting for `peerId` (refused plus queued). */
+  waiting(peerId) {
+    const entry = this._peers.get(peerId);
+    return entry && entry.held ? Math.min(entry.refused, entry.log.length) + entry.held.length : 0;
+  }
+
+  /** A relay frame went out to `peerId`: remembered in case the server refuses it. */
+  sent(peerId, type, text) {
+    const entry = this._entry(peerId);
+    entry.log.push({ type, text });
+    if (entry.log.length > this._limit) entry.log.shift();
+  }
+
+  /** `peer-reconnecting`: hold later frames to `peerId`. */
+  hold(peerId) {
+    const entry = this._entry(peerId);
+    if (!entry.held) {
+      entry.held = [];
+      entry.refused = 0;
+    }
+  }
+
+  /** Queues a frame for a held peer; false when the queue is full (the frame is dropped). */
+  push(peerId, type, text) {
+    const entry = this._entry(peerId);
+    if (!entry.held) entry.held = [];
+    if (entry.held.length + Math.min(entry.refused, entry.log.length) >= this._limit) return false;
+    entry.held.push({ type, text });
+    return true;
+  }
+
+  /**
+   * An `error` 480 for a `type` frame (to `to` when the server names it). Returns the peer it was
+   * counted against, or null when no held peer sent such a frame (the caller reports the error).
+   * Without `to`, it goes to the held peer whose next unrefused logged frame has that type.
+   */
+  refused(type, to) {
+    let peerId = typeof to === "string" && to !== "" ? to : null;
+    if (peerId === null) {
+      const held = this.heldPeers();
+      peerId = held.find((id) => {
+        const e = this._peers.get(id);
+        const next = e.log[e.log.length - 1 - e.refused];
+        return next && next.type === type;
+      }) ?? (held.length === 1 ? held[0] : null);
+      if (peerId === null) return null;
+    }
+    const entry = this._entry(peerId);
+    if (!entry.held) entry.held = [];
+    if (entry.refused < entry.log.length) entry.refused += 1;
+    return peerId;
+  }
+
+  /** `peer-resumed`: the frames to send again, oldest first; the peer is no longer held. */
+  release(peerId) {
+    const entry = this._peers.get(peerId);
+    if (!entry || !entry.held) return [];
+    const refused = entry.refused > 0 ? entry.log.slice(entry.log.length - entry.refused) : [];
+    const out = refused.concat(entry.held).map((f) => f.text);
+    this._peers.delete(peerId);
+    return out;
+  }
+
+  /** `peer-left` (or the call is over): forgets everything for `peerId`; returns how many frames were dropped. */
+  drop(peerId) {
+    const n = this.waiting(peerId);
+    this._peers.delete(peerId);
+    return n;
+  }
+
+  /** Forgets everything (our own session ended). */
+  clear() {
+    this._peers.clear();
+  }
+}
+
+/**
+ * Internal. When one call's ICE needs a restart and when to give up, as a timer state machine
+ * (docs/browser.md "What survives a drop"). ICE `disconnected` opens the give-up window
+ * (`windowMs`) and, after `debounceMs` without recovery, asks for a restart; `failed` asks at once;
+ * while the window is open a restart is asked again every `retryMs`. `connected`/`completed`
+ * closes the window. A network change asks for a restart even on a healthy connection (its path
+ * may be gone); a signaling resume asks for one when the connection is not healthy. Only the
+ * `restarter` side (the one that offered the call) restarts; both sides give up when the window
+ * runs out, unless `canGiveUp()` says to wait (the peer is in its reconnect grace).
+ */
+export class _IceRecovery {
+  /**
+   * @param {{restarter: boolean, windowMs?: number, debounceMs?: number, retryMs?: number, timers?: object,
+   *   restart: () => void, giveUp: () => void, canGiveUp?: () => boolean}} options
+   */
+  constructor(options) {
+    this._restarter = Boolean(options.restarter);
+    this._windowMs = options.windowMs ?? 15000;
+    this._debounceMs = options.debounceMs ?? 2000;
+    this._retryMs = options.retryMs ?? 5000;
+    this._timers = options.timers ?? defaultTimers();
+    this._restart = options.restart;
+    this._giveUp = options.giveUp;
+    this._canGiveUp = options.canGiveUp ?? (() => true);
+    this._window = null;
+    this._debounce = null;
+    this._retry = null;
+    this._stopped = false;
+    this._restarts = 0;
+  }
+
+  /** Restarts asked for since the call began. */
+  get restarts() {
+    return this._restarts;
+  }
+
+  /** Whether the give-up window is open (media is not known to flow). */
+  get recovering() {
+    return this._window !== null;
+  }
+
+  /** A new `iceConnectionState` or `connectionState`. */
+  onIceState(state) {
+    if (this._stopped) return;
+    if (state === "connected" || state === "completed") {
+      this._clearAll();
+    } else if (state === "disconnected") {
+      this._openWindow();
+      if (this._debounce === null && this._retry === null) {
+        this._debounce = this._timers.setTimeout(() => {
+          this._debounce = null;
+          this._attempt();
+        }, this._debounceMs);
+      }
+    } else if (state === "failed") {
+      this._openWindow();
+      // iceConnectionState and connectionState both report it: one restart, not two.
+      if (this._retry === null) this._attempt();
+    }
+  }
+
+  /** The browser reports a network change (`online`, `navigator.connection` change). */
+  onNetworkChange() {
+    if (this._stopped) return;
+    this._attempt();
+  }
+
+  /** Signaling is back (our own resume, or the peer's `peer-resumed`). */
+  onSignalingResumed(healthy) {
+    if (this._stopped) return;
+    if (healthy) {
+      // Still inside a window (ICE disconnected before the socket dropped): try again now.
+      if (this.recovering) this._attempt();
+      return;
+    }
+    this._openWindow();
+    this._attempt();
+  }
+
+  /** The call is over: no more timers. */
+  stop() {
+    this._stopped = true;
+    this._clearAll();
+  }
+
+  _attempt() {
+    if (this._stopped || !this._restarter) return;
+    this._clear("_debounce");
+    this._clear("_retry");
+    this._restarts += 1;
+    this._restart();
+    if (this.recovering) {
+      this._retry = this._timers.setTimeout(() => {
+        this._retry = null;
+        this._attempt();
+      }, this._retryMs);
+    }
+  }
+
+  _openWindow() {
+    if (this._window !== null) return;
+    this._window = this._timers.setTimeout(() => {
+      this._window = null;
+      if (this._stopped) return;
+      if (!this._canGiveUp()) {
+        this._openWindow();
+        return;
+      }
+      this.stop();
+      this._giveUp();
+    }, this._windowMs);
+  }
+
+  _clear(name) {
+    if (this[name] !== null) this._timers.clearTimeout(this[name]);
+    this[name] = null;
+  }
+
+  _clearAll() {
+    this._clear("_window");
+    this._clear("_debounce");
+    this._clear("_retry");
+  }
+}
+
+/**
+ * Internal. After our own resume (a `welcome` with `resumed: true`): which calls and ringing
+ * offers go on and which end, against the new roster. A call whose peer is not in the room any
+ * more ends (`hangup {reason: "peer-left"}`); a ringing offer whose caller is gone ends as
+ * `cancelled`; the rest are kept.
+ * @param {Iterable<string>} callPeers
+ * @param {Iterable<string>} offerPeers
+ * @param {{peer_id: string}[]} roster
+ */
+export function _reconcileCalls(callPeers, offerPeers, roster) {
+  const present = new Set(roster.map((p) => p.peer_id));
+  const ended = [];
+  const kept = [];
+  for (const id of callPeers) (present.has(id) ? kept : ended).push(id);
+  const cancelled = Array.from(offerPeers).filter((id) => !present.has(id));
+  return { ended, cancelled, kept };
+}
+
 // ---------------------------------------------------------------------------------------------
 // HTTP
 // ---------------------------------------------------------------------------------------------
@@ -925,6 +1187,7 @@ class ReconnectingSocket extends ClientBase {
     this._userClosed = true;
     this._clearTimer("_reconnectTimer");
     this._clearTimer("_connectTimer");
+    this._beforeClose();
     this._beforeSocketEnd();
     this._onSessionEnd(notConnected(), "disconnect");
     const waiter = this._takeConnectWaiter();
@@ -942,6 +1205,9 @@ class ReconnectingSocket extends ClientBase {
   }
 
   // --- subclass hooks --------------------------------------------------------------------------
+
+  /** disconnect() is about to close an open socket: a last frame may go out. */
+  _beforeClose() {}
 
   _socketParams() {
     return {};
@@ -1295,6 +1561,29 @@ export class CallingClient extends ReconnectingSocket {
     this._statsTimer = null;
     this._pingTimer = null;
     this._awaitingPong = false;
+    /** Relays to peers in their reconnect grace (peer-reconnecting … peer-resumed). */
+    this._relays = new _RelayHold({ limit: options.heldRelayLimit ?? 100 });
+    this._ice = {
+      windowMs: options.iceRestartWindowMs ?? 15000,
+      debounceMs: options.iceDisconnectedDebounceMs ?? 2000,
+      retryMs: options.iceRestartRetryMs ?? 5000,
+    };
+    // Where `pagehide` and `online` come from, and the Network Information API's `change`; null
+    // turns them off (tests pass fakes).
+    this._page = options.window !== undefined ? options.window : globalThis.window ?? null;
+    const nav = globalThis.navigator;
+    this._network = options.network !== undefined ? options.network : (nav && nav.connection) || null;
+    this._pageListeners = null;
+  }
+
+  /**
+   * Opens the socket; resolves with `welcome`. Also listens to the page: `pagehide` says `leave`
+   * and closes (a closed tab is not a network blip), `online` and a network change restart ICE.
+   */
+  connect(token) {
+    const result = super.connect(token);
+    if (this._state === "connecting") this._listenToPage();
+    return result;
   }
 
   /** Our peer id (`welcome.peer_id`), or null before the first welcome. */
@@ -1359,7 +1648,7 @@ export class CallingClient extends ReconnectingSocket {
       // Tell the peer first, so that it ends its side before our new offer arrives (frames to one
       // peer keep their order) instead of taking the offer for a renegotiation of the old call.
       this._endCall(peerId, "local");
-      this._send("data", { kind: "hangup" }, peerId);
+      this._sendRelay("data", { kind: "hangup" }, peerId);
     }
     this._offers.delete(peerId);
     const call = this._newCall(peerId, null);
@@ -1369,7 +1658,7 @@ export class CallingClient extends ReconnectingSocket {
       await pc.setLocalDescription(offer);
       if (this._calls.get(peerId) !== call) throw invalidState(`call with ${peerId} ended`);
       const local = pc.localDescription || offer;
-      this._send("offer", { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "offer" }, peerId);
+      this._sendRelay("offer", { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "offer" }, peerId);
       return pc;
     } catch (error) {
       if (this._calls.get(peerId) === call) this._endCall(peerId, "failed");
@@ -1385,7 +1674,7 @@ export class CallingClient extends ReconnectingSocket {
     const hadOffer = this._offers.delete(peerId);
     const hadCall = this._endCall(peerId, "local");
     if (!hadCall && hadOffer) this._events.emit("hangup", { peerId, reason: "local" });
-    if (notify && this._state === "connected") this._send("data", { kind: "hangup" }, peerId);
+    if (notify && this._state === "connected") this._sendRelay("data", { kind: "hangup" }, peerId);
   }
 
   /** The peer connection of the call with `peerId`, if one is up. */
@@ -1397,7 +1686,8 @@ export class CallingClient extends ReconnectingSocket {
   /** Sends `data` to `to`, or to every other peer. Throws `not_connected`. */
   sendData(payload, to) {
     this._requireConnected();
-    this._send("data", payload, to);
+    if (typeof to === "string" && to !== "") this._sendRelay("data", payload, to);
+    else this._send("data", payload, to);
   }
 
   /**
@@ -1484,7 +1774,41 @@ export class CallingClient extends ReconnectingSocket {
   _onSessionEnd(error) {
     this._stopTimers();
     this._endAllCalls("disconnect");
+    this._relays.clear();
     this._chats.rejectAll(error);
+    this._unlistenToPage();
+  }
+
+  _beforeClose() {
+    // Without it the server would hold our seat for its reconnect grace and tell the room we are
+    // reconnecting; close 1000 says the same, but a page that is going away may not get it out.
+    this._send("leave");
+  }
+
+  // --- page and network ------------------------------------------------------------------------
+
+  _listenToPage() {
+    if (this._pageListeners) return;
+    const listeners = [];
+    const add = (target, event, handler) => {
+      if (!target || typeof target.addEventListener !== "function") return;
+      target.addEventListener(event, handler);
+      listeners.push(() => target.removeEventListener(event, handler));
+    };
+    add(this._page, "pagehide", () => this.disconnect());
+    add(this._page, "online", () => this._networkChanged());
+    add(this._network, "change", () => this._networkChanged());
+    this._pageListeners = listeners;
+  }
+
+  _unlistenToPage() {
+    const listeners = this._pageListeners;
+    this._pageListeners = null;
+    if (listeners) for (const off of listeners) off();
+  }
+
+  _networkChanged() {
+    for (const call of this._calls.values()) if (call.recovery) call.recovery.onNetworkChange();
   }
 
   _onReady(payload) {
@@ -1501,16 +1825,20 @@ export class CallingClient extends ReconnectingSocket {
     this._setState("connected");
     this._events.emit("connected", this._welcome);
     if (resumed) {
-      // The roster may have changed while we were away: report the difference.
+      // The roster may have changed while we were away: report the difference, then keep the
+      // calls whose peer is still here and end (with a hangup event) those whose peer is not.
       const after = new Set(roster.map((p) => p.peer_id));
       const had = new Set(before.map((p) => p.peer_id));
-      for (const gone of before) {
-        if (!after.has(gone.peer_id)) {
-          this._peerGone(gone.peer_id);
-          this._events.emit("peer-left", { peer_id: gone.peer_id });
-        }
-      }
+      for (const gone of before) if (!after.has(gone.peer_id)) this._events.emit("peer-left", { peer_id: gone.peer_id });
       for (const joined of roster) if (!had.has(joined.peer_id)) this._events.emit("peer-joined", joined);
+      const { ended, cancelled, kept } = _reconcileCalls(this._calls.keys(), this._offers.keys(), roster);
+      for (const id of cancelled) this._cancelOffer(id);
+      for (const id of ended) this._peerGone(id);
+      for (const id of this._relays.heldPeers()) if (!after.has(id)) this._relays.drop(id);
+      for (const id of kept) {
+        const call = this._calls.get(id);
+        if (call && call.recovery && call.pc) call.recovery.onSignalingResumed(mediaHealthy(call.pc));
+      }
     }
     const waiter = this._takeConnectWaiter();
     if (waiter) waiter.resolve(this._welcome);
@@ -1526,6 +1854,11 @@ export class CallingClient extends ReconnectingSocket {
     switch (type) {
       case "error": {
         const error = this._frameError(json, payload);
+        if (error.code === PEER_RECONNECTING && RELAY_TYPES.has(error.frameType)) {
+          const to = (payload && (payload.to || payload.peer_id)) || json.to;
+          // Sent again on peer-resumed, dropped on peer-left: nothing for the app to do.
+          if (this._relays.refused(error.frameType, to) !== null) return;
+        }
         this._events.emit("error", error);
         if (error.frameType === "chat" && !error.retryable) {
           // The frame names no client_id; the latest chat sent is the one refused (our own checks
@@ -1574,8 +1907,27 @@ export class CallingClient extends ReconnectingSocket {
         const id = (payload && payload.peer_id) || from;
         if (typeof id !== "string") return;
         this._peers = this._peers.filter((p) => p.peer_id !== id);
+        this._relays.drop(id);
         this._peerGone(id);
         this._events.emit("peer-left", { peer_id: id });
+        return;
+      }
+      case "peer-reconnecting": {
+        // The peer's socket dropped; the server holds its seat. Its call stays up (media is peer
+        // to peer), and relays to it wait here until peer-resumed.
+        const id = (payload && payload.peer_id) || from;
+        if (typeof id !== "string") return;
+        this._relays.hold(id);
+        this._events.emit("peer-reconnecting", { peer_id: id });
+        return;
+      }
+      case "peer-resumed": {
+        const id = (payload && payload.peer_id) || from;
+        if (typeof id !== "string") return;
+        for (const text of this._relays.release(id)) this._sendText(text);
+        this._events.emit("peer-resumed", { peer_id: id });
+        const call = this._calls.get(id);
+        if (call && call.recovery && call.pc) call.recovery.onSignalingResumed(mediaHealthy(call.pc));
         return;
       }
       case "offer":
@@ -1714,16 +2066,35 @@ export class CallingClient extends ReconnectingSocket {
     const peerId = call.peerId;
     pc.onicecandidate = (event) => {
       if (this._calls.get(peerId) !== call || !event.candidate || this._state !== "connected") return;
-      this._send("candidate", _candidatePayload(event.candidate), peerId);
+      this._sendRelay("candidate", _candidatePayload(event.candidate), peerId);
     };
     pc.ontrack = (event) => {
       if (this._calls.get(peerId) !== call) return;
       this._events.emit("track", { peerId, track: event.track, streams: event.streams || [] });
     };
+    if (!call.sessionId) {
+      // A room call outlives ICE trouble for iceRestartWindowMs; the side that offered restarts
+      // ICE. (An HTTP session's caller restarts on its own, with PATCH or a new POST.)
+      call.recovery = new _IceRecovery({
+        restarter: !call.accepted,
+        ...this._ice,
+        timers: this._timers,
+        restart: () => this._restartIce(call),
+        giveUp: () => this._giveUpCall(call),
+        canGiveUp: () => !this._relays.isHeld(peerId),
+      });
+      pc.oniceconnectionstatechange = () => {
+        if (this._calls.get(peerId) === call && call.recovery) call.recovery.onIceState(pc.iceConnectionState);
+      };
+    }
     pc.onconnectionstatechange = () => {
       if (this._calls.get(peerId) !== call) return;
       const state = pc.connectionState;
       this._events.emit("connection-state", { peerId, state });
+      if (call.recovery && state !== "closed") {
+        call.recovery.onIceState(state);
+        return;
+      }
       if (state === "failed" || state === "closed") {
         // An HTTP session is ended by the server only when told (docs/protocol.md "HTTP sessions").
         if (call.sessionId && this._state === "connected") this._send("data", { kind: "hangup" }, peerId);
@@ -1749,7 +2120,7 @@ export class CallingClient extends ReconnectingSocket {
         const local = call.pc.localDescription || answer;
         const out = { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "answer" };
         if (sessionId) out.session_id = sessionId;
-        this._send("answer", out, from);
+        this._sendRelay("answer", out, from);
       }).catch((error) => this._events.emit("error", mediaError(error)));
       return;
     }
@@ -1784,7 +2155,7 @@ export class CallingClient extends ReconnectingSocket {
         const local = pc.localDescription || answer;
         const out = { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "answer" };
         if (entry.sessionId) out.session_id = entry.sessionId;
-        this._send("answer", out, from);
+        this._sendRelay("answer", out, from);
       });
       return pc;
     } catch (error) {
@@ -1796,7 +2167,7 @@ export class CallingClient extends ReconnectingSocket {
   _reject(from, entry) {
     if (this._offers.get(from) === entry) this._offers.delete(from);
     entry.queue.clear();
-    if (this._state === "connected") this._send("data", { kind: "reject" }, from);
+    if (this._state === "connected") this._sendRelay("data", { kind: "reject" }, from);
   }
 
   _handleAnswer(from, payload) {
@@ -1804,6 +2175,8 @@ export class CallingClient extends ReconnectingSocket {
     if (!call || !call.pc || call.accepted) return;
     enqueue(call, async () => {
       if (this._calls.get(from) !== call) return;
+      // An answer sent again after the peer's resume, to an offer already answered.
+      if (call.pc.signalingState && call.pc.signalingState !== "have-local-offer") return;
       await call.pc.setRemoteDescription({ type: "answer", sdp: payload.sdp });
       await this._flushCandidates(call);
     }).catch((error) => this._events.emit("error", mediaError(error)));
@@ -1838,8 +2211,8 @@ export class CallingClient extends ReconnectingSocket {
   _handleData(from, payload) {
     const kind = payload && typeof payload === "object" ? payload.kind : undefined;
     if (kind === "hangup") {
-      this._offers.delete(from);
-      this._endCall(from, "remote");
+      // Before our answer it is the caller giving up: the ringing ends as "cancelled".
+      if (!this._endCall(from, "remote")) this._cancelOffer(from);
       return;
     }
     if (kind === "reject") {
@@ -1860,19 +2233,85 @@ export class CallingClient extends ReconnectingSocket {
     if (!call) return false;
     this._calls.delete(peerId);
     call.queue.clear();
+    if (call.recovery) call.recovery.stop();
     if (call.pc) closeQuietly(call.pc);
     this._events.emit("hangup", { peerId, reason });
     return true;
   }
 
-  _peerGone(peerId) {
+  /** A ringing offer from `peerId` ends before it was answered: `hangup {reason: "cancelled"}`. */
+  _cancelOffer(peerId) {
+    const entry = this._offers.get(peerId);
+    if (!entry) return false;
     this._offers.delete(peerId);
+    entry.queue.clear();
+    this._events.emit("hangup", { peerId, reason: "cancelled" });
+    return true;
+  }
+
+  _peerGone(peerId) {
+    this._cancelOffer(peerId);
     this._endCall(peerId, "peer-left");
   }
 
   _endAllCalls(reason) {
     for (const peerId of Array.from(this._calls.keys())) this._endCall(peerId, reason);
     this._offers.clear();
+  }
+
+  /**
+   * Sends a relay to one peer, or holds it while that peer is in its reconnect grace (sent again
+   * on peer-resumed). Returns false when it could not be sent or held.
+   */
+  _sendRelay(type, payload, to) {
+    const text = _buildFrame(type, payload, to);
+    if (this._relays.isHeld(to)) {
+      if (this._relays.push(to, type, text)) return true;
+      this._events.emit("error", new CallingError(`${type} to ${to} dropped: ${to} is reconnecting and heldRelayLimit frames already wait for it`, { code: "relay_overflow", retryable: false, frameType: type }));
+      return false;
+    }
+    if (!this._sendText(text)) return false;
+    this._relays.sent(to, type, text);
+    return true;
+  }
+
+  /**
+   * An ICE restart offer on the call's own peer connection, with fresh `/v1/ice` credentials
+   * (TURN passwords expire). Skipped while our socket or the peer's is down: the resume asks again.
+   */
+  _restartIce(call) {
+    const peerId = call.peerId;
+    if (this._state !== "connected" || this._relays.isHeld(peerId) || !call.pc) return;
+    const attempt = call.recovery ? call.recovery.restarts : 1;
+    this._events.emit("ice-restart", { peerId, attempt });
+    enqueue(call, async () => {
+      if (this._calls.get(peerId) !== call) return;
+      const pc = call.pc;
+      // An earlier restart offer that was never answered (lost with a dead path) is taken back.
+      if (pc.signalingState === "have-local-offer") await pc.setLocalDescription({ type: "rollback" });
+      else if (pc.signalingState && pc.signalingState !== "stable") return;
+      if (typeof pc.setConfiguration === "function") {
+        try {
+          const iceServers = await this.fetchIceServers();
+          pc.setConfiguration({ ...this._rtcConfig, iceServers });
+        } catch (error) {
+          // The old servers may still do; the restart goes on with them.
+          this._events.emit("error", error instanceof CallingError ? error : mediaError(error));
+        }
+      }
+      if (this._calls.get(peerId) !== call || this._state !== "connected") return;
+      const offer = await pc.createOffer({ iceRestart: true });
+      await pc.setLocalDescription(offer);
+      const local = pc.localDescription || offer;
+      this._sendRelay("offer", { sdp: _withStreamId(local.sdp, `local-${this.peerId}`), type: "offer" }, peerId);
+    }).catch((error) => this._events.emit("error", mediaError(error)));
+  }
+
+  /** The give-up window ran out without media: the call ends as "disconnected" (call again). */
+  _giveUpCall(call) {
+    if (this._calls.get(call.peerId) !== call) return;
+    if (this._state === "connected") this._sendRelay("data", { kind: "hangup" }, call.peerId);
+    this._endCall(call.peerId, "disconnected");
   }
 }
 
@@ -1913,6 +2352,13 @@ function drainChannel(channel, maxMs, timers) {
     };
     check();
   });
+}
+
+/** Whether ICE says media can flow (`connected`/`completed`). */
+function mediaHealthy(pc) {
+  const ice = pc.iceConnectionState;
+  if (ice === "connected" || ice === "completed") return true;
+  return ice === undefined && pc.connectionState === "connected";
 }
 
 function mediaError(error) {

@@ -20,8 +20,14 @@ const client = new CallingClient({ url: "wss://calls.example.org/v1/ws", token: 
 client.on("chat", (m) => { const seq: number = m.seq; const text: string = m.text; void seq; void text; });
 client.on("incoming", (call) => { call.accept(null).then((pc) => pc.close()); call.reject(); });
 client.on("disconnected", ({ code, willReconnect, error }) => { const c: number = code; const w: boolean = willReconnect; const e: string | number | undefined = error?.code; void c; void w; void e; });
-client.on("hangup", ({ peerId, reason }) => { const r: "local" | "remote" | "rejected" | "peer-left" | "failed" | "closed" | "replaced" | "disconnect" = reason; void peerId; void r; });
+client.on("hangup", ({ peerId, reason }) => { const r: "local" | "remote" | "rejected" | "peer-left" | "failed" | "closed" | "replaced" | "cancelled" | "disconnected" | "disconnect" = reason; void peerId; void r; });
 client.on("stats", (s) => { const rtt: number | null = s.rtt_ms; void rtt; });
+client.on("peer-reconnecting", ({ peer_id }) => { const id: string = peer_id; void id; });
+client.on("peer-resumed", ({ peer_id }) => { const id: string = peer_id; void id; });
+client.on("ice-restart", ({ peerId, attempt }) => { const n: number = attempt; void peerId; void n; });
+const resilient = new CallingClient({ url: "wss://x/v1/ws", token: "t", iceRestartWindowMs: 20000, iceDisconnectedDebounceMs: 1000,
+  iceRestartRetryMs: 4000, heldRelayLimit: 50, window: null, network: null });
+void resilient;
 const off: () => void = client.on("typing", ({ from, typing }) => { void from; void typing; });
 off();
 // @ts-expect-error: not an event

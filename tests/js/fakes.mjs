@@ -227,9 +227,9 @@ export function makePeerConnectionClass() {
       return channel;
     }
 
-    async createOffer() {
+    async createOffer(options) {
       this.offerCount += 1;
-      this.log.push(["createOffer"]);
+      this.log.push(options && options.iceRestart ? ["createOffer", "iceRestart"] : ["createOffer"]);
       return { type: "offer", sdp: `offer-sdp-${FakePeerConnection.instances.indexOf(this)}-${this.offerCount}` };
     }
 
@@ -238,14 +238,23 @@ export function makePeerConnectionClass() {
       return { type: "answer", sdp: `answer-sdp-${FakePeerConnection.instances.indexOf(this)}` };
     }
 
+    // signalingState follows the offer/answer steps as in a browser (JSEP): a local offer makes
+    // it have-local-offer until the answer, a remote offer have-remote-offer until ours.
     async setLocalDescription(description) {
       this.log.push(["setLocalDescription", description.type]);
       this.localDescription = description.type === "rollback" ? null : description;
+      this.signalingState = description.type === "offer" ? "have-local-offer" : "stable";
     }
 
     async setRemoteDescription(description) {
       this.log.push(["setRemoteDescription", description.type, description.sdp]);
       this.remoteDescription = description;
+      this.signalingState = description.type === "offer" ? "have-remote-offer" : "stable";
+    }
+
+    setConfiguration(config) {
+      this.log.push(["setConfiguration", config.iceServers]);
+      this.config = config;
     }
 
     async addIceCandidate(candidate) {
@@ -269,6 +278,13 @@ export function makePeerConnectionClass() {
     setConnectionState(state) {
       this.connectionState = state;
       if (this.onconnectionstatechange) this.onconnectionstatechange({});
+    }
+
+    /** ICE and the connection move together, as in Chromium for a one-transport call. */
+    setIceState(state) {
+      this.iceConnectionState = state;
+      if (this.oniceconnectionstatechange) this.oniceconnectionstatechange({});
+      this.setConnectionState(state === "completed" ? "connected" : state === "checking" ? "connecting" : state);
     }
 
     emitTrack(track, streams) {

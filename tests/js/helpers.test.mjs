@@ -97,7 +97,7 @@ test("close codes, HTTP statuses, frame error codes", () => {
   for (const code of [1000, 1001, 1006, 1011, 4000, 4001, 4002, 4399]) assert.equal(_isTerminalClose(code), false, String(code));
   for (const s of [429, 500, 502, 503]) assert.equal(_isRetryableStatus(s), true);
   for (const s of [400, 401, 403, 404, 409, 410]) assert.equal(_isRetryableStatus(s), false);
-  for (const c of [404, 429, 500, 503]) assert.equal(_isTemporaryCode(c), true);
+  for (const c of [404, 429, 480, 500, 503]) assert.equal(_isTemporaryCode(c), true);
   for (const c of [400, 401, 402, 413, 422, 440, 441, 442]) assert.equal(_isTemporaryCode(c), false);
 });
 

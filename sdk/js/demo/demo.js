@@ -172,7 +172,7 @@ function resetRoom() {
 function subscribe(on) {
   on("connected", onWelcome);
   on("disconnected", ({ code, reason, willReconnect }) => {
-    // Calls do not survive the socket (the SDK ends them); chat state does (resume from lastSeq).
+    // Calls outlive a reconnect (the SDK reconciles them with the roster); chat resumes from lastSeq.
     app.typing.clear();
     renderTyping();
     if (!willReconnect) {
@@ -184,6 +184,8 @@ function subscribe(on) {
   on("error", (error) => notify(`Server said: ${error.message} (${error.code})`));
 
   on("peer-joined", (peer) => upsertPeer(peer));
+  on("peer-reconnecting", ({ peer_id: peerId }) => notify(`${peerName(peerId)} is reconnecting…`));
+  on("peer-resumed", ({ peer_id: peerId }) => notify(`${peerName(peerId)} is back.`));
   on("peer-left", ({ peer_id: peerId }) => {
     removePeer(peerId);
     app.typing.delete(peerId);
@@ -424,6 +426,8 @@ function hangupText(reason) {
     case "remote": return "hung up";
     case "rejected": return "declined the call";
     case "peer-left": return "left the room";
+    case "cancelled": return "cancelled the call";
+    case "disconnected": return "could not be reached (no media); call again";
     case "failed": return "could not be reached (connection failed)";
     default: return null; // local hang-ups and teardown need no message
   }
