@@ -6,19 +6,13 @@ survives a drop").
   server (the hangup is a plain `data` relay).
 - test_signaling_blip_keeps_the_call: alice and bob in a call, bob's signaling socket is closed
   from his page (close code 3000, not a clean leave) and reconnects; neither page gets a `hangup`
-  and audio keeps arriving on both (inbound-rtp packets measured before and after). REQUIRES THE
-  SERVER'S SEAT GRACE (`peer-reconnecting`/`peer-resumed`, reconnect_grace_ms): a server without it
-  sends `peer-left` and the call ends, so the test probes the server first (two raw sockets, one
-  dropped without a close frame) and skips while the grace is not there.
+  and audio keeps arriving on both (inbound-rtp packets measured before and after). Runs on the
+  server's seat grace (`peer-reconnecting`/`peer-resumed`, reconnect_grace_ms, default 15 s).
 """
 
 from __future__ import annotations
 
-import socket
 import time
-
-import pytest
-from browser_lab import recv_type, room_socket
 
 from test_browser_media import inbound_audio, wait_audio
 
@@ -67,33 +61,6 @@ def test_caller_gives_up_while_ringing(blab):
     assert err == "called", "alice can call bob afterwards"
 
 
-def server_has_seat_grace(server) -> bool:
-    """Two raw peers; one drops without a close frame. A server with the grace tells the other
-    `peer-reconnecting`; one without it says `peer-left`."""
-    a = room_socket(server, server.token("grace-probe", "probe-a"))
-    b = room_socket(server, server.token("grace-probe", "probe-b"))
-    try:
-        recv_type(a, "welcome")
-        recv_type(b, "welcome")
-        recv_type(a, "peer-joined")
-        b.sock.shutdown(socket.SHUT_RDWR)
-        b.sock.close()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            frame = a.recv_json(max(0.05, deadline - time.monotonic()))
-            if frame.get("type") == "peer-reconnecting":
-                return True
-            if frame.get("type") == "peer-left":
-                return False
-        return False
-    finally:
-        for ws in (a, b):
-            try:
-                ws.sock.close()
-            except OSError:
-                pass
-
-
 def call_connected(alice, bob) -> None:
     bob.find('#peers li[data-peer-id="alice"] button.call').click()
     alice.wait_css('#incoming[data-peer-id="bob"]', 10, "bob's call ringing at alice")
@@ -104,10 +71,8 @@ def call_connected(alice, bob) -> None:
 
 
 def test_signaling_blip_keeps_the_call(blab):
-    """Requires the server's seat grace (issue #36): skipped while the server lacks it."""
-    if not server_has_seat_grace(blab.server):
-        pytest.skip("requires the server's seat grace (peer-reconnecting / peer-resumed, issue #36); "
-                    "this server sends peer-left for a dropped socket")
+    """The server holds bob's seat (docs/protocol.md "Reconnect grace"); a server without the
+    grace sends peer-left, alice's SDK hangs up and this test fails."""
     alice, bob = demo_pages(blab, "blip-1")
     call_connected(alice, bob)
     before = {"alice": inbound_audio(alice, "window.demo.client.connection('bob')")["packets"],
