@@ -39,6 +39,8 @@ export interface PeerInfo {
   peer_id: string;
   role: string;
   name: string | null;
+  /** `true` while the peer is in its reconnect grace (`welcome.peers`, `peer-reconnecting` … `peer-resumed`); absent otherwise. */
+  reconnecting?: boolean;
 }
 
 /** The `welcome` payload (docs/protocol.md "welcome"). */

@@ -758,25 +758,33 @@ const PEER_RECONNECTING = 480;
 /**
  * Internal. Relays to peers in their reconnect grace (`peer-reconnecting` … `peer-resumed` or
  * `peer-left`). While a peer is held, frames to it are queued here instead of sent. Frames sent
- * just before the `peer-reconnecting` arrived are refused by the server one `error` 480 each; the
- * server handles one connection's frames in order, so the refused ones are the last frames sent to
- * that peer, and `refused()` counts them back out of a short log of what was sent. On
- * `peer-resumed`, `release()` gives the refused and the queued frames, oldest first, to send again;
- * on `peer-left`, `drop()` forgets them. At most `limit` frames per peer are logged or queued; a
- * frame beyond that is refused (`push` returns false).
+ * just before the `peer-reconnecting` arrived are refused by the server, one `error` 480 each. That
+ * error names only the refused frame's type (`payload.type`), not its `to`, so `refused()` works out
+ * which frame it was: the server handles one connection's frames in order and answers in that
+ * order, so each 480 is for the earliest frame sent after the one the previous 480 was for, among
+ * the frames of that type sent to a held peer (one global log order, `seq`). With one held peer
+ * this is exact; with two held peers sent the same type in the same instants it can pick the wrong
+ * one (the error carries nothing to tell them apart). On `peer-resumed`, `release()` gives the
+ * refused and the queued frames, oldest first, to send again; on `peer-left`, `drop()` forgets
+ * them. At most `limit` frames per peer are logged or queued; a frame beyond that is refused
+ * (`push` returns false).
  */
 export class _RelayHold {
   /** @param {{limit?: number}} [options] */
   constructor(options = {}) {
     this._limit = Math.max(1, options.limit ?? 100);
-    /** peerId → {log: {type, text}[], refused: number, held: {type, text}[] | null} */
+    /** peerId → {log: {seq, type, text, refused}[], held: {type, text}[] | null} */
     this._peers = new Map();
+    /** Order of relays sent, across peers. */
+    this._seq = 0;
+    /** `seq` of the frame the latest 480 was counted against: later 480s are for later frames. */
+    this._cursor = 0;
   }
 
   _entry(peerId) {
     let entry = this._peers.get(peerId);
     if (!entry) {
-      entry = { log: [], refused: 0, held: null };
+      entry = { log: [], held: null };
       this._peers.set(peerId, entry);
     }
     return entry;
@@ -796,62 +804,53 @@ export class _RelayHold {
   /** Frames waiting for `peerId` (refused plus queued). */
   waiting(peerId) {
     const entry = this._peers.get(peerId);
-    return entry && entry.held ? Math.min(entry.refused, entry.log.length) + entry.held.length : 0;
+    return entry && entry.held ? entry.log.filter((f) => f.refused).length + entry.held.length : 0;
   }
 
   /** A relay frame went out to `peerId`: remembered in case the server refuses it. */
   sent(peerId, type, text) {
     const entry = this._entry(peerId);
-    entry.log.push({ type, text });
+    entry.log.push({ seq: ++this._seq, type, text, refused: false });
     if (entry.log.length > this._limit) entry.log.shift();
   }
 
-  /** `peer-reconnecting`: hold later frames to `peerId`. */
+  /** `peer-reconnecting` (or a roster entry `reconnecting: true`): hold later frames to `peerId`. */
   hold(peerId) {
     const entry = this._entry(peerId);
-    if (!entry.held) {
-      entry.held = [];
-      entry.refused = 0;
-    }
+    if (!entry.held) entry.held = [];
   }
 
   /** Queues a frame for a held peer; false when the queue is full (the frame is dropped). */
   push(peerId, type, text) {
     const entry = this._entry(peerId);
     if (!entry.held) entry.held = [];
-    if (entry.held.length + Math.min(entry.refused, entry.log.length) >= this._limit) return false;
+    if (this.waiting(peerId) >= this._limit) return false;
     entry.held.push({ type, text });
     return true;
   }
 
   /**
-   * An `error` 480 for a `type` frame (to `to` when the server names it). Returns the peer it was
-   * counted against, or null when no held peer sent such a frame (the caller reports the error).
-   * Without `to`, it goes to the held peer whose next unrefused logged frame has that type.
+   * An `error` 480 for a frame of `type`. Returns the held peer it was counted against, or null
+   * when no frame of that type to a held peer is left to refuse (the caller reports the error).
    */
-  refused(type, to) {
-    let peerId = typeof to === "string" && to !== "" ? to : null;
-    if (peerId === null) {
-      const held = this.heldPeers();
-      peerId = held.find((id) => {
-        const e = this._peers.get(id);
-        const next = e.log[e.log.length - 1 - e.refused];
-        return next && next.type === type;
-      }) ?? (held.length === 1 ? held[0] : null);
-      if (peerId === null) return null;
+  refused(type) {
+    let best = null;
+    for (const [peerId, entry] of this._peers) {
+      if (!entry.held) continue;
+      const frame = entry.log.find((f) => f.seq > this._cursor && !f.refused && f.type === type);
+      if (frame && (best === null || frame.seq < best.frame.seq)) best = { peerId, frame };
     }
-    const entry = this._entry(peerId);
-    if (!entry.held) entry.held = [];
-    if (entry.refused < entry.log.length) entry.refused += 1;
-    return peerId;
+    if (best === null) return null;
+    best.frame.refused = true;
+    this._cursor = best.frame.seq;
+    return best.peerId;
   }
 
-  /** `peer-resumed`: the frames to send again, oldest first; the peer is no longer held. */
+  /** The peer is back (`peer-resumed`, or listed without `reconnecting` after our own resume): the frames to send again, oldest first. */
   release(peerId) {
     const entry = this._peers.get(peerId);
     if (!entry || !entry.held) return [];
-    const refused = entry.refused > 0 ? entry.log.slice(entry.log.length - entry.refused) : [];
-    const out = refused.concat(entry.held).map((f) => f.text);
+    const out = entry.log.filter((f) => f.refused).concat(entry.held).map((f) => f.text);
     this._peers.delete(peerId);
     return out;
   }
@@ -1611,7 +1610,7 @@ export class CallingClient extends ReconnectingSocket {
     return this._name;
   }
 
-  /** The other peers `{peer_id, role, name}`, in join order (a copy). */
+  /** The other peers `{peer_id, role, name, reconnecting?}`, in join order (a copy); `reconnecting: true` while a peer is in its reconnect grace. */
   get peers() {
     return this._peers.slice();
   }
@@ -1824,6 +1823,13 @@ export class CallingClient extends ReconnectingSocket {
     this._peers = roster.slice();
     this._setState("connected");
     this._events.emit("connected", this._welcome);
+    // A peer listed `reconnecting: true` is in its grace: hold relays to it (the frames for it that
+    // we did not see, peer-reconnecting or peer-resumed, went to our old socket). A held peer
+    // listed without it came back while we were away: no peer-resumed will come, send now.
+    for (const p of roster) {
+      if (p.reconnecting === true) this._relays.hold(p.peer_id);
+      else for (const text of this._relays.release(p.peer_id)) this._sendText(text);
+    }
     if (resumed) {
       // The roster may have changed while we were away: report the difference, then keep the
       // calls whose peer is still here and end (with a hangup event) those whose peer is not.
@@ -1855,9 +1861,9 @@ export class CallingClient extends ReconnectingSocket {
       case "error": {
         const error = this._frameError(json, payload);
         if (error.code === PEER_RECONNECTING && RELAY_TYPES.has(error.frameType)) {
-          const to = (payload && (payload.to || payload.peer_id)) || json.to;
-          // Sent again on peer-resumed, dropped on peer-left: nothing for the app to do.
-          if (this._relays.refused(error.frameType, to) !== null) return;
+          // Sent again on peer-resumed, dropped on peer-left: nothing for the app to do. The error
+          // names the refused type only; _RelayHold finds the frame by the order of our sends.
+          if (this._relays.refused(error.frameType) !== null) return;
         }
         this._events.emit("error", error);
         if (error.frameType === "chat" && !error.retryable) {
@@ -1918,6 +1924,7 @@ export class CallingClient extends ReconnectingSocket {
         const id = (payload && payload.peer_id) || from;
         if (typeof id !== "string") return;
         this._relays.hold(id);
+        this._peers = this._peers.map((p) => (p.peer_id === id ? { ...p, reconnecting: true } : p));
         this._events.emit("peer-reconnecting", { peer_id: id });
         return;
       }
@@ -1925,6 +1932,11 @@ export class CallingClient extends ReconnectingSocket {
         const id = (payload && payload.peer_id) || from;
         if (typeof id !== "string") return;
         for (const text of this._relays.release(id)) this._sendText(text);
+        this._peers = this._peers.map((p) => {
+          if (p.peer_id !== id || !p.reconnecting) return p;
+          const { reconnecting, ...rest } = p;
+          return rest;
+        });
         this._events.emit("peer-resumed", { peer_id: id });
         const call = this._calls.get(id);
         if (call && call.recovery && call.pc) call.recovery.onSignalingResumed(mediaHealthy(call.pc));

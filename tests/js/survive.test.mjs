@@ -96,7 +96,8 @@ async function answered(env) {
   return { ws, pc };
 }
 
-const refused = (type) => ({ type: "error", error: { code: 480, message: "peer bob is reconnecting" }, payload: { type } });
+// The server's own frame (Hub.route): the refused type only, no `to`; the message is for humans.
+const refused = (type, peer = "bob") => ({ type: "error", error: { code: 480, message: `peer '${peer}' is reconnecting; send again after peer-resumed` }, payload: { type } });
 
 // --- pure units -----------------------------------------------------------------------------------
 
@@ -107,8 +108,9 @@ test("_RelayHold: refused frames are the last ones sent; resent with the held on
   hold.sent("bob", "candidate", "c2");
   hold.hold("bob");
   assert.equal(hold.isHeld("bob"), true);
-  assert.equal(hold.refused("candidate"), "bob"); // no `to`: the one held peer
-  assert.equal(hold.refused("candidate", "bob"), "bob");
+  assert.equal(hold.refused("candidate"), "bob"); // the 480 names no peer: the one held
+  assert.equal(hold.refused("candidate"), "bob");
+  assert.equal(hold.refused("candidate"), null, "no third candidate was sent");
   assert.equal(hold.push("bob", "candidate", "c3"), true);
   assert.equal(hold.waiting("bob"), 3);
   assert.deepEqual(hold.release("bob"), ["c1", "c2", "c3"]);
@@ -116,24 +118,29 @@ test("_RelayHold: refused frames are the last ones sent; resent with the held on
   assert.deepEqual(hold.release("bob"), []);
 });
 
-test("_RelayHold: two held peers are told apart by the refused frame's type; unknown refusals are not absorbed", () => {
+test("_RelayHold: 480s are counted in the order frames were sent, across held peers; unknown refusals are not absorbed", () => {
   const hold = new _RelayHold();
   assert.equal(hold.refused("offer"), null, "nobody held: the error is the app's");
-  hold.sent("bob", "answer", "a-bob");
-  hold.sent("carol", "candidate", "c-carol");
+  hold.sent("bob", "data", "d-bob");
+  hold.sent("bob", "candidate", "c-bob");
+  hold.sent("carol", "data", "d-carol");
+  hold.sent("dave", "data", "d-dave"); // dave is not held: never counted
   hold.hold("bob");
   hold.hold("carol");
-  assert.equal(hold.refused("candidate"), "carol");
-  assert.equal(hold.refused("answer"), "bob");
-  assert.deepEqual(hold.release("carol"), ["c-carol"]);
-  assert.deepEqual(hold.release("bob"), ["a-bob"]);
+  // The server answers in the order it got the frames: data (bob), candidate (bob), data (carol).
+  assert.equal(hold.refused("data"), "bob");
+  assert.equal(hold.refused("candidate"), "bob");
+  assert.equal(hold.refused("data"), "carol");
+  assert.equal(hold.refused("data"), null, "dave's data was delivered");
+  assert.deepEqual(hold.release("carol"), ["d-carol"]);
+  assert.deepEqual(hold.release("bob"), ["d-bob", "c-bob"]);
 });
 
 test("_RelayHold: at most `limit` frames wait per peer; drop() forgets them", () => {
   const hold = new _RelayHold({ limit: 3 });
   hold.sent("bob", "candidate", "c0");
   hold.hold("bob");
-  hold.refused("candidate", "bob");
+  hold.refused("candidate");
   assert.equal(hold.push("bob", "candidate", "c1"), true);
   assert.equal(hold.push("bob", "candidate", "c2"), true);
   assert.equal(hold.push("bob", "candidate", "c3"), false);
@@ -142,7 +149,7 @@ test("_RelayHold: at most `limit` frames wait per peer; drop() forgets them", ()
   // The log itself is bounded too: only the last `limit` frames can be counted back.
   for (let i = 0; i < 10; i++) hold.sent("bob", "candidate", `x${i}`);
   hold.hold("bob");
-  for (let i = 0; i < 5; i++) hold.refused("candidate", "bob");
+  for (let i = 0; i < 5; i++) hold.refused("candidate");
   assert.deepEqual(hold.release("bob"), ["x7", "x8", "x9"]);
 });
 
@@ -301,6 +308,34 @@ test("our own resume: a call whose peer is gone ends (peer-left), one whose peer
   assert.equal(env.client.connection("bob"), bobPc);
   assert.equal(bobPc.closed, false);
   assert.equal(carolPc.closed, true);
+});
+
+test("welcome.peers `reconnecting: true` holds relays to that peer; a held peer listed without it after our resume gets them at once", async () => {
+  const env = setup();
+  const events = record(env.client, ["error"]);
+  const ws = await connectWith(env, { ...welcome(["bob"]), payload: { ...welcome(["bob"]).payload, peers: [{ peer_id: "bob", role: "peer", name: "bob", reconnecting: true }] } });
+  assert.equal(env.client.peers[0].reconnecting, true);
+  env.client.sendData({ n: 1 }, "bob");
+  assert.equal(ws.framesOf("data").length, 0, "bob is in his grace: held, not refused by the server");
+  // Our own socket drops; bob came back meanwhile, so no peer-resumed will ever reach us.
+  ws.drop();
+  await env.clock.advance(1000);
+  const ws2 = env.WS.last();
+  ws2.open();
+  ws2.receive(welcome(["bob"], { recovered: true, replay_count: 0 }));
+  assert.deepEqual(ws2.framesOf("data").map((f) => [f.to, f.payload.n]), [["bob", 1]]);
+  assert.deepEqual(events.of("error"), []);
+  env.client.sendData({ n: 2 }, "bob");
+  assert.deepEqual(ws2.framesOf("data").map((f) => f.payload.n), [1, 2]);
+});
+
+test("peers marks a peer `reconnecting: true` between peer-reconnecting and peer-resumed", async () => {
+  const env = setup();
+  const ws = await connectWith(env, welcome(["bob", "carol"]));
+  ws.receive({ type: "peer-reconnecting", from: "bob", payload: { peer_id: "bob" } });
+  assert.deepEqual(env.client.peers.map((p) => [p.peer_id, p.reconnecting === true]), [["bob", true], ["carol", false]]);
+  ws.receive({ type: "peer-resumed", from: "bob", payload: { peer_id: "bob" } });
+  assert.deepEqual(env.client.peers, [{ peer_id: "bob", role: "peer", name: "bob" }, { peer_id: "carol", role: "peer", name: "carol" }]);
 });
 
 test("ringing ends cleanly: the caller's hangup before the answer, or the caller leaving, is `cancelled`; accept() then fails", async () => {
