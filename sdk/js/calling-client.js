@@ -1108,6 +1108,12 @@ function newPeerConnection(RTCPeerConnectionCtor, config, iceServers) {
   return new RTCPeerConnectionCtor({ ...config, iceServers });
 }
 
+/**
+ * Close code for a socket the SDK drops without leaving (RFC 6455 §7.4.2: 4000–4999 are the
+ * application's; browsers accept only 1000 and 3000–4999 from a page).
+ */
+const ABANDON_CLOSE_CODE = 4000;
+
 /** Closes a peer connection, data channel or socket that may be closed already. */
 function closeQuietly(closable, ...args) {
   try {
@@ -1197,7 +1203,7 @@ class ReconnectingSocket extends ClientBase {
       this._ws.onmessage = null;
       this._ws.onerror = null;
     }
-    this._abandonSocket();
+    this._abandonSocket(1000, "normal");
     // Reported at once rather than from the socket's close callback: the session is over now,
     // and a server that is slow to answer the close must not hold the event back.
     this._emitEnd(1000, "normal", false, null, false);
@@ -1321,12 +1327,18 @@ class ReconnectingSocket extends ClientBase {
     }, this._connectTimeoutMs);
   }
 
-  /** Forgets the current socket (its later events are ignored) and closes it. */
-  _abandonSocket() {
+  /**
+   * Forgets the current socket (its later events are ignored) and closes it. Only `disconnect()`
+   * (after `leave`) closes with 1000: the server reads 1000 and 1001 as a clean leave and frees our
+   * seat at once, while a socket dropped for any other reason (connect timeout, unanswered ping, a
+   * refused first connect) must leave the seat in its reconnect grace (docs/protocol.md
+   * "Reconnect grace"), so it closes with a code of our own.
+   */
+  _abandonSocket(code = ABANDON_CLOSE_CODE, reason = "abandoned") {
     this._gen += 1;
     const ws = this._ws;
     this._ws = null;
-    if (ws) closeQuietly(ws, 1000, "normal");
+    if (ws) closeQuietly(ws, code, reason);
   }
 
   /** The pending connect() promise's callbacks, now taken (null when none is pending). */

@@ -378,6 +378,44 @@ test("disconnect() and pagehide send leave before closing with 1000; the page li
   assert.equal(env.client.state, "closed");
 });
 
+test("a socket the SDK drops without leaving closes with 4000, never 1000/1001 (a clean leave to the server): unanswered ping, connect timeout, early error", async () => {
+  const cleanLeave = (ws) => ws.closedByClient && (ws.closedByClient.code === 1000 || ws.closedByClient.code === 1001);
+  // An unanswered keep-alive ping: the half-open socket is dropped and replaced.
+  const env = setup({ pingIntervalMs: 1000, connectTimeoutMs: 5000 });
+  const ws = await connectWith(env, welcome());
+  await env.clock.advance(1000);
+  await env.clock.advance(1000); // no pong
+  assert.deepEqual(ws.closedByClient, { code: 4000, reason: "abandoned" });
+  assert.deepEqual(ws.framesOf("leave"), [], "no leave: our seat must wait for the reconnect");
+  // The reconnect opens but no welcome comes within connectTimeoutMs: dropped the same way.
+  await env.clock.advance(1000);
+  const stuck = env.WS.last();
+  assert.notEqual(stuck, ws);
+  stuck.open();
+  await env.clock.advance(5000);
+  assert.deepEqual(stuck.closedByClient, { code: 4000, reason: "abandoned" });
+  assert.equal(env.client.state, "reconnecting");
+  // The one that gets its welcome, then disconnect(): leave, then 1000.
+  while (env.WS.last() === stuck) await env.clock.advance(100);
+  const good = env.WS.last();
+  good.open();
+  good.receive(welcome());
+  assert.equal(env.client.state, "connected");
+  env.client.disconnect();
+  assert.deepEqual(good.framesOf("leave"), [{ type: "leave" }]);
+  assert.deepEqual(good.closedByClient, { code: 1000, reason: "normal" });
+  for (const socket of env.WS.instances.slice(0, -1)) assert.equal(cleanLeave(socket), false, JSON.stringify(socket.closedByClient));
+
+  // A first connect refused by an early `error` frame.
+  const env2 = setup();
+  const pending = env2.client.connect();
+  const first = env2.WS.last();
+  first.open();
+  first.receive({ type: "error", error: { code: 429, message: "slow down" } });
+  await assert.rejects(pending);
+  assert.deepEqual(first.closedByClient, { code: 4000, reason: "abandoned" });
+});
+
 test("ICE failed on the caller: fresh /v1/ice, setConfiguration, an iceRestart offer; the answer is applied on the same connection", async () => {
   const env = setup();
   const events = record(env.client, ["hangup", "ice-restart"]);
