@@ -623,12 +623,32 @@ export class _RelayHold {
   hold(peerId: string): void;
   /** False when the peer's queue is full. */
   push(peerId: string, type: string, text: string): boolean;
-  /** Counts an `error` 480 against a held peer; returns it, or null. */
-  refused(type: string, to?: string | null): string | null;
+  /** Counts an `error` 480 (it names the refused type only) against the earliest matching frame sent to a held peer; returns that peer, or null. */
+  refused(type: string): string | null;
   /** The frames to send again, oldest first. */
   release(peerId: string): string[];
   drop(peerId: string): number;
   clear(): void;
+}
+
+/** @internal The agent's own status, remembered for `PresenceClient` to set again after a reconnect. */
+export interface _AgentStatusMemoryValue {
+  status: string;
+  /** undefined: never known; null: cleared. */
+  note?: string | null;
+  queues?: string[];
+}
+
+/** @internal What `PresenceClient` remembers of the agent's status and sets again after a reconnect. */
+export class _AgentStatusMemory {
+  constructor();
+  readonly value: _AgentStatusMemoryValue | null;
+  set(status: string, note?: string | null, queues?: string[]): void;
+  /** A `status` frame about the agent itself. */
+  learn(agent: PresenceAgent): void;
+  forget(): void;
+  /** The `status` payload to send when the snapshot's entry (`agent`) differs, else null. */
+  restore(agent: PresenceAgent | undefined): { status: string; note?: string | null; queues?: string[] } | null;
 }
 
 /** @internal When one call restarts ICE and when it gives up. */

@@ -2433,6 +2433,65 @@ function waitForGathering(pc, ms, timers) {
 // ---------------------------------------------------------------------------------------------
 
 /**
+ * Internal. The status an agent last had, for `PresenceClient` to set again after a reconnect
+ * (docs/browser.md "PresenceClient"): what the app passed to `setStatus`, then what the server's
+ * `status` frames about the agent said (also the server's own changes, like `busy` on `accept`).
+ * `note` and `queues` are `undefined` while never known (the server's value is left alone); a
+ * `null` note was cleared.
+ */
+export class _AgentStatusMemory {
+  constructor() {
+    this._value = null;
+  }
+
+  /** `{status, note?, queues?}`, or null while nothing was set or heard. */
+  get value() {
+    return this._value ? { ...this._value } : null;
+  }
+
+  /** `setStatus(status, {note, queues})`, on top of what was remembered. */
+  set(status, note, queues) {
+    const next = this._value ? { ...this._value } : { status, note: undefined, queues: undefined };
+    next.status = status;
+    if (note !== undefined) next.note = note;
+    if (queues !== undefined) next.queues = Array.isArray(queues) ? queues.slice() : queues;
+    this._value = next;
+  }
+
+  /** A `status` frame about the agent itself. */
+  learn(agent) {
+    this._value = { status: agent.status, note: agent.note ?? null, queues: Array.isArray(agent.queues) ? agent.queues.slice() : undefined };
+  }
+
+  /** `disconnect()`: nothing to restore any more. */
+  forget() {
+    this._value = null;
+  }
+
+  /** The `status` payload to send after a reconnect whose snapshot lists the agent as `agent` (undefined: not listed), or null when nothing differs. */
+  restore(agent) {
+    const memory = this._value;
+    if (!memory || matchesAgent(memory, agent)) return null;
+    const payload = { status: memory.status };
+    if (memory.note !== undefined) payload.note = memory.note;
+    if (memory.queues !== undefined) payload.queues = memory.queues.slice();
+    return payload;
+  }
+}
+
+/** Whether the server's entry for the agent already is the remembered status (queues in any order). */
+function matchesAgent(memory, agent) {
+  if (!agent || agent.status !== memory.status) return false;
+  if (memory.note !== undefined && memory.note !== (agent.note ?? null)) return false;
+  if (memory.queues !== undefined) {
+    const mine = Array.isArray(memory.queues) ? memory.queues.slice().sort() : [];
+    const theirs = Array.isArray(agent.queues) ? agent.queues.slice().sort() : [];
+    if (mine.length !== theirs.length || mine.some((q, k) => q !== theirs[k])) return false;
+  }
+  return true;
+}
+
+/**
  * The presence channel, `/v1/presence` (docs/protocol.md "Presence channel"): agents publish a
  * status and answer call requests, callers ask for calls, dashboards watch every agent and every
  * ringing request. `agents` and `requests` are kept up to date from the frames. Reconnects after
@@ -2450,6 +2509,8 @@ export class PresenceClient extends ReconnectingSocket {
     this._requests = new Map();
     this._peerIdValue = null;
     this._roleValue = null;
+    /** The agent's own status, set again after a reconnect to a server that lost it. */
+    this._statusMemory = new _AgentStatusMemory();
   }
 
   /** agent_id → agent `{agent_id, status, note, queues, updated_at}`. */
@@ -2475,10 +2536,18 @@ export class PresenceClient extends ReconnectingSocket {
   /** Agent: sets the status (`available`, `busy`, `away`, `offline`), optionally note and queues. */
   setStatus(status, { note, queues } = {}) {
     this._requireConnected();
+    this._statusMemory.set(status, note, queues);
+    // The frame says only what the app said: a note or queues it left out stay as they are.
     const payload = { status };
     if (note !== undefined) payload.note = note;
     if (queues !== undefined) payload.queues = queues;
     this._send("status", payload);
+  }
+
+  /** Closes the socket (1000), no reconnect; the agent's remembered status is forgotten. */
+  disconnect() {
+    this._statusMemory.forget();
+    super.disconnect();
   }
 
   /** Caller: asks one agent (`agentId`) or a queue for a call. */
@@ -2550,6 +2619,10 @@ export class PresenceClient extends ReconnectingSocket {
     }
     this._setState("connected");
     this._events.emit("connected", payload);
+    // A restarted server brings the agent back `available` with the URL's queues: set what the
+    // agent had again. Back within presence_grace_seconds the server kept it: nothing to send.
+    const restore = this._statusMemory.restore(this._agents.get(this._peerIdValue));
+    if (restore) this._send("status", restore);
     const waiter = this._takeConnectWaiter();
     if (waiter) waiter.resolve(payload);
   }
@@ -2558,6 +2631,10 @@ export class PresenceClient extends ReconnectingSocket {
     switch (type) {
       case "status":
         if (payload && typeof payload.agent_id === "string") this._agents.set(payload.agent_id, payload);
+        // The server's word about us (also its own changes, like busy on accept) is what to restore.
+        if (payload && payload.agent_id === this._peerIdValue && typeof payload.status === "string") {
+          this._statusMemory.learn(payload);
+        }
         this._events.emit("status", payload || {});
         return;
       case "request":

@@ -1,8 +1,9 @@
 // PresenceClient through fakes: snapshot, agents and requests maps, frames for each role, close
-// handling (closed vs disconnected, terminal 4400/4401, reconnect otherwise).
+// handling (closed vs disconnected, terminal 4400/4401, reconnect otherwise), the agent's status
+// set again after a reconnect to a server that lost it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { PresenceClient } from "../../sdk/js/calling-client.js";
+import { PresenceClient, _AgentStatusMemory } from "../../sdk/js/calling-client.js";
 import { FakeTimers, connectWith, makeFetch, makeToken, makeWebSocketClass, record } from "./fakes.mjs";
 
 function setup(options = {}, claims = {}) {
@@ -139,4 +140,70 @@ test("disconnect() emits disconnected only", async () => {
   env.client.disconnect();
   assert.deepEqual(ws.closedByClient, { code: 1000, reason: "normal" });
   assert.deepEqual(events.map(([n]) => n), ["disconnected"]);
+});
+
+const ann = (status, note = null, queues = ["sales"]) => ({ agent_id: "ann", status, note, queues, updated_at: 1 });
+
+/** Drops the socket, reconnects, and answers with a snapshot listing `agents`; returns the new socket. */
+async function reconnectWith(env, ws, agents) {
+  ws.drop();
+  await env.clock.advance(1000);
+  const next = env.WS.last();
+  assert.notEqual(next, ws);
+  next.open();
+  next.receive({ type: "connected", payload: { ...snapshot, agents, requests: [] } });
+  return next;
+}
+
+test("_AgentStatusMemory: setStatus on top of what the server said; restore() only when the snapshot differs", () => {
+  const memory = new _AgentStatusMemory();
+  assert.equal(memory.restore(ann("available")), null, "nothing set: nothing to restore");
+  memory.set("away", "lunch");
+  assert.deepEqual(memory.value, { status: "away", note: "lunch", queues: undefined });
+  assert.deepEqual(memory.restore(ann("available")), { status: "away", note: "lunch" });
+  assert.equal(memory.restore(ann("away", "lunch", ["any"])), null, "queues never set: the server's stay");
+  assert.deepEqual(memory.restore(undefined), { status: "away", note: "lunch" }, "not listed at all");
+  memory.learn(ann("busy", null, ["b", "a"]));
+  memory.set("busy"); // the status only: note (cleared) and queues as the server said
+  assert.equal(memory.restore(ann("busy", null, ["a", "b"])), null, "queues in any order");
+  assert.deepEqual(memory.restore(ann("busy", "x", ["a", "b"])), { status: "busy", note: null, queues: ["b", "a"] });
+  memory.forget();
+  assert.equal(memory.value, null);
+});
+
+test("after a reconnect the agent's status is sent again when the new snapshot differs (a restarted server), not when it kept it", async () => {
+  const env = setup();
+  const events = record(env.client, ["status"]);
+  let ws = await connect(env);
+  env.client.setStatus("away", { note: "lunch" });
+  assert.deepEqual(ws.framesOf("status"), [{ type: "status", payload: { status: "away", note: "lunch" } }]);
+  // A restarted server lists the agent available with its URL's queues: the status goes out again.
+  ws = await reconnectWith(env, ws, [ann("available")]);
+  assert.deepEqual(ws.framesOf("status"), [{ type: "status", payload: { status: "away", note: "lunch" } }]);
+  // Back within presence_grace_seconds: the server kept it, nothing is sent.
+  ws = await reconnectWith(env, ws, [ann("away", "lunch")]);
+  assert.deepEqual(ws.framesOf("status"), []);
+  // The server's own change (busy on accept) is what is remembered from then on.
+  ws.receive({ type: "status", from: "ann", payload: ann("busy", null, ["sales", "vip"]) });
+  ws.receive({ type: "status", from: "bea", payload: { agent_id: "bea", status: "away", note: null, queues: [], updated_at: 2 } });
+  assert.equal(events.of("status").length, 2);
+  ws = await reconnectWith(env, ws, [ann("available")]);
+  assert.deepEqual(ws.framesOf("status"), [{ type: "status", payload: { status: "busy", note: null, queues: ["sales", "vip"] } }]);
+  // A terminal close (4400) then connect(): restored as well.
+  ws.serverClose(4400, "replaced");
+  assert.equal(env.client.state, "closed");
+  const again = env.client.connect();
+  ws = env.WS.last();
+  ws.open();
+  ws.receive({ type: "connected", payload: { ...snapshot, agents: [ann("available")], requests: [] } });
+  await again;
+  assert.equal(ws.framesOf("status").length, 1);
+  // disconnect() forgets it: a new session starts from what the server says.
+  env.client.disconnect();
+  const fresh = env.client.connect();
+  ws = env.WS.last();
+  ws.open();
+  ws.receive({ type: "connected", payload: { ...snapshot, agents: [ann("available")], requests: [] } });
+  await fresh;
+  assert.deepEqual(ws.framesOf("status"), []);
 });
