@@ -1,7 +1,8 @@
 // The SDK against the real server binary on 127.0.0.1, port 0, over real sockets (no fakes):
 // connect, roster, chat with acks, typing, read, data, ping, history, a server restart with chat
 // on both sides during the outage (nothing lost, nothing duplicated), takeover (4400, terminal),
-// presence. Media needs a browser: tests/integration covers that in Chromium.
+// presence (an agent's status set again after a server restart). Media needs a browser:
+// tests/integration covers that in Chromium.
 //
 // Node 22 has a global WebSocket; Node 20 has it behind --experimental-websocket, so on Node 20
 // this file re-runs itself with that flag (20.10 and later). Node 18 (Debian 12's) has none. Every Node also runs
@@ -194,8 +195,8 @@ async function liveTest(WebSocket) {
 
     // Presence: an agent sees itself in the snapshot; a dashboard sees its status change.
     const purl = `ws://127.0.0.1:${server.port}/v1/presence`;
-    const agent = new PresenceClient({ WebSocket, url: purl, token: token("--room", "x", "--peer", "ann", "--role", "agent", "--scope", "presence"), queues: ["sales"] });
-    const dash = new PresenceClient({ WebSocket, url: purl, token: token("--room", "x", "--peer", "dash", "--role", "dashboard", "--scope", "presence") });
+    const agent = new PresenceClient({ WebSocket, url: purl, token: token("--room", "x", "--peer", "ann", "--role", "agent", "--scope", "presence"), queues: ["sales"], backoff });
+    const dash = new PresenceClient({ WebSocket, url: purl, token: token("--room", "x", "--peer", "dash", "--role", "dashboard", "--scope", "presence"), backoff });
     clients.push(agent, dash);
     const snap = await agent.connect();
     assert.equal(snap.peer_id, "ann");
@@ -203,6 +204,14 @@ async function liveTest(WebSocket) {
     await dash.connect();
     agent.setStatus("away", { note: "coffee" });
     await until("dashboard status", () => dash.agents.get("ann") && dash.agents.get("ann").status === "away");
+    assert.equal(dash.agents.get("ann").note, "coffee");
+    // A restarted server has forgotten ann's status (it would list her available): her client
+    // sets it again after the reconnect, and the dashboard sees it.
+    await stopServer(server);
+    await until("agent reconnecting", () => agent.state === "reconnecting" && dash.state === "reconnecting");
+    server = await startServer(dataDir, env, port);
+    await until("agent and dashboard back", () => agent.state === "connected" && dash.state === "connected");
+    await until("status restored", () => dash.agents.get("ann") && dash.agents.get("ann").status === "away");
     assert.equal(dash.agents.get("ann").note, "coffee");
     // A refused upgrade (wrong scope) is explained without an HTTP status from the socket.
     const bad = new PresenceClient({ WebSocket, url: purl, token: token("--room", "x", "--peer", "z", "--role", "agent") });
