@@ -92,8 +92,8 @@ for await event in events {
         say("\(peer): media \(state.rawValue)")
     case .callFailed(let peer, let error):
         say("\(peer): call failed, \(error.localizedDescription) (retryable: \(error.isRetryable))")
-    case .hangup(let peer):
-        say("\(peer): call ended")
+    case .hangup(let peer, let reason):
+        say("\(peer): call ended (\(reason.rawValue))")
     case .stats(let sample):
         say("stats rtt \(sample.rttMs.map { "\(Int($0)) ms" } ?? "-"), loss \(sample.packetLoss.map { "\(Int($0 * 100)) %" } ?? "-")")
     case .stateChanged(let state):

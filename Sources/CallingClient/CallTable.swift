@@ -12,6 +12,29 @@ struct CallTable {
     let hasMediaEngine: Bool
     let connectTimeout: TimeInterval
     let disconnectGrace: TimeInterval
+    /// ICE recovery timing (`SignalingOptions.iceRestartWindow` and friends).
+    let ice: IceTiming
+
+    /// How long a room call may be without ICE connectivity, and when its restarter restarts.
+    struct IceTiming: Sendable {
+        var window: TimeInterval = 15
+        var debounce: TimeInterval = 2
+        var retry: TimeInterval = 5
+    }
+
+    /// One room call's ICE recovery, the browser SDK's `_IceRecovery`: `disconnected` opens the
+    /// give-up window and, after the debounce, asks for a restart; `failed` asks at once; while
+    /// the window is open a restart is asked again every `retry`; `connected` closes it.
+    private struct Recovery {
+        /// We sent the call's first offer: only this side restarts (no glare).
+        let restarter: Bool
+        var windowOpen = false
+        var debouncing = false
+        var retrying = false
+        var restarts = 0
+        /// The latest state the engine reported.
+        var state: PeerConnectionState = .new
+    }
 
     private var activeCalls = Set<PeerID>()
     private var remoteDescriptionSet = Set<PeerID>()
@@ -26,16 +49,21 @@ struct CallTable {
     private var connectionCount: UInt64 = 0
     /// Calls whose media has connected at least once.
     private var mediaConnected = Set<PeerID>()
+    /// ICE recovery of each room call (not of HTTP sessions' calls, whose caller restarts).
+    private var recovery: [PeerID: Recovery] = [:]
+    /// Peers in their reconnect grace (`peer-reconnecting` … `peer-resumed`/`peer-left`).
+    private(set) var reconnecting = Set<PeerID>()
 
     /// The entry point's context, set by `collect`.
     private var connected = false
     private var own: PeerID?
     private var out: [SessionAction] = []
 
-    init(hasMediaEngine: Bool, connectTimeout: TimeInterval, disconnectGrace: TimeInterval) {
+    init(hasMediaEngine: Bool, connectTimeout: TimeInterval, disconnectGrace: TimeInterval, ice: IceTiming = IceTiming()) {
         self.hasMediaEngine = hasMediaEngine
         self.connectTimeout = connectTimeout
         self.disconnectGrace = disconnectGrace
+        self.ice = ice
     }
 
     // MARK: API calls
@@ -46,6 +74,7 @@ struct CallTable {
             guard connected else { return table.out.append(.resume(waiter, .failure(CallingError.notConnected))) }
             table.activeCalls.insert(peer)
             table.armMediaConnect(peer)
+            table.recovery[peer] = Recovery(restarter: true)
             table.out.append(.media(.startCall(peer, connection: table.newConnection(peer), media: media, waiter: waiter)))
         }
     }
@@ -58,6 +87,7 @@ struct CallTable {
             }
             table.activeCalls.insert(peer)
             table.armMediaConnect(peer)
+            table.recovery[peer] = table.sessionPeers.contains(peer) ? nil : Recovery(restarter: false)
             table.out.append(.media(.answerCall(peer, connection: table.newConnection(peer), offer: offer, waiter: waiter)))
         }
     }
@@ -142,6 +172,13 @@ struct CallTable {
         collect(connected: connected) { table in
             guard table.activeCalls.contains(peer), table.currentConnection[peer] == connection else { return }
             table.emit(.connectionState(peerID: peer, state: state))
+            if state != .closed, table.recovery[peer] != nil {
+                if state == .connected {
+                    table.mediaConnected.insert(peer)
+                    table.out.append(.cancel(.mediaConnect(peer)))
+                }
+                return table.iceState(peer, state)
+            }
             switch state {
             case .connected:
                 table.mediaConnected.insert(peer)
@@ -152,9 +189,9 @@ struct CallTable {
                 // stays disconnected for the grace period.
                 table.out.append(.arm(.mediaGrace(peer), after: table.disconnectGrace))
             case .failed:
-                table.mediaEnded(peer, failure: CallingError(.disconnected("the media connection failed")))
+                table.mediaEnded(peer, failure: CallingError(.disconnected("the media connection failed")), reason: .failed)
             case .closed:
-                table.mediaEnded(peer, failure: nil)
+                table.mediaEnded(peer, failure: nil, reason: .closed)
             case .new, .connecting:
                 break
             }
@@ -165,7 +202,8 @@ struct CallTable {
     mutating func mediaConnectTimedOut(_ peer: PeerID, connected: Bool) -> [SessionAction] {
         collect(connected: connected) { table in
             guard table.activeCalls.contains(peer), !table.mediaConnected.contains(peer) else { return }
-            table.mediaEnded(peer, failure: CallingError(.timedOut("the media connection (\(Int(table.connectTimeout)) s)")))
+            table.mediaEnded(peer, failure: CallingError(.timedOut("the media connection (\(Int(table.connectTimeout)) s)")),
+                             reason: .failed)
         }
     }
 
@@ -174,15 +212,83 @@ struct CallTable {
         collect(connected: connected) { table in
             guard table.activeCalls.contains(peer) else { return }
             table.mediaEnded(peer, failure: CallingError(.disconnected(
-                "no media for \(Int(table.disconnectGrace)) s after the connection was lost")))
+                "no media for \(Int(table.disconnectGrace)) s after the connection was lost")), reason: .disconnected)
         }
     }
+
+    /// An ICE recovery timer of `peer` fired.
+    mutating func iceTimerFired(_ timer: SessionTimer, connected: Bool) -> [SessionAction] {
+        collect(connected: connected) { table in
+            switch timer {
+            case .iceDebounce(let peer):
+                guard table.recovery[peer]?.debouncing == true else { return }
+                table.recovery[peer]?.debouncing = false
+                table.attemptRestart(peer)
+            case .iceRetry(let peer):
+                guard table.recovery[peer]?.retrying == true else { return }
+                table.recovery[peer]?.retrying = false
+                table.attemptRestart(peer)
+            case .iceWindow(let peer):
+                guard table.activeCalls.contains(peer), table.recovery[peer]?.windowOpen == true else { return }
+                table.recovery[peer]?.windowOpen = false
+                // The server's grace bounds a reconnecting peer's absence; its `peer-left` ends the call.
+                if table.reconnecting.contains(peer) { return table.openWindow(peer) }
+                if connected { table.send(Frame(.data, to: peer.rawValue, payload: ["kind": "hangup"])) }
+                table.endCall(peer)
+                table.emit(.callFailed(peerID: peer, error: CallingError(.disconnected(
+                    "no ICE connectivity for \(Int(table.ice.window)) s"))))
+                table.emit(.hangup(peer, reason: .disconnected))
+            default:
+                break
+            }
+        }
+    }
+
+    /// Signaling is back for `peer`'s call (our own resume, or its `peer-resumed`): restart ICE
+    /// if its media is not connected, or if a recovery window is still open.
+    mutating func signalingResumed(_ peer: PeerID, connected: Bool) -> [SessionAction] {
+        collect(connected: connected) { table in
+            guard table.activeCalls.contains(peer), let recovery = table.recovery[peer] else { return }
+            if recovery.state == .connected {
+                if recovery.windowOpen { table.attemptRestart(peer) }
+                return
+            }
+            // A call still connecting for the first time has its connect timeout instead.
+            guard table.mediaConnected.contains(peer) else { return }
+            table.openWindow(peer)
+            table.attemptRestart(peer)
+        }
+    }
+
+    /// The engine made our ICE-restart offer, or our answer to the peer's renewed offer.
+    mutating func renewed(_ peer: PeerID, connection: UInt64, _ description: SessionDescription,
+                          connected: Bool, own: PeerID?) -> [SessionAction]
+    {
+        collect(connected: connected, own: own) { table in
+            guard table.activeCalls.contains(peer), table.currentConnection[peer] == connection, connected else { return }
+            let type: FrameType = description.kind == .offer ? .offer : .answer
+            table.send(Frame(type, to: peer.rawValue, payload: table.onTheWire(description).json))
+        }
+    }
+
+    /// `peer-reconnecting`: the call is kept; no restart is sent to it until it is back.
+    mutating func peerReconnecting(_ peer: PeerID) { reconnecting.insert(peer) }
+
+    /// `peer-resumed` (or the roster lists the peer without `reconnecting`).
+    mutating func peerResumed(_ peer: PeerID) { reconnecting.remove(peer) }
 
     // MARK: frames
 
     mutating func offer(from: PeerID, _ payload: JSONValue?) -> [SessionAction] {
         guard let sdp = payload?["sdp"]?.stringValue else { return [] }
         let offer = SessionDescription(kind: .offer, sdp: sdp, sessionID: payload?["session_id"]?.stringValue)
+        if hasMediaEngine, offer.sessionID == nil, activeCalls.contains(from), let connection = currentConnection[from],
+           recovery[from]?.restarter == false
+        {
+            // A renewed offer on a call we answered (the caller's ICE restart): answered on the
+            // same peer connection, with no `incoming`.
+            return [.media(.renegotiate(from, connection: connection, offer: offer))]
+        }
         if offer.sessionID != nil { sessionPeers.insert(from) } else { sessionPeers.remove(from) }
         pendingOffers[from] = offer
         return [.emit(.incoming(IncomingCall(from: from, offer: offer)))]
@@ -209,8 +315,10 @@ struct CallTable {
         collect(connected: false) { table in
             switch payload?["kind"]?.stringValue {
             case "hangup":
+                // Before our answer it is the caller giving up: the ringing ends as `cancelled`.
+                let ringing = !table.activeCalls.contains(from) && table.pendingOffers[from] != nil
                 table.endCall(from)
-                table.emit(.hangup(from))
+                table.emit(.hangup(from, reason: ringing ? .cancelled : .remote))
             case "reject":
                 table.endCall(from)
                 table.emit(.rejected(from))
@@ -225,16 +333,24 @@ struct CallTable {
         }
     }
 
-    /// The peer left the room: its call (if any) ends with a `hangup` event.
+    /// The peer left the room: its call ends with `hangup` `peer-left`, a ringing offer of it
+    /// with `cancelled`.
     mutating func peerGone(_ peer: PeerID) -> [SessionAction] {
         collect(connected: false) { table in
             table.sessionPeers.remove(peer)
+            table.reconnecting.remove(peer)
             table.currentConnection[peer] = nil
             let hadCall = table.activeCalls.contains(peer)
+            let ringing = table.pendingOffers[peer] != nil
             table.endCall(peer)
-            if hadCall { table.emit(.hangup(peer)) }
+            if hadCall { table.emit(.hangup(peer, reason: .peerLeft)) } else if ringing { table.emit(.hangup(peer, reason: .cancelled)) }
         }
     }
+
+    /// Peers with a call or a ringing offer, for the reconciliation after our own resume.
+    var peersInCalls: Set<PeerID> { activeCalls.union(pendingOffers.keys) }
+    /// Peers with a call.
+    var callPeers: Set<PeerID> { activeCalls }
 
     // MARK: inside
 
@@ -272,7 +388,7 @@ struct CallTable {
     }
 
     /// The engine's connection ended the call: `callFailed` (when it failed) then `hangup`.
-    private mutating func mediaEnded(_ peer: PeerID, failure: CallingError?) {
+    private mutating func mediaEnded(_ peer: PeerID, failure: CallingError?, reason: HangupReason) {
         // An HTTP session is ended by the server only when told: without this, a caller
         // that hung up over its control channel would keep its seat until the token expires.
         if sessionPeers.contains(peer), connected {
@@ -280,7 +396,66 @@ struct CallTable {
         }
         endCall(peer)
         if let failure { emit(.callFailed(peerID: peer, error: failure)) }
-        emit(.hangup(peer))
+        emit(.hangup(peer, reason: reason))
+    }
+
+    // MARK: ICE recovery
+
+    private mutating func iceState(_ peer: PeerID, _ state: PeerConnectionState) {
+        recovery[peer]?.state = state
+        guard let current = recovery[peer] else { return }
+        switch state {
+        case .connected:
+            clearRecoveryTimers(peer)
+        case .disconnected:
+            openWindow(peer)
+            if !current.debouncing, !current.retrying {
+                recovery[peer]?.debouncing = true
+                out.append(.arm(.iceDebounce(peer), after: ice.debounce))
+            }
+        case .failed:
+            openWindow(peer)
+            // Unless a restart is already on its retry clock: one restart, not one per report.
+            if !current.retrying { attemptRestart(peer) }
+        case .new, .connecting, .closed:
+            break
+        }
+    }
+
+    private mutating func openWindow(_ peer: PeerID) {
+        guard recovery[peer]?.windowOpen == false else { return }
+        recovery[peer]?.windowOpen = true
+        out.append(.arm(.iceWindow(peer), after: ice.window))
+    }
+
+    /// The restarter sends an ICE-restart offer (not while our socket or the peer's is down: the
+    /// resume asks again), and asks again after `retry` while the window is open.
+    private mutating func attemptRestart(_ peer: PeerID) {
+        guard let current = recovery[peer], current.restarter else { return }
+        if current.debouncing { out.append(.cancel(.iceDebounce(peer))) }
+        recovery[peer]?.debouncing = false
+        recovery[peer]?.restarts += 1
+        if connected, !reconnecting.contains(peer), let connection = currentConnection[peer] {
+            emit(.iceRestart(peerID: peer, attempt: current.restarts + 1))
+            out.append(.media(.restartIce(peer, connection: connection)))
+        }
+        if current.windowOpen {
+            recovery[peer]?.retrying = true
+            out.append(.arm(.iceRetry(peer), after: ice.retry))
+        } else if current.retrying {
+            recovery[peer]?.retrying = false
+            out.append(.cancel(.iceRetry(peer)))
+        }
+    }
+
+    private mutating func clearRecoveryTimers(_ peer: PeerID) {
+        guard let current = recovery[peer] else { return }
+        if current.windowOpen { out.append(.cancel(.iceWindow(peer))) }
+        if current.debouncing { out.append(.cancel(.iceDebounce(peer))) }
+        if current.retrying { out.append(.cancel(.iceRetry(peer))) }
+        recovery[peer]?.windowOpen = false
+        recovery[peer]?.debouncing = false
+        recovery[peer]?.retrying = false
     }
 
     private mutating func endCall(_ peer: PeerID, reason: CallEndReason = .ended) {
@@ -288,6 +463,8 @@ struct CallTable {
         candidateQueue[peer] = nil
         remoteDescriptionSet.remove(peer)
         guard activeCalls.remove(peer) != nil, hasMediaEngine else { return }
+        clearRecoveryTimers(peer)
+        recovery[peer] = nil
         mediaConnected.remove(peer)
         out.append(.cancel(.mediaConnect(peer)))
         out.append(.cancel(.mediaGrace(peer)))

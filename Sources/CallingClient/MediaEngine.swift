@@ -11,12 +11,20 @@
 /// called from any thread; they hop onto the client's queue.
 public protocol MediaEngine: AnyObject, Sendable {
     /// Creates the peer connection for `peer`. `onCandidate` is called for every local ICE
-    /// candidate; `onStateChange` when the connection state changes: `failed` and `closed` end
-    /// the call at once, `disconnected` after `SignalingOptions.mediaDisconnectGrace` unless it
-    /// recovers, and a call not `connected` within `mediaConnectTimeout` ends too.
+    /// candidate; `onStateChange` when the connection state changes: `closed` ends the call at
+    /// once; `disconnected` and `failed` start ICE recovery, which ends the call after
+    /// `SignalingOptions.iceRestartWindow` without `connected` (an HTTP session's call: `failed`
+    /// at once, `disconnected` after `mediaDisconnectGrace`); a call not `connected` within
+    /// `mediaConnectTimeout` ends too.
     func createPeerConnection(for peer: PeerID, onCandidate: @escaping @Sendable (IceCandidate) -> Void,
                               onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
     func createOffer(for peer: PeerID) async throws -> SessionDescription
+    /// An ICE-restart offer on the existing peer connection with `peer` (new ICE credentials,
+    /// RFC 8445 §9), set as its local description; `iceServers` are fresh `GET /v1/ice` servers
+    /// the engine may apply first (TURN passwords expire). `SignalingClient` sends it when the
+    /// call's ICE stays `disconnected` or `failed` (docs/sdk.md "What survives a drop"). Default:
+    /// throws, and the call ends when its `iceRestartWindow` runs out.
+    func createIceRestartOffer(for peer: PeerID, iceServers: [IceServer]) async throws -> SessionDescription
     func createAnswer(for peer: PeerID) async throws -> SessionDescription
     func setRemoteDescription(_ description: SessionDescription, for peer: PeerID) async throws
     func addCandidate(_ candidate: IceCandidate, for peer: PeerID) async throws
@@ -47,6 +55,10 @@ public protocol MediaEngine: AnyObject, Sendable {
 extension MediaEngine {
     /// Default: `close(peer:)`, whatever the reason.
     public func close(peer: PeerID, reason: CallEndReason) { close(peer: peer) }
+    /// Default: no ICE restart (the call ends when its `iceRestartWindow` runs out).
+    public func createIceRestartOffer(for peer: PeerID, iceServers: [IceServer]) async throws -> SessionDescription {
+        throw CallingError(.media("this MediaEngine cannot restart ICE"))
+    }
     /// Default: the engine keeps its own ICE configuration.
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {}
     /// Default: the engine offers what it always offers.

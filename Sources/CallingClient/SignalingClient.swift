@@ -24,9 +24,22 @@ public struct SignalingOptions: Sendable {
     /// A call whose peer connection is not `connected` this long after `call`/`accept` ends with
     /// `callFailed(timedOut)`; 0 disables.
     public var mediaConnectTimeout: TimeInterval = 15
-    /// A call whose connection went `disconnected` ends with `callFailed(disconnected)` unless it
-    /// is `connected` again within this long.
+    /// An HTTP session's call (its offer carried `session_id`) whose connection went
+    /// `disconnected` ends with `callFailed(disconnected)` unless it is `connected` again within
+    /// this long; its HTTP caller restarts ICE, not this client. Room calls use `iceRestartWindow`.
     public var mediaDisconnectGrace: TimeInterval = 5
+    /// How long a room call may be without ICE connectivity (from its first `disconnected` or
+    /// `failed`), restarting ICE meanwhile, before it ends with `callFailed(disconnected)` and
+    /// `hangup` reason `disconnected` (docs/sdk.md "What survives a drop"). The browser SDK's
+    /// `iceRestartWindowMs`.
+    public var iceRestartWindow: TimeInterval = 15
+    /// ICE `disconnected` this long before the first ICE restart (`failed` restarts at once).
+    public var iceDisconnectedDebounce: TimeInterval = 2
+    /// Wait between ICE restarts while the window is open.
+    public var iceRestartRetry: TimeInterval = 5
+    /// Frames held per peer while it is reconnecting (`peer-reconnecting`); one more is dropped
+    /// with an `error` event.
+    public var heldRelayLimit = 100
     /// Interval of app-level `ping` frames while connected; nil uses `welcome.ping_interval_ms`
     /// (25 s), 0 disables. A `ping` still unanswered at the next tick means the connection is
     /// dead (half-open TCP): it is dropped and the client reconnects.
@@ -134,6 +147,10 @@ public final class SignalingClient: @unchecked Sendable {
         settings.statsInterval = options.statsInterval
         settings.mediaConnectTimeout = options.mediaConnectTimeout
         settings.mediaDisconnectGrace = options.mediaDisconnectGrace
+        settings.iceRestartWindow = options.iceRestartWindow
+        settings.iceDisconnectedDebounce = options.iceDisconnectedDebounce
+        settings.iceRestartRetry = options.iceRestartRetry
+        settings.heldRelayLimit = options.heldRelayLimit
         settings.pingInterval = options.pingInterval
         settings.hasMediaEngine = options.mediaEngine != nil
         settings.hasTokenProvider = options.tokenProvider != nil
@@ -441,6 +458,26 @@ public final class SignalingClient: @unchecked Sendable {
             }
         case .close(let peer, let reason):
             enqueueMedia(peer) { engine.close(peer: peer, reason: reason) }
+        case .restartIce(let peer, let connection):
+            enqueueMedia(peer) { [self] in
+                do {
+                    let offer = try await engine.createIceRestartOffer(for: peer, iceServers: await iceServersForCall())
+                    submit(.mediaRenewed(peer, connection: connection, offer))
+                } catch {
+                    submit(.mediaRenewFailed(peer, connection: connection, "ICE restart: \(error)"))
+                }
+            }
+        case .renegotiate(let peer, let connection, let offer):
+            enqueueMedia(peer) { [self] in
+                do {
+                    try await engine.setRemoteDescription(offer, for: peer)
+                    submit(.mediaRemoteApplied(peer))
+                    let answer = try await engine.createAnswer(for: peer)
+                    submit(.mediaRenewed(peer, connection: connection, answer))
+                } catch {
+                    submit(.mediaRenewFailed(peer, connection: connection, "renewed offer: \(error)"))
+                }
+            }
         }
     }
 

@@ -30,8 +30,14 @@ enum SessionTimer: Hashable, Sendable {
     case closeGrace
     /// A call whose media has not connected yet.
     case mediaConnect(PeerID)
-    /// A call whose connection went `disconnected`, waiting for it to recover.
+    /// An HTTP session's call whose connection went `disconnected`, waiting for it to recover.
     case mediaGrace(PeerID)
+    /// A room call without ICE connectivity: it ends when this fires (`iceRestartWindow`).
+    case iceWindow(PeerID)
+    /// ICE `disconnected` for `iceDisconnectedDebounce`: the first restart.
+    case iceDebounce(PeerID)
+    /// The next ICE restart while the window is open (`iceRestartRetry`).
+    case iceRetry(PeerID)
 
     init(_ timer: ConnectionLifecycle.Timer) {
         switch timer {
@@ -53,6 +59,12 @@ enum MediaCommand: Sendable, Equatable {
     case applyAnswer(PeerID, SessionDescription)
     case addCandidate(PeerID, IceCandidate)
     case close(PeerID, CallEndReason)
+    /// Fetch fresh ICE servers and make an ICE-restart offer on `connection`: `.mediaRenewed` or
+    /// `.mediaRenewFailed`.
+    case restartIce(PeerID, connection: UInt64)
+    /// Apply the peer's renewed offer (its ICE restart) on `connection` and answer it:
+    /// `.mediaRemoteApplied`, then `.mediaRenewed` or `.mediaRenewFailed`.
+    case renegotiate(PeerID, connection: UInt64, offer: SessionDescription)
 }
 
 /// What the session asks its driver to do, in order.
@@ -105,6 +117,9 @@ enum SessionInput: Sendable {
     case localCandidate(PeerID, connection: UInt64, IceCandidate)
     case connectionState(PeerID, connection: UInt64, PeerConnectionState)
     case remoteTrack(PeerID, RemoteTrack)
+    /// Our ICE-restart offer, or our answer to a renewed offer, on `connection`.
+    case mediaRenewed(PeerID, connection: UInt64, SessionDescription)
+    case mediaRenewFailed(PeerID, connection: UInt64, String)
 }
 
 /// Synchronous API calls; they throw instead of resuming a waiter.
@@ -138,6 +153,10 @@ struct SignalingSession {
         var closeGrace: TimeInterval = 2
         var mediaConnectTimeout: TimeInterval = 15
         var mediaDisconnectGrace: TimeInterval = 5
+        var iceRestartWindow: TimeInterval = 15
+        var iceDisconnectedDebounce: TimeInterval = 2
+        var iceRestartRetry: TimeInterval = 5
+        var heldRelayLimit = 100
         var hasMediaEngine = false
         var hasTokenProvider = false
     }
@@ -165,6 +184,8 @@ struct SignalingSession {
 
     /// Offers, candidates, peer connections and media timers of the calls.
     private var calls: CallTable
+    /// Relays to peers in their reconnect grace.
+    private var relays: RelayHold
     private var statsRunning = false
     /// The keep-alive while it runs (from `welcome` to the socket's end).
     private var keepAlive: KeepAlive?
@@ -185,7 +206,10 @@ struct SignalingSession {
         self.settings = settings
         chat = ChatLedger(ackTimeout: settings.chatAckTimeout, maxSends: settings.chatMaxAttempts)
         calls = CallTable(hasMediaEngine: settings.hasMediaEngine, connectTimeout: settings.mediaConnectTimeout,
-                          disconnectGrace: settings.mediaDisconnectGrace)
+                          disconnectGrace: settings.mediaDisconnectGrace,
+                          ice: CallTable.IceTiming(window: settings.iceRestartWindow, debounce: settings.iceDisconnectedDebounce,
+                                                   retry: settings.iceRestartRetry))
+        relays = RelayHold(limit: settings.heldRelayLimit)
         lifecycle = ConnectionLifecycle(token: token, settings: ConnectionLifecycle.Settings(
             host: settings.host, port: settings.port, connectTimeout: settings.connectTimeout,
             reconnectDelays: settings.reconnectDelays, maxReconnectAttempts: settings.maxReconnectAttempts,
@@ -237,8 +261,13 @@ struct SignalingSession {
         case .remoteTrack(let peer, let track): out += calls.remoteTrack(peer, track)
         case .connectionState(let peer, let connection, let connectionState):
             out += calls.connectionState(peer, connection: connection, connectionState, connected: state == .connected)
+        case .mediaRenewed(let peer, let connection, let description):
+            out += calls.renewed(peer, connection: connection, description, connected: state == .connected, own: peerID)
+        case .mediaRenewFailed(_, _, let message):
+            // The restart is asked again while the window is open; the window ends the call.
+            emit(.error(CallingError(.media(message))))
         }
-        return out
+        return routed(out)
     }
 
     mutating func command(_ command: SessionCommand) throws(CallingError) -> [SessionAction] {
@@ -264,7 +293,31 @@ struct SignalingSession {
             try requireConnected()
             send(Frame(.read, payload: ["seq": .int(seq)]))
         }
-        return out
+        return routed(out)
+    }
+
+    /// Relays to a peer in its reconnect grace go into the hold instead of the socket; the others
+    /// are logged, in case the server refuses them with 480.
+    private mutating func routed(_ actions: [SessionAction]) -> [SessionAction] {
+        var result: [SessionAction] = []
+        result.reserveCapacity(actions.count)
+        for action in actions {
+            guard case .send(let frame) = action, let to = frame.to, RelayHold.types.contains(frame.type) else {
+                result.append(action)
+                continue
+            }
+            let peer = PeerID(to)
+            if relays.isHeld(peer) {
+                if !relays.push(peer, frame) {
+                    result.append(.emit(.error(CallingError(.invalidState(
+                        "\(frame.type) to \(to) dropped: \(to) is reconnecting and \(relays.limit) frames already wait for it")))))
+                }
+                continue
+            }
+            relays.sent(peer, frame)
+            result.append(action)
+        }
+        return result
     }
 
     private func requireConnected() throws(CallingError) {
@@ -302,6 +355,9 @@ struct SignalingSession {
         }
         disconnectWaiters.append(waiter)
         out += calls.endAll(notify: false)
+        relays.clear()
+        // A clean leave: the server ends our seat at once instead of holding it for a reconnect.
+        if lifecycle.isEstablished { send(Frame(.leave)) }
         run(.disconnect)
     }
 
@@ -339,6 +395,7 @@ struct SignalingSession {
             // Pending chats throw `error`; the first connect's caller gets it too.
             stopTimers()
             out += calls.endAll(notify: false)
+            relays.clear()
             out += chat.rejectAll(error)
             setState(.failed(error))
             if let waiter = connectWaiter {
@@ -391,6 +448,8 @@ struct SignalingSession {
             out += calls.mediaConnectTimedOut(peer, connected: state == .connected)
         case .mediaGrace(let peer):
             out += calls.mediaGraceEnded(peer, connected: state == .connected)
+        case .iceWindow, .iceDebounce, .iceRetry:
+            out += calls.iceTimerFired(timer, connected: state == .connected)
         }
     }
 
@@ -421,8 +480,24 @@ struct SignalingSession {
         case "peer-left":
             guard let id = (payload?["peer_id"]?.stringValue).map({ PeerID($0) }) ?? from else { return }
             peers.removeAll { $0.peerID == id }
+            relays.drop(id)
             out += calls.peerGone(id)
             emit(.peerLeft(id))
+        case "peer-reconnecting":
+            // The peer's socket dropped and the server holds its seat: its call stays up (media
+            // is peer to peer), relays to it wait in the hold until `peer-resumed`.
+            guard let id = (payload?["peer_id"]?.stringValue).map({ PeerID($0) }) ?? from else { return }
+            relays.hold(id)
+            calls.peerReconnecting(id)
+            for index in peers.indices where peers[index].peerID == id { peers[index].reconnecting = true }
+            emit(.peerReconnecting(id))
+        case "peer-resumed":
+            guard let id = (payload?["peer_id"]?.stringValue).map({ PeerID($0) }) ?? from else { return }
+            for frame in relays.release(id) { send(frame) }
+            calls.peerResumed(id)
+            for index in peers.indices where peers[index].peerID == id { peers[index].reconnecting = false }
+            emit(.peerResumed(id))
+            out += calls.signalingResumed(id, connected: state == .connected)
         case "offer":
             guard let from else { return }
             out += calls.offer(from: from, payload)
@@ -464,14 +539,31 @@ struct SignalingSession {
         callID = welcome.callID
         chat.welcomed(resumed: resumed, recovered: welcome.recovered, replayCount: welcome.replayCount,
                       roomLastSeq: welcome.lastSeq)
+        // A peer listed `reconnecting: true` is in its grace: hold relays to it (its
+        // `peer-reconnecting` may have gone to our old socket). A held peer listed without it came
+        // back while we were away: no `peer-resumed` will come, send what was held now.
+        for peer in welcome.peers {
+            if peer.reconnecting {
+                relays.hold(peer.peerID)
+                calls.peerReconnecting(peer.peerID)
+            } else {
+                for frame in relays.release(peer.peerID) { send(frame) }
+                calls.peerResumed(peer.peerID)
+            }
+        }
+        var kept: [PeerID] = []
         if resumed {
-            // The roster may have changed while we were away: report the difference.
+            // The roster may have changed while we were away: report the difference, end (with a
+            // hangup event, never silently) the calls and ringing offers whose peer is gone, and
+            // keep the rest: their media is peer to peer.
             let before = Set(peers.map(\.peerID))
             let after = Set(welcome.peers.map(\.peerID))
-            for gone in peers where !after.contains(gone.peerID) {
-                out += calls.peerGone(gone.peerID)
-                emit(.peerLeft(gone.peerID))
+            for gone in calls.peersInCalls.union(before).sorted(by: { $0.rawValue < $1.rawValue }) where !after.contains(gone) {
+                out += calls.peerGone(gone)
+                if before.contains(gone) { emit(.peerLeft(gone)) }
             }
+            for held in relays.heldPeers where !after.contains(held) { relays.drop(held) }
+            kept = calls.callPeers.sorted { $0.rawValue < $1.rawValue }
             peers = welcome.peers
             for joined in welcome.peers where !before.contains(joined.peerID) { emit(.peerJoined(joined)) }
         } else {
@@ -483,6 +575,8 @@ struct SignalingSession {
             connectWaiter = nil
             out.append(.resume(waiter, .success(.welcome(welcome))))
         }
+        // A kept call whose ICE is not connected restarts now that signaling is back.
+        for peer in kept { out += calls.signalingResumed(peer, connected: true) }
         let (resend, gapFill) = chat.resume(socket: socket)
         out += resend
         startTimers(serverInterval: Double(payload["ping_interval_ms"]?.int64Value ?? 25_000) / 1000)
@@ -496,6 +590,12 @@ struct SignalingSession {
             // The first connect refused: `connect()` throws it, nothing is retried.
             emit(.error(error))
             run(.refused(error))
+            return
+        }
+        if error.serverCode == ErrorCode.peerReconnecting.rawValue, let type = payload?["type"]?.stringValue,
+           RelayHold.types.contains(type), relays.refused(type) != nil
+        {
+            // Sent again on `peer-resumed`, dropped on `peer-left`: nothing for the app to do.
             return
         }
         emit(.error(error))

@@ -47,17 +47,22 @@ public struct PeerInfo: Sendable, Equatable {
     public var role: String
     /// The display name from its token.
     public var name: String?
+    /// The peer's socket dropped and the server holds its seat for it (`peer-reconnecting`, or
+    /// `welcome.peers[].reconnecting`).
+    public var reconnecting: Bool
 
     /// A roster entry (for tests and fakes).
-    public init(peerID: PeerID, role: String = "peer", name: String? = nil) {
+    public init(peerID: PeerID, role: String = "peer", name: String? = nil, reconnecting: Bool = false) {
         self.peerID = peerID
         self.role = role
         self.name = name
+        self.reconnecting = reconnecting
     }
 
     init?(_ json: JSONValue?) {
         guard let id = json?["peer_id"]?.stringValue else { return nil }
-        self.init(peerID: PeerID(id), role: json?["role"]?.stringValue ?? "peer", name: json?["name"]?.stringValue)
+        self.init(peerID: PeerID(id), role: json?["role"]?.stringValue ?? "peer", name: json?["name"]?.stringValue,
+                  reconnecting: json?["reconnecting"]?.boolValue ?? false)
     }
 }
 
@@ -174,16 +179,24 @@ public enum CallingEvent: Sendable, Equatable {
     case peerLeft(PeerID)
     /// A peer sent an offer; `accept` (with a `MediaEngine`) or `reject` it.
     case incoming(IncomingCall)
-    /// The call with this peer ended (its `hangup`, its `peer-left`, or the engine's connection
-    /// ended; `callFailed` comes first when it failed).
-    case hangup(PeerID)
+    /// A call or a ringing offer with this peer ended, and why (`callFailed` comes first when
+    /// its media failed). The reasons are the browser SDK's (docs/sdk.md "What survives a drop").
+    case hangup(PeerID, reason: HangupReason)
+    /// The peer's socket dropped and the server holds its seat (`peer-reconnecting`): its call is
+    /// kept and relays to it are held until `peerResumed` (or dropped on `peerLeft`).
+    case peerReconnecting(PeerID)
+    /// The peer is back on a new socket (`peer-resumed`); relays held for it were sent again.
+    case peerResumed(PeerID)
+    /// This side (the one that sent the call's first offer) sends an ICE-restart offer;
+    /// `attempt` counts the restarts of the call.
+    case iceRestart(peerID: PeerID, attempt: Int)
     /// The peer connection of a call changed state (`MediaEngine`'s report).
     case connectionState(peerID: PeerID, state: PeerConnectionState)
     /// A remote track of a call arrived (the engine plays or records it; `MediaEngine.observeTracks`).
     case track(peerID: PeerID, track: RemoteTrack)
     /// A call's media failed: `timedOut` (no media within `mediaConnectTimeout`) or
-    /// `disconnected` (lost for longer than `mediaDisconnectGrace`, or ICE failed). Both are
-    /// retryable: call again. `hangup` follows.
+    /// `disconnected` (no ICE connectivity for `iceRestartWindow`, or for `mediaDisconnectGrace`
+    /// on an HTTP session's call). Both are retryable: call again. `hangup` follows.
     case callFailed(peerID: PeerID, error: CallingError)
     /// The peer rejected our offer (`data {kind:"reject"}`).
     case rejected(PeerID)
@@ -205,6 +218,23 @@ public enum CallingEvent: Sendable, Equatable {
     case typing(from: PeerID, isTyping: Bool)
     /// A peer's read marker moved to `seq`.
     case read(from: PeerID, seq: Int64)
+}
+
+/// Why a call or a ringing offer ended (`CallingEvent.hangup`); the raw values are the browser
+/// SDK's `hangup` reasons.
+public enum HangupReason: String, Sendable, Equatable {
+    /// The peer hung up (`data {kind:"hangup"}`).
+    case remote
+    /// The peer left the room (`peer-left`, or missing from the roster after our resume).
+    case peerLeft = "peer-left"
+    /// A ringing offer ended before it was accepted: the caller hung up or left.
+    case cancelled
+    /// No ICE connectivity for `iceRestartWindow` (retryable: call again).
+    case disconnected
+    /// The media failed (no connection within `mediaConnectTimeout`).
+    case failed
+    /// The engine closed the peer connection.
+    case closed
 }
 
 /// An SDP blob as relayed in `offer`/`answer` payloads (`{sdp, type, session_id?}`).

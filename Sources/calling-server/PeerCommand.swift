@@ -330,7 +330,7 @@ actor PeerSession {
             if case .timedOut = error.kind { callEnded(peer, reason: "timed_out") } else { callEnded(peer, reason: "disconnected") }
         case .connectionState(let peer, let state):
             log("call-state \(state.rawValue) peer=\(peer)")
-        case .hangup(let peer):
+        case .hangup(let peer, _):
             log("hangup \(peer)")
             callEnded(peer, reason: "remote")
         case .rejected(let peer):

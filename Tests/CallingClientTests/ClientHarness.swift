@@ -255,3 +255,10 @@ class ClientTestCase: XCTestCase {
         server?.shutdown()
     }
 }
+
+extension CallingEvent {
+    /// A `hangup` with `peer`, whatever the reason.
+    func isHangup(_ peer: PeerID) -> Bool {
+        if case .hangup(peer, _) = self { true } else { false }
+    }
+}

@@ -106,7 +106,7 @@ final class SessionOfferTests: ClientTestCase {
         XCTAssertEqual(refused.status, 502, refused.text)
         XCTAssertEqual(refused.json?["code"], "answer_timeout", "the answer named the stale session and was ignored")
         // The timed-out session is hung up: data {kind:"hangup"} reaches the agent as `hangup`.
-        _ = try await events.first { $0 == .hangup(caller) ? true : nil }
+        _ = try await events.first { $0.isHangup(caller) ? true : nil }
         await agent.disconnect()
     }
 
@@ -125,7 +125,7 @@ final class SessionOfferTests: ClientTestCase {
             XCTAssertEqual(live.status, 204, "the session is live: \(live.text)")
             XCTAssertTrue(engine.fireState(state, for: caller))
 
-            try await events.waitCount(round + 1) { $0 == .hangup(caller) }
+            try await events.waitCount(round + 1) { $0.isHangup(caller) }
             // The server ended the session: its virtual member leaves the room, PATCH answers 404.
             try await events.waitCount(round + 1) { $0 == .peerLeft(caller) }
             let patched = try await patchCandidate(call, session: id)
@@ -133,7 +133,7 @@ final class SessionOfferTests: ClientTestCase {
             XCTAssertEqual(patched.json?["code"], "session_not_found")
             try await eventually { engine.log.filter { $0 == "close \(caller)" }.count == round + 1 }
         }
-        XCTAssertEqual(events.all.filter { $0 == .hangup(caller) }.count, 3, "one hangup per ended session")
+        XCTAssertEqual(events.all.filter { $0.isHangup(caller) }.count, 3, "one hangup per ended session")
         XCTAssertFalse(events.all.contains { if case .error = $0 { true } else { false } }, "\(events.all)")
         await agent.disconnect()
     }
@@ -173,7 +173,7 @@ final class SessionOfferTests: ClientTestCase {
         XCTAssertLessThan(try XCTUnwrap(log.firstIndex(of: "close \(caller) replaced")),
                           try XCTUnwrap(log.lastIndex(of: "create \(caller)")), "the old connection closes before the new one")
         XCTAssertEqual(log.filter { $0 == "create \(caller)" }.count, 2, "a new peer connection for the new session")
-        XCTAssertFalse(events.all.contains { $0 == .hangup(caller) || $0 == .peerLeft(caller) },
+        XCTAssertFalse(events.all.contains { $0.isHangup(caller) || $0 == .peerLeft(caller) },
                        "a takeover is neither a hangup nor a leave: \(events.all)")
 
         let old = try await patchCandidate(call, session: oldID)
@@ -199,13 +199,13 @@ final class SessionOfferTests: ClientTestCase {
         // A chat round trip orders after the state report on the client's queue, and its ack after
         // any hangup frame on the server.
         _ = try await agent.sendChat("barrier")
-        XCTAssertFalse(events.all.contains { $0 == .hangup(caller) }, "\(events.all)")
+        XCTAssertFalse(events.all.contains { $0.isHangup(caller) }, "\(events.all)")
         let alive = try await patchCandidate(call, session: newID)
         XCTAssertEqual(alive.status, 204, "the new session lives: \(alive.text)")
 
         // The new connection's own ending state still ends it.
         XCTAssertTrue(engine.fireState(.failed, for: caller))
-        _ = try await events.first { $0 == .hangup(caller) ? true : nil }
+        _ = try await events.first { $0.isHangup(caller) ? true : nil }
         _ = try await events.first { $0 == .peerLeft(caller) ? true : nil }
         let ended = try await patchCandidate(call, session: newID)
         XCTAssertEqual(ended.status, 404, ended.text)
@@ -231,14 +231,14 @@ final class SessionOfferTests: ClientTestCase {
         try await eventually { aliceEngine.log.contains("setRemote bob answer answer-from-bob") }
 
         XCTAssertTrue(bobEngine.fireState(.closed, for: "alice"))
-        _ = try await bobEvents.first { $0 == .hangup("alice") ? true : nil }
+        _ = try await bobEvents.first { $0.isHangup("alice") ? true : nil }
         try await eventually { bobEngine.log.contains("close alice") }
         // bob's frames reach alice in order: a hangup sent on the state change would precede this.
         try bob.sendData(["kind": "probe"], to: "alice")
         _ = try await aliceEvents.first { event -> Bool? in
             if case .data(let from, let payload) = event, from == "bob", payload?["kind"] == "probe" { true } else { nil }
         }
-        XCTAssertFalse(aliceEvents.all.contains { $0 == .hangup("bob") }, "\(aliceEvents.all)")
+        XCTAssertFalse(aliceEvents.all.contains { $0.isHangup("bob") }, "\(aliceEvents.all)")
         XCTAssertFalse(aliceEngine.log.contains("close bob"), "alice's call was not ended by the server or bob")
         await alice.disconnect()
         await bob.disconnect()

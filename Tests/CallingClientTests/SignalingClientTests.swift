@@ -55,7 +55,7 @@ final class SignalingClientTests: ClientTestCase {
         try bob.reject("alice")
         _ = try await aliceEvents.first { if case .rejected(let id) = $0 { id } else { nil } }
         alice.hangup("bob")
-        _ = try await bobEvents.first { if case .hangup(let id) = $0 { id } else { nil } }
+        _ = try await bobEvents.first { if case .hangup(let id, _) = $0 { id } else { nil } }
         await alice.disconnect()
         await bob.disconnect()
         XCTAssertThrowsError(try alice.sendData(nil)) { XCTAssertEqual($0 as? CallingError, .notConnected) }
@@ -160,7 +160,7 @@ final class SignalingClientTests: ClientTestCase {
                        "the server accepts the stats frame")
 
         alice.hangup("bob")
-        _ = try await bobEvents.first { if case .hangup(let id) = $0 { id } else { nil } }
+        _ = try await bobEvents.first { if case .hangup(let id, _) = $0 { id } else { nil } }
         try await eventually { bobEngine.log.contains("close alice") && aliceEngine.log.contains("close bob") }
         await alice.disconnect()
         await bob.disconnect()
@@ -185,7 +185,7 @@ final class SignalingClientTests: ClientTestCase {
         try await eventually { engine.log.contains("answer ghost") }
 
         agent.receiveForTesting(JSONWriter.string(["type": "peer-left", "payload": ["peer_id": "ghost"]]))
-        _ = try await events.first { $0 == .hangup("ghost") ? true : nil }
+        _ = try await events.first { $0.isHangup("ghost") ? true : nil }
         offer("second")
         _ = try await events.first { $0.incomingCall?.offer.sdp == "second" ? true : nil }
         let second = Task { try await agent.accept("ghost") }

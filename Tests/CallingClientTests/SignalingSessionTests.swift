@@ -401,11 +401,11 @@ final class SignalingSessionTests: XCTestCase {
         let answered = input(.mediaAnswerCreated("bob", connection: connection, SessionDescription(kind: .answer, sdp: "v=1"), waiter: w))
         XCTAssertEqual(sent(answered).map(\.type), ["answer"])
         XCTAssertEqual(outcome(w), .success(.done))
-        // A stale connection's report is ignored; the current one's `failed` ends the call.
-        XCTAssertTrue(input(.connectionState("bob", connection: connection + 1, .failed)).isEmpty)
-        let ended = input(.connectionState("bob", connection: connection, .failed))
-        XCTAssertEqual(events(ended).last, .hangup("bob"))
-        XCTAssertEqual(events(ended).first, .connectionState(peerID: "bob", state: .failed))
+        // A stale connection's report is ignored; the current one's `closed` ends the call.
+        XCTAssertTrue(input(.connectionState("bob", connection: connection + 1, .closed)).isEmpty)
+        let ended = input(.connectionState("bob", connection: connection, .closed))
+        XCTAssertEqual(events(ended).last, .hangup("bob", reason: .closed))
+        XCTAssertEqual(events(ended).first, .connectionState(peerID: "bob", state: .closed))
         XCTAssertTrue(ended.contains(.media(.close("bob", .ended))))
     }
 }
@@ -465,12 +465,22 @@ final class SignalingSessionMediaTests: XCTestCase {
         guard case .callFailed("bob", let error)? = events(ended).first else { return XCTFail("\(ended)") }
         guard case .timedOut = error.kind else { return XCTFail("\(error)") }
         XCTAssertTrue(error.isRetryable)
-        XCTAssertEqual(events(ended).last, .hangup("bob"))
+        XCTAssertEqual(events(ended).last, .hangup("bob", reason: .failed))
         XCTAssertTrue(ended.contains(.media(.close("bob", .ended))))
     }
 
-    func test_a_disconnect_shorter_than_5_s_keeps_the_call_and_a_longer_one_ends_it() {
-        let connection = calling()
+    /// Connected, with bob's HTTP-session offer (`session_id`) accepted; returns its connection number.
+    private func answeringSession() -> UInt64 {
+        input(.connect(token: nil, waiter: 1))
+        input(.socketText(session.socket, #"{"type":"welcome","payload":{"peer_id":"alice","room_id":"r","peers":[{"peer_id":"bob"}]}}"#))
+        input(.socketText(session.socket, #"{"type":"offer","from":"bob","payload":{"type":"offer","sdp":"v=0","session_id":"s1"}}"#))
+        for case .media(.answerCall(_, let connection, _, _)) in input(.accept("bob", waiter: 2)) { return connection }
+        XCTFail("no answer started")
+        return 0
+    }
+
+    func test_an_http_sessions_call_keeps_a_disconnect_shorter_than_5_s_and_ends_after_a_longer_one() {
+        let connection = answeringSession()
         input(.connectionState("bob", connection: connection, .connected))
         XCTAssertTrue(events(advance(by: 60)).isEmpty, "connected: no media timeout")
         input(.connectionState("bob", connection: connection, .disconnected))
@@ -484,7 +494,7 @@ final class SignalingSessionMediaTests: XCTestCase {
         let ended = events(advance(by: 0.1))
         guard case .callFailed("bob", let error)? = ended.first, case .disconnected = error.kind else { return XCTFail("\(ended)") }
         XCTAssertTrue(error.isRetryable)
-        XCTAssertEqual(ended.last, .hangup("bob"))
+        XCTAssertEqual(ended.last, .hangup("bob", reason: .disconnected))
     }
 
     func test_call_media_reaches_the_engine_command() {
@@ -510,10 +520,11 @@ final class SignalingSessionMediaTests: XCTestCase {
         XCTAssertEqual(sent.first?.payload?["sdp"], "v=0\r\na=msid:local-alice track0\r\n")
     }
 
-    func test_failed_ends_the_call_at_once_and_a_remote_hangup_cancels_the_timers() {
-        let connection = calling()
+    func test_failed_ends_an_http_sessions_call_at_once_and_a_remote_hangup_cancels_the_timers() {
+        let connection = answeringSession()
         let failed = events(input(.connectionState("bob", connection: connection, .failed)))
         XCTAssertEqual(failed.count, 3, "\(failed)")  // connectionState, callFailed, hangup
+        XCTAssertEqual(failed.last, .hangup("bob", reason: .failed))
         let next = calling()
         input(.socketText(session.socket, #"{"type":"data","from":"bob","payload":{"kind":"hangup"}}"#))
         XCTAssertNil(timers[.mediaConnect("bob")])
