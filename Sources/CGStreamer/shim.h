@@ -30,6 +30,8 @@ static inline gboolean cs_has_property(gpointer object, const char *name) {
 static inline const char *cs_type_name(gpointer object) { return G_OBJECT_TYPE_NAME(object); }
 
 static inline void cs_webrtc_create_offer(GstElement *webrtc, GstPromise *promise) { g_signal_emit_by_name(webrtc, "create-offer", NULL, promise); }
+/* An offer with the given create-offer options (e.g. "ice-restart" TRUE for new ICE credentials). */
+static inline void cs_webrtc_create_offer_with(GstElement *webrtc, GstStructure *options, GstPromise *promise) { g_signal_emit_by_name(webrtc, "create-offer", options, promise); }
 static inline void cs_webrtc_create_answer(GstElement *webrtc, GstPromise *promise) { g_signal_emit_by_name(webrtc, "create-answer", NULL, promise); }
 static inline void cs_webrtc_set_local_description(GstElement *webrtc, GstWebRTCSessionDescription *description, GstPromise *promise) {
     g_signal_emit_by_name(webrtc, "set-local-description", description, promise);

@@ -196,6 +196,14 @@ enum GStreamer {
 }
 
 /// An owned `GstWebRTCSessionDescription` copy, freed when released.
+/// An owned `GstStructure` (create-offer options) handed to a promise-taking call.
+final class StructureHandle: @unchecked Sendable {
+    // @unchecked: immutable after init; webrtcbin only reads the structure.
+    let pointer: UnsafeMutablePointer<GstStructure>
+    init(_ pointer: UnsafeMutablePointer<GstStructure>) { self.pointer = pointer }
+    deinit { gst_structure_free(pointer) }
+}
+
 final class DescriptionHandle: @unchecked Sendable {
     // @unchecked: immutable after init; the pointee is only read.
     let pointer: UnsafeMutablePointer<GstWebRTCSessionDescription>

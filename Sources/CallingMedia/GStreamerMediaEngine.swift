@@ -155,6 +155,14 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         try await connection(peer).createOffer()
     }
 
+    /// An ICE-restart offer on the live connection with `peer` (webrtcbin's `ice-restart`
+    /// create-offer option). webrtcbin 1.22 ignores that option (the offer keeps its ICE
+    /// credentials), so with it this is a renegotiation on the same connection, not a full ICE
+    /// restart. `iceServers` are not applied: webrtcbin keeps the connection's servers.
+    public func createIceRestartOffer(for peer: PeerID, iceServers: [IceServer]) async throws -> SessionDescription {
+        try await connection(peer).createIceRestartOffer()
+    }
+
     /// The answer to the remote offer; for an HTTP session it waits for ICE gathering and carries every candidate.
     public func createAnswer(for peer: PeerID) async throws -> SessionDescription {
         try await connection(peer).createAnswer()

@@ -310,6 +310,21 @@ final class PeerConnection: @unchecked Sendable {
         return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(sent, sha256: settings.certificate.fingerprint))
     }
 
+    /// An ICE-restart offer on this live connection: webrtcbin's `create-offer` with the option
+    /// `ice-restart` TRUE (new ufrag and password, RFC 8445 §9), set as the local description.
+    func createIceRestartOffer() async throws -> SessionDescription {
+        guard let options = gst_structure_from_string("options, ice-restart=(boolean)true", nil) else {
+            throw MediaError.negotiation("could not build the ice-restart option")
+        }
+        let handle = StructureHandle(options)
+        let offer = try await GStreamer.description(field: "offer") { cs_webrtc_create_offer_with(webrtc, handle.pointer, $0) }
+        let text = offer.text
+        lock.withLock { localMids = SDPText.mids(text) }
+        try await GStreamer.completion("set-local-description") { cs_webrtc_set_local_description(webrtc, offer.pointer, $0) }
+        trace("ice-restart offer set")
+        return SessionDescription(kind: .offer, sdp: MediaSDP.replacingFingerprints(text, sha256: settings.certificate.fingerprint))
+    }
+
     func setRemoteDescription(_ description: SessionDescription) async throws {
         if description.kind == .offer {
             lock.withLock {

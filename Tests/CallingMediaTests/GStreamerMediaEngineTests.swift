@@ -77,6 +77,25 @@ final class GStreamerMediaEngineTests: XCTestCase {
         try await within(5, "setRemoteDescription(answer)") { try await a.setRemoteDescription(answer, for: "b") }
     }
 
+    /// webrtcbin 1.22 (the one this machine builds against) accepts the `ice-restart` option but
+    /// does not act on it: the offer keeps its ICE credentials. What holds is the renegotiation
+    /// on the live connections, which the SDK's restart rides on.
+    func test_an_ice_restart_offer_is_made_on_the_live_connection_and_answered_on_the_same_one() async throws {
+        let (a, b) = try (engine(closing: ["b"]), engine(closing: ["a"]))
+        let offer = try await offer(from: a, to: "b")
+        let answer = try await answer(from: b, to: "a", offer: offer)
+        try await within(5, "setRemoteDescription(answer)") { try await a.setRemoteDescription(answer, for: "b") }
+
+        let restart = try await within(5, "createIceRestartOffer") { try await a.createIceRestartOffer(for: "b", iceServers: []) }
+        XCTAssertEqual(restart.kind, .offer)
+        XCTAssertEqual(MediaSDP.opusPayloadType(restart.sdp), 111, restart.sdp)
+        Self.assertFingerprints(restart.sdp, are: a.certificateFingerprint)
+        try await within(5, "renewed offer") { try await b.setRemoteDescription(restart, for: "a") }
+        let renewed = try await within(5, "renewed answer") { try await b.createAnswer(for: "a") }
+        XCTAssertEqual(renewed.kind, .answer)
+        try await within(5, "apply renewed answer") { try await a.setRemoteDescription(renewed, for: "b") }
+    }
+
     /// aiortc offers Opus as 96; an answer with 111 would leave its audio undecoded.
     func test_answer_reuses_an_opus_payload_type_of_96() async throws {
         let (a, b) = try (engine(closing: ["b"]), engine(closing: ["a"]))
