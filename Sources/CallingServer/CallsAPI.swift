@@ -18,6 +18,8 @@ final class CallsAPI: @unchecked Sendable {
     static let notJoinedReason = "error_user_not_joined"
     /// The end reason of a call whose consultation meter ran out.
     static let consultationEndedReason = "consultation_ended"
+    /// The end reason of an ongoing call whose room lost its last peer (docs/protocol.md, "Calls API").
+    static let lastPeerLeftReason = "last_peer_left"
     /// Longest room, call, agent id accepted by the API.
     static let maxIdentifierBytes = 128
 
@@ -309,6 +311,25 @@ final class CallsAPI: @unchecked Sendable {
             }
         }
         if needsMeter { loadMeter(room: room, attach: attachMeter) }
+    }
+
+    /// The last seat of `room` ended (not by a server stop, whose peers come back to the restarted
+    /// server): its ongoing calls end, so `GET /v1/calls/{id}` says `ended` and a session POST with
+    /// the call's token answers 404 `call_not_found` instead of waiting for an agent. Service thread.
+    func roomEmptied(_ room: RoomID, now: Millis) {
+        store.perform({ db in
+            try CallRepository(db: db).endOngoing(room: room, nowMs: now, reason: Self.lastPeerLeftReason)
+        }) { [context, logger] result in
+            switch result {
+            case .success(let ended):
+                for call in ended {
+                    logger.info("call ended", ["call.id": call.rawValue, "room.id": room.rawValue, "reason": Self.lastPeerLeftReason])
+                }
+            case .failure(let error):
+                logger.error("call end not recorded", ["room.id": room.rawValue, "error": "\(error)"])
+                context.post { context.metrics.storeFailures += 1 }
+            }
+        }
     }
 
     // MARK: meters

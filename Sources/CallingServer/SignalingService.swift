@@ -234,6 +234,13 @@ final class SignalingService: @unchecked Sendable {
             effects = hub.handle(input, now: current)
         }
         for event in events { emit(event, connection: input) }
+        // A room that lost its last seat ends its ongoing calls; an admin end already ended them,
+        // and a stopping server's peers come back to the restarted one.
+        if !left.isEmpty, !webhooks.isStopping, !isEndRoom(input) {
+            for room in Set(left.map(\.0.room)) where hub.members(of: room).isEmpty {
+                calls.roomEmptied(room, now: current)
+            }
+        }
         apply(effects)
         for (identity, connection, takeover) in joined { router.joined(identity, on: connection, takeover: takeover) }
         for (identity, connection) in left { router.left(identity, from: connection) }
@@ -269,6 +276,11 @@ final class SignalingService: @unchecked Sendable {
             data["reason"] = .string(reason)
             webhooks.emit(.callEnded, key: call.room.rawValue, data)
         }
+    }
+
+    private func isEndRoom(_ input: HubInput) -> Bool {
+        if case .endRoom = input { return true }
+        return false
     }
 
     /// Asks the hub for a seat for `identity` (room limit, drain, kicked tokens); nil when admitted,

@@ -141,6 +141,20 @@ public struct CallRepository {
         ) { CallID($0.text(0)) }.sorted { $0.rawValue < $1.rawValue }
     }
 
+    /// Ends the ongoing calls of `room` (its last peer left, so nobody is left to talk: a later
+    /// session POST answers 404). Registered calls keep their join window. Returns the calls that changed.
+    @discardableResult
+    public func endOngoing(room: RoomID, nowMs: Int64, reason: String) throws -> [CallID] {
+        try db.query(
+            """
+            UPDATE calls SET state = 'ended', end_reason = ?3, ended_ms = ?2
+            WHERE room_id = ?1 AND state = 'ongoing'
+            RETURNING call_id
+            """,
+            [.text(room.rawValue), .integer(nowMs), .text(reason)]
+        ) { CallID($0.text(0)) }.sorted { $0.rawValue < $1.rawValue }
+    }
+
     private static func integer(_ value: Int64?) -> SQLiteValue {
         value.map(SQLiteValue.integer) ?? .null
     }

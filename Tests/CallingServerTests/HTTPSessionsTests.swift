@@ -176,6 +176,44 @@ final class HTTPSessionsTests: ServerTestCase {
         XCTAssertEqual(patch.code, "session_not_found")
     }
 
+    func test_delete_and_the_agent_leaving_end_the_call_and_a_new_post_is_a_404() async throws {
+        let call = try await server.createCall()
+        let agent = try await server.join("agent-1", room: call.room, role: "agent")
+        let (created, _) = try await connect(call.call, token: call.token, agent: agent)
+        let id = created.json["session_id"]!.stringValue!
+        let deleted = try await server.exchange("DELETE", sessionsPath(call.call) + "/" + id, bearer: call.token)
+        XCTAssertEqual(deleted.status, 204)
+        _ = try await agent.next(type: "peer-left")
+        agent.close()
+        _ = try await agent.closeEvent()
+        let (code, output) = try runCapturingOutput(["apikey", "create", "--name", "probe", "--data-dir", server.config.dataDir])
+        XCTAssertEqual(code, 0)
+        let key = output.trimmingCharacters(in: .whitespacesAndNewlines)
+        var state = try await server.exchange("GET", "/v1/calls/\(call.call)", headers: ["X-API-Key": key])
+        for _ in 0..<50 where state.json["state"] != "ended" {
+            try await Task.sleep(nanoseconds: 20_000_000)
+            state = try await server.exchange("GET", "/v1/calls/\(call.call)", headers: ["X-API-Key": key])
+        }
+        XCTAssertEqual(state.json["state"], "ended", state.text)
+        XCTAssertEqual(state.json["end_reason"], "last_peer_left", state.text)
+        let again = try await post(call.call, token: call.token)
+        XCTAssertEqual(again.status, 404, again.text)
+        XCTAssertEqual(again.code, "call_not_found")
+    }
+
+    func test_a_session_whose_agent_is_still_seated_keeps_the_call_ongoing_after_delete() async throws {
+        let call = try await server.createCall()
+        let agent = try await server.join("agent-1", room: call.room, role: "agent")
+        let (created, _) = try await connect(call.call, token: call.token, agent: agent)
+        let id = created.json["session_id"]!.stringValue!
+        let deleted = try await server.exchange("DELETE", sessionsPath(call.call) + "/" + id, bearer: call.token)
+        XCTAssertEqual(deleted.status, 204)
+        _ = try await agent.next(type: "peer-left")
+        // The agent is still in the room: the app may post again (a redial), and the agent answers.
+        let (again, _) = try await connect(call.call, token: call.token, agent: agent)
+        XCTAssertEqual(again.status, 201, again.text)
+    }
+
     func test_the_agent_hanging_up_ends_the_session() async throws {
         let call = try await server.createCall()
         let agent = try await server.join("agent-1", room: call.room, role: "agent")
