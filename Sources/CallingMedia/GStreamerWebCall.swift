@@ -9,9 +9,13 @@ public enum WebCallEvent: Sendable, Equatable {
     case pong(rttMilliseconds: Int64)
     /// The peer connection changed state.
     case connectionState(PeerConnectionState)
-    /// Media stayed lost past the grace period: a new peer connection is posted with the same
-    /// token (`WebCallClient.reconnect`), attempt 1, 2, …; `status connected` follows on success.
-    case reconnecting(attempt: Int)
+    /// The transport was lost: a new peer connection's offer is about to be posted with the same
+    /// token (`WebCallClient.reconnect`), attempt 1, 2, …, `sinceDropMilliseconds` after the
+    /// connection reported `disconnected` or `failed`; `status connected` follows on success.
+    case reconnecting(attempt: Int, sinceDropMilliseconds: Int64)
+    /// The agent sent `status replaced` on the connection a reconnect took over: the new offer was
+    /// posted while the old connection was still open, as docs/protocol.md asks.
+    case previousConnectionReplaced
     /// The call is over: `hangup` (ours), `ended`/`replaced` (the agent's status), `failed`
     /// (the first POST), `disconnected` (every reconnect attempt failed), and nothing more is
     /// reported.
@@ -46,18 +50,26 @@ public final class GStreamerWebCall: @unchecked Sendable {
     private let lock = NSLock()
     private var ended = false
     private var forwarding: Task<Void, Never>?
-    /// Numbers the peer connections; reports of a replaced one are ignored.
+    /// Numbers the peer connections; state reports of a replaced one are ignored.
     private var generation = 0
-    private var grace: Task<Void, Never>?
+    /// The connection of the current generation, and the one it is taking over (closed once the
+    /// new offer is answered, so the agent's `status replaced` can still reach it).
+    private var current = PeerID("session-0")
+    private var previous: PeerID?
+    private var probe: Task<Void, Never>?
     private var reconnecting = false
+    /// When the current connection reported `disconnected`/`failed`; nil while it is fine.
+    private var droppedAt: DispatchTime?
+    /// When the last `pong` arrived (liveness of a connection that receives no RTP).
+    private var lastPong: DispatchTime?
     /// Set when the call ends: the connection's last statistics, read before it is closed.
     private var closing: Task<PeerMediaStats?, Never>?
-    /// How long lost media may take to come back before a reconnect (docs/sdk.md "Media").
-    public var disconnectGrace: TimeInterval = 5
+    /// How long a `ping` on the control channel may wait for its `pong` once the connection
+    /// reported `disconnected` (docs/media.md "Reconnect"): a pong means the transport is alive (an
+    /// agent that sends no audio for a while), none means a reconnect. 0 reconnects at once.
+    public var livenessWindow: TimeInterval = 0.5
     /// Waits before reconnect attempt 1, 2, 3; the call ends as `disconnected` after the last.
     public var reconnectDelays: [TimeInterval] = [0, 1, 2, 4]
-    /// The peer connection's name inside the engine.
-    static let peer = PeerID("session")
 
     /// `media.dataChannels` gains the `control` channel; ICE servers come from `GET /v1/ice`
     /// unless `media.iceServers` is set.
@@ -71,7 +83,9 @@ public final class GStreamerWebCall: @unchecked Sendable {
 
     deinit {
         forwarding?.cancel()
-        engine.close(peer: Self.peer)
+        probe?.cancel()
+        engine.close(peer: current)
+        if let previous { engine.close(peer: previous) }
         continuation.finish()
     }
 
@@ -91,21 +105,42 @@ public final class GStreamerWebCall: @unchecked Sendable {
         }
     }
 
-    /// A new peer connection, its offer posted (`start` the first time, `reconnect` after).
-    private func negotiate(first: Bool) async throws {
-        let mine = lock.withLock { () -> Int in
+    /// A new peer connection, its offer posted (`start` the first time, `reconnect` after). A
+    /// reconnect posts while the old connection is still open and closes it after the answer.
+    private func negotiate(first: Bool, attempt: Int = 0) async throws {
+        let (mine, peer) = lock.withLock { () -> (Int, PeerID) in
             generation += 1
-            return generation
+            if !first, previous == nil { previous = current }
+            current = PeerID("session-\(generation)")
+            return (generation, current)
         }
-        try await engine.createPeerConnection(for: Self.peer, onCandidate: { _ in }, onStateChange: { [weak self] state in
-            self?.stateChanged(state, generation: mine)
-        })
-        let offer = try await engine.createOffer(for: Self.peer)
-        let answer = first ? try await client.start(offerSDP: offer.sdp) : try await client.reconnect(offerSDP: offer.sdp)
-        try await engine.setRemoteDescription(SessionDescription(kind: .answer, sdp: answer), for: Self.peer)
+        do {
+            try await engine.createPeerConnection(for: peer, onCandidate: { _ in }, onStateChange: { [weak self] state in
+                self?.stateChanged(state, generation: mine)
+            })
+            let offer = try await engine.createOffer(for: peer)
+            let answer: String
+            if first {
+                answer = try await client.start(offerSDP: offer.sdp)
+            } else {
+                let since = lock.withLock { droppedAt }.map { Int64((DispatchTime.now().uptimeNanoseconds - $0.uptimeNanoseconds) / 1_000_000) } ?? 0
+                continuation.yield(.reconnecting(attempt: attempt, sinceDropMilliseconds: since))
+                answer = try await client.reconnect(offerSDP: offer.sdp)
+            }
+            try await engine.setRemoteDescription(SessionDescription(kind: .answer, sdp: answer), for: peer)
+        } catch {
+            engine.close(peer: peer)
+            throw error
+        }
+        let old = lock.withLock { () -> PeerID? in
+            droppedAt = nil
+            defer { previous = nil }
+            return previous
+        }
+        if let old { engine.close(peer: old) }
     }
 
-    /// After the grace period: new peer connections with backoff until one is answered.
+    /// The transport was lost: new peer connections with backoff until one is answered.
     private func reconnect() async {
         guard lock.withLock({ () -> Bool in
             defer { reconnecting = true }
@@ -115,9 +150,8 @@ public final class GStreamerWebCall: @unchecked Sendable {
         for (index, delay) in reconnectDelays.enumerated() {
             if delay > 0 { try? await Task.sleep(nanoseconds: UInt64(delay * 1e9)) }
             guard !lock.withLock({ ended }) else { return }
-            continuation.yield(.reconnecting(attempt: index + 1))
             do {
-                try await negotiate(first: false)
+                try await negotiate(first: false, attempt: index + 1)
                 return
             } catch {
                 continue  // the network may still be down; the next attempt waits longer
@@ -155,48 +189,79 @@ public final class GStreamerWebCall: @unchecked Sendable {
     /// the call ended, what it had measured when it ended.
     public func stats() async -> PeerMediaStats? {
         if let closing = lock.withLock({ closing }) { return await closing.value }
-        return await engine.stats(for: Self.peer)
+        return await engine.stats(for: lock.withLock { current })
     }
 
     private func control(_ message: ControlMessage) throws {
-        try engine.send(message.text, label: "control", to: Self.peer)
+        try engine.send(message.text, label: "control", to: lock.withLock { current })
     }
 
     private func forward(_ event: MediaEvent) {
-        guard case .control(_, let message) = event else { return }
+        guard case .control(let peer, let message) = event else { return }
+        guard peer == lock.withLock({ current }) else {
+            // The connection a reconnect is taking over: the agent's `replaced` proves the order.
+            if case .status("replaced") = message { continuation.yield(.previousConnectionReplaced) }
+            return
+        }
         switch message {
         case .status(let state):
             continuation.yield(.status(state))
             if state == "ended" || state == "replaced" { finish(state) }
         case .pong(let ts):
+            lock.withLock { lastPong = .now() }
             continuation.yield(.pong(rttMilliseconds: max(0, Int64(Date().timeIntervalSince1970 * 1000) - ts)))
         default:
             break
         }
     }
 
+    /// Only the transport decides (docs/media.md "Reconnect"): `failed` reconnects at once;
+    /// `disconnected` (ICE, or no RTP for `MediaOptions.mediaStallTimeout`) reconnects unless a
+    /// `ping` on the control channel is answered within `livenessWindow`, since an agent may be
+    /// silent without sending RTP while its connection is fine. Audio levels play no part.
     private func stateChanged(_ state: PeerConnectionState, generation: Int) {
         guard lock.withLock({ generation == self.generation && !ended }) else { return }
         continuation.yield(.connectionState(state))
         switch state {
         case .connected:
-            lock.withLock { grace?.cancel() }
-        case .disconnected:
-            let wait = disconnectGrace
             lock.withLock {
-                grace?.cancel()
-                grace = Task { [weak self] in
-                    try? await Task.sleep(nanoseconds: UInt64(wait * 1e9))
-                    guard !Task.isCancelled else { return }
-                    await self?.reconnect()
-                }
+                probe?.cancel()
+                probe = nil
+                droppedAt = nil
+            }
+        case .disconnected:
+            let window = livenessWindow
+            lock.withLock {
+                if droppedAt == nil { droppedAt = .now() }
+                probe?.cancel()
+                probe = Task { [weak self] in await self?.probeLiveness(window: window) }
             }
         case .failed:
-            lock.withLock { grace?.cancel() }
+            lock.withLock {
+                if droppedAt == nil { droppedAt = .now() }
+                probe?.cancel()
+                probe = nil
+            }
             Task { [weak self] in await self?.reconnect() }
         default:
             break
         }
+    }
+
+    /// Pings the disconnected connection every `window`·2 while it stays so; the first ping left
+    /// unanswered for `window` (or that cannot be sent: no open control channel) reconnects.
+    private func probeLiveness(window: TimeInterval) async {
+        while !Task.isCancelled {
+            let sent = DispatchTime.now()
+            guard window > 0, (try? ping()) != nil else { break }
+            try? await Task.sleep(nanoseconds: UInt64(window * 1e9))
+            guard !Task.isCancelled else { return }
+            guard let pong = lock.withLock({ lastPong }), pong >= sent else { break }
+            try? await Task.sleep(nanoseconds: UInt64(window * 1e9))
+        }
+        guard !Task.isCancelled else { return }
+        // Not in this task: the new connection's `connected` cancels the probe.
+        Task { [weak self] in await self?.reconnect() }
     }
 
     private func finish(_ reason: String) {
@@ -207,13 +272,15 @@ public final class GStreamerWebCall: @unchecked Sendable {
         // Closing the connection discards its statistics, and an app asks for them once the
         // call is over (`.ended`): read them first, then close.
         let engine = engine
+        let (peer, old) = lock.withLock { (current, previous) }
         let closing = Task { () -> PeerMediaStats? in
-            let last = await engine.stats(for: Self.peer)
-            engine.close(peer: Self.peer)
+            let last = await engine.stats(for: peer)
+            engine.close(peer: peer)
+            if let old { engine.close(peer: old) }
             return last
         }
         lock.withLock {
-            grace?.cancel()
+            probe?.cancel()
             self.closing = closing
         }
         continuation.yield(.ended(reason: reason))

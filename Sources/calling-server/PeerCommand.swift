@@ -27,7 +27,7 @@ enum PeerCommand {
           --web-call CALL_ID   be the app of an HTTP session instead (docs/protocol.md "HTTP sessions"):
                                --url is the server's http(s):// base, --token the call's access_token;
                                offers, opens the control channel, pings, and hangs up after --seconds
-          --dtmf DIGITS        with --web-call: send these keys on the control channel once connected
+          --dtmf DIGITS        with --web-call: send these keys on the control channel once connected (once per call)
           --ca-file FILE.pem   with a wss:// URL: trust these CA certificates instead of the system store
           --insecure-skip-tls-verify  with a wss:// URL: accept ANY certificate (development only; warns)
 
@@ -485,6 +485,8 @@ actor WebCallSession {
     private var statuses: [String] = []
     private var pongMilliseconds: Int64?
     private var reconnects = 0
+    private var previousReplaced = 0
+    private var dtmfSent = false
     private var endedReason: String?
     private var sawEnded = false
     private var stop: CheckedContinuation<Void, Never>?
@@ -542,6 +544,7 @@ actor WebCallSession {
             "dominant_hz": .double(stats?.audio.dominantHz ?? 0),
             "hangup_reason": .string(endedReason ?? "time"),
             "reconnect_attempts": .int(Int64(reconnects)),
+            "previous_replaced": .int(Int64(previousReplaced)),
         ]
         if let pongMilliseconds { fields["pong_rtt_ms"] = .int(pongMilliseconds) }
         PeerOutput.summary(JSONWriter.string(.object(fields)))
@@ -556,16 +559,23 @@ actor WebCallSession {
             statuses.append(state)
             if state == "connected" {
                 try? call?.ping()
-                if let digits = options.dtmf { try? call?.sendDTMF(digits) }
+                // Once per call: a reconnect's new connection says `connected` again.
+                if let digits = options.dtmf, !dtmfSent, (try? call?.sendDTMF(digits)) != nil {
+                    dtmfSent = true
+                    log("dtmf sent digits=\(digits)")
+                }
             }
         case .pong(let rtt):
             log("pong rtt_ms=\(rtt)")
             pongMilliseconds = rtt
         case .connectionState(let state):
             log("state media-\(state.rawValue)")
-        case .reconnecting(let attempt):
-            log("reconnecting attempt=\(attempt)")
+        case .reconnecting(let attempt, let since):
+            log("reconnecting attempt=\(attempt) since_drop_ms=\(since)")
             reconnects += 1
+        case .previousConnectionReplaced:
+            log("previous-connection replaced")
+            previousReplaced += 1
         case .ended(let reason):
             log("ended \(reason)")
             sawEnded = true

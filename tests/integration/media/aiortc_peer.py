@@ -13,7 +13,11 @@ candidate before setLocalDescription returns, so the SDP it sends is complete an
 Offers from HTTP sessions (payload with `session_id`) are answered with that `session_id` echoed;
 with --answer-sessions it also plays the agent's side of the `control` channel (docs/protocol.md,
 "The control channel"): `status connected` when it opens, `pong` for `ping`, and on `hangup` it
-ends the session (`data {kind:"hangup"}` to the session's peer id) and the call.
+ends the session (`data {kind:"hangup"}` to the session's peer id) and the call. When a session
+is replaced (`data {kind:"replaced"}`) it says `status replaced` on the old connection's `control`
+channel (if open) before closing it. --silent-after S stops sending audio (no RTP at all) S s after
+connecting while still answering `ping`; --stall-after S also stops answering `ping` (a hung media
+side) until the session is replaced.
 
 It sends a sine of --tone Hz (silence without it) and measures what it receives. The call lasts
 --seconds after the connection is up, or until the other side hangs up (`data {kind:"hangup"}`,
@@ -51,6 +55,10 @@ def parse_args(argv=None):
     parser.add_argument("--relay-only", action="store_true", help="ICE transport policy relay")
     parser.add_argument("--answer-sessions", action="store_true", help="agent side of the `control` channel")
     parser.add_argument("--record", metavar="WAV", help="write the received audio (mono 48 kHz) here")
+    parser.add_argument("--silent-after", type=float, metavar="S",
+                        help="S s after connecting, send no more audio (no RTP) but keep answering ping")
+    parser.add_argument("--stall-after", type=float, metavar="S",
+                        help="S s after connecting, send no audio and answer no ping until the session is replaced")
     parser.add_argument("--connect-timeout", type=float, default=20.0,
                         help="give up when not connected this long after start")
     return parser.parse_args(argv)
@@ -93,6 +101,9 @@ class Call:
         self.peers: set[str] = set()
         self.peer_joined = asyncio.Event()
         self.pair = None
+        self.control_channel = None  # the current connection's `control` channel
+        self.stalled = False
+        self.quiet_task = None
 
     # signaling -------------------------------------------------------------------------------
 
@@ -185,6 +196,14 @@ class Call:
                 self.end("remote-hangup")
             elif sender == self.remote and what == "replaced":
                 emit("replaced", session_id=payload.get("session_id"))
+                channel, self.control_channel = self.control_channel, None
+                if self.args.answer_sessions and channel is not None and channel.readyState == "open":
+                    self.send_control(channel, {"type": "status", "state": "replaced"})
+                    emit("status-replaced-sent", session_id=payload.get("session_id"))
+                    await asyncio.sleep(0.2)  # on the wire before SCTP goes away
+                if self.stalled:
+                    self.stalled = False
+                    self.tone.paused = False
                 await self.close_pc()
                 self.connected.clear()
         elif kind == "error":
@@ -220,6 +239,8 @@ class Call:
                 self.pair = selected_pair(pc)
                 emit("connected", connect_ms=self.connect_ms, pair=self.pair)
                 self.connected.set()
+                if self.quiet_task is None and (self.args.silent_after is not None or self.args.stall_after is not None):
+                    self.quiet_task = asyncio.ensure_future(self.go_quiet())
             elif pc.connectionState in ("failed", "closed") and self.connected.is_set():
                 self.end(f"connection-{pc.connectionState}")
 
@@ -234,8 +255,17 @@ class Call:
 
         return pc
 
+    async def go_quiet(self) -> None:
+        stall = self.args.stall_after is not None
+        await asyncio.sleep(self.args.stall_after if stall else self.args.silent_after)
+        self.tone.paused = True
+        self.stalled = stall
+        emit("stalled" if stall else "silent", frames_sent=self.tone.frames_sent)
+
     def wire_channel(self, channel) -> None:
         control = channel.label == "control"
+        if control:
+            self.control_channel = channel
 
         def opened():
             emit("channel-open", label=channel.label)
@@ -262,7 +292,8 @@ class Call:
             if not self.args.answer_sessions or not isinstance(msg, dict):
                 return
             if msg.get("type") == "ping":
-                self.send_control(channel, {"type": "pong", "ts": msg.get("ts")})
+                if not self.stalled:
+                    self.send_control(channel, {"type": "pong", "ts": msg.get("ts")})
             elif msg.get("type") == "hangup":
                 asyncio.ensure_future(self.end_session("control-hangup"))
 
@@ -322,6 +353,10 @@ class Call:
             self.pc = self.new_pc()
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=payload["sdp"], type="offer"))
         if not renegotiation:
+            if self.tone.readyState != "live":
+                # aiortc stops a sender's track when its connection closes (a replaced session).
+                sent, self.tone = self.tone.frames_sent, ToneTrack(self.args.tone)
+                self.tone.frames_sent = sent
             self.pc.addTrack(self.tone)  # takes the offer's audio transceiver: sendrecv
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         answer = {"sdp": self.pc.localDescription.sdp, "type": "answer"}

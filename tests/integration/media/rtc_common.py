@@ -53,6 +53,8 @@ class ToneTrack(MediaStreamTrack):
         self.hz = hz
         self.amplitude = amplitude
         self.muted = False
+        # `paused`: no frames at all (so no RTP), as an agent that has nothing to say may do.
+        self.paused = False
         self._start: float | None = None
         self._pts = 0
         self.frames_sent = 0
@@ -64,6 +66,10 @@ class ToneTrack(MediaStreamTrack):
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
+        if self.paused:
+            while self.paused:
+                await asyncio.sleep(0.02)
+            self._start = time.monotonic() - self._pts / RATE  # go on in real time, no burst
         if self._start is None:
             self._start = time.monotonic()
         else:

@@ -7,8 +7,9 @@ call `disconnected`, and gives it `mediaDisconnectGrace` (5 s) to come back:
 
 - a 3 s outage: the call survives and ends by the caller's own `--seconds`;
 - an 8 s outage: the call ends as `disconnected` (retryable) before the network is back;
-- the same 8 s outage under an HTTP session's app (`--web-call`): it posts a new session with the
-  same token once the grace period is over and the call goes on.
+- the same 8 s outage under an HTTP session's app (`--web-call`): it starts posting a new session
+  with the same token as soon as the connection is `disconnected` (retrying while the network is
+  down) and the call goes on.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def test_an_8_s_outage_ends_the_call_as_disconnected(make_lab):
 
 
 def test_a_web_call_reconnects_with_a_new_session_after_a_long_outage(make_lab):
-    """The Linux app of an HTTP session (`--web-call`) loses its network for 8 s: past the 5 s grace it
-    posts a new peer connection with the same token (WebCallClient.reconnect), retrying with backoff
+    """The Linux app of an HTTP session (`--web-call`) loses its network for 8 s: once `disconnected`
+    it posts a new peer connection with the same token (WebCallClient.reconnect), retrying with backoff
     while the network is still down; the agent (`--stay`) answers the new session, `status connected`
     comes again and the call ends by the app's own time, with the agent's tone heard afterwards."""
     lab = make_lab(routed=True)

@@ -1,0 +1,153 @@
+"""How the Linux app of an HTTP session (`calling-server peer --web-call`, `GStreamerWebCall`)
+recovers, against an independent aiortc answering agent (docs/media.md "Reconnect", docs/protocol.md
+"Call and session rules"):
+
+- when the transport is lost it posts a new offer at once (the agent side ends a call after 5 s of
+  `disconnected`): `since_drop_ms`, from the connection reporting `disconnected` to the new POST,
+  stays within about a second, in a namespace lab where the media path between app and agent is
+  cut while both still reach the server;
+- it posts before closing the old connection, so the agent's `status replaced` reaches the old one;
+- an agent that is connected but sends no audio (it still answers `ping`) causes no reconnect;
+- `--dtmf` is sent once per call, not again after a reconnect;
+- once the app hung up (`DELETE`) and the agent left, the call is `ended` and a new POST with the
+  same token answers 404 `call_not_found`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+import support
+from peers import CONNECT_TIMEOUT, aiortc_peer, clean_env, linux_peer_missing
+
+# From `media-disconnected` to the new POST: the liveness ping's window (0.5 s) plus making the offer.
+MAX_SINCE_DROP_MS = 1200
+
+
+@pytest.fixture(autouse=True)
+def linux_peer_cli():
+    reason = linux_peer_missing()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def start_call(lab, agent_options: dict, app_seconds: int, dtmf: str | None = None):
+    server = lab.start_server()
+    agent = aiortc_peer(lab, lab.b, server, server.token("support-1", "agent-1", role="agent"), "aiortc-agent",
+                        tone=660, answer_sessions=True, seconds=60, **agent_options)
+    server.wait_peers(1)
+    status, _, call = server.post_json("/v1/calls", {"room_id": "support-1", "agent_id": "agent-1"},
+                                       {"X-API-Key": server.apikey()})
+    assert status == 201, call
+    argv = [support.BINARY, "peer", "--web-call", call["call_id"], "--url", server.base_url_for(lab.a),
+            "--token", call["access_token"], "--tone", "440", "--seconds", str(app_seconds)]
+    if dtmf:
+        argv += ["--dtmf", dtmf]
+    app = lab.spawn(lab.a, argv, "linux-web-call", env=clean_env())
+    app.wait_for_output(r"status connected", CONNECT_TIMEOUT)
+    return server, agent, app, call
+
+
+def since_drop(output: str) -> list[int]:
+    return [int(m) for m in re.findall(r"reconnecting attempt=\d+ since_drop_ms=(\d+)", output)]
+
+
+def test_a_hung_agent_connection_is_replaced_post_first_and_dtmf_goes_once(make_lab):
+    """The agent's first connection hangs 2 s in (no RTP, no `pong`): the app reconnects within a
+    second of noticing, the old connection gets the agent's `status replaced` (the new offer was
+    posted while it was open), the call goes on with the agent's tone, and `5` reached the agent once."""
+    lab = make_lab(routed=True)
+    _, agent, app, _ = start_call(lab, {"stall_after": 2}, app_seconds=12, dtmf="5")
+    summary = app.summary(40)
+    output = app.output()
+    waits = since_drop(output)
+    assert waits, f"no reconnect: {app.tail()}"
+    print(f"since_drop_ms={waits}")
+    assert waits[0] <= MAX_SINCE_DROP_MS, f"the new POST came {waits[0]} ms after the drop: {app.tail()}"
+    assert summary["previous_replaced"] >= 1, f"the old connection never heard `status replaced`: {app.tail()}"
+    assert summary["statuses"].count("connected") >= 2, summary
+    assert summary["hangup_reason"] == "time", f"{summary}\n{app.tail()}"
+    assert output.count("dtmf sent") == 1, app.tail()
+    agent_summary = agent.summary(20)
+    assert "status-replaced-sent" in agent.output(), agent.tail()
+    dtmf = [m for m in agent_summary["control_received"] if isinstance(m, dict) and m.get("type") == "dtmf"]
+    assert dtmf == [{"type": "dtmf", "digit": "5"}], agent_summary["control_received"]
+    assert summary["dominant_hz"] and abs(summary["dominant_hz"] - 660) < 33, summary
+
+
+def test_a_silent_but_connected_agent_causes_no_reconnect(make_lab):
+    """The agent stops sending audio 2 s in (no RTP at all) but its connection is fine and answers
+    `ping`: 10 s of that (longer than the old 2 s + 5 s rule) end the call by the app's own time
+    on its first connection."""
+    lab = make_lab(routed=True)
+    _, agent, app, _ = start_call(lab, {"silent_after": 2}, app_seconds=12)
+    agent.wait_for_output(r"^silent ", 10)
+    summary = app.summary(40)
+    output = app.output()
+    assert "state media-disconnected" in output, f"the silence went unnoticed by the watchdog: {app.tail()}"
+    assert "reconnecting" not in output, app.tail()
+    assert summary["reconnect_attempts"] == 0, summary
+    assert summary["statuses"] == ["connected"], summary
+    assert summary["hangup_reason"] == "time", summary
+
+
+def set_media_cut(lab, cut: bool) -> None:
+    """Drops every packet between peer hosts A and B (the media path); both still reach the server."""
+    action = "add" if cut else "del"
+    for host, prefix in ((lab.a, f"{lab.b.address}/32"), (lab.b, f"{lab.a.address}/32")):
+        result = host.run(["ip", "route", action, "blackhole", prefix])
+        if result.returncode != 0:
+            raise AssertionError(f"{host.name}: ip route {action} blackhole {prefix}: {result.stderr.strip()}")
+
+
+def test_a_cut_media_path_is_reposted_within_a_second_of_disconnected(make_lab):
+    """The media path between app and agent is cut for 4 s: the app reports `disconnected` (no RTP
+    for `mediaStallTimeout`, 2 s), posts a new offer within about a second of that, well inside the
+    agent's 5 s, and the new session connects once the path is back."""
+    lab = make_lab(routed=True)
+    _, agent, app, _ = start_call(lab, {}, app_seconds=16)
+    time.sleep(1)
+    cut_at = time.monotonic()
+    set_media_cut(lab, True)
+    try:
+        app.wait_for_output(r"reconnecting attempt=1 ", 10)
+        drop_to_post = time.monotonic() - cut_at
+        time.sleep(max(0.0, 4 - drop_to_post))
+    finally:
+        set_media_cut(lab, False)
+    summary = app.summary(40)
+    output = app.output()
+    waits = since_drop(output)
+    print(f"cut_to_post_s={drop_to_post:.2f} since_drop_ms={waits}")
+    assert waits and waits[0] <= MAX_SINCE_DROP_MS, f"since_drop_ms={waits}: {app.tail()}"
+    assert drop_to_post < 4, f"the new POST came {drop_to_post:.1f} s after the cut"
+    assert summary["statuses"].count("connected") >= 2, f"no second session: {app.tail()}"
+    assert summary["hangup_reason"] == "time", f"{summary}\n{app.tail()}"
+    assert "replaced" in agent.output(), agent.tail()
+    assert summary["dominant_hz"] and abs(summary["dominant_hz"] - 660) < 33, summary
+
+
+def test_after_the_app_hangs_up_and_the_agent_leaves_the_call_is_ended_and_a_new_post_is_a_404(make_lab):
+    lab = make_lab(routed=True)
+    server, agent, app, call = start_call(lab, {}, app_seconds=3)
+    assert app.summary(20)["hangup_reason"] == "time", app.tail()
+    agent.summary(20)  # the agent ends on the control channel's `hangup` and leaves the room
+    key = server.apikey("probe")
+    deadline = time.monotonic() + 5
+    while True:
+        status, _, body = server.http("GET", f"/v1/calls/{call['call_id']}", {"X-API-Key": key})
+        record = json.loads(body)
+        if record.get("state") == "ended" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert status == 200 and record["state"] == "ended", record
+    assert record["end_reason"] == "last_peer_left", record
+    status, _, problem = server.post_json(f"/webrtc-proxy/{call['call_id']}/v1/webrtc/sessions",
+                                          {"identity": "client", "sdp": "v=0\r\n"},
+                                          {"Authorization": f"Bearer {call['access_token']}"})
+    assert status == 404, problem
+    assert problem["code"] == "call_not_found", problem
