@@ -39,6 +39,26 @@ final class CallRepositoryTests: XCTestCase {
         }
     }
 
+    func testAnEmptiedRoomEndsItsOngoingCallsOnly() throws {
+        let store = try makeStore()
+        try store.sync { db in
+            let calls = CallRepository(db: db)
+            try calls.insert(call("live", room: "r1", createdMs: 1_000))
+            try calls.insert(call("other", room: "r2", createdMs: 1_000))
+            XCTAssertEqual(try calls.markJoined(room: "r1", nowMs: 2_000, createdAfterMs: 0), ["live"])
+            XCTAssertEqual(try calls.markJoined(room: "r2", nowMs: 2_000, createdAfterMs: 0), ["other"])
+            try calls.insert(call("later", room: "r1", createdMs: 3_000))
+            XCTAssertEqual(try calls.endOngoing(room: "r1", nowMs: 4_000, reason: "last_peer_left"), ["live"])
+            let ended = try XCTUnwrap(calls.find("live"))
+            XCTAssertEqual(ended.state, .ended)
+            XCTAssertEqual(ended.endReason, "last_peer_left")
+            XCTAssertEqual(ended.endedMs, 4_000)
+            XCTAssertEqual(try calls.find("later")?.state, .registered, "a registered call keeps its join window")
+            XCTAssertEqual(try calls.find("other")?.state, .ongoing, "another room's call is untouched")
+            XCTAssertEqual(try calls.endOngoing(room: "r1", nowMs: 5_000, reason: "x"), [], "an ended call stays as it ended")
+        }
+    }
+
     func testNobodyJoiningInTimeEndsTheCallAndALateJoinCannotReviveIt() throws {
         let store = try makeStore()
         try store.sync { db in
