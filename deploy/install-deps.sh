@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what calling-server needs on Debian 12, and nothing when it is all present.
 #   deploy/install-deps.sh          build + serve needs (C libraries, pkg-config)
-#   deploy/install-deps.sh --test   also what the test suite needs (redis-server, coturn, iproute2, chromium, nodejs, nginx, valgrind)
+#   deploy/install-deps.sh --test   also what the test suite needs (redis-server, coturn, iproute2, chromium, nodejs, nginx, valgrind,
+#                                   kotlinc with the Java libraries of the Android SDK's tests)
 #                                   and a Python virtual environment with the test tools (pytest,
 #                                   websockets, pytest-timeout, aiortc, selenium) in $CALLING_VENV (default ./.venv)
 # Idempotent and quiet when everything is present; must run as root when something is missing.
@@ -45,8 +46,12 @@ if [ "$want_test" = 1 ]; then
   # redis-server: tests/integration/test_cluster.py and CallingRedisTests start their own on a free port.
   # valgrind: `calling-bench relay --instructions true` counts each target's instructions under
   # callgrind (tests/integration/test_bench.py).
+  # kotlin ... junit4: the Android SDK's JVM core (sdk/android, `make test-android`) compiled with
+  # Debian's kotlinc against OkHttp, org.json and coroutines; atomicfu is listed because the
+  # coroutines package needs it at run time without depending on it.
   debs+=(redis-server coturn iproute2 procps chromium chromium-driver nodejs node-typescript python3-venv openssl nginx-light
-         postgresql-15 postgresql-client-15 valgrind)
+         postgresql-15 postgresql-client-15 valgrind
+         kotlin libokhttp-java libokio-java libkotlinx-coroutines-java libkotlinx-atomicfu-java libandroid-json-java junit4)
 fi
 
 missing=()

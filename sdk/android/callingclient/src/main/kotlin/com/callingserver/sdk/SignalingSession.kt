@@ -1,0 +1,473 @@
+package com.callingserver.sdk
+
+import org.json.JSONObject
+
+/** The session's timers; the driver arms, cancels and fires them. A cancelled timer must never fire. */
+sealed class SessionTimer {
+    data class Lifecycle(val timer: ConnectionLifecycle.Timer) : SessionTimer()
+    data class ChatAck(val clientId: String) : SessionTimer()
+    object Typing : SessionTimer() { override fun toString() = "Typing" }
+}
+
+/** What the session asks of its driver, in order. */
+sealed class SessionAction {
+    /** Open socket [id] on [path] (with `last_seq` when resuming) with [token]. */
+    data class OpenSocket(val id: Long, val path: String, val token: String) : SessionAction()
+    data class CloseSocket(val code: Int, val reason: String) : SessionAction()
+    /** Drop the current socket without leaving: close 4000 `abandoned`. */
+    object AbortSocket : SessionAction() { override fun toString() = "AbortSocket" }
+    /** Send this frame text on the current socket. */
+    data class Send(val text: String) : SessionAction()
+    data class Arm(val timer: SessionTimer, val afterMs: Long) : SessionAction()
+    data class Cancel(val timer: SessionTimer) : SessionAction()
+    /** Complete the app's call [waiter] with [value] (a [Welcome], a [ChatAck], Unit) or [error]. */
+    data class Resolve(val waiter: Long, val value: Any?, val error: CallingError?) : SessionAction()
+    data class Emit(val event: CallingEvent) : SessionAction()
+    data class RefreshToken(val attempt: Int) : SessionAction()
+}
+
+/** Everything that can happen to a session: the app's calls, socket events, timers. */
+sealed class SessionInput {
+    data class Connect(val waiter: Long, val token: String? = null) : SessionInput()
+    data class Disconnect(val waiter: Long) : SessionInput()
+    /** [meta] is a JSON object's text or null. */
+    data class SendChat(val waiter: Long, val clientId: String, val text: String, val meta: String? = null) : SessionInput()
+    /** `offer`, `answer` or `candidate` to [to]; [payload] is JSON text. */
+    data class SendSignal(val type: String, val to: String, val payload: String) : SessionInput()
+    data class SendData(val payload: String?, val to: String? = null) : SessionInput()
+    data class SetTyping(val typing: Boolean) : SessionInput()
+    data class MarkRead(val seq: Long) : SessionInput()
+    object Ping : SessionInput()
+    data class SocketText(val socket: Long, val text: String) : SessionInput()
+    data class SocketClosed(val socket: Long, val code: Int?, val reason: String) : SessionInput()
+    data class SocketFailed(val socket: Long, val error: CallingError) : SessionInput()
+    data class TimerFired(val timer: SessionTimer) : SessionInput()
+    data class TokenRefreshed(val attempt: Int, val token: String?, val error: CallingError?) : SessionInput()
+}
+
+/**
+ * The room session as a pure machine: `welcome` and the roster, relays (`offer`/`answer`/
+ * `candidate`/`data`) with the reconnect-grace hold, chat with `client_id` acks, retries and seq
+ * dedupe, resume with `last_seq`, typing with auto-off, read markers, `leave` on `disconnect()`,
+ * and `error` frames. No sockets, threads or clock: [handle] returns [SessionAction]s, which
+ * [CallingClient] performs. It mirrors the Swift SDK's `SignalingSession` with its `ChatLedger`
+ * (Sources/CallingClient) and the browser SDK's `CallingClient` (sdk/js/calling-client.js), minus
+ * media, the keep-alive ping and the REST gap fill (docs/android.md says which).
+ */
+class SignalingSession(token: String, val settings: Settings = Settings()) {
+    data class Settings(
+        val path: String = "/v1/ws",
+        val lifecycle: ConnectionLifecycle.Settings = ConnectionLifecycle.Settings(),
+        val chatAckTimeoutMs: Long = 10_000,
+        /** Sends of one chat before it fails with `timeout`; the resend after a reconnect is free. */
+        val chatMaxSends: Int = 3,
+        /** `setTyping(true)` turns itself off after this long without another. */
+        val typingTimeoutMs: Long = 3_000
+    )
+
+    private val lifecycle = ConnectionLifecycle(token, settings.lifecycle)
+    private var out = ArrayList<SessionAction>()
+
+    var state: ConnectionState = ConnectionState.IDLE
+        private set
+    var peerId: String? = null
+        private set
+    var peers: List<PeerInfo> = emptyList()
+        private set
+    /** The highest chat seq seen; a reconnect resumes from here. */
+    var lastSeq: Long = 0
+        private set
+
+    private var connectWaiter: Long? = null
+    private val disconnectWaiters = ArrayList<Long>()
+    private var typingOn = false
+
+    // chat bookkeeping (the Swift SDK's ChatLedger)
+    private class PendingChat(val text: String, val meta: String?, val waiter: Long, var sends: Int = 0)
+    private val pending = LinkedHashMap<String, PendingChat>()
+    private var lastChatSent: String? = null
+    private val seenSeqs = HashSet<Long>()
+    private var seenFloor = 0L
+    private var resumable = false
+    private var replayRemaining = 0
+
+    // relays to peers in their reconnect grace
+    private val held = LinkedHashMap<String, MutableList<String>>()
+    private class Sent(val to: String, val type: String, val text: String)
+    /** Addressed frames sent lately: a 480 names only `payload.type`, so it is matched here. */
+    private val recentAddressed = ArrayList<Sent>()
+
+    fun handle(input: SessionInput): List<SessionAction> {
+        out = ArrayList()
+        when (input) {
+            is SessionInput.Connect -> connect(input)
+            is SessionInput.Disconnect -> disconnect(input.waiter)
+            is SessionInput.SendChat -> sendChat(input)
+            is SessionInput.SendSignal -> if (requireConnected()) relay(input.type, input.to, JSONObject(input.payload))
+            is SessionInput.SendData -> if (requireConnected()) {
+                val payload = input.payload?.let { org.json.JSONTokener(it).nextValue() }
+                if (input.to != null) relay("data", input.to, payload) else send(frameText("data", null, payload))
+            }
+            is SessionInput.SetTyping -> setTyping(input.typing)
+            is SessionInput.MarkRead -> if (requireConnected()) send(frameText("read", null, JSONObject().put("seq", input.seq)))
+            is SessionInput.Ping -> if (requireConnected()) send(frameText("ping"))
+            is SessionInput.SocketText -> if (lifecycle.isCurrent(input.socket)) receive(input.text)
+            is SessionInput.SocketClosed -> run(ConnectionLifecycle.Input.SocketClosed(input.socket, input.code, input.reason))
+            is SessionInput.SocketFailed -> run(ConnectionLifecycle.Input.SocketFailed(input.socket, input.error))
+            is SessionInput.TimerFired -> timerFired(input.timer)
+            is SessionInput.TokenRefreshed -> run(ConnectionLifecycle.Input.TokenRefreshed(input.attempt, input.token, input.error))
+        }
+        return out
+    }
+
+    private fun requireConnected(): Boolean {
+        if (state == ConnectionState.CONNECTED) return true
+        emit(CallingEvent.Error(CallingError.notConnected()))
+        return false
+    }
+
+    private fun emit(event: CallingEvent) { out.add(SessionAction.Emit(event)) }
+    private fun send(text: String) { out.add(SessionAction.Send(text)) }
+
+    private fun setState(new: ConnectionState) {
+        if (new == state) return
+        state = new
+        emit(CallingEvent.StateChanged(new))
+    }
+
+    // --- connecting -------------------------------------------------------------------------
+
+    private fun connect(input: SessionInput.Connect) {
+        if (state != ConnectionState.IDLE && state != ConnectionState.ENDED && state != ConnectionState.FAILED) {
+            out.add(SessionAction.Resolve(input.waiter, null, CallingError.invalidState("connect() while $state")))
+            return
+        }
+        connectWaiter = input.waiter
+        run(ConnectionLifecycle.Input.Connect(input.token))
+    }
+
+    private fun disconnect(waiter: Long) {
+        if (state == ConnectionState.IDLE || state == ConnectionState.ENDED || state == ConnectionState.FAILED) {
+            out.add(SessionAction.Resolve(waiter, Unit, null))
+            return
+        }
+        disconnectWaiters.add(waiter)
+        // Without `leave` the server would hold the seat for its reconnect grace and tell the room
+        // we are reconnecting (docs/protocol.md "leave").
+        if (state == ConnectionState.CONNECTED) send(frameText("leave"))
+        run(ConnectionLifecycle.Input.Disconnect)
+    }
+
+    private fun run(input: ConnectionLifecycle.Input) {
+        for (action in lifecycle.handle(input)) {
+            when (action) {
+                is ConnectionLifecycle.Action.OpenSocket -> {
+                    val path = if (resumable) "${settings.path}?last_seq=$lastSeq" else settings.path
+                    out.add(SessionAction.OpenSocket(action.id, path, action.token))
+                }
+                is ConnectionLifecycle.Action.CloseSocket -> out.add(SessionAction.CloseSocket(action.code, action.reason))
+                is ConnectionLifecycle.Action.AbortSocket -> out.add(SessionAction.AbortSocket)
+                is ConnectionLifecycle.Action.Arm -> out.add(SessionAction.Arm(SessionTimer.Lifecycle(action.timer), action.afterMs))
+                is ConnectionLifecycle.Action.Cancel -> out.add(SessionAction.Cancel(SessionTimer.Lifecycle(action.timer)))
+                is ConnectionLifecycle.Action.RefreshToken -> out.add(SessionAction.RefreshToken(action.attempt))
+                is ConnectionLifecycle.Action.Notify -> notice(action.notice)
+            }
+        }
+    }
+
+    private fun notice(notice: ConnectionLifecycle.Notice) {
+        when (notice) {
+            is ConnectionLifecycle.Notice.Connecting -> setState(ConnectionState.CONNECTING)
+            is ConnectionLifecycle.Notice.SocketDown -> {
+                replayRemaining = 0
+                recentAddressed.clear()
+                if (typingOn) out.add(SessionAction.Cancel(SessionTimer.Typing))
+                typingOn = false
+            }
+            is ConnectionLifecycle.Notice.Lost -> emit(CallingEvent.Disconnected(notice.error))
+            is ConnectionLifecycle.Notice.Retrying -> {
+                setState(ConnectionState.RECONNECTING)
+                emit(CallingEvent.Reconnecting(notice.attempt))
+            }
+            is ConnectionLifecycle.Notice.Failed -> {
+                endSession(notice.error)
+                setState(ConnectionState.FAILED)
+                connectWaiter?.let { out.add(SessionAction.Resolve(it, null, notice.error)) }
+                connectWaiter = null
+            }
+            is ConnectionLifecycle.Notice.Closed -> {
+                endSession(CallingError.notConnected())
+                connectWaiter?.let { out.add(SessionAction.Resolve(it, null, CallingError.notConnected())) }
+                connectWaiter = null
+                emit(CallingEvent.Disconnected(null))
+                setState(ConnectionState.ENDED)
+                for (waiter in disconnectWaiters) out.add(SessionAction.Resolve(waiter, Unit, null))
+                disconnectWaiters.clear()
+            }
+        }
+    }
+
+    /** The session is over: pending chats throw [error], held relays are dropped. */
+    private fun endSession(error: CallingError) {
+        for ((id, chat) in pending) {
+            out.add(SessionAction.Cancel(SessionTimer.ChatAck(id)))
+            out.add(SessionAction.Resolve(chat.waiter, null, error))
+        }
+        pending.clear()
+        lastChatSent = null
+        held.clear()
+    }
+
+    private fun timerFired(timer: SessionTimer) {
+        when (timer) {
+            is SessionTimer.Lifecycle -> run(ConnectionLifecycle.Input.TimerFired(timer.timer))
+            is SessionTimer.ChatAck -> {
+                val chat = pending[timer.clientId] ?: return
+                if (chat.sends >= settings.chatMaxSends) {
+                    resolveChat(timer.clientId, null, CallingError.timeout("chat-ack for ${timer.clientId} after ${chat.sends} sends"))
+                } else if (state == ConnectionState.CONNECTED) {
+                    transmit(timer.clientId, true)
+                }
+                // Not connected: the next welcome resends it.
+            }
+            is SessionTimer.Typing -> if (typingOn) {
+                typingOn = false
+                if (state == ConnectionState.CONNECTED) send(frameText("typing", null, JSONObject().put("typing", false)))
+            }
+        }
+    }
+
+    // --- inbound frames -----------------------------------------------------------------------
+
+    private fun receive(text: String) {
+        val json = try { JSONObject(text) } catch (e: Exception) { return }
+        val type = json.optString("type", "")
+        val payload = json.optJSONObject("payload")
+        val from = stringOrNull(json, "from")
+        when (type) {
+            "welcome" -> welcome(payload ?: JSONObject())
+            "error" -> error(json, payload)
+            "chat-ack" -> chatAck(json, payload)
+            "chat" -> {
+                val message = chatMessage(payload, from) ?: return
+                val replayed = replayRemaining > 0
+                if (replayed) replayRemaining -= 1
+                receiveChat(message)
+            }
+            "typing" -> if (from != null && payload != null && payload.has("typing")) emit(CallingEvent.Typing(from, payload.optBoolean("typing")))
+            "read" -> if (from != null && payload != null && payload.has("seq")) emit(CallingEvent.Read(from, payload.optLong("seq")))
+            "peer-joined" -> {
+                val info = PeerInfo.from(payload) ?: return
+                peers = peers.filter { it.peerId != info.peerId } + info
+                emit(CallingEvent.PeerJoined(info))
+            }
+            "peer-left" -> {
+                val id = payload?.let { stringOrNull(it, "peer_id") } ?: from ?: return
+                peers = peers.filter { it.peerId != id }
+                held.remove(id)
+                emit(CallingEvent.PeerLeft(id))
+            }
+            "peer-reconnecting" -> {
+                val id = payload?.let { stringOrNull(it, "peer_id") } ?: from ?: return
+                if (!held.containsKey(id)) held[id] = ArrayList()
+                peers = peers.map { if (it.peerId == id) it.copy(reconnecting = true) else it }
+                emit(CallingEvent.PeerReconnecting(id))
+            }
+            "peer-resumed" -> {
+                val id = payload?.let { stringOrNull(it, "peer_id") } ?: from ?: return
+                peers = peers.map { if (it.peerId == id) it.copy(reconnecting = false) else it }
+                emit(CallingEvent.PeerResumed(id))
+                release(id)
+            }
+            "offer", "answer", "candidate" -> if (from != null && payload != null) emit(CallingEvent.Signal(type, from, payload.toString()))
+            "data" -> if (from != null) {
+                val raw = if (json.has("payload") && !json.isNull("payload")) json.get("payload").toString() else null
+                emit(CallingEvent.Data(from, raw))
+            }
+            "meter" -> emit(CallingEvent.Meter(payload?.optString("state", "") ?: "", payload?.toString() ?: "null"))
+            "pong" -> emit(CallingEvent.Pong)
+            else -> Unit // newer than this SDK
+        }
+    }
+
+    private fun welcome(payload: JSONObject) {
+        run(ConnectionLifecycle.Input.Established)
+        val resumed = payload.has("recovered")
+        val welcome = Welcome(
+            peerId = payload.optString("peer_id", ""), roomId = payload.optString("room_id", ""),
+            callId = stringOrNull(payload, "call_id"), role = payload.optString("role", "peer"),
+            name = stringOrNull(payload, "name"), peers = peersOf(payload.optJSONArray("peers")),
+            lastSeq = payload.optLong("last_seq", 0), readSeq = payload.optLong("read_seq", 0),
+            unread = payload.optLong("unread", 0), resumed = resumed,
+            recovered = payload.optBoolean("recovered", true), replayCount = payload.optInt("replay_count", 0))
+        peerId = welcome.peerId
+        replayRemaining = if (resumed) welcome.replayCount else 0
+        if (!resumed) {
+            // A fresh join: the room's messages so far are history, not live events.
+            if (welcome.lastSeq > lastSeq) lastSeq = welcome.lastSeq
+            seenFloor = maxOf(seenFloor, welcome.lastSeq)
+        }
+        resumable = true
+        if (resumed) {
+            // The roster may have changed while we were away: report the difference.
+            val after = welcome.peers.map { it.peerId }.toSet()
+            val before = peers.map { it.peerId }.toSet()
+            for (gone in peers) if (gone.peerId !in after) {
+                held.remove(gone.peerId)
+                emit(CallingEvent.PeerLeft(gone.peerId))
+            }
+            for (joined in welcome.peers) if (joined.peerId !in before) emit(CallingEvent.PeerJoined(joined))
+        }
+        peers = welcome.peers
+        setState(ConnectionState.CONNECTED)
+        emit(CallingEvent.Connected(welcome))
+        connectWaiter?.let { out.add(SessionAction.Resolve(it, welcome, null)) }
+        connectWaiter = null
+        // A held peer listed without `reconnecting` came back while we were away: no
+        // peer-resumed will come, send its frames now; one listed with it stays held.
+        for (peer in welcome.peers) {
+            if (peer.reconnecting) { if (!held.containsKey(peer.peerId)) held[peer.peerId] = ArrayList() } else release(peer.peerId)
+        }
+        // Everything not acked yet, oldest first, with the same client_ids (free resends).
+        for (id in pending.keys.toList()) transmit(id, false)
+    }
+
+    private fun error(json: JSONObject, payload: JSONObject?) {
+        val wire = json.optJSONObject("error")
+        val frameType = payload?.let { stringOrNull(it, "type") }
+        val error = CallingError.server(wire?.optInt("code", 0) ?: 0, wire?.optString("message", "") ?: "", frameType)
+        if (!lifecycle.isEstablished && connectWaiter != null) {
+            // The first connect refused before welcome: connect() throws it, nothing is retried.
+            emit(CallingEvent.Error(error))
+            run(ConnectionLifecycle.Input.Refused(error))
+            return
+        }
+        if (error.serverCode == 480 && frameType != null) {
+            val index = recentAddressed.indexOfFirst { it.type == frameType && held.containsKey(it.to) }
+            if (index >= 0) {
+                // Sent just before the peer's grace began: sent again on peer-resumed, dropped on peer-left.
+                val sent = recentAddressed.removeAt(index)
+                held.getValue(sent.to).add(sent.text)
+                return
+            }
+        }
+        emit(CallingEvent.Error(error))
+        // A refused chat frame (not a refused chat, which comes as a failed chat-ack) would
+        // otherwise wait out every ack timeout; a temporary refusal (429) is retried by the timer.
+        if (frameType == "chat" && !error.isRetryable) lastChatSent?.let { resolveChat(it, null, error) }
+    }
+
+    // --- relays -------------------------------------------------------------------------------
+
+    private fun relay(type: String, to: String, payload: Any?) {
+        val text = frameText(type, to, payload)
+        val queue = held[to]
+        if (queue != null) { queue.add(text); return }
+        send(text)
+        recentAddressed.add(Sent(to, type, text))
+        if (recentAddressed.size > 64) recentAddressed.removeAt(0)
+    }
+
+    private fun release(peer: String) {
+        val queue = held.remove(peer) ?: return
+        if (state != ConnectionState.CONNECTED) return
+        for (text in queue) send(text)
+    }
+
+    // --- chat ---------------------------------------------------------------------------------
+
+    private fun sendChat(input: SessionInput.SendChat) {
+        if (state != ConnectionState.CONNECTED && state != ConnectionState.CONNECTING && state != ConnectionState.RECONNECTING) {
+            out.add(SessionAction.Resolve(input.waiter, null, CallingError.notConnected()))
+            return
+        }
+        if (input.clientId.isEmpty() || input.clientId.toByteArray(Charsets.UTF_8).size > 128) {
+            out.add(SessionAction.Resolve(input.waiter, null, CallingError.server(422, "client_id must be 1-128 bytes")))
+            return
+        }
+        if (pending.containsKey(input.clientId)) {
+            out.add(SessionAction.Resolve(input.waiter, null, CallingError.invalidState("client_id ${input.clientId} is already pending")))
+            return
+        }
+        pending[input.clientId] = PendingChat(input.text, input.meta, input.waiter)
+        if (state == ConnectionState.CONNECTED) transmit(input.clientId, true)
+    }
+
+    private fun transmit(id: String, counts: Boolean) {
+        val chat = pending[id] ?: return
+        if (counts) chat.sends += 1
+        val body = JSONObject().put("client_id", id).put("text", chat.text)
+        if (chat.meta != null) body.put("meta", JSONObject(chat.meta))
+        send(frameText("chat", null, body))
+        lastChatSent = id
+        out.add(SessionAction.Arm(SessionTimer.ChatAck(id), settings.chatAckTimeoutMs))
+    }
+
+    private fun chatAck(json: JSONObject, payload: JSONObject?) {
+        val id = payload?.let { stringOrNull(it, "client_id") } ?: return
+        val wire = json.optJSONObject("error")
+        if (wire != null) {
+            val error = CallingError.server(wire.optInt("code", 0), wire.optString("message", ""), "chat")
+            emit(CallingEvent.Error(error))
+            if (!pending.containsKey(id)) return
+            // 503: not stored; the ack timer resends the same client_id a little later.
+            if (error.isRetryable) out.add(SessionAction.Arm(SessionTimer.ChatAck(id), minOf(1_000L, settings.chatAckTimeoutMs)))
+            else resolveChat(id, null, error)
+            return
+        }
+        if (!payload.has("seq")) return
+        val seq = payload.getLong("seq")
+        markSeen(seq)
+        resolveChat(id, ChatAck(id, seq, payload.optLong("ts", 0)), null)
+    }
+
+    private fun receiveChat(message: ChatMessage) {
+        if (message.seq <= seenFloor || message.seq in seenSeqs) return // replay overlapping live frames
+        markSeen(message.seq)
+        if (message.from == peerId && pending.containsKey(message.clientId)) {
+            // Our own message in a resume replay: committed, its ack was lost with the socket.
+            resolveChat(message.clientId, ChatAck(message.clientId, message.seq, message.ts), null)
+            return
+        }
+        emit(CallingEvent.Chat(message))
+    }
+
+    private fun markSeen(seq: Long) {
+        seenSeqs.add(seq)
+        if (seq > lastSeq) lastSeq = seq
+        if (seenSeqs.size > 4096) {
+            val floor = lastSeq - 1024
+            seenSeqs.removeAll { it <= floor }
+            seenFloor = maxOf(seenFloor, floor)
+        }
+    }
+
+    private fun resolveChat(id: String, ack: ChatAck?, error: CallingError?) {
+        val chat = pending.remove(id) ?: return
+        if (lastChatSent == id) lastChatSent = null
+        out.add(SessionAction.Cancel(SessionTimer.ChatAck(id)))
+        out.add(SessionAction.Resolve(chat.waiter, ack, error))
+    }
+
+    private fun chatMessage(payload: JSONObject?, from: String?): ChatMessage? {
+        if (payload == null || from == null || !payload.has("seq")) return null
+        val meta = if (payload.has("meta") && !payload.isNull("meta")) payload.get("meta").toString() else null
+        return ChatMessage(payload.getLong("seq"), from, payload.optString("client_id", ""), payload.optString("text", ""),
+            payload.optLong("ts", 0), meta)
+    }
+
+    // --- typing -------------------------------------------------------------------------------
+
+    private fun setTyping(typing: Boolean) {
+        out.add(SessionAction.Cancel(SessionTimer.Typing))
+        if (state != ConnectionState.CONNECTED) return
+        if (typing) {
+            if (!typingOn) send(frameText("typing", null, JSONObject().put("typing", true)))
+            typingOn = true
+            out.add(SessionAction.Arm(SessionTimer.Typing, settings.typingTimeoutMs))
+        } else if (typingOn) {
+            typingOn = false
+            send(frameText("typing", null, JSONObject().put("typing", false)))
+        }
+    }
+}
