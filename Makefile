@@ -10,7 +10,7 @@ BIN := .build/debug/calling-server
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: deps test-deps build-info build release serve install test test-swift test-js test-integration test-corpus test-fuzz fuzz fuzz-build test-asan test-tsan soak bench bench-quick bench-chat bench-media clean
+.PHONY: deps test-deps build-info build release serve install test test-swift test-js test-android test-integration test-corpus test-fuzz fuzz fuzz-build test-asan test-tsan soak bench bench-quick bench-chat bench-media clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -52,7 +52,7 @@ install: release
 
 test: test-deps build-info
 	$(SWIFT) build --build-tests
-	$(MAKE) --no-print-directory test-swift test-js test-integration test-fuzz
+	$(MAKE) --no-print-directory test-swift test-js test-android test-integration test-fuzz
 
 test-swift:
 	$(SWIFT) test --skip-build
@@ -60,6 +60,31 @@ test-swift:
 # The browser SDK's pure logic under Node's built-in test runner (no npm packages).
 test-js:
 	node --test tests/js/
+
+# The Android SDK's Kotlin core (sdk/android, docs/android.md) on the JVM: Debian's kotlinc 1.3
+# against OkHttp 3.13, okio, org.json and kotlinx-coroutines (deploy/install-deps.sh --test), main
+# and test sources in one kotlinc run (kotlinc is slow; it reruns only when a .kt file changed),
+# then JUnit 4. The live tests start $(BIN) themselves. atomicfu is needed only at run time.
+JAVA_SHARE := /usr/share/java
+ANDROID_DIR := sdk/android/callingclient/src
+ANDROID_OUT := .build-android
+ANDROID_LIBS := $(JAVA_SHARE)/okhttp.jar:$(JAVA_SHARE)/okio.jar:$(JAVA_SHARE)/kotlinx-coroutines-core.jar:$(JAVA_SHARE)/com.android.json.jar:$(JAVA_SHARE)/junit4.jar
+ANDROID_RUN_CP := $(ANDROID_OUT)/classes:$(ANDROID_LIBS):$(JAVA_SHARE)/kotlin-stdlib.jar:$(JAVA_SHARE)/atomicfu.jar:$(JAVA_SHARE)/hamcrest-core.jar
+ANDROID_TESTS := com.callingserver.sdk.ConnectionLifecycleTest com.callingserver.sdk.SignalingSessionTest com.callingserver.sdk.LiveServerTest
+
+$(ANDROID_OUT)/classes.stamp: $(shell find $(ANDROID_DIR) -name '*.kt' 2>/dev/null)
+	@rm -rf $(ANDROID_OUT)/classes && mkdir -p $(ANDROID_OUT)/classes
+	@echo "kotlinc: sdk/android (main + test)"
+	@kotlinc -jvm-target 1.8 -nowarn -cp $(ANDROID_LIBS) -d $(ANDROID_OUT)/classes $(ANDROID_DIR)/main/kotlin $(ANDROID_DIR)/test/kotlin \
+		> $(ANDROID_OUT)/kotlinc.log 2>&1 || { grep -v -e 'Xverify:none' $(ANDROID_OUT)/kotlinc.log; exit 1; }
+	@touch $@
+
+test-android: $(ANDROID_OUT)/classes.stamp
+	@test -x $(BIN) || { echo "test-android: $(BIN) is missing (swift build)"; exit 1; }
+	@java -cp $(ANDROID_RUN_CP) org.junit.runner.JUnitCore $(ANDROID_TESTS) > $(ANDROID_OUT)/junit.log 2>&1; status=$$?; \
+	if [ $$status -eq 0 ]; then grep -E '^OK \(' $(ANDROID_OUT)/junit.log; \
+	else grep -v -e '^\s*at org\.junit' -e '^\s*at java\.' -e '^\s*at jdk\.' $(ANDROID_OUT)/junit.log | tail -n 80; \
+	echo "test-android failed (full log: $(ANDROID_OUT)/junit.log)"; exit 1; fi
 
 # No single integration test runs for minutes; one that does is hung and fails with a stack dump.
 PYTEST_TIMEOUT ?= 300

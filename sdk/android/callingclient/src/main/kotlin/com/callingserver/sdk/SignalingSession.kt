@@ -120,6 +120,9 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         return out
     }
 
+    /** The socket whose frames count now (tests feed frames on it). */
+    internal fun currentSocketForTest(): Long = lifecycle.currentSocket ?: lifecycle.socket
+
     private fun requireConnected(): Boolean {
         if (state == ConnectionState.CONNECTED) return true
         emit(CallingEvent.Error(CallingError.notConnected()))
