@@ -11,6 +11,8 @@
  * The frames have the wire shapes of docs/protocol.md where the load generator looks at them, so
  * the generator verifies the baseline's replies the way it verifies the server's.
  * GET /page answers 200 with a body of --page-bytes bytes (the history scenario's baseline).
+ * --idle-ping S --idle-hangup S set lws's own keep-alive (its retry and idle policy, PING S seconds
+ * after the upgrade and after each PONG): the keepalive scenario's baseline.
  *
  * Built by calling-bench: gcc -O2 lws-baseline.c $(pkg-config --cflags --libs libwebsockets)
  * Prints "lws-baseline listening on port N" once it accepts connections.
@@ -334,14 +336,18 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 int main(int argc, char **argv)
 {
-	int port = 0;
+	int port = 0, idle_ping = 0, idle_hangup = 0;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--port"))
 			port = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--page-bytes"))
 			page_bytes = (size_t)atol(argv[i + 1]);
+		else if (!strcmp(argv[i], "--idle-ping"))
+			idle_ping = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--idle-hangup"))
+			idle_hangup = atoi(argv[i + 1]);
 		else {
-			fprintf(stderr, "usage: %s [--port P] [--page-bytes N]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--port P] [--page-bytes N] [--idle-ping S --idle-hangup S]\n", argv[0]);
 			return 64;
 		}
 	}
@@ -371,6 +377,12 @@ int main(int argc, char **argv)
 	info.timeout_secs = 20;
 	info.fd_limit_per_thread = (unsigned int)(rl.rlim_cur > 1024 ? rl.rlim_cur : 1024);
 	info.options = LWS_SERVER_OPTION_LIBEV | LWS_SERVER_OPTION_DISABLE_IPV6;
+	static lws_retry_bo_t idle_policy;
+	if (idle_ping > 0) {
+		idle_policy.secs_since_valid_ping = (uint16_t)idle_ping;
+		idle_policy.secs_since_valid_hangup = (uint16_t)(idle_hangup > idle_ping ? idle_hangup : idle_ping + 1);
+		info.retry_and_idle_policy = &idle_policy;
+	}
 	struct lws_context *context = lws_create_context(&info);
 	if (!context) {
 		fprintf(stderr, "lws-baseline: cannot create the context\n");

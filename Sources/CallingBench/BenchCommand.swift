@@ -13,10 +13,11 @@ public enum BenchCommand {
                                     [--chat-trace DIR]   chat: each paced ack's receive time and latency, CSV
                                     [--rounds N]   each scenario N times (server, baseline, server, …): medians, and the median of the rounds' ratios
                                     [--instructions true]   relay only: both targets under valgrind callgrind, instructions per relayed frame
+                                    [--keepalive-peers N] [--keepalive-ping S]   keepalive: idle peers (default 19000, quick 2000) and idle_ping_seconds (10, quick 3)
                calling-bench SCENARIO [same flags]        one scenario of the suite
                calling-bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
                               [--database-url postgres://…]   the in-process chat benchmark (chat in PostgreSQL with the URL)
-        scenarios: \(Scenarios.names.joined(separator: ", ")) (all by default)
+        scenarios: \(Scenarios.names.joined(separator: ", ")) (all but keepalive by default)
         """
 
     /// Runs `calling-bench …` (`arguments[1]` is the command); returns the exit code.

@@ -30,6 +30,8 @@ final class LoadEngine {
         var welcomed = false
         var closed = false
         @exclusivity(unchecked) var framesReceived = 0
+        /// WebSocket PINGs the server sent this connection (each answered with a PONG at once).
+        @exclusivity(unchecked) var pingsReceived = 0
         /// Scenario counters: the next counter this connection expects, what it sent, what is in flight.
         @exclusivity(unchecked) var expected = 1
         @exclusivity(unchecked) var sent = 0
@@ -381,6 +383,7 @@ final class LoadEngine {
                     let code = frame.payload.count >= 2 ? Int(buffer[frame.payload.lowerBound]) << 8 | Int(buffer[frame.payload.lowerBound + 1]) : 0
                     if !allowClose { throw Failure.verification("\(connection.name): server sent Close \(code)") }
                 case 0x9:
+                    connection.pingsReceived += 1
                     pings.append(Array(buffer[frame.payload]))
                 default:
                     break

@@ -26,14 +26,17 @@ struct SuiteSizes {
     /// How many consecutive paced frames each side sends before the next side's turn
     /// (`--relay-run`); nil: the saturated phase's window, so both phases offer the same shape.
     var relayRun: Int?
+    /// The keepalive scenario: idle peers held through three keep-alive rounds of this many seconds.
+    var keepalivePeers = 19_000
+    var keepalivePingSeconds = 10
 
     static let full = SuiteSizes()
     static let quick = SuiteSizes(idlePeers: 2_000, rttIdlePeers: 1_000, rttPings: 1_000, phaseSeconds: 1,
                                   fanoutReceivers: 200, historyRows: 100_000, historyRequests: 300, chatManyRooms: 1_000,
-                                  chatRate: 2_000)
+                                  chatRate: 2_000, keepalivePeers: 2_000, keepalivePingSeconds: 3)
     static let smoke = SuiteSizes(idlePeers: 20, rttIdlePeers: 10, rttPings: 50, relayPairs: 2, relayWindow: 8, phaseSeconds: 0.3,
                                   fanoutReceivers: 10, fanoutWindow: 4, joinPeers: 20, historyRows: 2_000, historyRequests: 20,
-                                  chatBusyRooms: 2, chatManyRooms: 20, chatRate: 200)
+                                  chatBusyRooms: 2, chatManyRooms: 20, chatRate: 200, keepalivePeers: 20, keepalivePingSeconds: 1)
 }
 
 /// The scenarios of docs/benchmarks.md. Each runs its load against the server, then against the
@@ -59,7 +62,10 @@ final class Scenarios {
         self.sizes = sizes
     }
 
-    static let names = ["idle", "rtt", "relay", "fanout", "chat", "chat-postgres", "join", "history"]
+    static let names = ["idle", "rtt", "relay", "fanout", "chat", "chat-postgres", "join", "history", "keepalive"]
+    /// What `calling-bench suite` runs when no scenario is named: all but `keepalive`, which holds
+    /// its peers through three keep-alive rounds (a minute or more at full size) and runs when named.
+    static let defaultNames = names.filter { $0 != "keepalive" }
 
     func run(_ name: String) -> ScenarioResult {
         var result = ScenarioResult(name: name, parameters: "")
@@ -75,6 +81,7 @@ final class Scenarios {
             case "chat-postgres": try chatPostgres(&result)
             case "join": try join(&result)
             case "history": try history(&result)
+            case "keepalive": try keepalive(&result)
             default: result.error = "unknown scenario"
             }
         } catch {
@@ -89,18 +96,21 @@ final class Scenarios {
     // MARK: helpers
 
     private func start(_ kind: TargetProcess.Kind, pageBytes: Int = 4096, dataDir: String? = nil,
-                       serverFlags: [String] = []) throws -> TargetProcess {
+                       serverFlags: [String] = [], baselineFlags: [String] = []) throws -> TargetProcess {
         switch kind {
         case .server: return try TargetProcess.server(binary: serverBinary, cpu: targetCPU, dataDir: dataDir, flags: serverFlags,
                                                       callgrind: callgrind)
-        case .baseline: return try TargetProcess.baseline(binary: baselineBinary, cpu: targetCPU, pageBytes: pageBytes, callgrind: callgrind)
+        case .baseline: return try TargetProcess.baseline(binary: baselineBinary, cpu: targetCPU, pageBytes: pageBytes,
+                                                          flags: baselineFlags, callgrind: callgrind)
         }
     }
 
     /// Runs `body` against a fresh target of each kind; stops and cleans up whatever happens.
-    private func both(serverFlags: () throws -> [String] = { [] }, _ body: (TargetProcess) throws -> Void) throws {
+    private func both(serverFlags: () throws -> [String] = { [] }, baselineFlags: [String] = [],
+                      _ body: (TargetProcess) throws -> Void) throws {
         for kind in [TargetProcess.Kind.server, .baseline] {
-            let target = try start(kind, serverFlags: kind == .server ? try serverFlags() : [])
+            let target = try start(kind, serverFlags: kind == .server ? try serverFlags() : [],
+                                   baselineFlags: kind == .baseline ? baselineFlags : [])
             defer {
                 target.stop()
                 target.removeData()
@@ -186,6 +196,106 @@ final class Scenarios {
                                      baseline: perPeer[.baseline], higherIsBetter: false))
         result.figures.append(Figure(name: "time to join all", unit: "s", server: joinSeconds[.server] ?? .nan,
                                      baseline: joinSeconds[.baseline], higherIsBetter: false))
+    }
+
+    // MARK: keepalive
+
+    /// N idle peers held through three keep-alive rounds (`idle_ping_seconds` short, so the rounds
+    /// come soon): what a round costs the service thread, and whether the rest of the server waits
+    /// for it. Probed throughout: `GET /healthz` (the baseline: `/page`) on a fresh connection from
+    /// another thread every 100 ms, and an app-level `ping` from one more peer every 100 ms.
+    /// The baseline runs lws's own keep-alive (its retry and idle policy, `--idle-ping`).
+    private func keepalive(_ result: inout ScenarioResult) throws {
+        let peers = sizes.keepalivePeers
+        let pingSeconds = sizes.keepalivePingSeconds
+        let hangupSeconds = 2 * pingSeconds + 5
+        let rounds = 3
+        result.parameters = "\(peers) idle joined peers, rooms of \(sizes.roomSize), idle_ping_seconds \(pingSeconds), " +
+            "idle_hangup_seconds \(hangupSeconds), held until each has answered \(rounds) PINGs"
+        var cpuPerPeerRound: [TargetProcess.Kind: Double] = [:]
+        var probeP99: [TargetProcess.Kind: Double] = [:]
+        var peerP99: [TargetProcess.Kind: Double] = [:]
+        var gen: [TargetProcess.Kind: Double] = [:]
+        let serverFlags = ["--idle_ping_seconds", "\(pingSeconds)", "--idle_hangup_seconds", "\(hangupSeconds)"]
+        let baselineFlags = ["--idle-ping", "\(pingSeconds)", "--idle-hangup", "\(hangupSeconds)"]
+        try both(serverFlags: { serverFlags }, baselineFlags: baselineFlags) { target in
+            let engine = try LoadEngine(port: target.port)
+            try join(engine, target, count: peers, roomSize: sizes.roomSize, prefix: "k")
+            try join(engine, target, count: 1, roomSize: 1, prefix: "probe")
+            let prober = engine.connections.last!
+            let idle = engine.connections.dropLast()
+            try settle(engine, seconds: 0.3)
+            let pingsBefore = idle.map(\.pingsReceived)
+            var frame = Self.pingTemplate
+            let offset = Self.pingTemplate.count - 13
+            var latencies: [Double] = []
+            var sentAt: UInt64 = 0
+            var outstanding = false
+            engine.onText = { connection, text, time in
+                guard connection === prober, let counter = Bytes.counter(after: Self.counterKey, in: text) else { return }
+                guard counter == connection.expected else {
+                    throw LoadEngine.Failure.verification("probe pong \(counter), expected \(connection.expected)")
+                }
+                connection.expected += 1
+                outstanding = false
+                latencies.append(Double(time - sentAt) / 1e3)
+            }
+            let http = HTTPProbe(port: target.port, path: target.kind == .server ? "/healthz" : "/page")
+            http.start()
+            defer { http.stop() }
+            let cpu0 = (Machine.ownCPUSeconds(), target.cpuSeconds())
+            let started = LoadEngine.now()
+            let deadline = started + UInt64(Double(rounds * pingSeconds + hangupSeconds + 30) * 1e9)
+            var nextPing = started
+            var nextCheck = started
+            var sent = 0
+            var done = false
+            Progress.detail = { "\(sent) probe pings" }
+            while !done {
+                let now = LoadEngine.now()
+                guard now < deadline else {
+                    let behind = zip(idle, pingsBefore).filter { $0.0.pingsReceived - $0.1 < rounds }.count
+                    throw LoadEngine.Failure.timedOut("\(behind) of \(peers) peers had fewer than \(rounds) PINGs")
+                }
+                if !outstanding, now >= nextPing {
+                    sent += 1
+                    Bytes.patch(sent, into: &frame, at: offset)
+                    sentAt = now
+                    outstanding = true
+                    engine.send(prober, frame)
+                    nextPing = now + 100_000_000
+                }
+                _ = try engine.step(timeoutNanoseconds: 5_000_000)
+                if now >= nextCheck {
+                    nextCheck = now + 250_000_000
+                    done = zip(idle, pingsBefore).allSatisfy { $0.0.pingsReceived - $0.1 >= rounds }
+                }
+            }
+            let elapsed = Double(LoadEngine.now() - started) / 1e9
+            let targetCPU = target.cpuSeconds() - cpu0.1
+            gen[target.kind] = share(Machine.ownCPUSeconds() - cpu0.0, targetCPU)
+            http.stop()
+            guard engine.connections.allSatisfy(\.isOpen) else { throw LoadEngine.Failure.verification("a peer was dropped") }
+            let pings = zip(idle, pingsBefore).reduce(0) { $0 + $1.0.pingsReceived - $1.1 }
+            cpuPerPeerRound[target.kind] = targetCPU / Double(pings) * 1e6
+            let probes = http.latencies.sorted()
+            probeP99[target.kind] = Stats.percentile(probes, 0.99)
+            peerP99[target.kind] = Stats.percentile(latencies.sorted(), 0.99)
+            result.verified["\(target.kind.rawValue) PINGs answered"] = pings
+            result.verified["\(target.kind.rawValue) probe pongs in order"] = latencies.count
+            result.notes.append(String(
+                format: "%@: %.1f s for %d rounds, %.2f s CPU (%.0f %% of a core), %d HTTP probes (max %.0f ms, %d unanswered in 5 s), %d probe pings (max %.0f ms)",
+                target.kind.rawValue, elapsed, rounds, targetCPU, targetCPU / elapsed * 100, probes.count + http.failures,
+                (probes.last ?? .nan) / 1e3, http.failures, latencies.count, (latencies.max() ?? .nan) / 1e3))
+            engine.closeAll()
+        }
+        result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
+        result.figures.append(Figure(name: "CPU per peer per round", unit: "µs", server: cpuPerPeerRound[.server] ?? .nan,
+                                     baseline: cpuPerPeerRound[.baseline], higherIsBetter: false))
+        result.figures.append(Figure(name: "HTTP probe p99 during rounds", unit: "µs", server: probeP99[.server] ?? .nan,
+                                     baseline: probeP99[.baseline], higherIsBetter: false))
+        result.figures.append(Figure(name: "probe peer ping p99 during rounds", unit: "µs", server: peerP99[.server] ?? .nan,
+                                     baseline: peerP99[.baseline], higherIsBetter: false))
     }
 
     // MARK: join
@@ -748,12 +858,64 @@ final class Scenarios {
     }
 }
 
+/// `GET path` on a fresh connection every 100 ms from a thread of its own, each answer's latency
+/// recorded (µs); one not answered within 5 s counts as a failure.
+final class HTTPProbe: @unchecked Sendable {
+    // @unchecked: `stopped` and the results are behind `lock`; the thread is joined in `stop`.
+    private let port: Int
+    private let path: String
+    private let lock = NSLock()
+    private var stopped = false
+    private var results: [Double] = []
+    private var failed = 0
+    private var thread: Thread?
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(port: Int, path: String) {
+        self.port = port
+        self.path = path
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            while !lock.withLock({ stopped }) {
+                let began = LoadEngine.now()
+                let answered: Bool
+                if let client = try? HTTPClient(port: port, timeoutSeconds: 5), let (status, _) = try? client.get(path) {
+                    answered = status == 200
+                } else {
+                    answered = false
+                }
+                let latency = Double(LoadEngine.now() - began) / 1e3
+                lock.withLock { if answered { results.append(latency) } else { failed += 1 } }
+                let rest = 100_000 - min(100_000, Int(latency))
+                if rest > 0 { usleep(UInt32(rest)) }
+            }
+            finished.signal()
+        }
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Stops the thread and waits for its last probe (idempotent).
+    func stop() {
+        let wasRunning = lock.withLock { () -> Bool in
+            defer { stopped = true }
+            return !stopped && thread != nil
+        }
+        if wasRunning { finished.wait() }
+    }
+
+    var latencies: [Double] { lock.withLock { results } }
+    var failures: Int { lock.withLock { failed } }
+}
+
 /// A blocking HTTP/1.1 client on one keep-alive connection (bodies with content-length).
 final class HTTPClient {
     private let fd: Int32
     private var buffer: [UInt8] = []
 
-    init(port: Int) throws {
+    init(port: Int, timeoutSeconds: Int = 10) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -765,7 +927,7 @@ final class HTTPClient {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard result == 0 else { throw LoadEngine.Failure.system("connect: \(String(cString: strerror(errno)))") }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     }
 

@@ -24,7 +24,7 @@ enum Suite {
             return 64
         }
         let unknown = Set(flags.keys).subtracting(["server", "out", "no-pin", "baseline-source", "quiet", "relay-rate", "relay-run", "relay-trace", "chat-trace",
-                                                   "rounds", "instructions"])
+                                                   "rounds", "instructions", "keepalive-peers", "keepalive-ping"])
         let badNames = names.filter { !Scenarios.names.contains($0) }
         guard unknown.isEmpty, badNames.isEmpty else {
             CallingCommand.printError("unknown: \((unknown.map { "--\($0)" } + badNames).joined(separator: ", "))\n\(BenchCommand.usage)")
@@ -46,6 +46,21 @@ enum Suite {
             }
             sizes.relayRun = run
         }
+        if let text = flags["keepalive-peers"] {
+            // The generator holds every peer's socket in a process capped at 20,000 open files here.
+            guard let peers = Int(text), (1...19_500).contains(peers) else {
+                CallingCommand.printError("--keepalive-peers wants a count of idle peers from 1 to 19500, e.g. 19000")
+                return 64
+            }
+            sizes.keepalivePeers = peers
+        }
+        if let text = flags["keepalive-ping"] {
+            guard let seconds = Int(text), (1...600).contains(seconds) else {
+                CallingCommand.printError("--keepalive-ping wants idle_ping_seconds for the keepalive scenario, 1 to 600, e.g. 10")
+                return 64
+            }
+            sizes.keepalivePingSeconds = seconds
+        }
         var rounds = 1
         if let text = flags["rounds"] {
             guard let count = Int(text), (1...100).contains(count) else {
@@ -54,7 +69,7 @@ enum Suite {
             }
             rounds = count
         }
-        if names.isEmpty { names = Scenarios.names }
+        if names.isEmpty { names = Scenarios.defaultNames }
         let countsInstructions = flags["instructions"] == "true"
         if countsInstructions, names != ["relay"] {
             CallingCommand.printError("--instructions counts the relay only: calling-bench relay --instructions true")

@@ -40,8 +40,9 @@ final class TargetProcess {
         return TargetProcess(kind: .server, process: process, port: port, dataDir: dataDir, issuer: issuer, callgrindFile: file)
     }
 
-    static func baseline(binary: String, cpu: Int?, pageBytes: Int = 4096, callgrind: Callgrind? = nil) throws -> TargetProcess {
-        let (process, port, file) = try launch(.baseline, binary, ["--page-bytes", "\(pageBytes)"], cpu: cpu,
+    static func baseline(binary: String, cpu: Int?, pageBytes: Int = 4096, flags: [String] = [],
+                         callgrind: Callgrind? = nil) throws -> TargetProcess {
+        let (process, port, file) = try launch(.baseline, binary, ["--page-bytes", "\(pageBytes)"] + flags, cpu: cpu,
                                                banner: "lws-baseline listening on port ", callgrind: callgrind)
         return TargetProcess(kind: .baseline, process: process, port: port, dataDir: nil, issuer: nil, callgrindFile: file)
     }

@@ -169,3 +169,25 @@ def test_instructions_count_each_targets_relayed_frames_under_callgrind(tmp_path
         # The phase's counts stay for callgrind_annotate; the whole run's file is removed.
         assert Path(counts).parent == tmp_path and re.search(rf"^totals: {counted}$", Path(counts).read_text(), re.M), counts
     assert len(list(tmp_path.glob("callgrind-*"))) == 2, list(tmp_path.glob("callgrind-*"))
+
+
+def test_the_keepalive_scenario_holds_its_peers_through_three_rounds(tmp_path):
+    """Named only (the suite leaves it out by default): 20 idle peers, idle_ping_seconds 1, every
+    peer answers three PINGs on each target, and the figures and notes are there."""
+    result = subprocess.run(
+        [str(session_bench()), "suite", "keepalive", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path),
+         "--quiet", "true", "--baseline-source", str(REPO / "bench" / "lws-baseline.c")],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [summary] = list(tmp_path.glob("results-*.json"))
+    [entry] = json.loads(summary.read_text())["scenarios"]
+    assert "error" not in entry, entry.get("error")
+    assert "idle_ping_seconds 1" in entry["parameters"], entry["parameters"]
+    for target in ("server", "baseline"):
+        assert entry["verified"][f"{target} PINGs answered"] >= 60, entry["verified"]
+        assert entry["verified"][f"{target} probe pongs in order"] > 0, entry["verified"]
+        assert any(note.startswith(f"{target}: ") and "HTTP probes" in note for note in entry["notes"]), entry["notes"]
+    names = {figure["name"] for figure in entry["figures"]}
+    assert names == {"CPU per peer per round", "HTTP probe p99 during rounds", "probe peer ping p99 during rounds"}, names
+    for figure in entry["figures"]:
+        assert math.isfinite(figure["server"]) and figure.get("baseline") is not None, figure
