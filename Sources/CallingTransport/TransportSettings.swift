@@ -18,7 +18,9 @@ public struct TransportSettings: Sendable {
     public var maxBodyBytes: Int
     /// Connections kept below the open-file limit for the store, logs and listening sockets.
     public var reservedFileDescriptors: Int
-    /// Seconds without any traffic before lws sends a WebSocket PING, and before it hangs up.
+    /// Seconds after a WebSocket's upgrade or last PONG before the server sends a PING (the first
+    /// one, after the upgrade, between half this and this), and before it hangs up on a socket
+    /// that has not answered (`KeepAliveSchedule`).
     public var idlePingSeconds: Int
     public var idleHangupSeconds: Int
     /// Seconds the service loop may go without draining its inbox before the watchdog exits.

@@ -144,6 +144,8 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Runs `flushDeferred` after the callbacks of a wake-up (see `requestWritable`).
     private lazy var flushCall = LWSDeferredCall { [unowned self] in flushDeferred() }
     private let loopProgress = Atomic<Int64>(0)
+    /// A keep-alive tick is posted and has not run yet (`startKeepAliveTicker`).
+    private let keepAliveTickQueued = Atomic<Bool>(false)
     private let loopCallbacks = Atomic<Int64>(0)
     private let serviceClock = Atomic<Int32>(-1)
 
@@ -257,6 +259,12 @@ public final class WebSocketServer: @unchecked Sendable {
             Unmanaged<WebSocketServer>.fromOpaque(context).takeUnretainedValue().headerTableOverflowed()
         }
         defer { LWS.setHeaderOverflowHook(context: nil, nil) }
+        state.keepAlive = KeepAliveSchedule(pingAfter: Int64(settings.idlePingSeconds) * 1_000,
+                                            hangUpAfter: Int64(settings.idleHangupSeconds) * 1_000,
+                                            resolution: Self.keepAliveResolution, now: Self.milliseconds(),
+                                            seed: UInt64.random(in: 0...UInt64.max))
+        let keepAliveTicker = startKeepAliveTicker()
+        defer { keepAliveTicker.cancel() }
         while withLifecycle({ $0.running }) {
             // With the libev loop lws_service only returns once the loop is stopped by the first
             // stage of lws_context_destroy; with poll() it returns after each wakeup.
@@ -376,6 +384,54 @@ public final class WebSocketServer: @unchecked Sendable {
         if state.framesSinceFlush > settings.flushAfterFrames, !state.flushList.isEmpty { flushDeferred() }
     }
 
+    // MARK: keep-alive (docs/protocol.md, "Keep-alive")
+
+    /// Milliseconds per keep-alive bucket: how late after its moment a PING or a hang-up may come.
+    static let keepAliveResolution: Int64 = 100
+
+    /// Monotonic milliseconds, the keep-alive schedule's clock.
+    private static func milliseconds() -> Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
+
+    /// Posts `keepAliveTick` every bucket from a timer off the service thread. Not an lws timer:
+    /// a timer the service thread schedules from inside lws's own run of timers may wait for the
+    /// libev loop's next timeout (see `LWSDeferredCall.due`), and one post per tick costs a wake-up.
+    private func startKeepAliveTicker() -> any DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: .global(qos: .userInitiated))
+        let interval = Int(Self.keepAliveResolution)
+        timer.schedule(deadline: .now() + .milliseconds(interval), repeating: .milliseconds(interval), leeway: .milliseconds(interval / 10))
+        timer.setEventHandler { [unowned self] in
+            // At most one tick waits in the inbox: a stalled loop catches up in one tick, not many.
+            guard !keepAliveTickQueued.exchange(true, ordering: .relaxed) else { return }
+            post { [unowned self] in
+                keepAliveTickQueued.store(false, ordering: .relaxed)
+                keepAliveTick()
+            }
+        }
+        timer.resume()
+        return timer
+    }
+
+    /// Sends the PINGs that are due (each as the connection's next write, ahead of what is queued
+    /// for it: a control frame may come between messages, RFC 6455 §5.4) and drops the sockets that did not answer in time, without a close frame.
+    private func keepAliveTick() {
+        guard state.keepAlive != nil else { return }
+        state.keepAliveActions.removeAll(keepingCapacity: true)
+        state.keepAlive!.advance(to: Self.milliseconds(), into: &state.keepAliveActions)
+        for action in state.keepAliveActions {
+            switch action {
+            case .ping(let id):
+                guard let conn = state.connections[id], conn.closeCode == nil else { continue }
+                conn.pingDue = true
+                requestWritable(conn)
+            case .hangUp(let id):
+                guard let conn = state.connections[id], !conn.closed else { continue }
+                // NOSTATUS from lws's timer processing: the same close lws's own idle policy made,
+                // no close frame (the peer is presumed gone).
+                LWS.killAsync(conn.wsi)
+            }
+        }
+    }
+
     // MARK: service-thread API
 
     /// Counters for /metrics. Service thread only.
@@ -474,7 +530,7 @@ public final class WebSocketServer: @unchecked Sendable {
                 requestWritableCallback(conn)
                 continue
             }
-            if conn.pendingUsed == 0, conn.queue.isEmpty { continue }
+            if conn.pendingUsed == 0, conn.queue.isEmpty, !conn.pingDue { continue }
             state.counters.writesFlushed += 1
             if writeNext(conn, wsi: conn.wsi) < 0 { LWS.killAsync(conn.wsi) }
         }
@@ -518,7 +574,6 @@ public final class WebSocketServer: @unchecked Sendable {
         // open connection (a third of the service thread with 8,000 idle peers).
         let options = LWSServerOptions(
             host: settings.host, port: settings.port, bufferBytes: settings.maxFrameBytes + 1024,
-            idlePingSeconds: settings.idlePingSeconds, idleHangupSeconds: settings.idleHangupSeconds,
             headerTokenLimit: settings.maxHeaderBytes + 1, uriTokenLimit: effectiveURLLimit + 1,
             maxHeaderBytes: settings.maxHeaderBytes, httpTimeoutSeconds: settings.httpTimeoutSeconds,
             fdLimitPerThread: max(1024, openFileLimit),
@@ -608,6 +663,7 @@ public final class WebSocketServer: @unchecked Sendable {
             // go). Its socket no longer needs the HTTP bookkeeping: only the budget's count.
             LWSSession.store(user, id: id.rawValue, object: Unmanaged.passUnretained(conn).toOpaque())
             state.connections.insert(conn, for: id.rawValue)
+            state.keepAlive?.opened(id.rawValue, at: Self.milliseconds())
             if let socket = state.sockets.removeValue(forKey: wsi) { socket.closed = true }
             state.upgradedSockets += 1
             state.counters.accepted += 1
@@ -630,6 +686,13 @@ public final class WebSocketServer: @unchecked Sendable {
             }
             return 0
 
+        case .receivePong:
+            // Only a PONG confirms a socket (docs/protocol.md, "Keep-alive"); lws answers PINGs itself.
+            guard let user else { return 0 }
+            let id = LWSSession.id(user)
+            if id != 0 { state.keepAlive?.confirmed(id, at: Self.milliseconds()) }
+            return 0
+
         case .peerInitiatedClose:
             // Our Close already went out: this is the client's answer, so close without an echo.
             guard let user, let conn = Self.connection(user) else { return 0 }
@@ -644,7 +707,7 @@ public final class WebSocketServer: @unchecked Sendable {
         case .serverWriteable:
             guard let user, let conn = Self.connection(user) else { return 0 }
             conn.writablePending = false
-            if !conn.closeFrameSent, conn.closeCode != nil || conn.pendingUsed > 0 || !conn.queue.isEmpty {
+            if !conn.closeFrameSent, conn.closeCode != nil || conn.pendingUsed > 0 || !conn.queue.isEmpty || conn.pingDue {
                 state.counters.writesOnWriteable += 1
             }
             return writeNext(conn, wsi: wsi)
@@ -656,6 +719,7 @@ public final class WebSocketServer: @unchecked Sendable {
             LWSSession.store(user, id: id.rawValue, object: nil)
             let peerClose = state.peerCloses.isEmpty ? nil : state.peerCloses.removeValue(forKey: id.rawValue)
             guard let conn = state.connections.removeValue(for: id.rawValue) else { return 0 }
+            state.keepAlive?.closed(id.rawValue)
             conn.closed = true
             let ending: SocketEnding = conn.closeCode.map(SocketEnding.closedByServer) ?? peerClose.map(SocketEnding.closedByClient) ?? .dropped
             delegate?.server(self, didClose: id, ending: ending)
@@ -954,6 +1018,7 @@ public final class WebSocketServer: @unchecked Sendable {
         if let code = conn.closeCode, code == CloseCode.slowConsumer.rawValue || (conn.queue.isEmpty && conn.pendingUsed == 0) {
             return sendCloseFrame(code, conn, wsi: wsi)
         }
+        if conn.pingDue { return sendPing(conn, wsi: wsi) }
         if conn.pendingUsed > 0 {
             // Older than anything queued (see `send(count:to:writing:)`): these go first, in one
             // write, as a coalesced batch would.
@@ -1008,6 +1073,22 @@ public final class WebSocketServer: @unchecked Sendable {
             LWS.write(wsi, buffer.baseAddress! + OutboundMessage.headroom, length, .http)
         }
         return written < length ? -1 : 0
+    }
+
+    /// The keep-alive's PING, in a write of its own; what is queued follows in the next. Its
+    /// payload is the time it went out (8 bytes, big-endian milliseconds): lws 4.1.6 reports no
+    /// PONG whose payload is empty (`lws_ws_rx_sm`), so a PING without one would get answers the
+    /// server never sees.
+    private func sendPing(_ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
+        conn.pingDue = false
+        let buffer = state.writeBuffer(capacity: OutboundMessage.headroom + 10)
+        let start = (buffer + OutboundMessage.headroom).assumingMemoryBound(to: UInt8.self)
+        start[0] = 0x89  // FIN, opcode 9 (RFC 6455 §5.5.2)
+        start[1] = 8
+        (buffer + OutboundMessage.headroom + 2).storeBytes(of: UInt64(Self.milliseconds()).bigEndian, as: UInt64.self)
+        guard LWS.write(wsi, start, 10, .http) >= 10 else { return -1 }
+        if conn.pendingUsed > 0 || !conn.queue.isEmpty || conn.closeCode != nil { requestWritable(conn) }
+        return 0
     }
 
     /// Several queued frames in one write: the WebSocket headers are framed here and the batch
@@ -1233,6 +1314,9 @@ private final class ServiceState {
     /// The code of each client Close frame received, until its connection's CLOSED.
     var peerCloses: [UInt64: UInt16] = [:]
     var onDrained: (() -> Void)?
+    /// Set when the loop starts (`runLoop`).
+    var keepAlive: KeepAliveSchedule?
+    var keepAliveActions: [KeepAliveSchedule.Action] = []
     /// Every socket lws accepted and has not destroyed yet, until it becomes a WebSocket.
     var sockets: [OpaquePointer: AcceptedSocket] = [:]
     /// Established WebSockets lws has not destroyed yet: they left `sockets` (and the idle
@@ -1305,6 +1389,8 @@ private final class WSConnection {
     @exclusivity(unchecked) var writablePending = false
     /// In `ServiceState.flushList`.
     @exclusivity(unchecked) var flushListed = false
+    /// The keep-alive's PING goes out with the next write (`sendPing`).
+    @exclusivity(unchecked) var pingDue = false
     /// lws has closed it (a flush may still hold it).
     @exclusivity(unchecked) var closed = false
     /// The size the next `pending` buffer starts at, as a power of two: what the last one

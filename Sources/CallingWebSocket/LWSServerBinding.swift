@@ -19,7 +19,7 @@ package protocol LWSServerHandler: AnyObject {
 package enum LWSServerEvent: Sendable, Equatable {
     case eventWaitCancelled, filterNetworkConnection, serverNewClientInstantiated, wsiDestroy
     case rawAdopt, rawRx, httpConfirmUpgrade, sslInfo
-    case established, receive, peerInitiatedClose, serverWriteable, closed
+    case established, receive, receivePong, peerInitiatedClose, serverWriteable, closed
     case http, httpBody, httpBodyCompletion, httpWriteable, closedHTTP
     case other
 
@@ -35,6 +35,7 @@ package enum LWSServerEvent: Sendable, Equatable {
         case LWS_CALLBACK_SSL_INFO: self = .sslInfo
         case LWS_CALLBACK_ESTABLISHED: self = .established
         case LWS_CALLBACK_RECEIVE: self = .receive
+        case LWS_CALLBACK_RECEIVE_PONG: self = .receivePong
         case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: self = .peerInitiatedClose
         case LWS_CALLBACK_SERVER_WRITEABLE: self = .serverWriteable
         case LWS_CALLBACK_CLOSED: self = .closed
@@ -103,8 +104,6 @@ package struct LWSServerOptions {
     package var port: Int
     /// The protocol's rx buffer and tx packet size: at least the largest frame (docs/architecture.md, "The lws #2889 guards").
     package var bufferBytes: Int
-    package var idlePingSeconds: Int
-    package var idleHangupSeconds: Int
     /// Per-header limit and request-target limit of the header table (`cs_lws_fill_token_limits`).
     package var headerTokenLimit: Int
     package var uriTokenLimit: Int
@@ -128,15 +127,13 @@ package struct LWSServerOptions {
         }
     }
 
-    package init(host: String, port: Int, bufferBytes: Int, idlePingSeconds: Int, idleHangupSeconds: Int,
+    package init(host: String, port: Int, bufferBytes: Int,
                  headerTokenLimit: Int, uriTokenLimit: Int, maxHeaderBytes: Int, httpTimeoutSeconds: Int,
                  fdLimitPerThread: Int, libev: Bool, tls: TLS?)
     {
         self.host = host
         self.port = port
         self.bufferBytes = bufferBytes
-        self.idlePingSeconds = idlePingSeconds
-        self.idleHangupSeconds = idleHangupSeconds
         self.headerTokenLimit = headerTokenLimit
         self.uriTokenLimit = uriTokenLimit
         self.maxHeaderBytes = maxHeaderBytes
@@ -197,10 +194,15 @@ package final class LWSServerContextResources {
         protocolList[0].tx_packet_size = options.bufferBytes
         protocols = protocolList
 
+        // lws's keep-alive off: the server keeps its own (CallingTransport's KeepAliveSchedule),
+        // since lws 4.1.6 re-sorts a socket's timer into one list of every timer on each PONG, a
+        // walk over all sockets (docs/benchmarks.md, "Keep-alive"). A policy is still needed: with
+        // none the vhost takes the context's default, a PING at 300 s (lib/core/context.c), and
+        // only a zero `secs_since_valid_hangup` makes lws skip the timer (_lws_validity_confirmed_role).
         let policy = UnsafeMutablePointer<lws_retry_bo_t>.allocate(capacity: 1)
         policy.initialize(to: lws_retry_bo_t())
-        policy.pointee.secs_since_valid_ping = UInt16(clamping: options.idlePingSeconds)
-        policy.pointee.secs_since_valid_hangup = UInt16(clamping: options.idleHangupSeconds)
+        policy.pointee.secs_since_valid_ping = 0
+        policy.pointee.secs_since_valid_hangup = 0
         retryPolicy = policy
 
         var info = lws_context_creation_info()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from support import Peer, RawWebSocket, run
+from support import Peer, RawWebSocket, claims, run, sign_jwt
 
 PING_S = 1
 HANGUP_S = 3
@@ -99,3 +99,65 @@ def test_traffic_without_pongs_does_not_keep_a_socket(start_server):
         assert any(opcode == 0x9 for _, opcode in events), events
     finally:
         ws.close()
+
+
+def test_many_sockets_each_get_their_first_ping_within_the_bound_spread_out_and_answering_ones_stay(start_server):
+    """A burst of upgrades (300 sockets, each in a room of its own): every socket gets its first
+    PING between half of idle_ping_seconds and idle_ping_seconds after its upgrade (plus the
+    schedule's 0.1 s buckets), spread over that half interval rather than all at once; each
+    answered PING is followed by the next about idle_ping_seconds later, and none is dropped."""
+    import selectors
+
+    ping_s, hangup_s, count = 2, 5, 300
+    server = start_server(idle_ping_seconds=ping_s, idle_hangup_seconds=hangup_s)
+    secret = server.secret()
+    # Signed here: 300 runs of the token CLI would take longer than the test may.
+    tokens = [sign_jwt(claims(room=f"burst{index}", sub=f"p{index}"), secret) for index in range(count)]
+    sockets, opened = [], []
+    try:
+        for token in tokens:
+            sockets.append(RawWebSocket(server.port, token))
+            opened.append(time.monotonic())
+        selector = selectors.DefaultSelector()
+        for index, ws in enumerate(sockets):
+            ws.sock.setblocking(True)
+            selector.register(ws.sock, selectors.EVENT_READ, index)
+        pings = [[] for _ in range(count)]
+        closed = []
+        deadline = opened[-1] + 2 * ping_s + 1.0
+        while time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=0.05):
+                index = key.data
+                ws = sockets[index]
+                # One frame from the socket, then every frame its read brought along.
+                while True:
+                    try:
+                        opcode, payload = ws.recv_frame(timeout=1.0)
+                    except (OSError, ConnectionError):
+                        closed.append(index)
+                        selector.unregister(ws.sock)
+                        break
+                    if opcode == 0x9:
+                        pings[index].append(time.monotonic() - opened[index])
+                        ws.send_frame(0xA, payload)
+                    elif opcode == 0x8:
+                        closed.append(index)
+                    if not ws.buffer:
+                        break
+        selector.close()
+        assert not closed, f"closed while answering: {closed[:10]}"
+        firsts = [p[0] for p in pings if p]
+        assert len(firsts) == count, f"{count - len(firsts)} sockets got no PING in {2 * ping_s + 1}s"
+        late = [round(t, 2) for t in firsts if t > ping_s + 0.5]
+        early = [round(t, 2) for t in firsts if t < ping_s / 2 - 0.05]
+        assert not late and not early, f"first PINGs outside [{ping_s / 2}, {ping_s}] s after the upgrade: {late[:10]} {early[:10]}"
+        # Spread: the first PINGs' delays cover the half interval instead of all coming at idle_ping_seconds.
+        firsts.sort()
+        assert firsts[len(firsts) // 4] < 0.8 * ping_s and firsts[-1] - firsts[0] > ping_s / 4, \
+            f"first PINGs not spread: {firsts[0]:.2f}..{firsts[-1]:.2f} s, quartile {firsts[len(firsts) // 4]:.2f} s"
+        for index, times in enumerate(pings):
+            for earlier, later in zip(times, times[1:]):
+                assert ping_s - 0.1 <= later - earlier <= ping_s + 0.6, f"socket {index}: PINGs at {times}"
+    finally:
+        for ws in sockets:
+            ws.close()
