@@ -218,6 +218,19 @@ final class Scenarios {
         var gen: [TargetProcess.Kind: Double] = [:]
         let serverFlags = ["--idle_ping_seconds", "\(pingSeconds)", "--idle_hangup_seconds", "\(hangupSeconds)"]
         let baselineFlags = ["--idle-ping", "\(pingSeconds)", "--idle-hangup", "\(hangupSeconds)"]
+        // The figures of a target that finished are kept when the other fails: at 19,000 peers the
+        // baseline's own keep-alive can stall its joins past the generator's timeout.
+        defer {
+            result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
+            if let server = cpuPerPeerRound[.server] {
+                result.figures.append(Figure(name: "CPU per peer per round", unit: "µs", server: server,
+                                             baseline: cpuPerPeerRound[.baseline], higherIsBetter: false))
+                result.figures.append(Figure(name: "HTTP probe p99 during rounds", unit: "µs", server: probeP99[.server] ?? .nan,
+                                             baseline: probeP99[.baseline], higherIsBetter: false))
+                result.figures.append(Figure(name: "probe peer ping p99 during rounds", unit: "µs", server: peerP99[.server] ?? .nan,
+                                             baseline: peerP99[.baseline], higherIsBetter: false))
+            }
+        }
         try both(serverFlags: { serverFlags }, baselineFlags: baselineFlags) { target in
             let engine = try LoadEngine(port: target.port)
             try join(engine, target, count: peers, roomSize: sizes.roomSize, prefix: "k")
@@ -289,13 +302,6 @@ final class Scenarios {
                 (probes.last ?? .nan) / 1e3, http.failures, latencies.count, (latencies.max() ?? .nan) / 1e3))
             engine.closeAll()
         }
-        result.generatorShare = Dictionary(uniqueKeysWithValues: gen.map { ($0.key.rawValue, $0.value) })
-        result.figures.append(Figure(name: "CPU per peer per round", unit: "µs", server: cpuPerPeerRound[.server] ?? .nan,
-                                     baseline: cpuPerPeerRound[.baseline], higherIsBetter: false))
-        result.figures.append(Figure(name: "HTTP probe p99 during rounds", unit: "µs", server: probeP99[.server] ?? .nan,
-                                     baseline: probeP99[.baseline], higherIsBetter: false))
-        result.figures.append(Figure(name: "probe peer ping p99 during rounds", unit: "µs", server: peerP99[.server] ?? .nan,
-                                     baseline: peerP99[.baseline], higherIsBetter: false))
     }
 
     // MARK: join
