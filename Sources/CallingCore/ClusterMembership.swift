@@ -8,6 +8,13 @@
 /// room limits and relay addressing span every node without the hub knowing. Membership events
 /// travel on one Redis pub/sub channel, which gives every node the same order of events; a join
 /// of a peer id already seated elsewhere is a takeover, decided identically everywhere.
+///
+/// Every claim on a seat carries a join epoch (`Claim`): the joining node's clock in ms, but
+/// always above the epoch of any claim on that seat the node knew of, and above its own last one.
+/// A seat two nodes both claim (a node cut off from Redis kept its peer while the peer joined
+/// again elsewhere) is settled by the later claim, `(epoch, node)` compared, when the snapshot
+/// after the partition heals shows the two: every node reaches the same answer, the loser's
+/// connection is taken over (4400 `replaced`) and its node drops the seat without a leave.
 public struct ClusterMembership: Sendable {
     /// Set in the `ConnectionID`s of remote seats. The transport counts up from 1 and HTTP sessions
     /// use bit 63, so the three spaces never meet.
@@ -30,12 +37,31 @@ public struct ClusterMembership: Sendable {
     public struct RemoteSeat: Sendable, Equatable {
         public var node: String
         public var identity: PeerIdentity
+        public var epoch: Int64
+    }
+
+    /// A node's claim on a seat, as its seat list and join events carry it.
+    public struct Claim: Sendable, Equatable {
+        public var identity: PeerIdentity
+        /// When the node seated it (`ClusterMembership`'s epoch rule); later claims win.
+        public var epoch: Int64
+        public init(_ identity: PeerIdentity, epoch: Int64) {
+            self.identity = identity
+            self.epoch = epoch
+        }
+    }
+
+    /// Whether claim `a` by node `nodeA` is later than claim `b` by `nodeB`: by epoch, then node id,
+    /// so that every node orders any two claims alike.
+    public static func isLater(_ a: Int64, _ nodeA: String, than b: Int64, _ nodeB: String) -> Bool {
+        a != b ? a > b : nodeA > nodeB
     }
 
     public let node: String
     public private(set) var isConnected = false
-    private var local: [Seat: (identity: PeerIdentity, connection: ConnectionID, ordinal: UInt64)] = [:]
-    private var nextOrdinal: UInt64 = 0
+    private var local: [Seat: (identity: PeerIdentity, connection: ConnectionID, epoch: Int64)] = [:]
+    /// The last epoch this node gave a claim: epochs it hands out only grow.
+    private var lastEpoch: Int64 = 0
     /// Own joins announced whose echo has not come back on the bus yet. A remote join for such a
     /// seat was published before ours, so ours (later in the bus order) wins on every node.
     private var pendingEcho: [Seat: Int] = [:]
@@ -56,19 +82,30 @@ public struct ClusterMembership: Sendable {
     public func remoteSeat(_ connection: ConnectionID) -> RemoteSeat? { remote[connection] }
 
     /// This node's own seats in join order, for registering them again.
-    public var localSeats: [PeerIdentity] { local.values.sorted { $0.ordinal < $1.ordinal }.map(\.identity) }
+    public var localSeats: [PeerIdentity] { localClaims.map(\.identity) }
+
+    /// This node's own claims in join order (epochs grow with each join).
+    public var localClaims: [Claim] { local.values.sorted { $0.epoch < $1.epoch }.map { Claim($0.identity, epoch: $0.epoch) } }
+
+    /// The epoch a claim of this node's on `remote`'s seat (or a fresh one) gets.
+    private mutating func nextEpoch(at now: Int64, after known: Int64?) -> Int64 {
+        lastEpoch = max(now, lastEpoch + 1, (known ?? .min) &+ 1)
+        return lastEpoch
+    }
 
     public mutating func handle(_ input: ClusterInput) -> [ClusterEffect] {
         switch input {
-        case .localJoined(let identity, let connection):
+        case .localJoined(let identity, let connection, let now):
             let seat = Seat(room: identity.room, peer: identity.peer)
-            nextOrdinal += 1
-            local[seat] = (identity, connection, local[seat]?.ordinal ?? nextOrdinal)
+            // A takeover of a seat this node knew of gets a later epoch than that claim, whatever the clocks say.
+            let known = remoteBySeat[seat].flatMap { remote[$0]?.epoch } ?? local[seat]?.epoch
+            let epoch = nextEpoch(at: now, after: known)
+            local[seat] = (identity, connection, epoch)
             // The hub took the seat over from a remote seat (closed with `replaced`); it is ours now.
             if let previous = remoteBySeat.removeValue(forKey: seat) { remote[previous] = nil }
             guard isConnected else { return [] }
             pendingEcho[seat, default: 0] += 1
-            return [.announceJoin(identity)]
+            return [.announceJoin(identity, epoch: epoch)]
         case .localLeft(let identity, let connection):
             let seat = Seat(room: identity.room, peer: identity.peer)
             guard local[seat]?.connection == connection else { return [] }
@@ -83,7 +120,7 @@ public struct ClusterMembership: Sendable {
         case .connected:
             isConnected = true
             pendingEcho = [:]
-            return [.register(localSeats), .fetchSeats(nil)]
+            return [.register(localClaims), .fetchSeats(nil)]
         case .disconnected:
             isConnected = false
             pendingEcho = [:]
@@ -105,13 +142,15 @@ public struct ClusterMembership: Sendable {
 
     private mutating func handle(_ event: ClusterEvent) -> [ClusterEffect] {
         switch event {
-        case .joined(let from, let identity):
+        case .joined(let from, let identity, let epoch):
             let seat = Seat(room: identity.room, peer: identity.peer)
             if from == node {
                 if let count = pendingEcho[seat] { pendingEcho[seat] = count > 1 ? count - 1 : nil }
                 return []
             }
             if (pendingEcho[seat] ?? 0) > 0 { return [] }
+            // Our epochs stay above every claim we heard of, so a takeover through us later is later by epoch too.
+            lastEpoch = max(lastEpoch, epoch)
             var effects: [ClusterEffect] = []
             if local.removeValue(forKey: seat) != nil {
                 // Our peer joined on another node: the hub's takeover closes our connection with
@@ -119,7 +158,7 @@ public struct ClusterMembership: Sendable {
                 effects.append(.dropSeat(identity.room, identity.peer))
             }
             if let previous = remoteBySeat[seat] { forgetRemote(previous) }
-            effects.append(.seat(newRemote(from, identity), identity))
+            effects.append(.seat(newRemote(from, identity, epoch: epoch), identity))
             return effects
         case .left(let from, let room, let peer):
             let seat = Seat(room: room, peer: peer)
@@ -132,9 +171,11 @@ public struct ClusterMembership: Sendable {
     }
 
     /// A snapshot of some nodes' seat lists (or of every registered live node when `complete`).
-    /// Snapshots and bus events travel on different connections, so a snapshot only fills gaps
-    /// and removes seats its node no longer lists; a seat held by someone else is left alone.
-    private mutating func reconcile(_ seatsByNode: [String: [PeerIdentity]], complete: Bool) -> [ClusterEffect] {
+    /// Snapshots and bus events travel on different connections, so a snapshot fills gaps and
+    /// removes seats its node no longer lists. A seat listed by a node while another holds it (ours
+    /// or remote) goes to the later claim: two claims on one seat only meet here after a partition,
+    /// since on the bus the later join takes the seat over and the loser drops its claim.
+    private mutating func reconcile(_ seatsByNode: [String: [Claim]], complete: Bool) -> [ClusterEffect] {
         var effects: [ClusterEffect] = []
         if complete {
             for gone in Set(remote.values.map(\.node)).subtracting(seatsByNode.keys).sorted() {
@@ -143,17 +184,29 @@ public struct ClusterMembership: Sendable {
         }
         for from in seatsByNode.keys.sorted() where from != node {
             let listed = seatsByNode[from] ?? []
-            let listedSeats = Set(listed.map { Seat(room: $0.room, peer: $0.peer) })
+            let listedSeats = Set(listed.map { Seat(room: $0.identity.room, peer: $0.identity.peer) })
             for (connection, seat) in remote.sorted(by: { $0.key.rawValue < $1.key.rawValue }) where seat.node == from {
                 if !listedSeats.contains(Seat(room: seat.identity.room, peer: seat.identity.peer)) {
                     forgetRemote(connection)
                     effects.append(.unseat(connection))
                 }
             }
-            for identity in listed {
+            for claim in listed {
+                let identity = claim.identity
                 let seat = Seat(room: identity.room, peer: identity.peer)
-                guard local[seat] == nil, remoteBySeat[seat] == nil else { continue }
-                effects.append(.seat(newRemote(from, identity), identity))
+                lastEpoch = max(lastEpoch, claim.epoch)
+                if let mine = local[seat] {
+                    guard Self.isLater(claim.epoch, from, than: mine.epoch, node) else { continue }
+                    // Our peer joined again elsewhere while we could not hear it: the seat there wins,
+                    // and the hub's takeover closes our connection with `replaced`, without a leave.
+                    local[seat] = nil
+                    pendingEcho[seat] = nil
+                    effects.append(.dropSeat(identity.room, identity.peer))
+                } else if let current = remoteBySeat[seat], let held = remote[current] {
+                    guard held.node != from, Self.isLater(claim.epoch, from, than: held.epoch, held.node) else { continue }
+                    forgetRemote(current)
+                }
+                effects.append(.seat(newRemote(from, identity, epoch: claim.epoch), identity))
             }
         }
         return effects
@@ -165,10 +218,10 @@ public struct ClusterMembership: Sendable {
         return connections.map { .unseat($0) }
     }
 
-    private mutating func newRemote(_ from: String, _ identity: PeerIdentity) -> ConnectionID {
+    private mutating func newRemote(_ from: String, _ identity: PeerIdentity, epoch: Int64) -> ConnectionID {
         nextRemote += 1
         let connection = ConnectionID(Self.remoteBit | nextRemote)
-        remote[connection] = RemoteSeat(node: from, identity: identity)
+        remote[connection] = RemoteSeat(node: from, identity: identity, epoch: epoch)
         remoteBySeat[Seat(room: identity.room, peer: identity.peer)] = connection
         return connection
     }
@@ -182,15 +235,17 @@ public struct ClusterMembership: Sendable {
 
 /// A membership event on the cluster bus, from the node that made it.
 public enum ClusterEvent: Sendable, Equatable {
-    case joined(node: String, PeerIdentity)
+    /// `epoch`: the claim's join epoch (`ClusterMembership.Claim`).
+    case joined(node: String, PeerIdentity, epoch: Int64 = 0)
     case left(node: String, room: RoomID, peer: PeerID)
     /// The node registered its seats afresh (it started, or Redis came back): read its list again.
     case resynced(node: String)
 }
 
 public enum ClusterInput: Sendable {
-    /// The hub seated one of this node's connections (a socket or an HTTP session).
-    case localJoined(PeerIdentity, ConnectionID)
+    /// The hub seated one of this node's connections (a socket or an HTTP session); `at`: this
+    /// node's clock in ms, the floor of the claim's epoch.
+    case localJoined(PeerIdentity, ConnectionID, at: Int64 = 0)
     /// The hub let one of this node's seats go.
     case localLeft(PeerIdentity, ConnectionID)
     /// The hub let a remote seat go on its own (taken over, kicked, room closed).
@@ -200,7 +255,7 @@ public enum ClusterInput: Sendable {
     case connected
     case disconnected
     /// The seat lists of the named nodes; `complete` when every registered live node is listed.
-    case snapshot([String: [PeerIdentity]], complete: Bool)
+    case snapshot([String: [ClusterMembership.Claim]], complete: Bool)
     /// Registered nodes and those whose heartbeat key is still alive.
     case liveness(registered: Set<String>, alive: Set<String>)
 }
@@ -210,15 +265,15 @@ public enum ClusterEffect: Sendable, Equatable {
     case seat(ConnectionID, PeerIdentity)
     /// Let a remote seat go in the hub (a `.disconnect`: the room's peers see `peer-left`).
     case unseat(ConnectionID)
-    /// Add the seat to this node's shared seat list and publish the join.
-    case announceJoin(PeerIdentity)
+    /// Add the seat to this node's shared seat list and publish the join, with the claim's epoch.
+    case announceJoin(PeerIdentity, epoch: Int64)
     /// Remove the seat from this node's list and publish the leave.
     case announceLeave(RoomID, PeerID)
     /// Remove the seat from this node's list without a leave (another node took it over).
     case dropSeat(RoomID, PeerID)
-    /// Register this node with exactly these seats, in join order (replacing its list, atomically),
+    /// Register this node with exactly these claims, in join order (replacing its list, atomically),
     /// and publish `resynced`.
-    case register([PeerIdentity])
+    case register([ClusterMembership.Claim])
     /// Read the seat lists of these nodes (nil: of every registered live node, a complete snapshot).
     case fetchSeats([String]?)
     /// A node is gone: delete its seat list and registration.
@@ -260,8 +315,8 @@ extension PresenceIdentity {
 extension ClusterEvent {
     public var encoded: [UInt8] {
         switch self {
-        case .joined(let node, let identity):
-            return JSONWriter.bytes(["t": "join", "node": .string(node), "seat": identity.clusterJSON])
+        case .joined(let node, let identity, let epoch):
+            return JSONWriter.bytes(["t": "join", "node": .string(node), "seat": identity.clusterJSON, "epoch": .int(epoch)])
         case .left(let node, let room, let peer):
             return JSONWriter.bytes(["t": "leave", "node": .string(node), "room": .string(room.rawValue), "peer": .string(peer.rawValue)])
         case .resynced(let node):
@@ -274,7 +329,7 @@ extension ClusterEvent {
         switch fields["t"]?.stringValue {
         case "join":
             guard let seat = fields["seat"], let identity = PeerIdentity(clusterJSON: seat) else { return nil }
-            self = .joined(node: node, identity)
+            self = .joined(node: node, identity, epoch: fields["epoch"]?.int64Value ?? 0)
         case "leave":
             guard let room = fields["room"]?.stringValue, let peer = fields["peer"]?.stringValue else { return nil }
             self = .left(node: node, room: RoomID(room), peer: PeerID(peer))

@@ -9,7 +9,7 @@ import Synchronization
 /// submitted from the service thread, and hands what Redis says back as `Event`s through `post`.
 ///
 /// Keys (prefix `calling:`): `nodes` (set of registered node ids), `seats:<node>` (hash: one field
-/// per seat, the identity as JSON), `alive:<node>` (the heartbeat, `PX cluster_node_ttl_ms`).
+/// per seat, the identity as JSON with the claim's join `epoch`), `alive:<node>` (the heartbeat, `PX cluster_node_ttl_ms`).
 /// Channels: `bus` (membership events, one order for every node), `node:<node>` (frames and closes
 /// for that node's peers).
 final class RedisClusterDriver: @unchecked Sendable {
@@ -36,7 +36,7 @@ final class RedisClusterDriver: @unchecked Sendable {
         case delivery(ClusterDelivery)
         /// `everyNode`: the seat lists of every registered live node (`fetchSeats(nil)`); `complete`
         /// when also settled, so an absent node may be taken for gone.
-        case snapshot([String: [PeerIdentity]], everyNode: Bool, complete: Bool)
+        case snapshot([String: [ClusterMembership.Claim]], everyNode: Bool, complete: Bool)
         case liveness(registered: Set<String>, alive: Set<String>)
         /// Who holds the presence lease after this heartbeat (this node takes it when it is free).
         case presenceLeader(String)
@@ -273,14 +273,11 @@ final class RedisClusterDriver: @unchecked Sendable {
         JSONWriter.bytes([.string(room.rawValue), .string(peer.rawValue)])
     }
 
-    /// Hash fields have no order; `at` (increasing per write on this node) keeps a node's seats in
-    /// join order for rosters built from a snapshot.
-    private var ordinal = Int64(Date().timeIntervalSince1970 * 1_000_000)
-
-    private func seatValue(_ identity: PeerIdentity) -> [UInt8] {
-        ordinal += 1
-        var json = identity.clusterJSON.objectValue ?? [:]
-        json["at"] = .int(ordinal)
+    /// Hash fields have no order; `epoch` (growing with each join on a node) keeps a node's seats
+    /// in join order for rosters built from a snapshot, and settles two nodes' claims on one seat.
+    private func seatValue(_ claim: ClusterMembership.Claim) -> [UInt8] {
+        var json = claim.identity.clusterJSON.objectValue ?? [:]
+        json["epoch"] = .int(claim.epoch)
         return JSONWriter.bytes(.object(json))
     }
 
@@ -297,26 +294,27 @@ final class RedisClusterDriver: @unchecked Sendable {
                 pipeline.append([Array("PUBLISH".utf8), Array(key("node:" + node).utf8), delivery.encoded])
             case .effect(let effect):
                 switch effect {
-                case .announceJoin(let identity):
+                case .announceJoin(let identity, let epoch):
                     pipeline.append([Array("HSET".utf8), Array(seats.utf8), seatField(identity.room, identity.peer),
-                                     seatValue(identity)])
-                    pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8), ClusterEvent.joined(node: settings.node, identity).encoded])
+                                     seatValue(.init(identity, epoch: epoch))])
+                    pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8),
+                                     ClusterEvent.joined(node: settings.node, identity, epoch: epoch).encoded])
                 case .announceLeave(let room, let peer):
                     pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
                     pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8),
                                      ClusterEvent.left(node: settings.node, room: room, peer: peer).encoded])
                 case .dropSeat(let room, let peer):
                     pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
-                case .register(let identities):
+                case .register(let claims):
                     registered = true
                     // One transaction: a snapshot read in between must never see the list emptied.
                     pipeline.append(Self.bytes("MULTI"))
                     pipeline.append(Self.bytes("DEL", seats))
-                    if !identities.isEmpty {
+                    if !claims.isEmpty {
                         var hset = Self.bytes("HSET", seats)
-                        for identity in identities {
-                            hset.append(seatField(identity.room, identity.peer))
-                            hset.append(seatValue(identity))
+                        for claim in claims {
+                            hset.append(seatField(claim.identity.room, claim.identity.peer))
+                            hset.append(seatValue(claim))
                         }
                         pipeline.append(hset)
                     }
@@ -355,20 +353,20 @@ final class RedisClusterDriver: @unchecked Sendable {
                 names = zip(registered, alive).filter { $0.1.integer == 1 }.map(\.0)
             }
             let replies = try connection.pipeline(names.map { Self.bytes("HGETALL", key("seats:" + $0)) })
-            var snapshot: [String: [PeerIdentity]] = [:]
+            var snapshot: [String: [ClusterMembership.Claim]] = [:]
             for (node, reply) in zip(names, replies) {
                 let items = reply.array ?? []
-                var identities: [(at: Int64, identity: PeerIdentity)] = []
+                var claims: [ClusterMembership.Claim] = []
                 var index = 1
                 while index < items.count {
                     if case .string(let value) = items[index], let json = try? JSONParser.parse(value),
                         let identity = PeerIdentity(clusterJSON: json)
                     {
-                        identities.append((json.objectValue?["at"]?.int64Value ?? 0, identity))
+                        claims.append(.init(identity, epoch: json.objectValue?["epoch"]?.int64Value ?? 0))
                     }
                     index += 2
                 }
-                snapshot[node] = identities.sorted { $0.at < $1.at }.map(\.identity)
+                snapshot[node] = claims.sorted { $0.epoch < $1.epoch }
             }
             events.append(.snapshot(snapshot, everyNode: nodes == nil, complete: nodes == nil && settled))
         }

@@ -94,7 +94,7 @@ final class ClusterRouter: Router {
         // A remote seat's join came from the bus; the membership already knows it.
         guard !ClusterMembership.isRemote(connection) else { return }
         local.joined(identity, on: connection, takeover: takeover)
-        submit(membership.handle(.localJoined(identity, connection)))
+        submit(membership.handle(.localJoined(identity, connection, at: now())))
     }
 
     func left(_ identity: PeerIdentity, from connection: ConnectionID) {

@@ -20,8 +20,8 @@ final class ClusterMembershipTests: XCTestCase {
     func test_local_seats_are_announced_only_while_connected_and_registered_again_on_reconnect() {
         var membership = ClusterMembership(node: "a")
         XCTAssertEqual(membership.handle(.localJoined(alice, ConnectionID(1))), [], "Redis down: nothing to send")
-        XCTAssertEqual(membership.handle(.connected), [.register([alice]), .fetchSeats(nil)])
-        XCTAssertEqual(membership.handle(.localJoined(bob, ConnectionID(2))), [.announceJoin(bob)])
+        XCTAssertEqual(membership.handle(.connected), [.register([.init(alice, epoch: 1)]), .fetchSeats(nil)])
+        XCTAssertEqual(membership.handle(.localJoined(bob, ConnectionID(2), at: 500)), [.announceJoin(bob, epoch: 500)])
         XCTAssertEqual(membership.handle(.localLeft(bob, ConnectionID(99))), [], "a connection that no longer holds the seat")
         XCTAssertEqual(membership.handle(.localLeft(bob, ConnectionID(2))), [.announceLeave("r", "bob")])
         _ = membership.handle(.disconnected)
@@ -58,8 +58,8 @@ final class ClusterMembershipTests: XCTestCase {
     func test_when_two_nodes_seat_one_peer_at_once_the_later_join_on_the_bus_wins_everywhere() throws {
         var a = connected("a")
         var b = connected("b")
-        XCTAssertEqual(a.handle(.localJoined(alice, ConnectionID(1))), [.announceJoin(alice)])
-        XCTAssertEqual(b.handle(.localJoined(alice, ConnectionID(1))), [.announceJoin(alice)])
+        XCTAssertEqual(a.handle(.localJoined(alice, ConnectionID(1))), [.announceJoin(alice, epoch: 1)])
+        XCTAssertEqual(b.handle(.localJoined(alice, ConnectionID(1))), [.announceJoin(alice, epoch: 1)])
         // The bus order: a's join, then b's.
         let order: [ClusterEvent] = [.joined(node: "a", alice), .joined(node: "b", alice)]
         var aEffects: [ClusterEffect] = []
@@ -102,21 +102,78 @@ final class ClusterMembershipTests: XCTestCase {
         let carol = PeerIdentity(peer: "carol", room: "r")
         let stale = try XCTUnwrap(seatedConnection(membership.handle(.bus(.joined(node: "b", carol)))))
         _ = membership.handle(.localJoined(alice, ConnectionID(1)))
-        let effects = membership.handle(.snapshot(["b": [bob, alice], "a": [alice]], complete: false))
+        // b's claim on alice is older than ours (epoch 1 here, 0 there).
+        let effects = membership.handle(.snapshot(["b": [.init(bob, epoch: 0), .init(alice, epoch: 0)], "a": [.init(alice, epoch: 1)]],
+                                                  complete: false))
         // alice is ours; bob is new; carol is no longer on b's list.
         XCTAssertEqual(effects.count, 2)
         XCTAssertEqual(effects.first, .unseat(stale))
         guard case .seat(_, let seated)? = effects.last else { return XCTFail("\(effects)") }
         XCTAssertEqual(seated, bob)
         // A complete snapshot without b: b is gone.
-        let gone = membership.handle(.snapshot(["a": [alice]], complete: true))
+        let gone = membership.handle(.snapshot(["a": [.init(alice, epoch: 1)]], complete: true))
         XCTAssertEqual(gone.count, 1)
         XCTAssertEqual(membership.remoteCount, 0)
     }
 
+    /// Node d was cut off from Redis with alice seated; alice joined again through a meanwhile.
+    /// When the partition heals, each node reads the other's list: the later claim wins on every
+    /// node, whichever list it reads first, and the older one is dropped without a leave.
+    func test_after_a_partition_two_claims_on_one_seat_go_to_the_later_join_on_every_node() throws {
+        var d = connected("d")
+        XCTAssertEqual(d.handle(.localJoined(alice, ConnectionID(1), at: 1_000)), [.announceJoin(alice, epoch: 1_000)])
+        _ = d.handle(.bus(.joined(node: "d", alice, epoch: 1_000)))
+        _ = d.handle(.disconnected)
+        var a = connected("a")
+        XCTAssertEqual(a.handle(.localJoined(alice, ConnectionID(7), at: 5_000)), [.announceJoin(alice, epoch: 5_000)])
+        var b = connected("b")
+        let onB = try XCTUnwrap(seatedConnection(b.handle(.bus(.joined(node: "a", alice, epoch: 5_000)))))
+
+        // d comes back: it registers its old claim and reads everyone's lists.
+        XCTAssertEqual(d.handle(.connected), [.register([.init(alice, epoch: 1_000)]), .fetchSeats(nil)])
+        let heal: [String: [ClusterMembership.Claim]] = ["a": [.init(alice, epoch: 5_000)], "b": [], "d": [.init(alice, epoch: 1_000)]]
+        let onD = d.handle(.snapshot(heal, complete: true))
+        let remote = try XCTUnwrap(seatedConnection(onD))
+        XCTAssertEqual(onD, [.dropSeat("r", "alice"), .seat(remote, alice)], "the seat on a wins; the hub's takeover closes ours with replaced")
+        XCTAssertEqual(d.localCount, 0)
+        XCTAssertEqual(d.remoteSeat(remote)?.node, "a")
+        XCTAssertEqual(d.handle(.localLeft(alice, ConnectionID(1))), [], "the replaced socket's close is no leave: alice is still seated on a")
+
+        // a and b read d's list (its `resynced`) before d dropped its claim: they keep a's.
+        XCTAssertEqual(a.handle(.snapshot(["d": [.init(alice, epoch: 1_000)]], complete: false)), [])
+        XCTAssertEqual(a.localCount, 1)
+        XCTAssertEqual(b.handle(.snapshot(["d": [.init(alice, epoch: 1_000)]], complete: false)), [])
+        XCTAssertEqual(b.remoteSeat(onB)?.node, "a")
+    }
+
+    func test_the_later_claim_wins_whichever_side_holds_it_and_ties_go_to_the_greater_node_id() throws {
+        // The later claim is the remote one on b: b gives its seat up.
+        var b = connected("b")
+        _ = b.handle(.localJoined(alice, ConnectionID(1), at: 100))
+        XCTAssertEqual(b.handle(.snapshot(["c": [.init(alice, epoch: 90)]], complete: false)), [], "c's claim is older")
+        XCTAssertEqual(b.handle(.snapshot(["c": [.init(alice, epoch: 100)]], complete: false)).first, .dropSeat("r", "alice"),
+                       "same epoch: c > b")
+        // Between two remote claims: the later one replaces the seat, an older one does not.
+        var a = connected("a")
+        let fromB = try XCTUnwrap(seatedConnection(a.handle(.bus(.joined(node: "b", alice, epoch: 200)))))
+        XCTAssertEqual(a.handle(.snapshot(["c": [.init(alice, epoch: 150)]], complete: false)), [])
+        let fromC = try XCTUnwrap(seatedConnection(a.handle(.snapshot(["c": [.init(alice, epoch: 250)]], complete: false))))
+        XCTAssertNil(a.remoteSeat(fromB))
+        XCTAssertEqual(a.remoteSeat(fromC)?.node, "c")
+        XCTAssertEqual(a.remoteCount, 1)
+    }
+
+    func test_a_takeover_is_later_than_the_claim_it_took_over_even_with_a_clock_behind() {
+        var a = connected("a")
+        _ = a.handle(.bus(.joined(node: "b", alice, epoch: 9_000)))
+        XCTAssertEqual(a.handle(.localJoined(alice, ConnectionID(1), at: 2_000)), [.announceJoin(alice, epoch: 9_001)])
+        XCTAssertEqual(a.handle(.localJoined(bob, ConnectionID(2), at: 2_000)), [.announceJoin(bob, epoch: 9_002)],
+                       "epochs only grow on a node")
+    }
+
     func test_wire_forms_round_trip_and_garbage_is_refused() {
         let identity = PeerIdentity(peer: "p\n1", room: "r \"x\"", call: "call-1", role: "agent", name: "Ann", maxPeers: 3)
-        for event in [ClusterEvent.joined(node: "n", identity), .left(node: "n", room: "r", peer: "p"), .resynced(node: "n")] {
+        for event in [ClusterEvent.joined(node: "n", identity, epoch: 1_700_000_000_123), .left(node: "n", room: "r", peer: "p"), .resynced(node: "n")] {
             XCTAssertEqual(ClusterEvent(encoded: event.encoded), event)
         }
         let frame = Frame(.offer, from: "alice", to: "bob", payload: ["sdp": "v=0\r\n"])

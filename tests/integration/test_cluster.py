@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +62,76 @@ class Redis:
     def stop(self) -> None:
         kill_and_reap(self.proc)
         self.proc = None
+
+
+class RedisProxy:
+    """A TCP relay between one node and Redis that the test can cut and heal: cut closes every
+    relayed connection and refuses new ones (accepted, then closed at once), so that node alone
+    cannot reach Redis while the others can."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.open = True
+        self.lock = threading.Lock()
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                if not self.open:
+                    client.close()
+                    continue
+                try:
+                    upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=2)
+                except OSError:
+                    client.close()
+                    continue
+                self.sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        with self.lock:
+            self.open = False
+            for sock in self.sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+            self.sockets = []
+
+    def heal(self) -> None:
+        with self.lock:
+            self.open = True
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
 
 
 @pytest.fixture
@@ -913,3 +984,49 @@ def test_a_peer_in_its_grace_on_one_node_resumes_through_another_with_peer_resum
             assert (await peer.recv_type("peer-left", timeout=5))["from"] == "bob"
 
     run(body(), timeout=40)
+
+
+def test_after_a_partition_heals_a_peer_that_joined_again_elsewhere_keeps_one_seat_the_later_one(start_server, redis):
+    """docs/operations.md, "What each failure does": node d is cut off from Redis (its own proxy)
+    with d1 seated; d1 joins again through a while d still holds the old connection. When the
+    partition heals, the later join (on a) wins on every node: the old connection gets 4400
+    `replaced`, its close is no leave, and every node, d included, goes on seating d1 on a."""
+    proxy = RedisProxy(redis.port)
+    try:
+        a = start_node(start_server, redis, "node-a")
+        b = start_node(start_server, redis, "node-b")
+        d = start_server(env={"CALLING_JWT_SECRET": SECRET}, cluster_redis_url=proxy.url, node_id="node-d",
+                         cluster_heartbeat_ms=HEARTBEAT_MS, cluster_node_ttl_ms=NODE_TTL_MS)
+        nodes = [a, b, d]
+        for node in nodes:
+            wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
+
+        async def body():
+            bob = await Peer.connect(b, b.token("r1", "bob"), "bob")
+            old = await Peer.connect(d, d.token("r1", "d1"), "d1-on-d")
+            await wait_remote(nodes, [2, 1, 1])
+            assert (await bob.recv_type("peer-joined"))["from"] == "d1"
+            proxy.cut()
+            # a and b lose d (its heartbeat lapses); d keeps its own peer.
+            assert (await bob.recv_type("peer-left", timeout=NODE_TTL_MS / 1000 + 3))["from"] == "d1"
+            await wait_remote([a, b], [1, 0])
+            new = await Peer.connect(a, a.token("r1", "d1"), "d1-on-a")
+            assert ids(new.welcome) == ["bob"]
+            assert (await bob.recv_type("peer-joined"))["from"] == "d1"
+
+            proxy.heal()
+            code, reason = await old.wait_closed(NODE_TTL_MS / 1000 + 8)
+            assert (code, reason) == (4400, "replaced")
+            # Every node seats d1 once, on a: d as a remote seat; nobody heard a leave.
+            await wait_remote(nodes, [1, 1, 2], timeout=8)
+            await bob.assert_silent(1.0)
+            await new.send({"type": "data", "to": "bob", "payload": {"n": 1}})
+            assert (await bob.recv_type("data"))["from"] == "d1"
+            eve = await Peer.connect(d, d.token("r1", "eve"), "eve-on-d")
+            assert sorted(ids(eve.welcome)) == ["bob", "d1"], "d still lists d1 after its old connection closed"
+            await eve.send({"type": "data", "to": "d1", "payload": {"n": 2}})
+            assert (await new.recv_type("data", skip=("peer-joined",)))["from"] == "eve"
+
+        run(body(), timeout=60)
+    finally:
+        proxy.close()
