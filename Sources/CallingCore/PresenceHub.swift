@@ -85,6 +85,11 @@ public enum PresenceEffect: Sendable, Equatable {
     /// Mint a room token for each side and send each its `acceptedFrame(token:)`; on failure feed
     /// back `.callFailed`.
     case mintCall(PresenceCall)
+    /// Keep this agent's record in shared storage (nil: delete it), for a hub that resumes
+    /// elsewhere. Comes before the frames of the same input, so storage is written first.
+    case storeAgent(PeerID, PresenceAgentRecord?)
+    /// Keep this ringing request in shared storage (nil: it no longer rings, delete it).
+    case storeRequest(PresenceRequestID, PresenceRequestRecord?)
 }
 
 public enum PresenceIDKind: String, Sendable, CaseIterable {
@@ -119,14 +124,18 @@ public struct PresenceSettings: Sendable, Equatable {
     /// An agent offline and unconnected this long is forgotten (dropped from snapshots), so the
     /// table does not grow with every agent id ever seen.
     public var forgetMs: Int64
+    /// A hub that resumed another's state waits this long for both sides of a ringing request to
+    /// connect again; a request still missing one then ends with `disconnected`.
+    public var resumeMs: Int64
 
     public init(graceMs: Int64 = 30_000, requestTTLMs: Int64 = 90_000, endedMemoryMs: Int64? = nil,
-                forgetMs: Int64 = 86_400_000)
+                forgetMs: Int64 = 86_400_000, resumeMs: Int64 = 10_000)
     {
         self.graceMs = graceMs
         self.requestTTLMs = requestTTLMs
         self.endedMemoryMs = endedMemoryMs ?? max(requestTTLMs, 60_000)
         self.forgetMs = forgetMs
+        self.resumeMs = resumeMs
     }
 }
 
@@ -152,11 +161,19 @@ public struct PresenceHub: Sendable {
         var id: PresenceRequestID
         var caller: PeerID
         var callerName: String?
-        var callerConnection: ConnectionID
+        /// Nil for a resumed request until a connection of the caller opens here.
+        var callerConnection: ConnectionID?
         var agent: PeerID
         var queue: QueueName?
         var metadata: JSONValue?
         var expiresAt: Millis
+        /// A resumed request: when it ends unless both sides are connected by then.
+        var resumeBy: Millis?
+
+        var record: PresenceRequestRecord {
+            PresenceRequestRecord(id: id, caller: caller, callerName: callerName, agent: agent, queue: queue, metadata: metadata,
+                                  expiresAt: expiresAt)
+        }
     }
 
     /// A finished request, kept for `endedMemoryMs` to tell "too late" (409) from "never" (404).
@@ -168,9 +185,12 @@ public struct PresenceHub: Sendable {
 
         var agent: PeerID
         var caller: PeerID
-        var callerConnection: ConnectionID
+        var callerConnection: ConnectionID?
         var outcome: Outcome
         var forgetAt: Millis
+        /// A resumed request that ended while no connection of its caller was here: the caller's
+        /// next connection gets the `ended` it missed.
+        var callerUntold = false
 
         var text: String {
             switch outcome {
@@ -187,10 +207,53 @@ public struct PresenceHub: Sendable {
     /// Ringing requests. An agent rings for at most one, a caller waits on at most one.
     private var requests: [PresenceRequestID: Request] = [:]
     private var tombstones: [PresenceRequestID: Tombstone] = [:]
+    /// What changed in the stored state during the current input (see `.storeAgent`).
+    private var changedAgents: Set<PeerID> = []
+    private var changedRequests: Set<PresenceRequestID> = []
 
     public init(settings: PresenceSettings = PresenceSettings(), ids: any PresenceIDSource = SequentialPresenceIDs()) {
         self.settings = settings
         self.ids = ids
+    }
+
+    /// A hub that takes over `state` from another (a presence leader that died): statuses, notes
+    /// and queues are as they were, and every agent counts as disconnected (since when it was, or
+    /// since `now`), so its grace runs unless it connects here again. Ringing requests keep their
+    /// TTL and wait `resumeMs` for both sides to connect here; the caller gets the `ringing` ack
+    /// again and the agent the offer, as after an agent's takeover.
+    public init(settings: PresenceSettings = PresenceSettings(), ids: any PresenceIDSource = SequentialPresenceIDs(),
+                resuming state: PresenceState, now: Millis)
+    {
+        self.init(settings: settings, ids: ids)
+        for record in state.agents {
+            agents[record.agent] = Agent(status: record.status, note: record.note, queues: record.queues, updatedAt: record.updatedAt,
+                                         availableSince: record.availableSince, connection: nil, name: record.name,
+                                         disconnectedAt: record.status == .offline && record.wentOfflineByGrace
+                                             ? nil : (record.disconnectedAt ?? now),
+                                         wentOfflineByGrace: record.wentOfflineByGrace)
+        }
+        var ringing: Set<PeerID> = []
+        for record in state.requests where !ringing.contains(record.agent) {
+            // Storage written by one leader holds at most one request per agent and per caller;
+            // anything else is dropped rather than rung twice.
+            guard !requests.values.contains(where: { $0.caller == record.caller }) else { continue }
+            ringing.insert(record.agent)
+            requests[record.id] = Request(id: record.id, caller: record.caller, callerName: record.callerName, callerConnection: nil,
+                                          agent: record.agent, queue: record.queue, metadata: record.metadata,
+                                          expiresAt: record.expiresAt, resumeBy: now + settings.resumeMs)
+        }
+    }
+
+    /// The state a hub elsewhere would resume from (`init(settings:ids:resuming:now:)`).
+    public var state: PresenceState {
+        PresenceState(agents: agents.keys.compactMap(agentRecord), requests: requests.values.map(\.record))
+    }
+
+    private func agentRecord(_ id: PeerID) -> PresenceAgentRecord? {
+        guard let agent = agents[id] else { return nil }
+        return PresenceAgentRecord(agent: id, status: agent.status, note: agent.note, queues: agent.queues, updatedAt: agent.updatedAt,
+                                   availableSince: agent.availableSince, name: agent.name, disconnectedAt: agent.disconnectedAt,
+                                   wentOfflineByGrace: agent.wentOfflineByGrace)
     }
 
     public var connectionCount: Int { connections.count }
@@ -199,6 +262,17 @@ public struct PresenceHub: Sendable {
     public func status(of agent: PeerID) -> PresenceStatus? { agents[agent]?.status }
 
     public mutating func handle(_ input: PresenceInput, now: Millis) -> [PresenceEffect] {
+        let effects = react(input, now: now)
+        guard !changedAgents.isEmpty || !changedRequests.isEmpty else { return effects }
+        // Storage first: a frame that tells someone about a change never overtakes the change's write.
+        var stored: [PresenceEffect] = changedAgents.sorted().map { .storeAgent($0, agentRecord($0)) }
+        stored += changedRequests.sorted().map { .storeRequest($0, requests[$0]?.record) }
+        changedAgents = []
+        changedRequests = []
+        return stored + effects
+    }
+
+    private mutating func react(_ input: PresenceInput, now: Millis) -> [PresenceEffect] {
         switch input {
         case .connect(let connection, let identity):
             return connect(connection, identity, now: now)
@@ -246,16 +320,39 @@ public struct PresenceHub: Sendable {
             }
             if changed { agent.updatedAt = now }
             agents[identity.peer] = agent
+            changedAgents.insert(identity.peer)
             effects.append(.send([connection], connectedFrame(identity, now: now)))
             // The others hear about it; the agent's own `connected` already shows the new state.
             if changed { effects += statusDelta(identity.peer, except: connection) }
             for request in requests.values.sorted(by: { $0.id < $1.id }) where request.agent == identity.peer {
                 effects.append(.send([connection], offerFrame(request)))
+                settleResume(request.id)
             }
             return effects
         }
         effects.append(.send([connection], connectedFrame(identity, now: now)))
+        if identity.role == .caller {
+            // A resumed request finds its caller again: the ack once more, so the caller knows it still rings.
+            for request in requests.values.sorted(by: { $0.id < $1.id })
+            where request.caller == identity.peer && request.callerConnection == nil {
+                requests[request.id]?.callerConnection = connection
+                effects.append(.send([connection], ackFrame(request)))
+                settleResume(request.id)
+            }
+            for (id, tombstone) in tombstones.sorted(by: { $0.key < $1.key }) where tombstone.caller == identity.peer && tombstone.callerUntold {
+                tombstones[id]?.callerUntold = false
+                if case .ended(let reason) = tombstone.outcome { effects.append(.send([connection], endedFrame(id, reason))) }
+            }
+        }
         return effects
+    }
+
+    /// A resumed request whose both sides are connected here again behaves as any other from now on.
+    private mutating func settleResume(_ id: PresenceRequestID) {
+        guard let request = requests[id], request.resumeBy != nil, request.callerConnection != nil,
+            agents[request.agent]?.connection != nil
+        else { return }
+        requests[id]?.resumeBy = nil
     }
 
     private mutating func disconnect(_ connection: ConnectionID, now: Millis) -> [PresenceEffect] {
@@ -266,6 +363,7 @@ public struct PresenceHub: Sendable {
             guard agents[identity.peer]?.connection == connection else { return [] }
             agents[identity.peer]?.connection = nil
             agents[identity.peer]?.disconnectedAt = now
+            changedAgents.insert(identity.peer)
             for request in requests.values.sorted(by: { $0.id < $1.id }) where request.agent == identity.peer {
                 effects += end(request.id, .disconnected, now: now)
             }
@@ -311,6 +409,7 @@ public struct PresenceHub: Sendable {
             if let queues { agent.queues = queues }
             agent.updatedAt = now
             agents[identity.peer] = agent
+            changedAgents.insert(identity.peer)
             var effects = statusDelta(identity.peer)
             // An agent who stops being available no longer rings.
             if status != .available {
@@ -355,31 +454,35 @@ public struct PresenceHub: Sendable {
                                   callerConnection: connection, agent: agentID, queue: queue, metadata: metadata,
                                   expiresAt: now + settings.requestTTLMs)
             requests[request.id] = request
-            var ack: [String: JSONValue] = [
-                "request_id": .string(request.id.rawValue), "agent_id": .string(agentID.rawValue), "state": "ringing",
-                "expires_at": .int(request.expiresAt),
-            ]
-            ack["queue"] = queue.map { .string($0.rawValue) } ?? .null
+            changedRequests.insert(request.id)
             var effects: [PresenceEffect] = []
             if let agentConnection = agents[agentID]?.connection {
                 effects.append(.send([agentConnection], offerFrame(request)))
             }
-            effects.append(.send([connection], Frame(type: PresenceFrameType.request.rawValue, payload: .object(ack))))
+            effects.append(.send([connection], ackFrame(request)))
             effects += toDashboards(Frame(type: PresenceFrameType.request.rawValue, from: request.caller.rawValue,
                                           payload: supervisorEntry(request)))
             return effects
 
         case .accept(let id):
             guard let request = requests[id], request.agent == identity.peer else { return refuseUnknown(id, connection, message, now: now) }
+            guard let callerConnection = request.callerConnection else {
+                // A resumed request whose caller has not connected here yet: nobody to give the
+                // call to. It rings on until the caller is back or `resumeMs` ends it.
+                return [.send([connection], Self.errorFrame(.conflict, "request \(id.rawValue.prefix(128))'s caller is reconnecting; try again",
+                                                            type: message.frameType.rawValue, requestID: id))]
+            }
             requests[id] = nil
+            changedRequests.insert(id)
             remember(request, .accepted, now: now)
             // The caller's connection is alive: its close would have ended the request.
             let call = PresenceCall(requestID: id, callID: CallID(ids.make(.call)), roomID: RoomID(ids.make(.room)),
                                     caller: request.caller, callerName: request.callerName,
-                                    callerConnection: request.callerConnection, agent: identity.peer,
+                                    callerConnection: callerConnection, agent: identity.peer,
                                     agentName: identity.name, agentConnection: connection)
             agents[identity.peer]?.status = .busy
             agents[identity.peer]?.updatedAt = now
+            changedAgents.insert(identity.peer)
             // Dashboards learn where the call went, never its tokens.
             let seen = Frame(type: PresenceFrameType.accepted.rawValue, payload: [
                 "request_id": .string(id.rawValue), "call_id": .string(call.callID.rawValue), "room_id": .string(call.roomID.rawValue),
@@ -417,7 +520,7 @@ public struct PresenceHub: Sendable {
         tombstones[id]?.outcome = .ended(.failed)
         var effects: [PresenceEffect] = []
         var targets: [ConnectionID] = []
-        if connections[tombstone.callerConnection] != nil { targets.append(tombstone.callerConnection) }
+        if let caller = tombstone.callerConnection, connections[caller] != nil { targets.append(caller) }
         if let connection = agents[tombstone.agent]?.connection { targets.append(connection) }
         if !targets.isEmpty { effects.append(.send(targets, endedFrame(id, .failed))) }
         effects += toDashboards(supervisorEndedFrame(id, .failed, agent: tombstone.agent, caller: tombstone.caller))
@@ -426,6 +529,7 @@ public struct PresenceHub: Sendable {
             agents[tombstone.agent]?.status = .available
             agents[tombstone.agent]?.availableSince = now
             agents[tombstone.agent]?.updatedAt = now
+            changedAgents.insert(tombstone.agent)
             effects += statusDelta(tombstone.agent)
         }
         return effects
@@ -435,9 +539,14 @@ public struct PresenceHub: Sendable {
 
     private mutating func end(_ id: PresenceRequestID, _ reason: PresenceEndReason, now: Millis) -> [PresenceEffect] {
         guard let request = requests.removeValue(forKey: id) else { return [] }
+        changedRequests.insert(id)
         remember(request, .ended(reason), now: now)
         var targets: [ConnectionID] = []
-        if connections[request.callerConnection] != nil { targets.append(request.callerConnection) }
+        if let caller = request.callerConnection, connections[caller] != nil {
+            targets.append(caller)
+        } else if request.resumeBy != nil {
+            tombstones[id]?.callerUntold = true
+        }
         if let agentConnection = agents[request.agent]?.connection { targets.append(agentConnection) }
         let effects: [PresenceEffect] = targets.isEmpty ? [] : [.send(targets, endedFrame(id, reason))]
         return effects + toDashboards(supervisorEndedFrame(id, reason, agent: request.agent, caller: request.caller))
@@ -455,21 +564,28 @@ public struct PresenceHub: Sendable {
         for request in requests.values.sorted(by: { $0.id < $1.id }) where request.expiresAt <= now {
             effects += end(request.id, .timeout, now: now)
         }
+        for request in requests.values.sorted(by: { $0.id < $1.id }) where (request.resumeBy ?? .max) <= now {
+            effects += end(request.id, .disconnected, now: now)
+        }
         for (id, agent) in agents.sorted(by: { $0.key < $1.key }) {
             guard let since = agent.disconnectedAt, since + settings.graceMs <= now else { continue }
             agents[id]?.disconnectedAt = nil
+            changedAgents.insert(id)
             guard agent.status != .offline else { continue }
             agents[id]?.status = .offline
             agents[id]?.note = nil
             agents[id]?.updatedAt = now
             agents[id]?.wentOfflineByGrace = true
+            changedAgents.insert(id)
             effects += statusDelta(id)
         }
         tombstones = tombstones.filter { $0.value.forgetAt > now }
         // Forgotten agents were already announced offline; a later connect starts them afresh.
-        agents = agents.filter { _, agent in
+        let kept = agents.filter { _, agent in
             agent.connection != nil || agent.status != .offline || agent.updatedAt + settings.forgetMs > now
         }
+        if kept.count != agents.count { changedAgents.formUnion(agents.keys.filter { kept[$0] == nil }) }
+        agents = kept
         return effects
     }
 
@@ -526,6 +642,14 @@ public struct PresenceHub: Sendable {
         guard !targets.isEmpty else { return [] }
         let frame = Frame(type: PresenceFrameType.status.rawValue, from: id.rawValue, payload: agentEntry(id, agent))
         return [.send(targets, frame)]
+    }
+
+    /// To the caller: its request rings (`state: "ringing"`).
+    private func ackFrame(_ request: Request) -> Frame {
+        Frame(type: PresenceFrameType.request.rawValue, payload: [
+            "request_id": .string(request.id.rawValue), "agent_id": .string(request.agent.rawValue), "state": "ringing",
+            "queue": request.queue.map { .string($0.rawValue) } ?? .null, "expires_at": .int(request.expiresAt),
+        ])
     }
 
     private func offerFrame(_ request: Request) -> Frame {

@@ -9,7 +9,9 @@ import Synchronization
 /// submitted from the service thread, and hands what Redis says back as `Event`s through `post`.
 ///
 /// Keys (prefix `calling:`): `nodes` (set of registered node ids), `seats:<node>` (hash: one field
-/// per seat, the identity as JSON with the claim's join `epoch`), `alive:<node>` (the heartbeat, `PX cluster_node_ttl_ms`).
+/// per seat, the identity as JSON with the claim's join `epoch`), `alive:<node>` (the heartbeat, `PX cluster_node_ttl_ms`),
+/// `presence:leader` (the presence lease), `presence:agents` and `presence:requests` (hashes: the
+/// presence leader's state, one JSON record per agent id and per ringing request id).
 /// Channels: `bus` (membership events, one order for every node), `node:<node>` (frames and closes
 /// for that node's peers).
 final class RedisClusterDriver: @unchecked Sendable {
@@ -27,6 +29,22 @@ final class RedisClusterDriver: @unchecked Sendable {
     enum Command: Sendable {
         case effect(ClusterEffect)
         case deliver(node: String, ClusterDelivery)
+        /// The presence leader's state: set (or, with nil, delete) one record.
+        case presenceStore(PresenceStoreHash, field: String, value: [UInt8]?)
+        /// Deletes every presence record (before the leader writes its whole state again).
+        case presenceStoreReset
+    }
+
+    /// Where presence records live (keys `presence:agents`, `presence:requests`).
+    enum PresenceStoreHash: String, Sendable {
+        case agents
+        case requests
+    }
+
+    /// The stored presence records a node read when it took the presence lease.
+    struct PresenceStored: Sendable {
+        var agents: [[UInt8]]
+        var requests: [[UInt8]]
     }
 
     enum Event: Sendable {
@@ -39,7 +57,9 @@ final class RedisClusterDriver: @unchecked Sendable {
         case snapshot([String: [ClusterMembership.Claim]], everyNode: Bool, complete: Bool)
         case liveness(registered: Set<String>, alive: Set<String>)
         /// Who holds the presence lease after this heartbeat (this node takes it when it is free).
-        case presenceLeader(String)
+        /// `resumed`: this node has just taken it (on this connection), and this is the state the
+        /// previous leader stored, read after taking the lease.
+        case presenceLeader(String, resumed: PresenceStored?)
     }
 
     /// Takes the presence lease when it is free, renews it when this node holds it, and answers
@@ -213,6 +233,8 @@ final class RedisClusterDriver: @unchecked Sendable {
         // node missing from `nodes` means the others declared it gone (its heartbeat lapsed):
         // register again, as after a reconnect.
         var registered = false
+        // Whether this connection saw this node take the presence lease (then it read the state).
+        var holdsLease = false
         // Right after reconnecting, nodes that are alive may not have registered again yet (after a
         // Redis restart every node does so within its reconnect backoff): for one node TTL plus the
         // longest backoff, a snapshot only adds seats and a missing heartbeat removes nobody.
@@ -242,7 +264,9 @@ final class RedisClusterDriver: @unchecked Sendable {
             }
             if Date() >= nextBeat {
                 nextBeat = Date().addingTimeInterval(Double(settings.heartbeatMs) / 1000)
-                if try heartbeat(commands, events: &events, judge: Date() >= settled, registered: registered), registered {
+                if try heartbeat(commands, events: &events, judge: Date() >= settled, registered: registered, holdsLease: &holdsLease),
+                    registered
+                {
                     registered = false
                     logger.log(.notice, "cluster registration was lost (heartbeat lapsed); registering again", ["node": settings.node])
                     events.append(.connected)
@@ -292,6 +316,15 @@ final class RedisClusterDriver: @unchecked Sendable {
             switch command {
             case .deliver(let node, let delivery):
                 pipeline.append([Array("PUBLISH".utf8), Array(key("node:" + node).utf8), delivery.encoded])
+            case .presenceStore(let hash, let field, let value):
+                let name = Array(key("presence:" + hash.rawValue).utf8)
+                if let value {
+                    pipeline.append([Array("HSET".utf8), name, Array(field.utf8), value])
+                } else {
+                    pipeline.append([Array("HDEL".utf8), name, Array(field.utf8)])
+                }
+            case .presenceStoreReset:
+                pipeline.append(Self.bytes("DEL", key("presence:agents"), key("presence:requests")))
             case .effect(let effect):
                 switch effect {
                 case .announceJoin(let identity, let epoch):
@@ -378,14 +411,28 @@ final class RedisClusterDriver: @unchecked Sendable {
     /// the heartbeat does not add it to `nodes`: a snapshot must never find it there with an
     /// empty seat list.
     private func heartbeat(_ connection: RedisConnection, events: inout [Event], judge: Bool,
-                           registered isRegistered: Bool) throws(RedisError) -> Bool {
+                           registered isRegistered: Bool, holdsLease: inout Bool) throws(RedisError) -> Bool {
         let membership = isRegistered ? Self.bytes("SADD", key("nodes"), settings.node) : Self.bytes("SISMEMBER", key("nodes"), settings.node)
         let replies = try connection.pipeline([Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)),
                                                membership,
                                                Self.bytes("SMEMBERS", key("nodes")),
                                                Self.bytes("EVAL", Self.leaseScript, "1", key("presence:leader"), settings.node,
                                                           String(settings.nodeTTLMs))])
-        if let leader = replies[3].text { events.append(.presenceLeader(leader)) }
+        if let leader = replies[3].text {
+            var resumed: PresenceStored?
+            if leader == settings.node, !holdsLease {
+                // Read after taking the lease: the previous leader can no longer write (it lost
+                // the lease), so this is the last state it stored.
+                let stored = try connection.pipeline([Self.bytes("HVALS", key("presence:agents")),
+                                                      Self.bytes("HVALS", key("presence:requests"))])
+                func values(_ reply: RedisReply) -> [[UInt8]] {
+                    (reply.array ?? []).compactMap { if case .string(let bytes) = $0 { return bytes } else { return nil } }
+                }
+                resumed = PresenceStored(agents: values(stored[0]), requests: values(stored[1]))
+            }
+            holdsLease = leader == settings.node
+            events.append(.presenceLeader(leader, resumed: resumed))
+        }
         let registered = Set(replies[2].array?.compactMap(\.text) ?? [])
         let others = registered.subtracting([settings.node]).sorted()
         let alive = try connection.pipeline(others.map { Self.bytes("EXISTS", key("alive:" + $0)) })

@@ -245,9 +245,9 @@ final class ClusterLink: @unchecked Sendable {
 
     /// How the presence endpoint reaches another node: that node's channel, through the driver.
     static func presenceRelay(_ driver: RedisClusterDriver) -> PresenceEndpoint.ClusterRelay {
-        PresenceEndpoint.ClusterRelay(node: driver.settings.node) { [driver] node, delivery in
+        PresenceEndpoint.ClusterRelay(node: driver.settings.node, send: { [driver] node, delivery in
             driver.submit([.deliver(node: node, delivery)])
-        }
+        }, store: { [driver] commands in driver.submit(commands) })
     }
 
     func start() {
@@ -299,8 +299,8 @@ final class ClusterLink: @unchecked Sendable {
             case .liveness(let registered, let alive):
                 apply(router.handle(.liveness(registered: registered, alive: alive)))
                 presence.nodesAlive(alive)
-            case .presenceLeader(let node):
-                presence.leaderChanged(to: node)
+            case .presenceLeader(let node, let resumed):
+                presence.leaderChanged(to: node, resuming: resumed.map(PresenceEndpoint.decode))
             case .delivery(.presenceFrame(let connection, let bytes)):
                 router.local.deliver(encoded: bytes, type: ClusterRouter.frameType(bytes) ?? "unknown", to: [ConnectionID(connection)])
             case .delivery(.presenceClose(let connection, let code)):

@@ -22,10 +22,13 @@ final class PresenceEndpoint: WebSocketEndpoint {
         var identity: PresenceIdentity
     }
 
-    /// Cluster mode: this node's id and a way to send a delivery to another node's channel.
+    /// Cluster mode: this node's id, a way to send a delivery to another node's channel, and one
+    /// to keep a presence record in Redis (the leader's state, for the next leader).
     struct ClusterRelay {
         let node: String
         let send: @Sendable (_ node: String, _ delivery: ClusterDelivery) -> Void
+        /// Queues `.presenceStore…` commands on the Redis connection, in order with `send`'s.
+        let store: @Sendable (_ commands: [RedisClusterDriver.Command]) -> Void
     }
 
     /// Set in the ids the presence leader gives other nodes' connections (room remote seats use
@@ -56,15 +59,31 @@ final class PresenceEndpoint: WebSocketEndpoint {
         hub = Self.freshHub(context.config)
     }
 
+    private static func settings(_ config: ServerConfig) -> PresenceSettings {
+        PresenceSettings(graceMs: Int64(config.presenceGraceSeconds) * 1_000,
+                         requestTTLMs: Int64(config.presenceRequestTTLSeconds) * 1_000,
+                         forgetMs: Int64(config.presenceForgetSeconds) * 1_000,
+                         resumeMs: Int64(config.clusterPresenceResumeMs))
+    }
+
     private static func freshHub(_ config: ServerConfig) -> PresenceHub {
-        PresenceHub(settings: PresenceSettings(graceMs: Int64(config.presenceGraceSeconds) * 1_000,
-                                               requestTTLMs: Int64(config.presenceRequestTTLSeconds) * 1_000,
-                                               forgetMs: Int64(config.presenceForgetSeconds) * 1_000),
-                    ids: RandomPresenceIDs())
+        PresenceHub(settings: settings(config), ids: RandomPresenceIDs())
+    }
+
+    /// The records the previous leader stored; one that does not parse is skipped (and logged by
+    /// its count), so a bad record costs that agent or request, not the whole state.
+    static func decode(_ stored: RedisClusterDriver.PresenceStored) -> PresenceState {
+        let agents = stored.agents.compactMap { (try? JSONParser.parse($0)).flatMap(PresenceAgentRecord.init(json:)) }
+        let requests = stored.requests.compactMap { (try? JSONParser.parse($0)).flatMap(PresenceRequestRecord.init(json:)) }
+        return PresenceState(agents: agents, requests: requests)
     }
 
     /// Whether this node runs the presence hub: alone, without a known leader, or as the leader.
     var isLeading: Bool { relay == nil || leader == nil || leader == relay?.node }
+
+    /// Whether the hub's state goes to Redis: only the lease holder's, so a node that lost Redis
+    /// (and runs presence for its own connections meanwhile) never overwrites the leader's.
+    private var isStoring: Bool { relay != nil && leader == relay?.node }
 
     private var leaderToRelay: (ClusterRelay, String)? {
         guard let relay, let leader, leader != relay.node else { return nil }
@@ -153,14 +172,25 @@ final class PresenceEndpoint: WebSocketEndpoint {
 
     // MARK: cluster mode
 
-    /// The presence lease is (now) held by `node`, or by nobody this node can see (nil). The hub
-    /// starts over wherever it runs: the new leader seats its own connections and the others
-    /// open theirs there again. What a request was doing when the leader changed is lost
-    /// (docs/operations.md, "Running a cluster").
-    func leaderChanged(to node: String?) {
+    /// The presence lease is (now) held by `node`, or by nobody this node can see (nil). A node
+    /// that has just taken the lease resumes the state its predecessor stored in Redis
+    /// (`resuming`); its own connections are seated there and the other nodes open theirs there
+    /// again (docs/operations.md, "Running a cluster").
+    func leaderChanged(to node: String?, resuming stored: PresenceState? = nil) {
+        if node == leader, stored != nil, isStoring {
+            // Still the leader after losing Redis: what Redis holds missed the changes made
+            // meanwhile (or was lost in a restart), so the hub's own state replaces it.
+            storeWholeState()
+        }
         guard node != leader else { return }
         leader = node
-        hub = Self.freshHub(context.config)
+        if let stored, let relay, node == relay.node {
+            hub = PresenceHub(settings: Self.settings(context.config), ids: RandomPresenceIDs(), resuming: stored, now: context.now())
+            context.logger.log(.notice, "presence state resumed",
+                               ["agents": "\(stored.agents.count)", "requests": "\(stored.requests.count)"])
+        } else {
+            hub = Self.freshHub(context.config)
+        }
         remote = [:]
         remoteByOrigin = [:]
         context.logger.log(.notice, "presence leader", ["leader": node ?? "(this node, Redis unreachable)"])
@@ -172,6 +202,14 @@ final class PresenceEndpoint: WebSocketEndpoint {
         } else {
             for (connection, session) in local { apply(hub.handle(.connect(connection, session.identity), now: context.now())) }
         }
+    }
+
+    private func storeWholeState() {
+        guard let relay else { return }
+        let state = hub.state
+        relay.store([.presenceStoreReset]
+            + state.agents.map { .presenceStore(.agents, field: $0.agent.rawValue, value: JSONWriter.bytes($0.json)) }
+            + state.requests.map { .presenceStore(.requests, field: $0.id.rawValue, value: JSONWriter.bytes($0.json)) })
     }
 
     /// Redis went away: without a leader to reach, this node runs presence for its own connections.
@@ -300,6 +338,12 @@ final class PresenceEndpoint: WebSocketEndpoint {
                     context.logger.error("call tokens not issued", ["request.id": call.requestID.rawValue, "error": "\(error)"])
                     pending.append(contentsOf: hub.handle(.callFailed(call.requestID), now: context.now()))
                 }
+            case .storeAgent(let agent, let record):
+                guard isStoring, let relay else { continue }
+                relay.store([.presenceStore(.agents, field: agent.rawValue, value: record.map { JSONWriter.bytes($0.json) })])
+            case .storeRequest(let id, let record):
+                guard isStoring, let relay else { continue }
+                relay.store([.presenceStore(.requests, field: id.rawValue, value: record.map { JSONWriter.bytes($0.json) })])
             }
         }
     }

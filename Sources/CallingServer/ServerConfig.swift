@@ -148,6 +148,9 @@ public struct ServerConfig: Sendable, Equatable {
     /// With `database_url`: how long a local peer may miss a chat seq another node stored before
     /// this node reads the history behind the gap and hands it the missing messages.
     public var clusterChatGapMs = 1_000
+    /// A new presence leader waits this long for both sides of a ringing request it resumed to
+    /// connect again before the request ends with `disconnected`.
+    public var clusterPresenceResumeMs = 10_000
 
     public init() {}
 
@@ -399,6 +402,9 @@ public struct ServerConfig: Sendable, Equatable {
         .int("cluster_redis_timeout_ms", "connect, read and write timeout of each Redis call", \.clusterRedisTimeoutMs, 50...60_000),
         .int("cluster_chat_gap_ms", "with database_url: a chat seq a local peer still misses after this long is read from the store and delivered",
              \.clusterChatGapMs, 10...600_000),
+        .int("cluster_presence_resume_ms",
+             "a new presence leader waits this long for both sides of a ringing request to connect again (else it ends, disconnected)",
+             \.clusterPresenceResumeMs, 100...600_000),
     ]
 
     /// `CALLING_*` variables that are not server keys: the config file's name, and what

@@ -497,4 +497,198 @@ final class PresenceHubTests: XCTestCase {
         XCTAssertEqual(errorCode(send(carl, .request(.agent("ann"), metadata: nil)), to: carl), .conflict)
         XCTAssertEqual(errorCode(send(carl, .request(.queue("sales"), metadata: nil)), to: carl), .conflict)
     }
+
+    // MARK: - Resuming on another hub (a new presence leader)
+
+    /// What a store that carries out every `.storeAgent`/`.storeRequest` holds.
+    private struct FakeStore {
+        var agents: [PeerID: PresenceAgentRecord] = [:]
+        var requests: [PresenceRequestID: PresenceRequestRecord] = [:]
+
+        mutating func apply(_ effects: [PresenceEffect]) {
+            for effect in effects {
+                switch effect {
+                case .storeAgent(let id, let record): agents[id] = record
+                case .storeRequest(let id, let record): requests[id] = record
+                default: break
+                }
+            }
+        }
+
+        var state: PresenceState { PresenceState(agents: Array(agents.values), requests: Array(requests.values)) }
+    }
+
+    private func stored(_ effects: [PresenceEffect]) -> [PresenceEffect] {
+        effects.filter {
+            switch $0 {
+            case .storeAgent, .storeRequest: return true
+            default: return false
+            }
+        }
+    }
+
+    /// ann `away` with a note and queues, bob available in `sales` and ringing for carl.
+    private func ringingScene() throws -> PresenceRequestID {
+        connectAll(queues: ["sales"])
+        send(ann, .setStatus(.away, note: "dentist", queues: ["sales", "vip"]))
+        return try XCTUnwrap(request(.agent("bob")))
+    }
+
+    /// The hub a new leader starts from what the old one stored; `now` moves on by the takeover.
+    private func takeOver(_ state: PresenceState, after seconds: Int64 = 2) {
+        advance(seconds: seconds)
+        hub = PresenceHub(settings: PresenceSettings(graceMs: 30_000, requestTTLMs: 90_000, endedMemoryMs: 120_000, resumeMs: 10_000),
+                          ids: SequentialPresenceIDs(), resuming: state, now: now)
+    }
+
+    func test_every_change_of_the_stored_state_is_an_effect_that_comes_before_its_frames() throws {
+        var store = FakeStore()
+        func step(_ effects: [PresenceEffect], file: StaticString = #filePath, line: UInt = #line) {
+            store.apply(effects)
+            XCTAssertEqual(store.state, hub.state, "the store mirrors the hub", file: file, line: line)
+            // Storage effects first: no frame announces a change before its write.
+            let firstFrame = effects.firstIndex { if case .send = $0 { return true } else { return false } } ?? effects.count
+            XCTAssertTrue(effects[firstFrame...].allSatisfy { stored([$0]).isEmpty }, "\(effects)", file: file, line: line)
+        }
+        step(connect(ann, "ann", .agent, queues: ["sales"]))
+        step(connect(bob, "bob", .agent))
+        step(connect(carl, "carl", .caller, name: "Carl"))
+        XCTAssertTrue(stored(connect(dash, "dash", .dashboard)).isEmpty, "a dashboard stores nothing")
+        step(send(ann, .setStatus(.away, note: "dentist", queues: ["vip"])))
+        let effects = send(carl, .request(.agent("bob"), metadata: ["topic": "refund"]))
+        step(effects)
+        let id = try XCTUnwrap(store.requests.keys.first)
+        XCTAssertEqual(store.requests[id], PresenceRequestRecord(id: id, caller: "carl", callerName: "Carl", agent: "bob", queue: nil,
+                                                                 metadata: ["topic": "refund"], expiresAt: now + 90_000))
+        step(send(bob, .accept(id)))
+        XCTAssertTrue(store.requests.isEmpty, "an accepted request no longer rings")
+        XCTAssertEqual(store.agents["bob"]?.status, .busy)
+        step(disconnect(ann))
+        XCTAssertEqual(store.agents["ann"]?.disconnectedAt, now)
+        XCTAssertTrue(stored(send(carl, .ping(payload: nil))).isEmpty, "a ping changes nothing stored")
+        advance(seconds: 31)
+        step(tick())
+        XCTAssertEqual(store.agents["ann"]?.status, .offline)
+        advance(seconds: 86_400)
+        step(tick())
+        XCTAssertNil(store.agents["ann"], "a forgotten agent is deleted")
+    }
+
+    func test_records_round_trip_through_json_and_garbage_is_refused() {
+        let agent = PresenceAgentRecord(agent: "ann", status: .away, note: "dentist", queues: ["sales", "vip"], updatedAt: 5,
+                                        availableSince: 3, name: "Ann", disconnectedAt: 7, wentOfflineByGrace: false)
+        XCTAssertEqual(PresenceAgentRecord(json: agent.json), agent)
+        let bare = PresenceAgentRecord(agent: "bob", status: .offline, note: nil, queues: [], updatedAt: 1, availableSince: 1, name: nil,
+                                       disconnectedAt: nil, wentOfflineByGrace: true)
+        XCTAssertEqual(PresenceAgentRecord(json: bare.json), bare)
+        let request = PresenceRequestRecord(id: "req_1", caller: "carl", callerName: nil, agent: "bob", queue: "sales",
+                                            metadata: ["a": [1, 2]], expiresAt: 9)
+        XCTAssertEqual(PresenceRequestRecord(json: request.json), request)
+        XCTAssertNil(PresenceAgentRecord(json: ["agent_id": "ann", "status": "sleepy", "queues": [], "updated_at": 1, "available_since": 1]))
+        XCTAssertNil(PresenceAgentRecord(json: "ann"))
+        XCTAssertNil(PresenceRequestRecord(json: ["request_id": "req_1", "caller_id": "carl"]))
+    }
+
+    func test_a_hub_resuming_stored_state_keeps_statuses_notes_and_queues() throws {
+        _ = try ringingScene()
+        takeOver(hub.state)
+        // Nodes open their connections at the new leader again, under new ids.
+        let effects = connect(fresh, "ann", .agent)
+        let entry = agentEntry(frame(effects, "connected", to: fresh), "ann")
+        XCTAssertEqual(entry?["status"], "away")
+        XCTAssertEqual(entry?["note"], "dentist")
+        XCTAssertEqual(entry?["queues"], ["sales", "vip"])
+        XCTAssertTrue(frames(effects, to: fresh).allSatisfy { $0.type == "connected" }, "nothing rings for ann")
+        connect(cora, "cora", .caller)
+        XCTAssertEqual(errorCode(send(cora, .request(.agent("ann"), metadata: nil)), to: cora), .conflict, "away is not offered calls")
+        XCTAssertEqual(errorCode(send(cora, .request(.queue("vip"), metadata: nil)), to: cora), .conflict)
+        XCTAssertEqual(hub.status(of: "bob"), .available)
+    }
+
+    func test_a_resumed_request_rings_again_on_both_sides_and_accept_makes_the_call() throws {
+        let id = try ringingScene()
+        let expiresAt = now + 90_000
+        takeOver(hub.state)
+        let newCarl = ConnectionID(40), newBob = ConnectionID(20), newDash = ConnectionID(30)
+        let watched = connect(newDash, "dash", .dashboard)
+        XCTAssertEqual(frame(watched, "connected", to: newDash)?.payload?["requests"]?.arrayValue?.first?["request_id"], .string(id.rawValue))
+        let callerSide = connect(newCarl, "carl", .caller, name: "Carl")
+        XCTAssertEqual(frames(callerSide, to: newCarl).map(\.type), ["connected", "request"])
+        let ack = frame(callerSide, "request", to: newCarl)?.payload
+        XCTAssertEqual(ack?["request_id"], .string(id.rawValue))
+        XCTAssertEqual(ack?["state"], "ringing")
+        XCTAssertEqual(ack?["expires_at"], .int(expiresAt), "the TTL goes on, it does not restart")
+        let agentSide = connect(newBob, "bob", .agent)
+        XCTAssertEqual(frame(agentSide, "request", to: newBob)?.payload?["request_id"], .string(id.rawValue))
+        advance(seconds: 11)
+        XCTAssertTrue(frames(tick(), to: newCarl).isEmpty, "both sides are back: the resume window no longer applies")
+        let call = try XCTUnwrap(calls(send(newBob, .accept(id))).first)
+        XCTAssertEqual(call.callerConnection, newCarl)
+        XCTAssertEqual(call.agentConnection, newBob)
+        XCTAssertEqual(hub.status(of: "bob"), .busy)
+    }
+
+    func test_an_accept_before_the_caller_is_back_is_409_and_the_request_rings_on() throws {
+        let id = try ringingScene()
+        takeOver(hub.state)
+        connect(fresh, "bob", .agent)
+        XCTAssertEqual(errorCode(send(fresh, .accept(id)), to: fresh), .conflict)
+        XCTAssertEqual(hub.ringingCount, 1)
+        connect(cora, "carl", .caller)
+        XCTAssertEqual(calls(send(fresh, .accept(id))).first?.callerConnection, cora)
+    }
+
+    func test_a_resumed_request_missing_a_side_ends_disconnected_after_the_resume_window() throws {
+        let id = try ringingScene()
+        takeOver(hub.state)
+        let newCarl = ConnectionID(40)
+        connect(newCarl, "carl", .caller)
+        connect(dash, "dash", .dashboard)
+        advance(seconds: 9)
+        XCTAssertTrue(frames(tick(), to: newCarl).isEmpty, "bob may still come back")
+        advance(seconds: 1)
+        let effects = tick()
+        XCTAssertEqual(frame(effects, "ended", to: newCarl)?.payload, ["request_id": .string(id.rawValue), "reason": "disconnected"])
+        XCTAssertEqual(frame(effects, "ended", to: dash)?.payload?["reason"], "disconnected")
+        XCTAssertEqual(stored(effects), [.storeRequest(id, nil)])
+        XCTAssertEqual(hub.ringingCount, 0)
+    }
+
+    func test_a_caller_who_comes_back_after_its_resumed_request_ended_is_told() throws {
+        let id = try ringingScene()
+        takeOver(hub.state)
+        connect(fresh, "bob", .agent)
+        advance(seconds: 10)
+        XCTAssertEqual(frame(tick(), "ended", to: fresh)?.payload?["reason"], "disconnected")
+        let effects = connect(cora, "carl", .caller)
+        XCTAssertEqual(frames(effects, to: cora).map(\.type), ["connected", "ended"])
+        XCTAssertEqual(frame(effects, "ended", to: cora)?.payload, ["request_id": .string(id.rawValue), "reason": "disconnected"])
+        XCTAssertEqual(frames(connect(carl, "carl", .caller), to: carl).map(\.type), ["connected"], "told once")
+        XCTAssertEqual(errorCode(send(cora, .cancel(id)), to: cora), .conflict, "ended, not unknown")
+    }
+
+    func test_a_resumed_request_still_times_out_at_its_original_expiry() throws {
+        let id = try ringingScene()
+        takeOver(hub.state, after: 85)
+        connect(carl, "carl", .caller)
+        connect(bob, "bob", .agent)
+        advance(seconds: 4)
+        XCTAssertTrue(tick().isEmpty)
+        advance(seconds: 1)
+        XCTAssertEqual(frame(tick(), "ended", to: carl)?.payload, ["request_id": .string(id.rawValue), "reason": "timeout"])
+    }
+
+    func test_agents_that_do_not_come_back_to_the_new_hub_go_offline_after_their_grace() throws {
+        _ = try ringingScene()
+        disconnect(ann)
+        advance(seconds: 20)
+        takeOver(hub.state, after: 0)
+        connect(dash, "dash", .dashboard)
+        advance(seconds: 10)
+        let effects = tick()
+        let offline = frames(effects, to: dash).filter { $0.type == "status" && $0.payload?["status"] == "offline" }.compactMap(\.from)
+        XCTAssertEqual(offline, ["ann"], "ann's grace started when it left the old leader, not at the takeover")
+        advance(seconds: 20)
+        XCTAssertEqual(frames(tick(), to: dash).filter { $0.type == "status" }.compactMap(\.from), ["bob"])
+    }
 }
