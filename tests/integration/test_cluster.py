@@ -583,6 +583,119 @@ def test_when_the_presence_leader_dies_another_node_takes_the_lease_and_presence
     run(body(), timeout=40)
 
 
+
+PRESENCE_RESUME_MS = 1500
+
+
+@pytest.fixture
+def presence_cluster(start_server, redis):
+    nodes = [start_node(start_server, redis, name, cluster_presence_resume_ms=PRESENCE_RESUME_MS)
+             for name in ("node-a", "node-b", "node-c")]
+    for node in nodes:
+        wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
+    return nodes
+
+
+def one_leader(nodes) -> str:
+    return wait_for(lambda: (lambda seen: seen[0] if len(set(seen)) == 1 and seen[0] else None)(
+        [health(n)["cluster"]["presence_leader"] for n in nodes]), what="one presence leader")
+
+
+async def recv_until(peer, predicate, timeout: float, what: str) -> dict:
+    """The first frame for which `predicate` holds; every frame before it is dropped."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{peer.label}: no {what} within {timeout} s")
+        frame = await peer.recv(left)
+        if predicate(frame):
+            return frame
+
+
+def test_a_killed_presence_leader_s_successor_resumes_away_agents_and_the_ringing_request(presence_cluster):
+    by_name = {health(n)["cluster"]["node_id"]: n for n in presence_cluster}
+    leader_name = one_leader(presence_cluster)
+    x, y = [n for name, n in by_name.items() if name != leader_name]
+
+    async def body():
+        ann = await presence_peer(x, x.token(None, "ann", role="agent", scope="presence") + "&queues=sales,vip", "ann-on-x")
+        bob = await presence_peer(y, y.token(None, "bob", role="agent", scope="presence") + "&queues=sales", "bob-on-y")
+        carl = await presence_peer(x, x.token(None, "carl", role="caller", name="Carl", scope="presence"), "carl-on-x")
+        await ann.send({"type": "status", "payload": {"status": "away", "note": "dentist"}})
+        await recv_until(carl, lambda f: f["type"] == "status" and f["from"] == "ann" and f["payload"]["status"] == "away", 5, "ann away")
+        await carl.send({"type": "request", "payload": {"agent_id": "bob", "metadata": {"topic": "refund"}}})
+        offer = await recv_until(bob, lambda f: f["type"] == "request", 5, "the offer")
+        request_id = offer["payload"]["request_id"]
+        expires_at = offer["payload"]["expires_at"]
+        ack = await recv_until(carl, lambda f: f["type"] == "request", 5, "the ack")
+        assert ack["payload"]["request_id"] == request_id
+
+        killed = time.monotonic()
+        by_name[leader_name].kill()
+        wait_for(lambda: (lambda seen: len(set(seen)) == 1 and seen[0] not in (None, leader_name))(
+            [health(n)["cluster"]["presence_leader"] for n in (x, y)]), timeout=NODE_TTL_MS / 1000 + 3, what="a new leader")
+
+        # Each connection is opened at the new leader again; its `connected` shows ann as she was.
+        again = await recv_until(ann, lambda f: f["type"] == "connected", 5, "ann's new connected")
+        entry = next(e for e in again["payload"]["agents"] if e["agent_id"] == "ann")
+        assert (entry["status"], entry["note"], entry["queues"]) == ("away", "dentist", ["sales", "vip"]), entry
+        # The caller hears its request still rings; the agent gets the offer again.
+        await recv_until(carl, lambda f: f["type"] == "connected", 5, "carl's new connected")
+        still = await recv_until(carl, lambda f: f["type"] in ("request", "ended"), 5, "the ringing ack again")
+        assert still["type"] == "request" and still["payload"]["request_id"] == request_id, still
+        assert still["payload"]["state"] == "ringing" and still["payload"]["expires_at"] == expires_at
+        again_offer = await recv_until(bob, lambda f: f["type"] == "request", 5, "the offer again")
+        assert again_offer["payload"]["request_id"] == request_id
+        assert again_offer["payload"]["metadata"] == {"topic": "refund"}
+        resumed_in = time.monotonic() - killed
+
+        # ann is still away: not offered calls, by name or by queue.
+        cora = await presence_peer(y, y.token(None, "cora", role="caller", scope="presence"), "cora-on-y")
+        assert next(e for e in cora.welcome["payload"]["agents"] if e["agent_id"] == "ann")["status"] == "away"
+        await cora.send({"type": "request", "payload": {"agent_id": "ann"}})
+        assert (await recv_until(cora, lambda f: f["type"] == "error", 5, "409"))["error"]["code"] == 409
+        await cora.send({"type": "request", "payload": {"queue": "vip"}})
+        assert (await recv_until(cora, lambda f: f["type"] == "error", 5, "409"))["error"]["code"] == 409
+
+        # The resumed request goes on: bob's accept makes the call for both.
+        await bob.send({"type": "accept", "payload": {"request_id": request_id}})
+        bob_accepted = await recv_until(bob, lambda f: f["type"] == "accepted", 5, "bob's accepted")
+        carl_accepted = await recv_until(carl, lambda f: f["type"] in ("accepted", "ended"), 5, "carl's accepted")
+        assert carl_accepted["type"] == "accepted", carl_accepted
+        assert carl_accepted["payload"]["call_id"] == bob_accepted["payload"]["call_id"]
+        print(f"takeover to resumed request: {resumed_in:.2f} s after kill -9")
+
+    run(body(), timeout=60)
+
+
+def test_a_ringing_request_whose_agent_died_with_the_presence_leader_ends_for_its_caller(presence_cluster):
+    by_name = {health(n)["cluster"]["node_id"]: n for n in presence_cluster}
+    leader_name = one_leader(presence_cluster)
+    leader = by_name[leader_name]
+    x = next(n for name, n in by_name.items() if name != leader_name)
+
+    async def body():
+        # The agent is on the leader's own node and does not come back after it dies.
+        bob = await presence_peer(leader, leader.token(None, "bob", role="agent", scope="presence"), "bob-on-leader")
+        carl = await presence_peer(x, x.token(None, "carl", role="caller", scope="presence"), "carl-on-x")
+        await carl.send({"type": "request", "payload": {"agent_id": "bob"}})
+        request_id = (await recv_until(bob, lambda f: f["type"] == "request", 5, "the offer"))["payload"]["request_id"]
+        await recv_until(carl, lambda f: f["type"] == "request", 5, "the ack")
+
+        killed = time.monotonic()
+        leader.kill()
+        # Bound: the lease lapses (node TTL), a heartbeat takes it, then the resume window and a tick.
+        bound = (NODE_TTL_MS + HEARTBEAT_MS + PRESENCE_RESUME_MS) / 1000 + 1.5
+        ended = await recv_until(carl, lambda f: f["type"] == "ended", bound, "ended")
+        took = time.monotonic() - killed
+        assert ended["payload"] == {"request_id": request_id, "reason": "disconnected"}, ended
+        assert took >= PRESENCE_RESUME_MS / 1000, f"ended before the resume window ({took:.2f} s)"
+        print(f"kill -9 to ended: {took:.2f} s (bound {bound:.2f} s)")
+
+    run(body(), timeout=60)
+
+
 # ---- chat across nodes: one PostgreSQL database (`database_url`) shared by all three nodes ----
 
 CHAT_SKIP = ("peer-joined", "peer-left", "typing", "read")
