@@ -70,8 +70,8 @@ final class PresenceEndpoint: WebSocketEndpoint {
         PresenceHub(settings: settings(config), ids: RandomPresenceIDs())
     }
 
-    /// The records the previous leader stored; one that does not parse is skipped (and logged by
-    /// its count), so a bad record costs that agent or request, not the whole state.
+    /// The records the previous leader stored; one that does not parse is skipped, so a bad record
+    /// costs that agent or request, not the whole state (the resume log line counts what was read).
     static func decode(_ stored: RedisClusterDriver.PresenceStored) -> PresenceState {
         let agents = stored.agents.compactMap { (try? JSONParser.parse($0)).flatMap(PresenceAgentRecord.init(json:)) }
         let requests = stored.requests.compactMap { (try? JSONParser.parse($0)).flatMap(PresenceRequestRecord.init(json:)) }
