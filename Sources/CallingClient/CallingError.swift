@@ -68,6 +68,10 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
         case disconnected(String)
         /// A URL whose scheme the SDK cannot serve (only ws, wss, http, https), or without a host.
         case unsupportedURL(String)
+        /// A relay (`offer`, `answer`, `candidate`, `data`) to `peer`, which is in its reconnect
+        /// grace, was dropped: `limit` frames (`SignalingOptions.heldRelayLimit`) already wait
+        /// for it. `code` is `relay_overflow`, as in the browser SDK.
+        case relayOverflow(peer: PeerID, frameType: String, limit: Int)
 
         /// A refused frame with the name of its numeric code.
         static func server(code: Int, message: String) -> Kind {
@@ -163,7 +167,8 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
             return !(CloseCode(rawValue: code)?.isTerminal ?? (code >= 4400 && code < 5000))
         case .server(let code, _, _):
             return ErrorCode(rawValue: code)?.isTemporary ?? false
-        case .invalidToken, .invalidState, .media, .unsupportedURL, .certificateRejected, .invalidConfiguration:
+        case .invalidToken, .invalidState, .media, .unsupportedURL, .certificateRejected, .invalidConfiguration,
+             .relayOverflow:
             return false
         case .http(let status, _, _):
             return status == 429 || status == 502 || status == 503
@@ -183,11 +188,12 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
     }
 
     /// The server's problem code (`token_expired`, `no_answering_peer`…) of a refused upgrade or
-    /// REST request, or the name of a refused frame's code (`chat_empty`).
+    /// REST request, the name of a refused frame's code (`chat_empty`), or `relay_overflow`.
     public var code: String? {
         switch kind {
         case .connectFailed(_, let code, _), .http(_, let code, _): return code
         case .server(_, let name, _): return name
+        case .relayOverflow: return "relay_overflow"
         default: return nil
         }
     }
@@ -233,6 +239,8 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
         case .media(let why): return "media: \(why)"
         case .disconnected(let why): return "call disconnected: \(why)"
         case .unsupportedURL(let why): return "unsupported URL: \(why)"
+        case .relayOverflow(let peer, let type, let limit):
+            return "\(type) to \(peer) dropped: \(peer) is reconnecting and \(limit) frames already wait for it"
         }
     }
 

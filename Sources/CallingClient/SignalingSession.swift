@@ -309,8 +309,8 @@ struct SignalingSession {
             let peer = PeerID(to)
             if relays.isHeld(peer) {
                 if !relays.push(peer, frame) {
-                    result.append(.emit(.error(CallingError(.invalidState(
-                        "\(frame.type) to \(to) dropped: \(to) is reconnecting and \(relays.limit) frames already wait for it")))))
+                    result.append(.emit(.error(CallingError(.relayOverflow(peer: peer, frameType: frame.type,
+                                                                           limit: relays.limit)))))
                 }
                 continue
             }

@@ -124,7 +124,11 @@ final class SignalingSessionDropTests: XCTestCase {
         XCTAssertTrue(try session.command(.sendData(1, to: "bob")).isEmpty)
         XCTAssertTrue(try session.command(.sendData(2, to: "bob")).isEmpty)
         let over = try session.command(.sendData(3, to: "bob"))
-        guard case .emit(.error(let error))? = over.first, case .invalidState = error.kind else { return XCTFail("\(over)") }
+        guard case .emit(.error(let error))? = over.first else { return XCTFail("\(over)") }
+        XCTAssertEqual(error.kind, .relayOverflow(peer: "bob", frameType: "data", limit: 2))
+        XCTAssertEqual(error.code, "relay_overflow", "the browser SDK's code")
+        XCTAssertFalse(error.isRetryable)
+        XCTAssertEqual(error.localizedDescription, "data to bob dropped: bob is reconnecting and 2 frames already wait for it")
         XCTAssertEqual(sent(server(#"{"type":"peer-resumed","payload":{"peer_id":"bob"}}"#)).map(\.payload), [1, 2])
     }
 
