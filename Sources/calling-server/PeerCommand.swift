@@ -330,9 +330,13 @@ actor PeerSession {
             if case .timedOut = error.kind { callEnded(peer, reason: "timed_out") } else { callEnded(peer, reason: "disconnected") }
         case .connectionState(let peer, let state):
             log("call-state \(state.rawValue) peer=\(peer)")
-        case .hangup(let peer, _):
-            log("hangup \(peer)")
-            callEnded(peer, reason: "remote")
+        case .hangup(let peer, let reason):
+            // The SDK's reason, in the summary's snake_case: `remote` (the peer hung up),
+            // `peer_left`, `cancelled`, `disconnected`, `failed`, `closed`. After `callFailed` the
+            // call is already ended with `timed_out`/`disconnected` and this changes nothing.
+            let name = reason.rawValue.replacingOccurrences(of: "-", with: "_")
+            log("hangup \(peer) reason=\(name)")
+            callEnded(peer, reason: name)
         case .rejected(let peer):
             log("rejected by \(peer)")
             callEnded(peer, reason: "rejected")

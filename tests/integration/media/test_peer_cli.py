@@ -89,3 +89,40 @@ def test_sigterm_ends_the_peer_with_its_summary(start_server):
     assert "ending reason=signal" in out
     summary = [line for line in out.splitlines() if line.startswith("summary ")]
     assert summary and '"hangup_reason":"signal"' in summary[-1], out
+
+
+def test_the_summary_names_the_sdks_hangup_reason_not_always_remote(start_server):
+    """The peer calls alice, who leaves the room instead of answering: the SDK ends the call with
+    `hangup(reason: .peerLeft)`, and the peer's log and summary say `peer_left` (they once said
+    `remote` for every hangup, whoever ended the call and how)."""
+    import time
+
+    server = start_server()
+    proc = subprocess.Popen([str(support.BINARY), "peer", "--url", server.ws_url(None),
+                             "--token", server.token("demo", "bob"), "--call", "alice", "--seconds", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        seen = ""
+        while "state connected" not in seen and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "state connected" in seen, seen + proc.stderr.read()
+
+        async def ring_and_leave():
+            alice = await support.Peer.connect(server, server.token("demo", "alice"), "alice")
+            offer = await alice.recv_type("offer", timeout=10, skip=("candidate", "peer-joined"))
+            assert offer["from"] == "bob", offer
+            await alice.send({"type": "leave"})
+            await alice.close()
+
+        support.run(ring_and_leave(), timeout=20)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        support.kill_and_reap(proc)
+    out = seen + out
+    assert "hangup alice reason=peer_left" in out, out + err[-2000:]
+    summary = [line for line in out.splitlines() if line.startswith("summary ")]
+    assert summary and '"hangup_reason":"peer_left"' in summary[-1], out
