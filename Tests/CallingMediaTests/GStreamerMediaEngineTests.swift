@@ -89,11 +89,21 @@ final class GStreamerMediaEngineTests: XCTestCase {
         let restart = try await within(5, "createIceRestartOffer") { try await a.createIceRestartOffer(for: "b", iceServers: []) }
         XCTAssertEqual(restart.kind, .offer)
         XCTAssertEqual(MediaSDP.opusPayloadType(restart.sdp), 111, restart.sdp)
+        // What docs/media.md says of a Linux peer's "restart": same ICE credentials, so no ICE
+        // restart in the sense of RFC 8445 §9. A GStreamer that honours the option fails this
+        // line; the docs must then change with it.
+        XCTAssertEqual(Self.iceCredentials(restart.sdp), Self.iceCredentials(offer.sdp), restart.sdp)
+        XCTAssertFalse(Self.iceCredentials(offer.sdp).isEmpty, offer.sdp)
         Self.assertFingerprints(restart.sdp, are: a.certificateFingerprint)
         try await within(5, "renewed offer") { try await b.setRemoteDescription(restart, for: "a") }
         let renewed = try await within(5, "renewed answer") { try await b.createAnswer(for: "a") }
         XCTAssertEqual(renewed.kind, .answer)
         try await within(5, "apply renewed answer") { try await a.setRemoteDescription(renewed, for: "b") }
+    }
+
+    /// The `a=ice-ufrag` and `a=ice-pwd` lines of `sdp`, in order.
+    static func iceCredentials(_ sdp: String) -> [String] {
+        MediaSDPTests.lines(sdp).filter { $0.hasPrefix("a=ice-ufrag:") || $0.hasPrefix("a=ice-pwd:") }
     }
 
     /// aiortc offers Opus as 96; an answer with 111 would leave its audio undecoded.
