@@ -125,11 +125,14 @@ final class Metrics {
         counter("calling_capacity_rejections_total", "Upgrades refused with 503 at peer capacity.", transport.rejectedAtCapacity)
         counter("calling_sockets_refused_total", "Connections closed at accept: the socket budget was spent.",
                 transport.socketsRefused)
-        counter("calling_sockets_evicted_total", "Sockets still waiting for a request, dropped to make room.",
+        counter("calling_sockets_evicted_total", "Sockets still waiting for a request or its body, dropped to make room.",
                 transport.socketsEvicted)
         counter("calling_http_rejected_total",
                 "Requests the transport answered and closed itself (framing, size limits, methods, budget).",
                 transport.requestsRejected)
+        counter("calling_http_body_timeouts_total",
+                "Of those, request bodies answered 408 for arriving slower than http_body_min_bytes_per_second.",
+                transport.requestsTimedOut)
         counter("calling_bytes_out_total", "WebSocket payload bytes written.", transport.bytesOut)
         labeled("calling_ws_writes_total",
                 "WebSocket writes, by path: flush (after a wake-up's callbacks) or writeable (a closing connection, or a socket that was full).",

@@ -120,6 +120,7 @@ public final class ServerApp: @unchecked Sendable {
         httpSessions.tick(now: now)
         roomEndpoint.tick(now: now)
         cluster?.tick(now: now)
+        transport.expireHTTPDeadlines()
     }
 
     /// The SQLite store itself, or a PostgreSQL store for `database_url` (its chat migrations applied).

@@ -58,6 +58,10 @@ public struct ServerConfig: Sendable, Equatable {
     public var maxHeaderBytes = 8_192
     public var healthReservedSockets = 8
     public var httpTimeoutSeconds = 10
+    public var httpHeaderTimeoutSeconds = 10
+    public var httpKeepAliveTimeoutSeconds = 5
+    public var httpBodyGraceSeconds = 10
+    public var httpBodyMinBytesPerSecond = 1_024
     /// Seconds between `malloc_trim(0)` calls that hand freed heap back to the kernel; 0 disables.
     public var mallocTrimSeconds = 60
     public var tickMs = 250
@@ -193,6 +197,10 @@ public struct ServerConfig: Sendable, Equatable {
         settings.healthReservedSockets = healthReservedSockets
         settings.maxSockets = maxSockets
         settings.httpTimeoutSeconds = httpTimeoutSeconds
+        settings.httpHeaderTimeoutSeconds = httpHeaderTimeoutSeconds
+        settings.httpKeepAliveTimeoutSeconds = httpKeepAliveTimeoutSeconds
+        settings.httpBodyGraceSeconds = httpBodyGraceSeconds
+        settings.httpBodyMinBytesPerSecond = httpBodyMinBytesPerSecond
         if tlsEnabled, let chain = tlsServedChainFile, let key = tlsKeyFile {
             settings.tls = TLSServerSettings(certificateChainFile: chain, privateKeyFile: key, minimumVersion: tlsMinVersion,
                                              cipherList: tlsCiphers)
@@ -315,7 +323,13 @@ public struct ServerConfig: Sendable, Equatable {
         .int("max_url_bytes", "longest HTTP request target, at most max_header_bytes - 512 (414 beyond)", \.maxURLBytes, 256...32_000),
         .int("max_header_bytes", "largest HTTP request head: target, header values, unknown field names (431 beyond)", \.maxHeaderBytes,
              1_024...32_000),
-        .int("http_timeout_seconds", "seconds for a new socket's request headers, and for a body", \.httpTimeoutSeconds, 1...600),
+        .int("http_timeout_seconds", "seconds a request body may go without a single byte before the socket is closed", \.httpTimeoutSeconds, 1...600),
+        .int("http_header_timeout_seconds", "seconds for a complete request head, from accept or from a keep-alive request's first byte",
+             \.httpHeaderTimeoutSeconds, 1...600),
+        .int("http_keepalive_timeout_seconds", "seconds a keep-alive socket may wait for its next request", \.httpKeepAliveTimeoutSeconds, 1...3_600),
+        .int("http_body_grace_seconds", "seconds a request body may take before http_body_min_bytes_per_second applies", \.httpBodyGraceSeconds, 1...3_600),
+        .int("http_body_min_bytes_per_second", "least average rate of a request body after its grace (408 and close below; 0: none)",
+             \.httpBodyMinBytesPerSecond, 0...1_073_741_824),
         .int("malloc_trim_seconds", "interval of malloc_trim(0), returning freed heap to the kernel (0: never)",
              \.mallocTrimSeconds, 0...86_400),
         .int("tick_ms", "timer resolution (typing expiry, token expiry)", \.tickMs, 10...5_000),

@@ -47,8 +47,19 @@ public struct TransportSettings: Sendable {
     /// Sockets of the socket budget kept for `/healthz`: once the others are in use, any other
     /// request gets 503 and the oldest socket still waiting for its request is dropped.
     public var healthReservedSockets = 8
-    /// Seconds lws gives a new socket to send complete request headers (and a request its body).
+    /// Seconds a request body may go without a single byte before lws drops the socket (lws's
+    /// `timeout_secs`, re-armed by every piece of body that arrives).
     public var httpTimeoutSeconds = 10
+    /// Seconds a socket has to send a complete request head, from its accept or from the first
+    /// byte of a keep-alive request (lws's header-table timer, `timeout_secs_ah_idle`).
+    public var httpHeaderTimeoutSeconds = 10
+    /// Seconds a keep-alive socket may wait between a response and the next request.
+    public var httpKeepAliveTimeoutSeconds = 5
+    /// Seconds a request body may take before `httpBodyMinBytesPerSecond` applies.
+    public var httpBodyGraceSeconds = 10
+    /// Least average rate (bytes per second since the head arrived) of a body past its grace;
+    /// a slower body gets 408 and the connection is closed. 0: no minimum.
+    public var httpBodyMinBytesPerSecond = 1_024
     /// Serve `https://` and `wss://` instead of `http://` and `ws://` on the same port; nil is plaintext.
     public var tls: TLSServerSettings?
 

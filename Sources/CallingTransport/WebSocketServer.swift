@@ -88,11 +88,13 @@ public struct TransportCounters: Sendable {
     public var writesOnWriteable = 0
     /// Connections closed at accept because the socket budget was spent.
     public var socketsRefused = 0
-    /// Sockets still waiting for their request, dropped to make room under the budget.
+    /// Sockets still waiting for their request or its body, dropped to make room under the budget.
     public var socketsEvicted = 0
     /// Requests answered with a 4xx/5xx and closed by the transport itself (malformed framing,
-    /// oversized headers or URL, unknown methods, CONNECT, over budget).
+    /// oversized headers or URL, unknown methods, CONNECT, over budget, bodies too slow).
     public var requestsRejected = 0
+    /// Of those, bodies answered 408 for arriving slower than `httpBodyMinBytesPerSecond`.
+    public var requestsTimedOut = 0
     /// Connections on the TLS port that closed before their TLS handshake completed: certificates
     /// the client refused, protocol versions or ciphers we refused, plaintext sent to the TLS port.
     public var tlsHandshakeFailures = 0
@@ -572,12 +574,14 @@ public final class WebSocketServer: @unchecked Sendable {
         // the limit lws 4.1.6 flags its fd table as "unrelated to ulimit" and then finds the wsi of
         // every socket event by scanning the whole table (wsi_from_fd), a cost that grew with every
         // open connection (a third of the service thread with 8,000 idle peers).
-        let options = LWSServerOptions(
+        var options = LWSServerOptions(
             host: settings.host, port: settings.port, bufferBytes: settings.maxFrameBytes + 1024,
             headerTokenLimit: settings.maxHeaderBytes + 1, uriTokenLimit: effectiveURLLimit + 1,
             maxHeaderBytes: settings.maxHeaderBytes, httpTimeoutSeconds: settings.httpTimeoutSeconds,
             fdLimitPerThread: max(1024, openFileLimit),
             libev: settings.eventLoop == .libev, tls: tls)
+        options.headerTimeoutSeconds = settings.httpHeaderTimeoutSeconds
+        options.keepAliveTimeoutSeconds = settings.httpKeepAliveTimeoutSeconds
         return contextResources.createContext(options, handler: ServiceRun(server: self, delegate: delegate))
     }
 
@@ -608,6 +612,7 @@ public final class WebSocketServer: @unchecked Sendable {
         case .wsiDestroy:
             if let socket = state.sockets.removeValue(forKey: wsi) {
                 socket.closed = true
+                if socket.evicted { state.evictedOpen -= 1 }
             } else if let user, LWSSession.id(user) != 0 {
                 // A WebSocket: its socket left `sockets` when it was established.
                 state.upgradedSockets -= 1
@@ -664,7 +669,10 @@ public final class WebSocketServer: @unchecked Sendable {
             LWSSession.store(user, id: id.rawValue, object: Unmanaged.passUnretained(conn).toOpaque())
             state.connections.insert(conn, for: id.rawValue)
             state.keepAlive?.opened(id.rawValue, at: Self.milliseconds())
-            if let socket = state.sockets.removeValue(forKey: wsi) { socket.closed = true }
+            if let socket = state.sockets.removeValue(forKey: wsi) {
+                socket.closed = true
+                if socket.evicted { state.evictedOpen -= 1 }
+            }
             state.upgradedSockets += 1
             state.counters.accepted += 1
             delegate?.server(self, didOpen: id, context: context)
@@ -730,10 +738,17 @@ public final class WebSocketServer: @unchecked Sendable {
             return beginHTTP(wsi, input: input, length: length)
 
         case .httpBody:
+            // Evicted by the socket budget: lws re-arms its own body timer after every piece of
+            // body, which would outlast the kill `evictOldestIdle` asked for.
+            if let socket = state.sockets[wsi], socket.evicted { return -1 }
             // A request already dispatched has no body to read. lws 4.1.6 can still deliver one for
             // it when requests are pipelined behind a bodiless POST, from a buffer it has already
             // freed (AddressSanitizer, found by the http fuzz target): never touch `input` then.
             guard let exchange = state.exchanges[wsi], !exchange.dispatched, let input else { return 0 }
+            if let rejection = bodyTooSlow(wsi, exchange, adding: length) {
+                exchange.dispatched = true
+                return rejectAndClose(wsi, rejection)
+            }
             if exchange.request.body.count + length > settings.maxBodyBytes {
                 exchange.bodyTooLarge = true
             } else {
@@ -827,6 +842,7 @@ public final class WebSocketServer: @unchecked Sendable {
         if let socket = state.sockets[wsi] {
             socket.answered = true
             socket.idle = false
+            socket.readingBody = false
         }
         // What the client already sent is unread; closing over it would send RST, and the client
         // might lose this answer. Bounded: a peer streaming forever is cut off anyway.
@@ -851,15 +867,18 @@ public final class WebSocketServer: @unchecked Sendable {
     }
 
     /// LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: counts the socket and, once it eats into the
-    /// `/healthz` headroom, drops the oldest socket that still has not sent a request.
+    /// `/healthz` headroom, drops the oldest sockets still waiting for their request or its body
+    /// until the rest fit in `capacity` again. Sockets already evicted do not count: their close
+    /// is under way, and counting them let a burst of accepts within one loop turn fill the
+    /// headroom with sockets about to go, so that the next POST or join got 503.
     private func adopted(_ wsi: OpaquePointer) -> Int32 {
         state.nextSocket += 1
         let socket = AcceptedSocket(serial: state.nextSocket)
         state.sockets[wsi] = socket
         markIdle(wsi, socket, fresh: true)
-        if state.openSockets > capacity, evictOldestIdle(except: wsi) {
-            logPressure()
-        }
+        var evicted = false
+        while state.liveSockets > capacity, evictOldestIdle(except: wsi) { evicted = true }
+        if evicted { logPressure() }
         return 0
     }
 
@@ -880,29 +899,43 @@ public final class WebSocketServer: @unchecked Sendable {
 
     private func markIdle(_ wsi: OpaquePointer, _ socket: AcceptedSocket, fresh: Bool = false) {
         socket.idle = true
+        socket.idleSince = DispatchTime.now().uptimeNanoseconds
         // A fresh socket's first request may already be in the kernel: it all counts.
         socket.bytesAtIdle = fresh ? 0 : LWS.tcpBytesReceived(wsi)
+        markEvictable(wsi, socket)
+    }
+
+    /// Puts the socket at the end of the eviction order: it waits for its client (its request,
+    /// or its request's body), and the budget may drop it to make room.
+    private func markEvictable(_ wsi: OpaquePointer, _ socket: AcceptedSocket) {
         state.nextIdle += 1
         socket.idleSerial = state.nextIdle
         state.idleOrder.append((wsi, socket.idleSerial, socket))
         if state.idleOrder.count > 2 * state.sockets.count + 64 {
             // Stale entries (sockets that closed or became busy) pile up with keep-alive traffic.
-            let live = state.sockets.filter { $0.value.idle }.sorted { $0.value.idleSerial < $1.value.idleSerial }
+            let live = state.sockets.filter { $0.value.evictable }.sorted { $0.value.idleSerial < $1.value.idleSerial }
             state.idleOrder.removeAll()
             for (key, value) in live { state.idleOrder.append((key, value.idleSerial, value)) }
         }
     }
 
-    /// Drops the socket that has waited longest for a request (not `except`). True if one went.
+    /// Drops the socket that has waited longest for its request or its request's body (not
+    /// `except`). True if one went.
     private func evictOldestIdle(except: OpaquePointer?) -> Bool {
         while let (wsi, serial, socket) = state.idleOrder.peekFirst() {
             if wsi == except { return false }
             _ = state.idleOrder.popFirst()
-            guard !socket.closed, socket.idle, socket.idleSerial == serial, !socket.evicted else { continue }
+            guard !socket.closed, socket.evictable, socket.idleSerial == serial, !socket.evicted else { continue }
+            let readingBody = socket.readingBody
             socket.evicted = true
+            state.evictedOpen += 1
             socket.idle = false
+            socket.readingBody = false
             state.counters.socketsEvicted += 1
             state.pressure.evicted += 1
+            // A socket between requests closes at once; one in the middle of its body would hold
+            // its descriptor until its client's FIN (`shutDownForClose`).
+            if readingBody { shutDownForClose(wsi) }
             LWS.killAsync(wsi)
             return true
         }
@@ -940,7 +973,7 @@ public final class WebSocketServer: @unchecked Sendable {
             return .problem(431, code: "headers_too_large",
                             detail: "the request head is limited to \(settings.maxHeaderBytes) bytes")
         }
-        if state.openSockets > capacity, !Self.headroomPaths.contains(path) {
+        if state.liveSockets > capacity, !Self.headroomPaths.contains(path) {
             state.counters.rejectedAtCapacity += 1
             return .problem(503, code: "at_capacity", detail: "the server holds as many connections as it can",
                             headers: [("retry-after", "5")])
@@ -1152,14 +1185,37 @@ public final class WebSocketServer: @unchecked Sendable {
             dispatchHTTP(exchange)
         } else if declaredLength == 0 {
             dispatchHTTP(exchange)
+        } else if let socket = state.sockets[wsi] {
+            // The body arrives through HTTP_BODY and is dispatched on HTTP_BODY_COMPLETION. Until
+            // then the socket holds a slot of the budget for a client that may never finish, so
+            // it can be evicted like one that never sends its request (`evictOldestIdle`).
+            exchange.bodyStartedAt = DispatchTime.now().uptimeNanoseconds
+            markEvictable(wsi, socket)
+            socket.readingBody = true
         }
-        // Otherwise the body arrives through HTTP_BODY and is dispatched on HTTP_BODY_COMPLETION.
         return 0
+    }
+
+    /// The 408 for a body that has fallen below `httpBodyMinBytesPerSecond` on average after
+    /// `httpBodyGraceSeconds`, or nil. A body that stops altogether gets no callback to check it
+    /// in: lws's own timer (`httpTimeoutSeconds`) drops that socket.
+    private func bodyTooSlow(_ wsi: OpaquePointer, _ exchange: HTTPExchange, adding length: Int) -> HTTPResponse? {
+        exchange.bodyBytesReceived += length
+        let minimum = settings.httpBodyMinBytesPerSecond
+        guard minimum > 0, exchange.bodyStartedAt > 0 else { return nil }
+        let elapsed = Double(DispatchTime.now().uptimeNanoseconds &- exchange.bodyStartedAt) / 1e9
+        guard elapsed > Double(settings.httpBodyGraceSeconds),
+              Double(exchange.bodyBytesReceived) < Double(minimum) * elapsed
+        else { return nil }
+        state.counters.requestsTimedOut += 1
+        return .problem(408, code: "body_too_slow",
+                        detail: "request bodies must arrive at \(minimum) bytes per second or faster after \(settings.httpBodyGraceSeconds) s")
     }
 
     private func dispatchHTTP(_ exchange: HTTPExchange) {
         guard !exchange.dispatched else { return }
         exchange.dispatched = true
+        state.sockets[exchange.wsi]?.readingBody = false
         state.sockets[exchange.wsi]?.bytesAtDispatch = LWS.tcpBytesReceived(exchange.wsi)
         if exchange.bodyTooLarge {
             respond(exchangeID: exchange.id, .problem(413, code: "body_too_large",
@@ -1202,6 +1258,46 @@ public final class WebSocketServer: @unchecked Sendable {
         }
         // Keep-alive: lws waits for the next request on this socket, or tells us to close it.
         return LWS.transactionCompleted(wsi) != 0 ? -1 : 0
+    }
+
+    /// Makes lws's close of `wsi` complete at once. lws closes a socket in the middle of a request
+    /// by shutting down only its sending side and waiting, descriptor open, for the client's FIN
+    /// (up to `httpTimeoutSeconds`), which a client trickling a body or a head never sends: the
+    /// descriptor, and its slot of the socket budget, stayed taken. With both sides shut (what the
+    /// client sent drained first, so that it sees FIN rather than RST), lws's next read of the
+    /// socket ends and it closes.
+    private func shutDownForClose(_ wsi: OpaquePointer) {
+        LWS.drainSocket(wsi, limit: 1 << 20)
+        LWS.shutdownBothWays(wsi)
+    }
+
+    /// Closes the sockets whose client is late with its request head, or idle on a keep-alive
+    /// socket for longer than `httpKeepAliveTimeoutSeconds`. Service thread only; called on every
+    /// tick. lws arms timers for both, but under its libev loop (lws 4.1.6) a timer armed while
+    /// its loop timer waits for a later one fires only with that later one, seconds or minutes late.
+    public func expireHTTPDeadlines() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let second: UInt64 = 1_000_000_000
+        let header = UInt64(settings.httpHeaderTimeoutSeconds) * second
+        let keepAlive = UInt64(settings.httpKeepAliveTimeoutSeconds) * second
+        var expired: [(OpaquePointer, AcceptedSocket, Bool)] = []
+        for (wsi, socket) in state.sockets where socket.idle && !socket.closed && !socket.evicted {
+            let waited = now &- socket.idleSince
+            if socket.served == 0 {
+                if waited > header { expired.append((wsi, socket, true)) }
+            } else if waited > keepAlive {
+                // A keep-alive request that has begun arriving gets its header time too.
+                let started = LWS.tcpBytesReceived(wsi) != socket.bytesAtIdle
+                if !started || waited > keepAlive + header { expired.append((wsi, socket, started)) }
+            }
+        }
+        for (wsi, socket, headLate) in expired where !socket.closed {
+            if headLate { state.counters.requestsRejected += 1 }
+            socket.answered = true
+            socket.idle = false
+            shutDownForClose(wsi)
+            LWS.killNow(wsi)
+        }
     }
 
     private func writeHeaders(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Bool {
@@ -1324,6 +1420,10 @@ private final class ServiceState {
     var upgradedSockets = 0
     /// The socket budget's count.
     var openSockets: Int { sockets.count + upgradedSockets }
+    /// Sockets the budget evicted whose close has not completed yet (still in `sockets`).
+    var evictedOpen = 0
+    /// Open sockets not on their way out: what the `/healthz` headroom is measured against.
+    var liveSockets: Int { openSockets - evictedOpen }
     /// Sockets waiting for a request, oldest first (entries go stale; see `evictOldestIdle`).
     var idleOrder = FIFO<(OpaquePointer, UInt64, AcceptedSocket)>()
     var nextSocket: UInt64 = 0
@@ -1357,6 +1457,10 @@ private final class AcceptedSocket {
     let serial: UInt64
     /// Between accept (or the end of a keep-alive response) and the next request.
     var idle = false
+    /// Its request's head is in and the route waits for the body.
+    var readingBody = false
+    /// Waiting for its client, so the socket budget may drop it.
+    var evictable: Bool { idle || readingBody }
     var idleSerial: UInt64 = 0
     /// Requests answered on it so far (keep-alive).
     var served = 0
@@ -1365,6 +1469,8 @@ private final class AcceptedSocket {
     /// TCP bytes received when it last became idle (see `headerTableOverflowed`).
     var bytesAtIdle: UInt64 = 0
     var evicted = false
+    /// When it last became idle (monotonic ns), for `expireHTTPDeadlines`.
+    var idleSince: UInt64 = 0
     /// The transport answered it itself (rejectAndClose); nothing more may be written.
     var answered = false
     var closed = false
@@ -1484,6 +1590,10 @@ private final class HTTPExchange {
     var request: HTTPRequest
     var bodyTooLarge = false
     var dispatched = false
+    /// When the head was in and the body began (monotonic ns; 0 for a request without one), and
+    /// the body bytes lws has delivered since, for the minimum body rate.
+    var bodyStartedAt: UInt64 = 0
+    var bodyBytesReceived = 0
     var response: HTTPResponse?
     var headersSent = false
     var bodyOffset = 0

@@ -109,6 +109,9 @@ package struct LWSServerOptions {
     package var uriTokenLimit: Int
     package var maxHeaderBytes: Int
     package var httpTimeoutSeconds: Int
+    /// lws's header-table timer (`timeout_secs_ah_idle`) and keep-alive idle timer (`keepalive_timeout`).
+    package var headerTimeoutSeconds = 10
+    package var keepAliveTimeoutSeconds = 5
     package var fdLimitPerThread: Int
     package var libev: Bool
     package var tls: TLS?
@@ -227,6 +230,8 @@ package final class LWSServerContextResources {
         info.max_http_header_data = UInt16(clamping: options.maxHeaderBytes)
         info.pt_serv_buf_size = 16_384
         info.timeout_secs = UInt32(options.httpTimeoutSeconds)
+        info.timeout_secs_ah_idle = UInt32(options.headerTimeoutSeconds)
+        info.keepalive_timeout = Int32(options.keepAliveTimeoutSeconds)
         info.retry_and_idle_policy = UnsafePointer(policy)
         info.fd_limit_per_thread = UInt32(clamping: options.fdLimitPerThread)
         let server = strdup("calling-server")!
@@ -413,6 +418,9 @@ package enum LWS {
 
     // MARK: connections (service thread)
 
+    /// `shutdown(SHUT_RDWR)` on `wsi`'s socket: the client sees FIN, and reads of it end at once.
+    package static func shutdownBothWays(_ wsi: OpaquePointer) { _ = shutdown(lws_get_socket_fd(wsi), Int32(SHUT_RDWR)) }
+
     /// `lws_callback_on_writable`.
     @inlinable package static func callbackOnWritable(_ wsi: OpaquePointer) { _ = lws_callback_on_writable(wsi) }
 
@@ -433,6 +441,11 @@ package enum LWS {
     /// `lws_set_timeout(…, LWS_TO_KILL_ASYNC)`: closes the socket from lws's timer processing.
     package static func killAsync(_ wsi: OpaquePointer) {
         lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_KEEPALIVE_IDLE, LWS_TO_KILL_ASYNC)
+    }
+
+    /// `lws_set_timeout(…, LWS_TO_KILL_SYNC)`: closes the socket now. Never from a callback of `wsi` itself.
+    package static func killNow(_ wsi: OpaquePointer) {
+        lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_KEEPALIVE_IDLE, LWS_TO_KILL_SYNC)
     }
 
     /// `lws_http_transaction_completed`: nonzero means close the socket.
