@@ -60,8 +60,15 @@ class CallingClient(
     private val callbackExecutor: Executor,
     settings: SignalingSession.Settings = SignalingSession.Settings(),
     private val http: OkHttpClient = OkHttpClient(),
-    private val tokenProvider: (suspend () -> String)? = null
+    /** Asked for a fresh token before each reconnect (so a 4401 close is retried); null: none. */
+    val tokenProvider: (suspend () -> String)? = null
 ) {
+    /** The token of the last (re)connect, for REST calls. */
+    @Volatile private var currentToken: String = token
+    /** The room of the last `welcome`. */
+    @Volatile var roomId: String? = null
+        private set
+
     private val session = SignalingSession(token, settings.copy(
         lifecycle = settings.lifecycle.copy(hasTokenProvider = tokenProvider != null)))
     private val loopExecutor = Executors.newSingleThreadExecutor { r -> Thread(r, "calling-client").apply { isDaemon = true } }
@@ -108,6 +115,20 @@ class CallingClient(
     fun markRead(seq: Long) { post(SessionInput.MarkRead(seq)) }
     fun ping() { post(SessionInput.Ping) }
 
+    /**
+     * One page of the room's chat history after [sinceSeq] (`GET /v1/rooms/{id}/messages` with
+     * this client's token, docs/protocol.md "History API"). [roomId] defaults to the room of the
+     * last `welcome`, else the token's `room_id` claim. Works before `connect()`. Throws a
+     * [CallingError] (`status`, problem `code`) when refused.
+     */
+    suspend fun fetchMessages(roomId: String? = null, sinceSeq: Long = 0, limit: Int = 50): MessagesPage {
+        val token = currentToken
+        val room = roomId ?: this.roomId ?: roomIdClaim(token)
+            ?: throw CallingError("invalid_token", "the token has no room_id claim")
+        val path = "/v1/rooms/${java.net.URLEncoder.encode(room, "UTF-8").replace("+", "%20")}/messages?since_seq=$sinceSeq&limit=$limit"
+        return MessagesPage.from(Rest.getJson(http, baseUrl, path, token), room, sinceSeq, limit)
+    }
+
     /** Stops the frame coroutine; call after `disconnect()` when the client is no longer needed. */
     fun close() {
         socket?.cancel()
@@ -138,6 +159,7 @@ class CallingClient(
         }
         for (action in session.handle(sessionInput)) perform(action)
         state = session.state
+        roomId = session.roomId
     }
 
     private fun perform(action: SessionAction) {
@@ -150,6 +172,16 @@ class CallingClient(
                 socket = null
             }
             is SessionAction.Send -> socket?.send(action.text)
+            is SessionAction.FetchGap -> scope.launch {
+                try {
+                    val page = fetchMessages(null, action.sinceSeq, SignalingSession.GAP_PAGE_LIMIT)
+                    post(SessionInput.GapPage(action.generation, page))
+                } catch (e: CallingError) {
+                    post(SessionInput.GapFailed(action.generation, e))
+                } catch (e: Exception) {
+                    post(SessionInput.GapFailed(action.generation, CallingError("closed", "history page failed: ${e.message}", isRetryable = true)))
+                }
+            }
             is SessionAction.Arm -> {
                 timers.remove(action.timer)?.job?.cancel()
                 val generation = ++timerGeneration
@@ -183,6 +215,7 @@ class CallingClient(
 
     private fun open(action: SessionAction.OpenSocket) {
         val id = action.id
+        currentToken = action.token
         val request = Request.Builder()
             .url(baseUrl.trimEnd('/') + action.path)
             .header("Authorization", "Bearer ${action.token}")

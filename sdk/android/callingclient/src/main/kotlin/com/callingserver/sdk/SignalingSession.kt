@@ -7,6 +7,8 @@ sealed class SessionTimer {
     data class Lifecycle(val timer: ConnectionLifecycle.Timer) : SessionTimer()
     data class ChatAck(val clientId: String) : SessionTimer()
     object Typing : SessionTimer() { override fun toString() = "Typing" }
+    /** The keep-alive tick: sends a `ping`, or drops the socket when the last one is unanswered. */
+    object Ping : SessionTimer() { override fun toString() = "Ping" }
 }
 
 /** What the session asks of its driver, in order. */
@@ -24,6 +26,11 @@ sealed class SessionAction {
     data class Resolve(val waiter: Long, val value: Any?, val error: CallingError?) : SessionAction()
     data class Emit(val event: CallingEvent) : SessionAction()
     data class RefreshToken(val attempt: Int) : SessionAction()
+    /**
+     * Fetch one history page after [sinceSeq] (the gap fill after a capped replay) and hand it
+     * back as [SessionInput.GapPage] or [SessionInput.GapFailed] with the same [generation].
+     */
+    data class FetchGap(val sinceSeq: Long, val generation: Long) : SessionAction()
 }
 
 /** Everything that can happen to a session: the app's calls, socket events, timers. */
@@ -43,6 +50,9 @@ sealed class SessionInput {
     data class SocketFailed(val socket: Long, val error: CallingError) : SessionInput()
     data class TimerFired(val timer: SessionTimer) : SessionInput()
     data class TokenRefreshed(val attempt: Int, val token: String?, val error: CallingError?) : SessionInput()
+    /** A page of the gap fill numbered [generation] ([SessionAction.FetchGap]). */
+    data class GapPage(val generation: Long, val page: MessagesPage) : SessionInput()
+    data class GapFailed(val generation: Long, val error: CallingError) : SessionInput()
 }
 
 /**
@@ -52,7 +62,8 @@ sealed class SessionInput {
  * and `error` frames. No sockets, threads or clock: [handle] returns [SessionAction]s, which
  * [CallingClient] performs. It mirrors the Swift SDK's `SignalingSession` with its `ChatLedger`
  * (Sources/CallingClient) and the browser SDK's `CallingClient` (sdk/js/calling-client.js), minus
- * media, the keep-alive ping and the REST gap fill (docs/android.md says which).
+ * media (docs/android.md says what else). The keep-alive `ping` and the REST gap fill after a
+ * capped replay ([SessionAction.FetchGap]) are here; the driver does the HTTP.
  */
 class SignalingSession(token: String, val settings: Settings = Settings()) {
     data class Settings(
@@ -62,8 +73,19 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         /** Sends of one chat before it fails with `timeout`; the resend after a reconnect is free. */
         val chatMaxSends: Int = 3,
         /** `setTyping(true)` turns itself off after this long without another. */
-        val typingTimeoutMs: Long = 3_000
+        val typingTimeoutMs: Long = 3_000,
+        /**
+         * Interval of keep-alive `ping` frames while connected; null uses `welcome.ping_interval_ms`
+         * (25 s when absent), 0 disables. A `ping` still unanswered at the next tick means the
+         * connection is dead (half-open TCP): the socket is dropped (close 4000) and reconnected.
+         */
+        val pingIntervalMs: Long? = null
     )
+
+    companion object {
+        /** Page size of the REST gap fill, as in the browser and Swift SDKs. */
+        const val GAP_PAGE_LIMIT = 200
+    }
 
     private val lifecycle = ConnectionLifecycle(token, settings.lifecycle)
     private var out = ArrayList<SessionAction>()
@@ -90,6 +112,18 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
     private var seenFloor = 0L
     private var resumable = false
     private var replayRemaining = 0
+    /** The resumed welcome said `recovered: false`: fill the gap over REST once the replay is in. */
+    private var gapFillPending = false
+    /** Where the REST gap fill has got to (null: no gap open); reconnects resume from here. */
+    private var gapCursor: Long? = null
+    /** The socket whose gap fill runs; pages of another are stale. */
+    private var gapGeneration: Long? = null
+    /** Highest seq delivered by the current socket's resume replay. */
+    private var replayHigh = 0L
+
+    // keep-alive: the interval while connected (null: stopped) and whether a ping is unanswered
+    private var pingEveryMs: Long? = null
+    private var awaitingPong = false
 
     // relays to peers in their reconnect grace
     private val held = LinkedHashMap<String, MutableList<String>>()
@@ -116,9 +150,19 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             is SessionInput.SocketFailed -> run(ConnectionLifecycle.Input.SocketFailed(input.socket, input.error))
             is SessionInput.TimerFired -> timerFired(input.timer)
             is SessionInput.TokenRefreshed -> run(ConnectionLifecycle.Input.TokenRefreshed(input.attempt, input.token, input.error))
+            is SessionInput.GapPage -> gapPage(input.generation, input.page)
+            is SessionInput.GapFailed -> if (input.generation == gapGeneration) {
+                // Reported once; a reconnect resumes from the gap's cursor.
+                gapGeneration = null
+                emit(CallingEvent.Error(input.error))
+            }
         }
         return out
     }
+
+    /** The room of the last `welcome` (null before the first). */
+    var roomId: String? = null
+        private set
 
     /** The socket whose frames count now (tests feed frames on it). */
     internal fun currentSocketForTest(): Long = lifecycle.currentSocket ?: lifecycle.socket
@@ -165,7 +209,9 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         for (action in lifecycle.handle(input)) {
             when (action) {
                 is ConnectionLifecycle.Action.OpenSocket -> {
-                    val path = if (resumable) "${settings.path}?last_seq=$lastSeq" else settings.path
+                    replayHigh = 0
+                    val from = minOf(lastSeq, gapCursor ?: Long.MAX_VALUE)
+                    val path = if (resumable) "${settings.path}?last_seq=$from" else settings.path
                     out.add(SessionAction.OpenSocket(action.id, path, action.token))
                 }
                 is ConnectionLifecycle.Action.CloseSocket -> out.add(SessionAction.CloseSocket(action.code, action.reason))
@@ -183,6 +229,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             is ConnectionLifecycle.Notice.Connecting -> setState(ConnectionState.CONNECTING)
             is ConnectionLifecycle.Notice.SocketDown -> {
                 replayRemaining = 0
+                stopKeepAlive()
                 recentAddressed.clear()
                 if (typingOn) out.add(SessionAction.Cancel(SessionTimer.Typing))
                 typingOn = false
@@ -237,6 +284,19 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
                 typingOn = false
                 if (state == ConnectionState.CONNECTED) send(frameText("typing", null, JSONObject().put("typing", false)))
             }
+            is SessionTimer.Ping -> {
+                val every = pingEveryMs ?: return
+                if (state != ConnectionState.CONNECTED) return
+                if (awaitingPong) {
+                    // The previous ping was never answered (half-open TCP): drop the socket (4000)
+                    // and reconnect as after any drop.
+                    run(ConnectionLifecycle.Input.Dropped(CallingError.closed(null, "no pong within $every ms")))
+                    return
+                }
+                awaitingPong = true
+                send(frameText("ping"))
+                out.add(SessionAction.Arm(SessionTimer.Ping, every))
+            }
         }
     }
 
@@ -254,8 +314,12 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             "chat" -> {
                 val message = chatMessage(payload, from) ?: return
                 val replayed = replayRemaining > 0
-                if (replayed) replayRemaining -= 1
+                if (replayed) replayHigh = maxOf(replayHigh, message.seq)
                 receiveChat(message)
+                if (replayed) {
+                    replayRemaining -= 1
+                    if (replayRemaining == 0 && gapFillPending) startGapFill()
+                }
             }
             "typing" -> if (from != null && payload != null && payload.has("typing")) emit(CallingEvent.Typing(from, payload.optBoolean("typing")))
             "read" -> if (from != null && payload != null && payload.has("seq")) emit(CallingEvent.Read(from, payload.optLong("seq")))
@@ -288,7 +352,10 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
                 emit(CallingEvent.Data(from, raw))
             }
             "meter" -> emit(CallingEvent.Meter(payload?.optString("state", "") ?: "", payload?.toString() ?: "null"))
-            "pong" -> emit(CallingEvent.Pong)
+            "pong" -> {
+                awaitingPong = false
+                emit(CallingEvent.Pong)
+            }
             else -> Unit // newer than this SDK
         }
     }
@@ -304,7 +371,9 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             unread = payload.optLong("unread", 0), resumed = resumed,
             recovered = payload.optBoolean("recovered", true), replayCount = payload.optInt("replay_count", 0))
         peerId = welcome.peerId
+        roomId = welcome.roomId
         replayRemaining = if (resumed) welcome.replayCount else 0
+        gapFillPending = resumed && !welcome.recovered
         if (!resumed) {
             // A fresh join: the room's messages so far are history, not live events.
             if (welcome.lastSeq > lastSeq) lastSeq = welcome.lastSeq
@@ -333,6 +402,55 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         }
         // Everything not acked yet, oldest first, with the same client_ids (free resends).
         for (id in pending.keys.toList()) transmit(id, false)
+        startKeepAlive(if (payload.has("ping_interval_ms")) payload.optLong("ping_interval_ms", 25_000) else 25_000)
+        // A capped replay with nothing replayed: the gap fill starts now, else after the replay.
+        if (gapFillPending && replayRemaining == 0) startGapFill()
+    }
+
+    // --- keep-alive ---------------------------------------------------------------------------
+
+    private fun startKeepAlive(serverIntervalMs: Long) {
+        val every = settings.pingIntervalMs ?: serverIntervalMs
+        if (every > 0 && pingEveryMs == null) {
+            pingEveryMs = every
+            awaitingPong = false
+            out.add(SessionAction.Arm(SessionTimer.Ping, every))
+        }
+    }
+
+    private fun stopKeepAlive() {
+        if (pingEveryMs != null) out.add(SessionAction.Cancel(SessionTimer.Ping))
+        pingEveryMs = null
+        awaitingPong = false
+    }
+
+    // --- REST gap fill ------------------------------------------------------------------------
+
+    /**
+     * Pages the history after the replay over REST, each message through the same seq dedupe as
+     * live frames (a live message may come before older gap messages; each seq is reported once).
+     */
+    private fun startGapFill() {
+        val generation = lifecycle.currentSocket ?: return
+        gapFillPending = false
+        // After a reconnect in the middle of a gap, the replay covered gapCursor...replayHigh.
+        val since = gapCursor?.let { maxOf(it, replayHigh) } ?: lastSeq
+        gapCursor = since
+        gapGeneration = generation
+        out.add(SessionAction.FetchGap(since, generation))
+    }
+
+    private fun gapPage(generation: Long, page: MessagesPage) {
+        val cursor = gapCursor ?: return
+        if (generation != gapGeneration || generation != lifecycle.currentSocket) return
+        for (message in page.messages) receiveChat(message)
+        if (page.hasMore && page.nextSinceSeq > cursor) {
+            gapCursor = page.nextSinceSeq
+            out.add(SessionAction.FetchGap(page.nextSinceSeq, generation))
+        } else {
+            gapCursor = null
+            gapGeneration = null
+        }
     }
 
     private fun error(json: JSONObject, payload: JSONObject?) {
@@ -439,7 +557,8 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         seenSeqs.add(seq)
         if (seq > lastSeq) lastSeq = seq
         if (seenSeqs.size > 4096) {
-            val floor = lastSeq - 1024
+            // Never above an open gap: its messages are still to come.
+            val floor = minOf(lastSeq - 1024, gapCursor ?: Long.MAX_VALUE)
             seenSeqs.removeAll { it <= floor }
             seenFloor = maxOf(seenFloor, floor)
         }
@@ -452,12 +571,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         out.add(SessionAction.Resolve(chat.waiter, ack, error))
     }
 
-    private fun chatMessage(payload: JSONObject?, from: String?): ChatMessage? {
-        if (payload == null || from == null || !payload.has("seq")) return null
-        val meta = if (payload.has("meta") && !payload.isNull("meta")) payload.get("meta").toString() else null
-        return ChatMessage(payload.getLong("seq"), from, payload.optString("client_id", ""), payload.optString("text", ""),
-            payload.optLong("ts", 0), meta)
-    }
+    private fun chatMessage(payload: JSONObject?, from: String?): ChatMessage? = chatMessageOf(payload, from)
 
     // --- typing -------------------------------------------------------------------------------
 

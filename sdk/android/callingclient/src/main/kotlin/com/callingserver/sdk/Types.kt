@@ -36,6 +36,32 @@ data class Welcome(
 /** A committed chat message, live or replayed (docs/protocol.md "chat (server -> client)"). */
 data class ChatMessage(val seq: Long, val from: String, val clientId: String, val text: String, val ts: Long, val meta: String?)
 
+/**
+ * One page of `GET /v1/rooms/{room_id}/messages` (docs/protocol.md "History API"): [messages]
+ * after the asked `since_seq`, oldest first; ask again from [nextSinceSeq] while [hasMore].
+ */
+data class MessagesPage(
+    val roomId: String,
+    val messages: List<ChatMessage>,
+    val nextSinceSeq: Long,
+    val hasMore: Boolean,
+    val lastSeq: Long,
+    val limit: Int
+) {
+    companion object {
+        /** Reads the endpoint's JSON body; [sinceSeq] and [limit] stand in for absent fields. */
+        fun from(body: JSONObject, roomId: String, sinceSeq: Long, limit: Int): MessagesPage {
+            val array = body.optJSONArray("messages")
+            val messages = if (array == null) emptyList() else (0 until array.length()).mapNotNull {
+                val raw = array.optJSONObject(it)
+                chatMessageOf(raw, raw?.let { json -> stringOrNull(json, "from") })
+            }
+            return MessagesPage(stringOrNull(body, "room_id") ?: roomId, messages, body.optLong("next_since_seq", sinceSeq),
+                body.optBoolean("has_more", false), body.optLong("last_seq", 0), body.optInt("limit", limit))
+        }
+    }
+}
+
 /** The server's `chat-ack` for one of our messages: the same [seq] and [ts] for every retry of a `client_id`. */
 data class ChatAck(val clientId: String, val seq: Long, val ts: Long)
 
@@ -82,4 +108,24 @@ internal fun frameText(type: String, to: String? = null, payload: Any? = null): 
 internal fun peersOf(array: JSONArray?): List<PeerInfo> {
     if (array == null) return emptyList()
     return (0 until array.length()).mapNotNull { PeerInfo.from(array.optJSONObject(it)) }
+}
+
+/** A `chat` frame's payload or a history entry; null without `seq` or sender. */
+internal fun chatMessageOf(payload: JSONObject?, from: String?): ChatMessage? {
+    if (payload == null || from == null || !payload.has("seq")) return null
+    val meta = if (payload.has("meta") && !payload.isNull("meta")) payload.get("meta").toString() else null
+    return ChatMessage(payload.getLong("seq"), from, payload.optString("client_id", ""), payload.optString("text", ""),
+        payload.optLong("ts", 0), meta)
+}
+
+/** The `room_id` claim of a JWT, read without verifying it (the server verifies); null if absent. */
+internal fun roomIdClaim(token: String): String? {
+    val parts = token.split('.')
+    if (parts.size != 3) return null
+    return try {
+        val json = String(java.util.Base64.getUrlDecoder().decode(parts[1].trimEnd('=')), Charsets.UTF_8)
+        stringOrNull(JSONObject(json), "room_id")
+    } catch (e: Exception) {
+        null
+    }
 }

@@ -11,7 +11,7 @@ import java.util.concurrent.TimeUnit
  * is `.build/debug/calling-server` under the working directory (the repository root when run by
  * `make test-android`), or the `calling.server.bin` system property.
  */
-class ServerProcess {
+class ServerProcess(private val extraArgs: List<String> = emptyList()) {
     private val binary = File(System.getProperty("calling.server.bin") ?: ".build/debug/calling-server").absoluteFile
     val dataDir: File = Files.createTempDirectory("calling-android-test").toFile()
     private var process: Process? = null
@@ -25,7 +25,7 @@ class ServerProcess {
         runs += 1
         val log = File(dataDir.parentFile, "${dataDir.name}.out.$runs")
         val builder = ProcessBuilder(binary.path, "serve", "--host", "127.0.0.1", "--port", port.toString(),
-            "--data-dir", dataDir.path).redirectErrorStream(true).redirectOutput(log)
+            "--data-dir", dataDir.path, *extraArgs.toTypedArray()).redirectErrorStream(true).redirectOutput(log)
         builder.environment().keys.removeAll { it.startsWith("CALLING_") }
         val started = builder.start()
         process = started
@@ -59,8 +59,13 @@ class ServerProcess {
         process = null
     }
 
-    fun token(room: String, peer: String): String {
-        val cli = ProcessBuilder(binary.path, "token", "--data-dir", dataDir.path, "--room", room, "--peer", peer)
+    fun token(room: String, peer: String): String = mint("--room", room, "--peer", peer)
+
+    /** A presence token (`--scope presence`) for [role] `agent`, `dashboard` or `caller`. */
+    fun presenceToken(peer: String, role: String): String = mint("--peer", peer, "--role", role, "--scope", "presence")
+
+    private fun mint(vararg args: String): String {
+        val cli = ProcessBuilder(binary.path, "token", "--data-dir", dataDir.path, *args)
             .redirectError(ProcessBuilder.Redirect.INHERIT).start()
         val out = cli.inputStream.bufferedReader().readText().trim()
         check(cli.waitFor() == 0 && out.count { it == '.' } == 2) { "token CLI failed: $out" }

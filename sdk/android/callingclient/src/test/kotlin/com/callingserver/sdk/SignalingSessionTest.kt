@@ -113,4 +113,101 @@ class SignalingSessionTest {
         assertEquals(4400, actions.filterIsInstance<SessionAction.Resolve>().single().error?.closeCode)
         assertNull(actions.filterIsInstance<SessionAction.Resolve>().single().value)
     }
+
+    // --- keep-alive ---------------------------------------------------------------------------
+
+    @Test fun keepAlivePingsAtTheWelcomeIntervalAndAPongKeepsTheSocket() {
+        session.handle(SessionInput.Connect(1))
+        val welcome = frame("""{"type":"welcome","payload":{"peer_id":"me","room_id":"r","peers":[],"last_seq":0,"ping_interval_ms":5000}}""")
+        assertTrue(welcome.contains(SessionAction.Arm(SessionTimer.Ping, 5000)))
+        val tick = session.handle(SessionInput.TimerFired(SessionTimer.Ping))
+        assertEquals("""{"type":"ping"}""", sent(tick).single().toString())
+        assertTrue(tick.contains(SessionAction.Arm(SessionTimer.Ping, 5000)))
+        frame("""{"type":"pong"}""")
+        val next = session.handle(SessionInput.TimerFired(SessionTimer.Ping))
+        assertEquals(1, sent(next).size)
+        assertTrue(next.none { it is SessionAction.AbortSocket })
+        assertEquals(ConnectionState.CONNECTED, session.state)
+    }
+
+    @Test fun anUnansweredPingAbandonsTheSocketAndReconnects() {
+        connected(lastSeq = 4)
+        session.handle(SessionInput.TimerFired(SessionTimer.Ping))
+        val dead = session.handle(SessionInput.TimerFired(SessionTimer.Ping))
+        // Dropped with 4000 (AbortSocket), never the clean 1000 of CloseSocket; no second ping.
+        assertTrue(dead.contains(SessionAction.AbortSocket))
+        assertTrue(dead.none { it is SessionAction.CloseSocket })
+        assertTrue(sent(dead).isEmpty())
+        assertTrue(dead.contains(SessionAction.Cancel(SessionTimer.Ping)))
+        assertTrue(events(dead).contains(CallingEvent.Reconnecting(1)))
+        assertEquals(ConnectionState.RECONNECTING, session.state)
+        val open = session.handle(SessionInput.TimerFired(SessionTimer.Lifecycle(ConnectionLifecycle.Timer.RECONNECT)))
+        assertEquals("/v1/ws?last_seq=4", open.filterIsInstance<SessionAction.OpenSocket>().single().path)
+        // A late tick of the dead socket does nothing.
+        assertTrue(session.handle(SessionInput.TimerFired(SessionTimer.Ping)).isEmpty())
+    }
+
+    @Test fun theDefaultIntervalIs25sAndASettingOverridesOrDisablesIt() {
+        assertTrue(connected().contains(SessionAction.Arm(SessionTimer.Ping, 25_000)))
+        for ((setting, armed) in listOf(700L to true, 0L to false)) {
+            val other = SignalingSession("tok", SignalingSession.Settings(pingIntervalMs = setting))
+            other.handle(SessionInput.Connect(1))
+            val actions = other.handle(SessionInput.SocketText(other.currentSocketForTest(),
+                """{"type":"welcome","payload":{"peer_id":"me","room_id":"r","peers":[],"ping_interval_ms":5000}}"""))
+            assertEquals(armed, actions.contains(SessionAction.Arm(SessionTimer.Ping, 700)))
+            assertTrue(actions.none { it is SessionAction.Arm && it.timer == SessionTimer.Ping && it.afterMs != 700L })
+        }
+    }
+
+    // --- REST gap fill ------------------------------------------------------------------------
+
+    private fun chat(seq: Long, from: String = "bob") = ChatMessage(seq, from, "c$seq", "m$seq", seq, null)
+
+    private fun resumed(recovered: Boolean, replayCount: Int): List<SessionAction> {
+        session.handle(SessionInput.SocketClosed(session.currentSocketForTest(), 1001, "restart"))
+        session.handle(SessionInput.TimerFired(SessionTimer.Lifecycle(ConnectionLifecycle.Timer.RECONNECT)))
+        return frame("""{"type":"welcome","payload":{"peer_id":"me","room_id":"r","peers":[],"last_seq":20,"recovered":$recovered,"replay_count":$replayCount}}""")
+    }
+
+    @Test fun aCappedReplayIsFollowedByRestPagesEachMessageOnce() {
+        connected(lastSeq = 3)
+        assertTrue(resumed(recovered = false, replayCount = 2).none { it is SessionAction.FetchGap })
+        frame("""{"type":"chat","from":"bob","payload":{"seq":4,"client_id":"c4","text":"m4","ts":4}}""")
+        val last = frame("""{"type":"chat","from":"bob","payload":{"seq":5,"client_id":"c5","text":"m5","ts":5}}""")
+        val socket = session.currentSocketForTest()
+        assertEquals(SessionAction.FetchGap(5, socket), last.filterIsInstance<SessionAction.FetchGap>().single())
+        // A live message overtakes the gap: reported now, and not again from the page.
+        frame("""{"type":"chat","from":"bob","payload":{"seq":9,"client_id":"c9","text":"m9","ts":9}}""")
+        val page1 = session.handle(SessionInput.GapPage(socket, MessagesPage("r", listOf(chat(6), chat(7)), 7, true, 9, 200)))
+        assertEquals(listOf(6L, 7L), events(page1).map { (it as CallingEvent.Chat).message.seq })
+        assertEquals(SessionAction.FetchGap(7, socket), page1.filterIsInstance<SessionAction.FetchGap>().single())
+        val page2 = session.handle(SessionInput.GapPage(socket, MessagesPage("r", listOf(chat(8), chat(9)), 9, false, 9, 200)))
+        assertEquals(listOf(8L), events(page2).map { (it as CallingEvent.Chat).message.seq })
+        assertTrue(page2.none { it is SessionAction.FetchGap })
+        assertEquals(9L, session.lastSeq)
+        // A stale page (an older socket's) is ignored.
+        assertTrue(session.handle(SessionInput.GapPage(socket - 1, MessagesPage("r", listOf(chat(10)), 10, false, 10, 200))).isEmpty())
+    }
+
+    @Test fun anEmptyCappedReplayStartsTheGapFillAtWelcomeAndAFailureResumesFromTheCursor() {
+        connected(lastSeq = 3)
+        val welcome = resumed(recovered = false, replayCount = 0)
+        val socket = session.currentSocketForTest()
+        assertEquals(SessionAction.FetchGap(3, socket), welcome.filterIsInstance<SessionAction.FetchGap>().single())
+        val failure = CallingError("http_error", "HTTP 500", status = 500, isRetryable = true)
+        assertEquals(listOf(CallingEvent.Error(failure)), events(session.handle(SessionInput.GapFailed(socket, failure))))
+        frame("""{"type":"chat","from":"bob","payload":{"seq":30,"client_id":"c30","text":"live","ts":30}}""")
+        // The next socket resumes from the gap's cursor, not from the live message past it.
+        session.handle(SessionInput.SocketClosed(socket, 1001, "restart"))
+        val open = session.handle(SessionInput.TimerFired(SessionTimer.Lifecycle(ConnectionLifecycle.Timer.RECONNECT)))
+        assertEquals("/v1/ws?last_seq=3", open.filterIsInstance<SessionAction.OpenSocket>().single().path)
+        // Recovered this time: no REST fill.
+        assertTrue(frame("""{"type":"welcome","payload":{"peer_id":"me","room_id":"r","peers":[],"last_seq":30,"recovered":true,"replay_count":0}}""")
+            .none { it is SessionAction.FetchGap })
+    }
+
+    @Test fun aRecoveredResumeFetchesNothing() {
+        connected(lastSeq = 3)
+        assertTrue(resumed(recovered = true, replayCount = 0).none { it is SessionAction.FetchGap })
+    }
 }
