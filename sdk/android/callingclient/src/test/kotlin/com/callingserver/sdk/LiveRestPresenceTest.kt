@@ -2,6 +2,7 @@ package com.callingserver.sdk
 
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeout
+import org.json.JSONObject
 import org.junit.After
 import org.junit.Assert.assertEquals
 import org.junit.Assert.assertFalse
@@ -51,6 +52,8 @@ class LiveRestPresenceTest {
         val listener = object : PresenceListener {
             override fun onStatus(agent: AgentPresence) { events.queue.add(agent) }
             override fun onError(error: CallingError, requestId: String?) { events.queue.add(error) }
+            override fun onRequest(requestId: String, payload: String) { events.queue.add("request $requestId") }
+            override fun onAccepted(requestId: String, payload: String) { events.queue.add("accepted $requestId ${JSONObject(payload).optString("room_id")}") }
         }
         return PresenceClient(server.wsBase, server.presenceToken(peer, role), listener, callbacks).also { presences.add(it) }
     }
@@ -128,5 +131,25 @@ class LiveRestPresenceTest {
         // A dashboard that connects now gets it in its snapshot.
         val late = presence("sup2", "dashboard", Events())
         assertEquals("away", late.connect().agents.getValue("ann").status)
+    }
+
+    @Test fun aCallerRequestsAnAgentWhoAcceptsAndBothGetTheCall() = runBlocking<Unit> {
+        val agentEvents = Events()
+        val callerEvents = Events()
+        val agent = presence("ann", "agent", agentEvents)
+        val caller = presence("cust", "caller", callerEvents)
+        agent.connect()
+        caller.connect()
+        caller.request(agentId = "ann")
+        val offered = agentEvents.await("request") { (it as? String)?.takeIf { e -> e.startsWith("request ") } }
+        val requestId = offered.removePrefix("request ")
+        callerEvents.await("ringing ack") { if (it == "request $requestId") it else null }
+        agent.accept(requestId)
+        val forAgent = agentEvents.await("accepted") { (it as? String)?.takeIf { e -> e.startsWith("accepted $requestId ") } }
+        val forCaller = callerEvents.await("accepted") { (it as? String)?.takeIf { e -> e.startsWith("accepted $requestId ") } }
+        assertEquals(forAgent, forCaller)
+        assertTrue(forAgent.length > "accepted $requestId ".length)
+        // The server set the agent busy; the agent's memory learnt it from the status frame.
+        agentEvents.await("ann busy") { (it as? AgentPresence)?.takeIf { a -> a.agentId == "ann" && a.status == "busy" } }
     }
 }
