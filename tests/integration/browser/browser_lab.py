@@ -221,15 +221,15 @@ class Browser:
 class BrowserLab:
     """chromedriver on peer host A and the Chromium sessions it runs; `close()` ends them all."""
 
-    def __init__(self, lab: netns.Lab, server: netns.NsServer):
+    def __init__(self, lab: netns.Lab, server: netns.NsServer, host: netns.PeerHost | None = None):
         self.lab = lab
         self.server = server
-        self.host = lab.a
+        self.host = host or lab.a  # another peer host gets its own chromedriver (its own namespace)
         self.base_url = server.base_url_for(self.host)
         self.browsers: list[Browser] = []
         env = {k: v for k, v in os.environ.items() if not k.startswith("CALLING_")}
         self.chromedriver = lab.spawn(self.host, [CHROMEDRIVER, f"--port={CHROMEDRIVER_PORT}", "--allowed-ips=127.0.0.1"],
-                                      "chromedriver", env=env)
+                                      f"chromedriver-{self.host.name}", env=env)
         self.chromedriver.wait_for_output(r"ChromeDriver was started successfully", 10)
         self.forwarder = Forwarder(self.host, CHROMEDRIVER_PORT)
 

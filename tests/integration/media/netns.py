@@ -432,6 +432,18 @@ class Lab:
     def b(self) -> PeerHost:
         return self.peer_hosts[-1]
 
+    def cut_a(self, dropping: bool) -> None:
+        """Drops (or passes again) every packet to and from peer host A, as a Wi-Fi that goes silent:
+        blackhole routes more specific than the lab's own, on A (to the server host and B's subnet),
+        on the server host (to A) and on B (to A's subnet). Links, addresses and open sockets stay."""
+        action = "add" if dropping else "del"
+        for host, prefix in ((self.a, f"{self.a.gateway}/32"), (self.a, f"{self.b.address.rsplit('.', 1)[0]}.0/24"),
+                             (self.server_host, f"{self.a.address}/32"),
+                             (self.b, f"{self.a.address.rsplit('.', 1)[0]}.0/24")):
+            result = host.run(["ip", "route", action, "blackhole", prefix])
+            if result.returncode != 0:
+                raise LabError(f"{host.name}: ip route {action} blackhole {prefix}: {result.stderr.strip()}")
+
     def spawn(self, host: Namespace, argv: list, label: str, env: dict | None = None) -> Proc:
         log_path = self.workdir / f"{len(self.procs):02d}-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.log"
         proc = Proc(label, argv, host, log_path, env=env)

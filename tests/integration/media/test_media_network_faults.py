@@ -1,13 +1,18 @@
 """Calls across a network that drops out (docs/sdk.md "Media", call timing).
 
 Two Linux peers (`calling-server peer`, the Swift SDK on GStreamer) call each other in a private
-namespace lab; mid-call every packet to and from peer host A is dropped (blackhole routes on
-every host; the links stay up, as on a Wi-Fi that goes silent). The SDK notices the silence within `MediaOptions.mediaStallTimeout` (2 s), reports the
-call `disconnected`, and gives it `mediaDisconnectGrace` (5 s) to come back:
+namespace lab; mid-call every packet to and from peer host A is dropped (`Lab.cut_a`: blackhole
+routes on every host; the links stay up, as on a Wi-Fi that goes silent). The SDK notices the
+silence within `MediaOptions.mediaStallTimeout` (2 s), reports the call `disconnected`, and a room
+call then has `iceRestartWindow` (15 s) to come back (docs/sdk.md "What survives a drop"):
 
 - a 3 s outage: the call survives and ends by the caller's own `--seconds`;
-- an 8 s outage: the call ends as `disconnected` (retryable) before the network is back;
-- the same 8 s outage under an HTTP session's app (`--web-call`): it starts posting a new session
+- an 8 s outage: still inside the window, the call survives too (it ended as `disconnected`
+  before the window existed, under the 5 s `mediaDisconnectGrace` that now applies to HTTP
+  sessions' calls only);
+- an 18 s outage: longer than the window; both sides end the call as `disconnected` before the
+  network is back, and neither is left `connected`;
+- an 8 s outage under an HTTP session's app (`--web-call`): it starts posting a new session
   with the same token as soon as the connection is `disconnected` (retrying while the network is
   down) and the call goes on.
 """
@@ -29,18 +34,6 @@ def linux_peer_cli():
         pytest.skip(reason)
 
 
-def set_loss(lab, dropping: bool) -> None:
-    """Drops (or passes again) every packet to and from peer host A: blackhole routes more specific
-    than the lab's own, on A (to the server host and B's subnet), on the server host (to A) and on
-    B (to A's subnet). The links and the lab's routes stay as they are."""
-    action = "add" if dropping else "del"
-    for host, prefix in ((lab.a, f"{lab.a.gateway}/32"), (lab.a, "10.231.2.0/24"),
-                         (lab.server_host, f"{lab.a.address}/32"), (lab.b, "10.231.1.0/24")):
-        result = host.run(["ip", "route", action, "blackhole", prefix])
-        if result.returncode != 0:
-            raise AssertionError(f"{host.name}: ip route {action} blackhole {prefix}: {result.stderr.strip()}")
-
-
 def call_with_outage(lab, outage_seconds: float, caller_seconds: int):
     server = lab.start_server()
     bob = linux_peer(lab, lab.b, server, server.token("r1", "bob"), "linux-bob", tone=660, seconds=40)
@@ -49,11 +42,11 @@ def call_with_outage(lab, outage_seconds: float, caller_seconds: int):
                        seconds=caller_seconds)
     alice.wait_for_output(r"connect-time peer=bob", CONNECT_TIMEOUT)
     time.sleep(1)  # media flowing both ways
-    set_loss(lab, True)
+    lab.cut_a(True)
     try:
         time.sleep(outage_seconds)
     finally:
-        set_loss(lab, False)
+        lab.cut_a(False)
     return alice, bob
 
 
@@ -70,13 +63,32 @@ def test_a_3_s_outage_mid_call_is_survived(make_lab):
     assert "call-failed" not in bob.output(), bob.tail()
 
 
-def test_an_8_s_outage_ends_the_call_as_disconnected(make_lab):
+def test_an_8_s_outage_is_inside_the_ice_restart_window(make_lab):
     lab = make_lab(routed=True)
-    alice, _ = call_with_outage(lab, 8, caller_seconds=40)
+    alice, bob = call_with_outage(lab, 8, caller_seconds=14)
     summary = alice.summary(SUMMARY_TIMEOUT)
     output = alice.output()
-    assert "call-failed bob call disconnected" in output, alice.tail()
+    assert "call-state disconnected peer=bob" in output, f"the outage went unnoticed: {alice.tail()}"
+    assert output.rfind("call-state connected peer=bob") > output.find("call-state disconnected peer=bob"), \
+        f"the call did not come back: {alice.tail()}"
+    assert "call-failed" not in output, alice.tail()
+    assert summary.get("hangup_reason") == "time", f"the call ended early: {summary}"
+    assert "call-failed" not in bob.output(), bob.tail()
+
+
+def test_an_outage_longer_than_the_window_ends_the_call_as_disconnected_on_both_sides(make_lab):
+    """2 s to notice + 15 s window < 18 s: both sides give up while the network is still down."""
+    lab = make_lab(routed=True)
+    alice, bob = call_with_outage(lab, 18, caller_seconds=40)
+    summary = alice.summary(SUMMARY_TIMEOUT)
+    assert "call-failed bob call disconnected" in alice.output(), alice.tail()
     assert summary.get("hangup_reason") == "disconnected", summary
+    bob_summary = bob.summary(SUMMARY_TIMEOUT)
+    assert bob_summary.get("hangup_reason") == "disconnected", f"{bob_summary}\n{bob.tail()}"
+    for peer, other in ((alice, "bob"), (bob, "alice")):
+        output = peer.output()
+        assert output.rfind(f"call-state connected peer={other}") < output.find(f"call-state disconnected peer={other}"), \
+            f"connected again after the outage: {peer.tail()}"
 
 
 def test_a_web_call_reconnects_with_a_new_session_after_a_long_outage(make_lab):
@@ -97,11 +109,11 @@ def test_a_web_call_reconnects_with_a_new_session_after_a_long_outage(make_lab):
     app = lab.spawn(lab.a, argv, "linux-web-call", env=clean_env())
     app.wait_for_output(r"status connected", CONNECT_TIMEOUT)
     time.sleep(1)
-    set_loss(lab, True)
+    lab.cut_a(True)
     try:
         time.sleep(8)
     finally:
-        set_loss(lab, False)
+        lab.cut_a(False)
     summary = app.summary(40)
     assert summary["statuses"].count("connected") >= 2, f"no second session: {app.tail()}"
     assert summary["reconnect_attempts"] >= 1, summary
