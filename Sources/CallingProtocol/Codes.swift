@@ -78,6 +78,11 @@ public enum CloseCode: UInt16, Sendable, CaseIterable {
     case normal = 1000
     /// The server is shutting down or restarting. Reconnect.
     case goingAway = 1001
+    /// The client's Close frame broke RFC 6455 (a status code not allowed on the wire, §7.4, or a
+    /// one-byte payload, §5.5.1): the server answers it with this instead of echoing it.
+    case protocolError = 1002
+    /// The client's Close reason was not valid UTF-8 (RFC 6455 §5.5.1, §8.1).
+    case invalidPayload = 1007
     /// The server failed unexpectedly. Reconnect.
     case internalError = 1011
     /// The connection's outbound queue exceeded `max_queue_bytes`: the client reads too slowly.
@@ -99,10 +104,36 @@ public enum CloseCode: UInt16, Sendable, CaseIterable {
 
     public var isTerminal: Bool { rawValue >= 4400 && rawValue < 5000 }
 
+    /// Whether a peer may send `code` in a Close frame (RFC 6455 §7.4.1, §7.4.2 and the IANA
+    /// registry): 1000–1003, 1007–1014, and 3000–4999 (libraries and applications). Below 1000,
+    /// 1004 (reserved), 1005/1006/1015 (only for reporting, never on the wire), 1016–2999 (not
+    /// assigned) and 5000 and above are protocol errors.
+    public static func isAllowedOnWire(_ code: UInt16) -> Bool {
+        switch code {
+        case 1000...1003, 1007...1014, 3000...4999: return true
+        default: return false
+        }
+    }
+
+    /// What a client's Close payload calls for: `nil` if it is well-formed (empty, or an allowed
+    /// code and a UTF-8 reason), so the server echoes its code; otherwise the code to answer with
+    /// instead (`protocolError` for a one-byte payload or a code not allowed on the wire,
+    /// `invalidPayload` for a reason that is not UTF-8). The code is checked first.
+    public static func refusal(ofPeerClose payload: UnsafeRawBufferPointer) -> CloseCode? {
+        if payload.isEmpty { return nil }
+        guard payload.count >= 2 else { return .protocolError }
+        let code = UInt16(payload[0]) << 8 | UInt16(payload[1])
+        guard isAllowedOnWire(code) else { return .protocolError }
+        let reason = UnsafeBufferPointer(rebasing: payload.assumingMemoryBound(to: UInt8.self)[2...])
+        return UTF8Check.isValid(reason) ? nil : .invalidPayload
+    }
+
     public var reason: String {
         switch self {
         case .normal: return "normal"
         case .goingAway: return "server shutting down"
+        case .protocolError: return "protocol error"
+        case .invalidPayload: return "invalid close reason"
         case .internalError: return "internal error"
         case .slowConsumer: return "slow consumer"
         case .flood: return "flood"

@@ -21,7 +21,7 @@ final class CallsAPI: @unchecked Sendable {
     /// The end reason of an ongoing call whose room lost its last peer (docs/protocol.md, "Calls API").
     static let lastPeerLeftReason = "last_peer_left"
     /// Longest room, call, agent id accepted by the API.
-    static let maxIdentifierBytes = 128
+    static let maxIdentifierBytes = IdentifierRule.maxBytes
 
     let context: ServiceContext
     let store: ChatStore
@@ -578,14 +578,9 @@ final class RequestBody {
     /// A non-empty string that also contains no spaces (ids end up in JWT claims and URLs).
     func identifier(_ key: String, maxBytes: Int, required: Bool = false) -> String? {
         guard let text = string(key, maxBytes: maxBytes, required: required) else { return nil }
-        guard !text.isEmpty, !text.contains(" ") else {
-            problem(key, text.isEmpty ? "must not be empty" : "must not contain spaces")
-            return nil
-        }
-        // Ids are path segments (/v1/rooms/{room_id}/messages, /v1/calls/{call_id}): a '/' would
-        // make the resource unreachable, since the path is split after percent-decoding.
-        guard !text.unicodeScalars.contains(where: { $0 == "/" || $0.value < 0x20 || $0.value == 0x7F }) else {
-            problem(key, "must not contain '/' or control characters")
+        // The rule every id follows (CallingValues.IdentifierRule); `string` already checked length.
+        if let violation = IdentifierRule.violation(of: text, maxBytes: maxBytes) {
+            problem(key, violation)
             return nil
         }
         return text

@@ -372,6 +372,12 @@ public enum CallingCommand {
         if options["peer"]?.isEmpty ?? true { problems.append("--peer is required") }
         let scope = (options["scope"] ?? "room").split(separator: " ").map(String.init)
         if options["room"]?.isEmpty ?? true, scope.contains("room") { problems.append("--room is required for a room token") }
+        // The same id rule as POST /v1/tokens and the join (IdentifierRule).
+        for (key, limit) in [("peer", config.maxPeerIDBytes), ("room", IdentifierRule.maxBytes), ("call", IdentifierRule.maxBytes)] {
+            if let value = options[key], !value.isEmpty, let violation = IdentifierRule.violation(of: value, maxBytes: limit) {
+                problems.append("--\(key) \(violation)")
+            }
+        }
         var ttl = config.tokenTTLSeconds
         if let raw = options["ttl"] {
             if let parsed = Int(raw), parsed > 0 { ttl = parsed } else { problems.append("--ttl must be a positive number of seconds") }

@@ -112,6 +112,16 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
             metrics.upgrades["refused_403", default: 0] += 1
             return .reject(.problem(403, code: "token_no_room", detail: "the token names no room_id"))
         }
+        // A token signed elsewhere is not held to POST /v1/tokens' id rule: checked here too, or a
+        // room whose history no REST route reaches could be joined (docs/protocol.md, "Ids").
+        if let violation = IdentifierRule.violation(of: room.rawValue, maxBytes: IdentifierRule.maxBytes) {
+            metrics.upgrades["refused_400", default: 0] += 1
+            return .reject(.problem(400, code: "invalid_room_id", detail: "the token's room_id \(violation)"))
+        }
+        if let violation = IdentifierRule.violation(of: claims.sub.rawValue, maxBytes: config.maxPeerIDBytes) {
+            metrics.upgrades["refused_400", default: 0] += 1
+            return .reject(.problem(400, code: "invalid_peer_id", detail: "the token's sub \(violation)"))
+        }
         if !claims.scope.isEmpty, !claims.scope.contains("room") {
             metrics.upgrades["refused_403", default: 0] += 1
             return .reject(.problem(403, code: "token_wrong_scope", detail: "the token's scope does not include 'room'"))

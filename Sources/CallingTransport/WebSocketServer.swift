@@ -45,7 +45,8 @@ public enum SocketEnding: Sendable, Equatable {
     /// "Reconnect grace"): the client closed with 1000 or 1001 (RFC 6455 §7.4.1: a browser
     /// sends 1001 for a page navigated away from), or the server closed with a terminal code
     /// (4400–4999) or 1001, its own stop, after which nothing would run the grace. Anything else
-    /// (no Close, a client's other code, a server's 4000–4399 or 1011) is a connection lost.
+    /// (no Close, a client's other code, a server's 4000–4399, 1011, or the 1002/1007 answering a malformed
+    /// client Close) is a connection lost.
     public var isCleanLeave: Bool {
         switch self {
         case .closedByClient(let code): return code == CloseCode.normal.rawValue || code == CloseCode.goingAway.rawValue
@@ -704,13 +705,22 @@ public final class WebSocketServer: @unchecked Sendable {
         case .peerInitiatedClose:
             // Our Close already went out: this is the client's answer, so close without an echo.
             guard let user, let conn = Self.connection(user) else { return 0 }
-            if !conn.closeFrameSent {
-                // `in`: the close payload, a big-endian status code then a reason. Kept aside until
-                // CLOSED, not in the connection: every idle peer's object would grow for it.
-                let code = length >= 2 ? input.map { UInt16($0.load(fromByteOffset: 0, as: UInt8.self)) << 8 | UInt16($0.load(fromByteOffset: 1, as: UInt8.self)) } : nil
-                state.peerCloses[LWSSession.id(user)] = code ?? 1005
+            if conn.closeFrameSent { return 1 }
+            // `in`: the close payload, a big-endian status code then a reason.
+            let payload = UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length)
+            if let refusal = CloseCode.refusal(ofPeerClose: payload) {
+                // lws 4.1.6 would echo this payload, turning only codes below 3000 into 1002 and
+                // never checking the reason (RFC 6455 §7.4.2, §8.1 want 1002/1007): our own Close
+                // goes out instead, and returning nonzero makes lws close without its echo. lws
+                // calls this only with nothing of ours buffered, so the frame is written whole.
+                // A server-side code: not a clean leave, the peer keeps its reconnect grace.
+                conn.closeCode = refusal.rawValue
+                _ = sendCloseFrame(refusal.rawValue, conn, wsi: wsi)
+                return 1
             }
-            return conn.closeFrameSent ? 1 : 0
+            // Kept aside until CLOSED, not in the connection: every idle peer's object would grow for it.
+            state.peerCloses[LWSSession.id(user)] = payload.count >= 2 ? UInt16(payload[0]) << 8 | UInt16(payload[1]) : 1005
+            return 0
 
         case .serverWriteable:
             guard let user, let conn = Self.connection(user) else { return 0 }

@@ -112,4 +112,33 @@ final class CodesTests: XCTestCase {
             XCTAssertLessThanOrEqual(reason.utf8.count, 123, reason)
         }
     }
+
+    // MARK: - A client's Close (RFC 6455 §5.5.1, §7.4)
+
+    private func refusal(_ bytes: [UInt8]) -> CloseCode? {
+        bytes.withUnsafeBytes { CloseCode.refusal(ofPeerClose: $0) }
+    }
+
+    private func close(_ code: UInt16, _ reason: [UInt8] = []) -> [UInt8] { [UInt8(code >> 8), UInt8(code & 0xFF)] + reason }
+
+    func test_close_codes_allowed_on_the_wire() {
+        for code: UInt16 in [1000, 1001, 1002, 1003, 1007, 1011, 1012, 1014, 3000, 4000, 4999] {
+            XCTAssertTrue(CloseCode.isAllowedOnWire(code), "\(code)")
+            XCTAssertNil(refusal(close(code, Array("ok é".utf8))), "\(code)")
+        }
+        for code: UInt16 in [0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, 65535] {
+            XCTAssertFalse(CloseCode.isAllowedOnWire(code), "\(code)")
+            XCTAssertEqual(refusal(close(code)), .protocolError, "\(code)")
+        }
+    }
+
+    func test_close_payload_shape_and_reason() {
+        XCTAssertNil(refusal([]))
+        XCTAssertEqual(refusal([0x03]), .protocolError)
+        XCTAssertEqual(refusal(close(1000, [0xFF, 0xFE])), .invalidPayload)
+        XCTAssertEqual(refusal(close(1000, [0xED, 0xA0, 0x80])), .invalidPayload)  // a surrogate
+        XCTAssertEqual(refusal(close(5000, [0xFF])), .protocolError)  // the code is judged first
+        XCTAssertEqual(CloseCode.protocolError.rawValue, 1002)
+        XCTAssertEqual(CloseCode.invalidPayload.rawValue, 1007)
+    }
 }

@@ -49,4 +49,17 @@ final class IdentifiersTests: XCTestCase {
         }
         XCTAssertNotEqual(ConnectionID(7)._rawHashValue(seed: 0), ConnectionID(8)._rawHashValue(seed: 0))
     }
+
+    func test_identifier_rule() {
+        for ok in ["room1", "demo", "p0", "alice@example.com", "room-1.x_y~z", "é", String(repeating: "a", count: 128)] {
+            XCTAssertNil(IdentifierRule.violation(of: ok, maxBytes: 128), ok)
+        }
+        XCTAssertEqual(IdentifierRule.violation(of: "A/B", maxBytes: 128), "must not contain '/' or control characters")
+        XCTAssertEqual(IdentifierRule.violation(of: "a\u{1}b", maxBytes: 128), "must not contain '/' or control characters")
+        XCTAssertEqual(IdentifierRule.violation(of: "a\u{7F}", maxBytes: 128), "must not contain '/' or control characters")
+        XCTAssertEqual(IdentifierRule.violation(of: "a b", maxBytes: 128), "must not contain spaces")
+        XCTAssertEqual(IdentifierRule.violation(of: "", maxBytes: 128), "must not be empty")
+        XCTAssertEqual(IdentifierRule.violation(of: String(repeating: "a", count: 129), maxBytes: 128), "must be at most 128 bytes")
+        XCTAssertEqual(IdentifierRule.violation(of: "éé", maxBytes: 3), "must be at most 3 bytes")
+    }
 }
