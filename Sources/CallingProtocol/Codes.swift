@@ -101,6 +101,10 @@ public enum CloseCode: UInt16, Sendable, CaseIterable {
     case kicked = 4403
     /// The room was closed by the admin API (`end`); every token seated in it is refused until it expires. Terminal.
     case roomClosed = 4404
+    /// The room was full across the cluster's nodes: the upgrade passed this node's check, but the
+    /// shared seat count gave the last seat to another joiner first. Sent before any `welcome`;
+    /// the same meaning as the upgrade's 409 `room_full`. Terminal.
+    case roomFull = 4409
 
     public var isTerminal: Bool { rawValue >= 4400 && rawValue < 5000 }
 
@@ -143,6 +147,7 @@ public enum CloseCode: UInt16, Sendable, CaseIterable {
         case .consultationEnded: return "consultation ended"
         case .kicked: return "kicked"
         case .roomClosed: return "room closed"
+        case .roomFull: return "room full"
         }
     }
 }

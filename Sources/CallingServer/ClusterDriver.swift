@@ -11,7 +11,8 @@ import Synchronization
 /// Keys (prefix `calling:`): `nodes` (set of registered node ids), `seats:<node>` (hash: one field
 /// per seat, the identity as JSON with the claim's join `epoch`), `alive:<node>` (the heartbeat, `PX cluster_node_ttl_ms`),
 /// `presence:leader` (the presence lease), `presence:agents` and `presence:requests` (hashes: the
-/// presence leader's state, one JSON record per agent id and per ringing request id).
+/// presence leader's state, one JSON record per agent id and per ringing request id),
+/// `roomseats:<room>` and `noderooms:<node>` (the rooms' shared seat counts, `RoomSeats`).
 /// Channels: `bus` (membership events, one order for every node), `node:<node>` (frames and closes
 /// for that node's peers).
 final class RedisClusterDriver: @unchecked Sendable {
@@ -33,6 +34,16 @@ final class RedisClusterDriver: @unchecked Sendable {
         case presenceStore(PresenceStoreHash, field: String, value: [UInt8]?)
         /// Deletes every presence record (before the leader writes its whole state again).
         case presenceStoreReset
+        /// Asks the room's shared seat count (`RoomSeats`) for a seat for `identity` under `limit`;
+        /// the answer goes to `reply` from the driver thread (`.unchecked` when Redis fails first).
+        case admitSeat(PeerIdentity, limit: Int, SeatAdmissionReply)
+        /// Gives back a seat `admitSeat` added for a joiner that went away before joining.
+        case releaseSeat(RoomID, PeerID)
+    }
+
+    /// Answers the admissions among `commands` that had no answer yet: Redis failed first.
+    private static func answerUnchecked(_ commands: [Command]) {
+        for case .admitSeat(_, _, let reply) in commands { reply.answer(.unchecked) }
     }
 
     /// Where presence records live (keys `presence:agents`, `presence:requests`).
@@ -189,8 +200,10 @@ final class RedisClusterDriver: @unchecked Sendable {
                 // the reconnect replaces this node's seat list wholesale.
                 outboxLock.lock()
                 droppedCount.add(outbox.count, ordering: .relaxed)
+                let lost = outbox
                 outbox = []
                 outboxLock.unlock()
+                Self.answerUnchecked(lost)
                 failures += 1
                 reconnecting = true
                 reconnectCount.add(1, ordering: .relaxed)
@@ -253,11 +266,19 @@ final class RedisClusterDriver: @unchecked Sendable {
             let stop = stopped
             outboxLock.unlock()
             // What the stop itself queued (the leaves of the peers it closed) goes out first.
-            if !due.isEmpty { try execute(due, on: commands, events: &events, registered: &registered, settled: Date() >= settled) }
+            if !due.isEmpty {
+                do throws(RedisError) {
+                    try execute(due, on: commands, events: &events, registered: &registered, settled: Date() >= settled)
+                } catch {
+                    Self.answerUnchecked(due)
+                    throw error
+                }
+            }
             if stop {
                 // A node that stops on purpose leaves at once instead of waiting for its heartbeat to lapse.
                 _ = try commands.pipeline([Self.bytes("DEL", key("alive:" + settings.node)), Self.bytes("DEL", key("seats:" + settings.node)),
                                            Self.bytes("SREM", key("nodes"), settings.node),
+                                           RoomSeats.resetCommand(prefix: settings.prefix, node: settings.node, seats: []),
                                            Self.bytes("EVAL", Self.releaseScript, "1", key("presence:leader"), settings.node)])
                 up.store(false, ordering: .relaxed)
                 return
@@ -312,6 +333,9 @@ final class RedisClusterDriver: @unchecked Sendable {
         var pipeline: [[[UInt8]]] = []
         var fetches: [[String]?] = []
         var forgets: [String] = []
+        var admissions: [(PeerIdentity, Int, SeatAdmissionReply)] = []
+        let prefix = settings.prefix
+        let node = settings.node
         for command in due {
             switch command {
             case .deliver(let node, let delivery):
@@ -325,19 +349,26 @@ final class RedisClusterDriver: @unchecked Sendable {
                 }
             case .presenceStoreReset:
                 pipeline.append(Self.bytes("DEL", key("presence:agents"), key("presence:requests")))
+            case .admitSeat(let identity, let limit, let reply):
+                admissions.append((identity, limit, reply))
+            case .releaseSeat(let room, let peer):
+                pipeline.append(RoomSeats.releaseCommand(prefix: prefix, node: node, room: room, peer: peer))
             case .effect(let effect):
                 switch effect {
                 case .announceJoin(let identity, let epoch):
                     pipeline.append([Array("HSET".utf8), Array(seats.utf8), seatField(identity.room, identity.peer),
                                      seatValue(.init(identity, epoch: epoch))])
+                    pipeline += RoomSeats.claimCommands(prefix: prefix, node: node, room: identity.room, peer: identity.peer)
                     pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8),
                                      ClusterEvent.joined(node: settings.node, identity, epoch: epoch).encoded])
                 case .announceLeave(let room, let peer):
                     pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
+                    pipeline.append(RoomSeats.releaseCommand(prefix: prefix, node: node, room: room, peer: peer))
                     pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8),
                                      ClusterEvent.left(node: settings.node, room: room, peer: peer).encoded])
                 case .dropSeat(let room, let peer):
                     pipeline.append([Array("HDEL".utf8), Array(seats.utf8), seatField(room, peer)])
+                    pipeline.append(RoomSeats.releaseCommand(prefix: prefix, node: node, room: room, peer: peer))
                 case .register(let claims):
                     registered = true
                     // One transaction: a snapshot read in between must never see the list emptied.
@@ -353,6 +384,8 @@ final class RedisClusterDriver: @unchecked Sendable {
                     }
                     pipeline.append(Self.bytes("SET", key("alive:" + settings.node), "1", "PX", String(settings.nodeTTLMs)))
                     pipeline.append(Self.bytes("SADD", key("nodes"), settings.node))
+                    pipeline.append(RoomSeats.resetCommand(prefix: prefix, node: node,
+                                                           seats: claims.map { ($0.identity.room, $0.identity.peer) }))
                     pipeline.append(Self.bytes("EXEC"))
                     pipeline.append([Array("PUBLISH".utf8), Array(key("bus").utf8), ClusterEvent.resynced(node: settings.node).encoded])
                 case .fetchSeats(let nodes):
@@ -369,10 +402,19 @@ final class RedisClusterDriver: @unchecked Sendable {
             publishedCount.add(pipeline.count, ordering: .relaxed)
             for case .error(let message) in replies { logger.error("cluster command refused by Redis", ["error": message]) }
         }
+        // After the pipeline: a leave queued before an admission frees its seat first.
+        if !admissions.isEmpty {
+            let replies = try connection.pipeline(admissions.map { RoomSeats.admitCommand(prefix: prefix, node: node, $0.0, limit: $0.1) })
+            for ((_, _, reply), answer) in zip(admissions, replies) {
+                if case .error(let message) = answer { logger.error("cluster seat admission refused by Redis", ["error": message]) }
+                reply.answer(RoomSeats.admission(from: answer))
+            }
+        }
         for node in forgets {
             // Only a node whose heartbeat is still gone: it may have come back meanwhile.
             if try connection.command(["EXISTS", key("alive:" + node)]).integer == 0 {
-                _ = try connection.pipeline([Self.bytes("DEL", key("seats:" + node)), Self.bytes("SREM", key("nodes"), node)])
+                _ = try connection.pipeline([Self.bytes("DEL", key("seats:" + node)), Self.bytes("SREM", key("nodes"), node),
+                                             RoomSeats.resetCommand(prefix: settings.prefix, node: node, seats: [])])
                 logger.log(.notice, "cluster node gone", ["node": node])
             }
         }

@@ -112,6 +112,18 @@ final class ClusterRouter: Router {
 
     func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? { local.connection(of: peer, in: room) }
 
+    /// The room's count in Redis (`RoomSeats`); while Redis is down the node's own check stands.
+    func admitAcrossNodes(_ identity: PeerIdentity, limit: Int, answer: @escaping @Sendable (SeatAdmission) -> Void) {
+        guard driver.isUp else { return answer(.unchecked) }
+        driver.submit([.admitSeat(identity, limit: limit, SeatAdmissionReply(answer))])
+    }
+
+    func abandonAdmission(_ identity: PeerIdentity) {
+        // A seat this node holds for another connection of the peer (a takeover under way) stays.
+        guard local.connection(of: identity.peer, in: identity.room) == nil else { return }
+        driver.submit([.releaseSeat(identity.room, identity.peer)])
+    }
+
     func isLocal(_ connection: ConnectionID) -> Bool { !ClusterMembership.isRemote(connection) }
 
     // MARK: from the driver

@@ -51,6 +51,9 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         let ticket: JoinTicket
         /// Frames that arrived before the join finished loading chat state, in order.
         var early: [ClientMessage] = []
+        /// The cluster's seat count added this peer id for this join (`SeatAdmission`): given
+        /// back if the socket goes before joining.
+        var addedSharedSeat = false
 
         init(ticket: JoinTicket) { self.ticket = ticket }
     }
@@ -150,8 +153,44 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         }
         sessions.insert(Session(ticket: ticket, limiter: RateLimiter(perSecond: config.maxFramesPerSecond, burst: config.frameBurst)),
                         for: connection.rawValue)
+        // The hub's check before the upgrade knows this node's view of the room only; across
+        // nodes the room's last seat is given in one step on Redis (`RoomSeats`), before the peer
+        // is announced to anyone.
+        let limit = ticket.identity.maxPeers ?? config.maxPeersPerRoom
+        guard limit > 0 else { return startJoin(connection, ticket: ticket) }
+        router.admitAcrossNodes(ticket.identity, limit: limit) { [context] admission in
+            context.post { [self] in admitted(connection, ticket: ticket, admission, limit: limit) }
+        }
+    }
+
+    private func startJoin(_ connection: ConnectionID, ticket: JoinTicket) {
         loadResume(for: ticket) { [context] resume in
             context.post { [self] in finishJoin(connection, ticket: ticket, resume: resume) }
+        }
+    }
+
+    /// The cluster's answer for a joiner's seat: join, or close with 4409 `room full` before any
+    /// `welcome` (the room never hears of the peer).
+    private func admitted(_ connection: ConnectionID, ticket: JoinTicket, _ admission: SeatAdmission, limit: Int) {
+        guard let pending = sessions[connection.rawValue]?.pending else {
+            // Gone while asking (its hold was released in `didClose`).
+            if admission == .admitted(added: true) { router.abandonAdmission(ticket.identity) }
+            return
+        }
+        switch admission {
+        case .admitted(let added):
+            pending.addedSharedSeat = added
+            startJoin(connection, ticket: ticket)
+        case .unchecked:
+            startJoin(connection, ticket: ticket)
+        case .refused:
+            sessions.removeValue(for: connection.rawValue)
+            rooms.abandonSeat(connection, ticket.identity)
+            metrics.joinRefusals[JoinRefusal.roomFull(limit: limit).code, default: 0] += 1
+            metrics.closes[CloseCode.roomFull.reason, default: 0] += 1
+            context.logger.info("join refused: room full across the cluster",
+                                ["room.id": ticket.identity.room.rawValue, "peer.id": ticket.identity.peer.rawValue, "max_peers": "\(limit)"])
+            router.close(connection, code: .roomFull)
         }
     }
 
@@ -212,6 +251,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         guard let session = sessions.removeValue(for: connection.rawValue) else { return }
         if let pending = session.pending {
             rooms.abandonSeat(connection, pending.ticket.identity)
+            if pending.addedSharedSeat { router.abandonAdmission(pending.ticket.identity) }
         } else {
             rooms.handle(ending.isCleanLeave ? .disconnect(connection) : .connectionLost(connection))
         }

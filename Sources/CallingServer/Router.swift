@@ -43,10 +43,22 @@ protocol Router: AnyObject {
     func isLocal(_ connection: ConnectionID) -> Bool
     /// This node stored `message` (not a retry) and its hub is handing it to the room.
     func committed(_ message: ChatMessage)
+    /// After the node's own check (`Hub.admit`) let a socket upgrade: asks the deployment's shared
+    /// seat count for `identity`'s seat under `limit` (> 0). `answer` may run on any thread.
+    func admitAcrossNodes(_ identity: PeerIdentity, limit: Int, answer: @escaping @Sendable (SeatAdmission) -> Void)
+    /// A joiner whose `admitAcrossNodes` added a seat went away (or was refused) before joining.
+    func abandonAdmission(_ identity: PeerIdentity)
 }
 
 extension Router {
     func committed(_ message: ChatMessage) {}
+
+    /// One node: its own check is the whole answer.
+    func admitAcrossNodes(_ identity: PeerIdentity, limit: Int, answer: @escaping @Sendable (SeatAdmission) -> Void) {
+        answer(.unchecked)
+    }
+
+    func abandonAdmission(_ identity: PeerIdentity) {}
 
     func deliver(_ frame: Frame, to target: ConnectionID) { deliver(frame, to: [target]) }
 

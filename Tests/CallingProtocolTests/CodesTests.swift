@@ -87,7 +87,7 @@ final class CodesTests: XCTestCase {
 
     func test_4400_to_4999_are_terminal() {
         let terminal = CloseCode.allCases.filter { (4400...4999).contains($0.rawValue) }
-        XCTAssertEqual(Set(terminal), [.replaced, .tokenExpired, .consultationEnded, .kicked, .roomClosed])
+        XCTAssertEqual(Set(terminal), [.replaced, .tokenExpired, .consultationEnded, .kicked, .roomClosed, .roomFull])
         for code in terminal { XCTAssertTrue(code.isTerminal, "\(code)") }
     }
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from support import Peer, kill_and_reap, run
+from support import Peer, jwt_payload, kill_and_reap, run, sign_jwt
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 SECRET = "cluster-test-secret-0123456789abcdef"
@@ -1143,3 +1143,95 @@ def test_after_a_partition_heals_a_peer_that_joined_again_elsewhere_keeps_one_se
         run(body(), timeout=60)
     finally:
         proxy.close()
+
+
+def race_token(template: dict, room: str, peer: str) -> str:
+    payload = dict(template, sub=peer, room_id=room)
+    return sign_jwt(payload, SECRET.encode())
+
+
+async def race_join(server, token: str, label: str):
+    """One joiner of a race: ("seated", peer) with its welcome, ("409", None) when refused before
+    the upgrade, or ("closed", code, reason) when the socket closed before any frame."""
+    from websockets.asyncio.client import connect as ws_connect
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+    try:
+        ws = await ws_connect(server.ws_url(token), proxy=None, compression=None, open_timeout=5, close_timeout=2,
+                              ping_interval=None)
+    except InvalidStatus as error:
+        return ("409" if error.response.status_code == 409 else f"status {error.response.status_code}", None)
+    peer = Peer(ws, label)
+    try:
+        peer.welcome = await peer.recv(timeout=5)
+    except ConnectionClosed:
+        return ("closed", ws.close_code, ws.close_reason)
+    assert peer.welcome["type"] == "welcome", peer.welcome
+    return ("seated", peer)
+
+
+def test_the_last_seat_of_a_room_is_given_once_across_three_nodes_even_for_joins_at_the_same_moment(start_server, redis):
+    """docs/operations.md, "What is shared": room limits are exact across nodes. Each trial, three
+    joiners of a fresh room capped at 2, one per node, are released at the same moment."""
+    nodes = [start_node(start_server, redis, name, max_peers_per_room=2) for name in ("node-a", "node-b", "node-c")]
+    for node in nodes:
+        wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
+    template = jwt_payload(nodes[0].token("x", "x"))
+    trials = 50
+    outcomes = {"409": 0, "closed": 0}
+
+    async def body():
+        for trial in range(trials):
+            room = f"race-{trial}"
+            peers = [f"p{index}" for index in range(3)]
+            tokens = [race_token(template, room, peer) for peer in peers]
+            results = await asyncio.gather(*(race_join(node, token, peer) for node, token, peer in zip(nodes, tokens, peers)))
+            seated = [result[1] for result in results if result[0] == "seated"]
+            refused = [result for result in results if result[0] != "seated"]
+            assert len(seated) == 2, f"trial {trial}: {results}"
+            assert len(refused) == 1, f"trial {trial}: {results}"
+            kind = refused[0][0]
+            if kind == "closed":
+                assert refused[0][1:] == (4409, "room full"), f"trial {trial}: {refused}"
+            else:
+                assert kind == "409", f"trial {trial}: {refused}"
+            outcomes[kind] += 1
+            # The refused joiner was never announced: the two seated see each other and nobody else.
+            loser = next(peer for peer, result in zip(peers, results) if result[0] != "seated")
+            for peer in seated:
+                assert loser not in ids(peer.welcome), f"trial {trial}: {peer.welcome}"
+            for peer in seated:
+                try:
+                    while True:
+                        frame = await peer.recv(timeout=0.15)
+                        assert frame.get("from") != loser and frame.get("payload", {}).get("peer_id") != loser, frame
+                except AssertionError as error:
+                    if "no frame within" not in str(error):
+                        raise
+            for peer in seated:
+                await peer.close()
+
+        # Seats come back on leave: a fresh pair takes the last room on the other two nodes.
+        room = f"race-{trials - 1}"
+
+        async def pair():
+            joined = await asyncio.gather(race_join(nodes[1], race_token(template, room, "q1"), "q1"),
+                                          race_join(nodes[2], race_token(template, room, "q2"), "q2"))
+            return joined
+
+        deadline = time.monotonic() + 5
+        while True:
+            joined = await pair()
+            if all(result[0] == "seated" for result in joined):
+                break
+            for result in joined:
+                if result[0] == "seated":
+                    await result[1].close()
+            assert time.monotonic() < deadline, f"seats not given back after leave: {joined}"
+            await asyncio.sleep(0.1)
+        for result in joined:
+            await result[1].close()
+
+    run(body(), timeout=180)
+    assert outcomes["closed"] > 0, f"no race reached the shared count: {outcomes}"
+    closes = sum(node.metrics().get('calling_closes_total{reason="room full"}', 0) for node in nodes)
+    assert closes == outcomes["closed"], (closes, outcomes)

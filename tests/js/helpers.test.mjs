@@ -93,7 +93,7 @@ test("backoff: 1 s, 2 s, 4 s … capped, jitter within ±20 % and never above th
 });
 
 test("close codes, HTTP statuses, frame error codes", () => {
-  for (const code of [4400, 4401, 4404, 4410, 4999]) assert.equal(_isTerminalClose(code), true, String(code));
+  for (const code of [4400, 4401, 4404, 4409, 4410, 4999]) assert.equal(_isTerminalClose(code), true, String(code));
   for (const code of [1000, 1001, 1006, 1011, 4000, 4001, 4002, 4399]) assert.equal(_isTerminalClose(code), false, String(code));
   for (const s of [429, 500, 502, 503]) assert.equal(_isRetryableStatus(s), true);
   for (const s of [400, 401, 403, 404, 409, 410]) assert.equal(_isRetryableStatus(s), false);
