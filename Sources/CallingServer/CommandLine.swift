@@ -264,6 +264,13 @@ public enum CallingCommand {
         do {
             app = try ServerApp(config: config, logger: logger)
             try app.start()
+        } catch StoreError.damaged(let path, let findings) {
+            // Serving from a damaged file would look healthy and fail every chat (issue 37).
+            logger.critical("store damaged; refusing to start", [
+                "path": path, "found": findings.prefix(5).joined(separator: "; "),
+                "action": "stop, move the file and its -wal and -shm aside, and restore the newest copy made by `calling-server backup` (docs/operations.md, Backup)",
+            ])
+            return 65  // EX_DATAERR
         } catch {
             printError("calling-server: cannot start: \(error)")
             return 1

@@ -102,9 +102,12 @@ final class HTTPRoutes: @unchecked Sendable {
         switch (request.method, segments.count) {
         case (_, 1) where segments[0] == "healthz":
             guard request.method == .get || request.method == .head else { return respond(methodNotAllowed(["GET", "HEAD"])) }
-            guard let cluster else { return respond(.json(200, ["status": "ok"])) }
-            // Still 200 without Redis: this node's rooms go on working, so a load balancer keeps it.
-            respond(.json(200, ["status": .string(cluster.router.driver.isUp ? "ok" : "degraded"), "cluster": cluster.healthJSON]))
+            // Still 200 when degraded: the node's rooms and calls go on working, so a load balancer
+            // keeps it; the status is for the operator's monitoring.
+            let storeFailing = context.store.metrics.writesFailing || (store !== context.store && store.metrics.writesFailing)
+            guard let cluster else { return respond(.json(200, ["status": .string(storeFailing ? "degraded" : "ok")])) }
+            let healthy = cluster.router.driver.isUp && !storeFailing
+            respond(.json(200, ["status": .string(healthy ? "ok" : "degraded"), "cluster": cluster.healthJSON]))
         case (_, 1) where segments[0] == "metrics":
             guard request.method == .get else { return respond(methodNotAllowed(["GET"])) }
             let text = context.metrics.render(hub: rooms.hubSnapshot, transport: transport.counters,

@@ -57,6 +57,8 @@ public final class ServerApp: @unchecked Sendable {
         let verifier = try TokenVerifier(hs256Secret: secret, publicKeyPEM: publicKey, audience: config.jwtAudience,
                                          leeway: config.jwtLeewaySeconds)
         store = try ChatStore.open(path: config.databasePath, options: config.chatStoreOptions)
+        Self.logFailures(of: store, path: config.databasePath, interval: config.storeFailureLogSeconds,
+                         logger: logger.labeled("store"))
         if !store.migrationsAppliedAtOpen.isEmpty {
             logger.info("migrations applied", ["names": store.migrationsAppliedAtOpen.joined(separator: ",")])
         }
@@ -121,6 +123,20 @@ public final class ServerApp: @unchecked Sendable {
         roomEndpoint.tick(now: now)
         cluster?.tick(now: now)
         transport.expireHTTPDeadlines()
+    }
+
+    /// One log line per kind of store failure per `interval` (`store_failure_log_seconds`), with the
+    /// number held back since the previous one: every failure also counts in
+    /// `calling_store_failures_total`, but a counter alone does not say why.
+    static func logFailures(of store: ChatStore, path: String, interval: Double, logger: Logger) {
+        let limited = RateLimitedLogger(logger: logger, interval: interval)
+        store.onFailure { failure in
+            var metadata: Logger.Metadata = ["kind": failure.error.kind, "operation": failure.operation,
+                                             "affected": String(failure.affected), "path": path,
+                                             "error": failure.error.description]
+            if case .sqlite(let error) = failure.error, let cause = error.cause { metadata["cause"] = cause }
+            limited.log(.error, kind: failure.error.kind, "store operation failed", metadata)
+        }
     }
 
     /// The SQLite store itself, or a PostgreSQL store for `database_url` (its chat migrations applied).

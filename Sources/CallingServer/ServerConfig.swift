@@ -84,6 +84,11 @@ public struct ServerConfig: Sendable, Equatable {
     /// WAL size in pages past which the writer checkpoints itself, so that the WAL restarts under
     /// sustained load; each such catch-up holds the acks queued behind it for a checkpoint.
     public var sqliteWriterCatchUpPages = ChatStore.Options.defaultWriterCatchUpPages
+    /// `PRAGMA quick_check` of the SQLite file at start-up, refusing a damaged file (exit 65). Reads
+    /// the whole file once: seconds for a file of millions of chats (docs/operations.md).
+    public var sqliteQuickCheckAtStart = true
+    /// Seconds between two log lines of one kind of store failure; the ones between are counted.
+    public var storeFailureLogSeconds = 10.0
     /// `postgres://…` URL (libpq's form, query parameters included) of a PostgreSQL database that holds chat history, shared
     /// by every node pointed at it; empty keeps chat in the embedded SQLite file.
     public var databaseURL = ""
@@ -170,7 +175,7 @@ public struct ServerConfig: Sendable, Equatable {
     /// How the SQLite store is opened: the busy timeout and the WAL checkpoint limits.
     public var chatStoreOptions: ChatStore.Options {
         ChatStore.Options(busyTimeoutMs: Int32(sqliteBusyTimeoutMs), checkpointEveryPages: sqliteCheckpointPages,
-                          writerCatchUpPages: sqliteWriterCatchUpPages)
+                          writerCatchUpPages: sqliteWriterCatchUpPages, quickCheckOnOpen: sqliteQuickCheckAtStart)
     }
 
     public var databasePath: String { (dataDir as NSString).appendingPathComponent("calling.sqlite") }
@@ -348,6 +353,10 @@ public struct ServerConfig: Sendable, Equatable {
              1...1_000_000),
         .int("sqlite_writer_catch_up_pages", "WAL size in pages past which the writer checkpoints itself after its acks (at least sqlite_checkpoint_pages)",
              \.sqliteWriterCatchUpPages, 1...100_000_000),
+        .bool("sqlite_quick_check_at_start", "run PRAGMA quick_check on the SQLite file at start and refuse to start on damage (exit 65); reads the whole file once",
+              \.sqliteQuickCheckAtStart),
+        .double("store_failure_log_seconds", "seconds between two log lines of one kind of store failure (disk_full, read_only, …); the ones between are counted in the next",
+                \.storeFailureLogSeconds, 0...86_400),
         Key(name: "database_url", help: "postgres:// URL of a PostgreSQL 15 database for chat history, shared by all nodes; empty = SQLite",
             apply: { config, value in
                 let trimmed = value.trimmingCharacters(in: .whitespaces)

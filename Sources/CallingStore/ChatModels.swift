@@ -153,6 +153,10 @@ public struct ChatStoreMetrics: Sendable, Hashable {
     /// mean the queue was busy with something else (a history page, a checkpoint catch-up) or the
     /// store's thread did not get a CPU.
     public var queueWait = LatencyHistogram()
+    /// The store's most recent failure came after its most recent successful write: on a full disk,
+    /// a read-only or damaged file, every write fails while reads may still work. `/healthz` then
+    /// says `degraded`. Cleared by the next write that commits.
+    public var writesFailing = false
 
     public init() {}
 

@@ -43,6 +43,10 @@ public final class ChatStore: @unchecked Sendable {
         /// WAL size, in pages, past which the writer checkpoints itself after its batch's acks
         /// (`sqlite_writer_catch_up_pages`; see `WALCheckpointer`). At least 1.
         public var writerCatchUpPages: Int
+        /// Run `PRAGMA quick_check` in `open` and refuse a damaged file (`StoreError.damaged`)
+        /// (`sqlite_quick_check_at_start`). Reads the whole file once; off by default here so that tests
+        /// and tools opening small stores pay nothing, on by default in the server's configuration.
+        public var quickCheckOnOpen: Bool
 
         /// The default of `checkpointEveryPages`: a quarter of SQLite's default `wal_autocheckpoint`
         /// (1000). When the server is pinned to one core, the checkpoint's page copies take that core from the service thread and the writer, and
@@ -59,8 +63,9 @@ public final class ChatStore: @unchecked Sendable {
 
         public init(busyTimeoutMs: Int32 = 5_000, maxBatchSize: Int = 1_000, migrateOnOpen: Bool = true,
                     checkpointEveryPages: Int = Options.defaultCheckpointEveryPages,
-                    writerCatchUpPages: Int = Options.defaultWriterCatchUpPages)
+                    writerCatchUpPages: Int = Options.defaultWriterCatchUpPages, quickCheckOnOpen: Bool = false)
         {
+            self.quickCheckOnOpen = quickCheckOnOpen
             self.busyTimeoutMs = busyTimeoutMs
             self.maxBatchSize = maxBatchSize
             self.migrateOnOpen = migrateOnOpen
@@ -82,6 +87,9 @@ public final class ChatStore: @unchecked Sendable {
     private let connection: SQLiteConnection
     private let appends = GroupCommitInbox<PendingAppend>()
     private let counters = Locked(ChatStoreMetrics())
+    /// Told of every failed operation (`onFailure`), on `queue`.
+    /// In a class, not as a closure in `Locked` (see `Locked`).
+    private let failureObserver = Locked<FailureObserver?>(nil)
     /// Run on `queue` after each batch's completions (`afterAppendCompletions`).
     private let appendsCompleted = AfterAppendCompletions()
     /// Checkpoints the WAL off the commit path; nil for an in-memory database (no WAL).
@@ -107,8 +115,24 @@ public final class ChatStore: @unchecked Sendable {
 
     /// Opens (creating if needed) the database and brings its schema up to date. Synchronous: meant for
     /// start-up, before the service thread runs.
+    ///
+    /// A file that SQLite finds damaged while opening it, or that fails `quick_check` when
+    /// `Options.quickCheckOnOpen` is set, throws `StoreError.damaged`: a store that opened anyway would
+    /// answer every chat with a failure while looking healthy.
     public static func open(path: String, options: Options = Options()) throws -> ChatStore {
+        do {
+            return try openChecked(path: path, options: options)
+        } catch let error as SQLiteError where error.isDamage {
+            throw StoreError.damaged(path: path, findings: [error.description])
+        }
+    }
+
+    private static func openChecked(path: String, options: Options) throws -> ChatStore {
         let connection = try SQLiteConnection(path: path, options: .init(busyTimeoutMs: options.busyTimeoutMs))
+        if options.quickCheckOnOpen {
+            let findings = try connection.quickCheck()
+            if !findings.isEmpty { throw StoreError.damaged(path: path, findings: findings) }
+        }
         let applied = options.migrateOnOpen ? try Migrator.bundled().migrate(connection) : []
         var checkpointer: WALCheckpointer?
         if !SQLiteConnection.isInMemory(path) {
@@ -190,13 +214,17 @@ public final class ChatStore: @unchecked Sendable {
         } catch {
             counters.withLock { $0.batchesFailed += 1 }
             let failure = StoreError(error)
+            failed(StoreFailure(operation: "append", error: failure, affected: batch.count))
             for pending in batch { pending.completion(.failure(failure)) }
             completedAppends()
             return
         }
         // Read outside the lock, which `appendChat` callers (the service thread) also take.
         let elapsed = DispatchTime.now().uptimeNanoseconds &- started
-        counters.withLock { $0.recordCommitted(results, nanoseconds: elapsed) }
+        counters.withLock {
+            $0.recordCommitted(results, nanoseconds: elapsed)
+            $0.writesFailing = false
+        }
         // Only now, after COMMIT returned, may anyone learn the seq: an ack must never name a row that a
         // rollback or a process crash could still take back. (With synchronous=NORMAL an OS crash or power
         // cut can still lose the newest commits; see SQLiteConnection.)
@@ -218,7 +246,7 @@ public final class ChatStore: @unchecked Sendable {
         room: RoomID, peer: PeerID, seq: Int64, nowMs: Int64,
         completion: @escaping @Sendable (Result<ReadMarkerResult, StoreError>) -> Void
     ) {
-        submit(completion) { try ChatRepository(db: $0).markRead(room: room, peer: peer, seq: seq, nowMs: nowMs) }
+        submit("mark_read", completion) { try ChatRepository(db: $0).markRead(room: room, peer: peer, seq: seq, nowMs: nowMs) }
     }
 
     /// Messages in `room` with seq > `sinceSeq`, ascending, at most `limit` (values below 0 count as 0,
@@ -227,14 +255,14 @@ public final class ChatStore: @unchecked Sendable {
         room: RoomID, sinceSeq: Int64, limit: Int,
         completion: @escaping @Sendable (Result<HistoryPage, StoreError>) -> Void
     ) {
-        submit(completion) { try ChatRepository(db: $0).history(room: room, sinceSeq: sinceSeq, limit: limit) }
+        submit("history", completion) { try ChatRepository(db: $0).history(room: room, sinceSeq: sinceSeq, limit: limit) }
     }
 
     /// The room's last seq, `peer`'s read marker and its unread count. `completion` runs on the store queue.
     public func roomSummary(
         room: RoomID, peer: PeerID, completion: @escaping @Sendable (Result<RoomSummary, StoreError>) -> Void
     ) {
-        submit(completion) { try ChatRepository(db: $0).summary(room: room, peer: peer) }
+        submit("room_summary", completion) { try ChatRepository(db: $0).summary(room: room, peer: peer) }
     }
 
     /// Runs `work` with the connection on the store queue, after everything submitted before it
@@ -244,20 +272,44 @@ public final class ChatStore: @unchecked Sendable {
         _ work: @escaping @Sendable (SQLiteConnection) throws -> Value,
         completion: @escaping @Sendable (Result<Value, StoreError>) -> Void
     ) {
-        submit(completion, work)
+        submit("perform", completion, work)
+    }
+
+    /// Has the store call `body` on its queue for every failed operation (not for those refused
+    /// because the store is closed), e.g. to log it. One body per store; a later call replaces it.
+    /// `body` must be quick, like a completion.
+    public func onFailure(_ body: @escaping @Sendable (StoreFailure) -> Void) {
+        let observer = FailureObserver(body)
+        failureObserver.withLock { $0 = observer }
+    }
+
+    /// On `queue`: marks writes failing (a constraint violation is the request's fault, not the
+    /// store's) and tells the observer.
+    private func failed(_ failure: StoreFailure) {
+        if failure.error.kind != "constraint" {
+            counters.withLock { $0.writesFailing = true }
+        }
+        failureObserver.withLock { $0 }?.body(failure)
     }
 
     /// Runs `work` on the queue and completes with its result.
     private func submit<Value: Sendable>(
+        _ operation: String = "perform",
         _ completion: @escaping @Sendable (Result<Value, StoreError>) -> Void,
         _ work: @escaping @Sendable (SQLiteConnection) throws -> Value
     ) {
         queue.async {
             guard self.connection.isOpen else { return completion(.failure(.closed)) }
+            let changesBefore = self.connection.totalChanges
             do {
-                completion(.success(try work(self.connection)))
+                let value = try work(self.connection)
+                // A write that went through: the store takes writes again (reads succeed on a full disk).
+                if self.connection.totalChanges != changesBefore { self.counters.withLock { $0.writesFailing = false } }
+                completion(.success(value))
             } catch {
-                completion(.failure(StoreError(error)))
+                let failure = StoreError(error)
+                self.failed(StoreFailure(operation: operation, error: failure, affected: 1))
+                completion(.failure(failure))
             }
             self.checkpointer?.catchUpIfStarved(writer: self.connection)
         }
@@ -303,6 +355,27 @@ public final class ChatStore: @unchecked Sendable {
         }
         // The last connection to close checkpoints everything and removes the WAL.
         checkpointer?.close()
+    }
+}
+
+private final class FailureObserver: Sendable {
+    let body: @Sendable (StoreFailure) -> Void
+    init(_ body: @escaping @Sendable (StoreFailure) -> Void) { self.body = body }
+}
+
+/// One failed store operation, as `ChatStore.onFailure` reports it.
+public struct StoreFailure: Sendable, Equatable {
+    /// `append` (a group-commit batch), `mark_read`, `history`, `room_summary` or `perform` (calls,
+    /// API keys, meters, webhooks and the other repositories).
+    public var operation: String
+    public var error: StoreError
+    /// Requests the failure answered: the chats of a failed batch, else 1.
+    public var affected: Int
+
+    public init(operation: String, error: StoreError, affected: Int) {
+        self.operation = operation
+        self.error = error
+        self.affected = affected
     }
 }
 

@@ -61,7 +61,11 @@ public final class SQLiteConnection {
         // Even a failed open usually returns a handle (so the message can be read); it must still be closed.
         handle = db
         guard let db else { throw SQLiteError(code: SQLITE_NOMEM, message: "out of memory opening \(path)") }
-        try check(resultCode, db: db)
+        do {
+            try check(resultCode, db: db)
+        } catch {
+            throw error.naming(path)
+        }
         // Report SQLITE_CONSTRAINT_UNIQUE rather than just SQLITE_CONSTRAINT, SQLITE_IOERR_FSYNC rather
         // than SQLITE_IOERR: the operator needs to know which.
         sqlite3_extended_result_codes(db, 1)
@@ -71,7 +75,8 @@ public final class SQLiteConnection {
             let mode = try switchToWAL(timeoutMs: options.busyTimeoutMs)
             // An in-memory database reports "memory" and cannot use WAL; any file database must.
             if mode?.lowercased() != "wal", !Self.isInMemory(path) {
-                throw SQLiteError(code: SQLITE_CANTOPEN, message: "could not enable WAL (journal_mode is \(mode ?? "?"))")
+                throw SQLiteError(code: SQLITE_CANTOPEN, message: "could not enable WAL (journal_mode is \(mode ?? "?"))",
+                                  path: path)
             }
         }
         try execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
@@ -201,6 +206,25 @@ public final class SQLiteConnection {
     public func execute(_ script: String) throws(SQLiteError) {
         let db = try live()
         try check(sqlite3_exec(db, script, nil, nil, nil), db: db)
+    }
+
+    /// Rows changed by every INSERT, UPDATE and DELETE since the connection opened: an operation that
+    /// moved it has written.
+    public var totalChanges: Int64 {
+        handle.map { sqlite3_total_changes64($0) } ?? 0
+    }
+
+    /// `PRAGMA quick_check`: SQLite's check of every page and b-tree of the file, without the index
+    /// cross-checks of `integrity_check`. Reads the whole file once (about 4-8 s for 1M chat rows,
+    /// 145 MB, on a loaded 2-core machine; docs/operations.md). Returns SQLite's findings, empty when
+    /// the file is sound; at most `limit` of them.
+    public func quickCheck(limit: Int = 20) throws -> [String] {
+        // PRAGMA takes no bound parameters; `limit` is an Int, so interpolation cannot inject SQL.
+        let statement = try prepare("PRAGMA quick_check(\(max(1, limit)))")
+        defer { statement.finalize() }
+        var lines: [String] = []
+        while try statement.step() { lines.append(statement.text(0)) }
+        return lines == ["ok"] ? [] : lines
     }
 
     /// Rows changed by the most recent INSERT, UPDATE or DELETE.

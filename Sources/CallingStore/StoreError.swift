@@ -8,6 +8,10 @@ public enum StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case closed
     /// A database server (PostgreSQL, `database_url`) refused the operation or could not be reached.
     case server(DatabaseServerError)
+    /// The database file at `path` failed the integrity check at open (`PRAGMA quick_check`), or SQLite
+    /// found it damaged or not a database while opening it. `findings` are SQLite's own lines. Never
+    /// retryable: the file must be restored from a backup.
+    case damaged(path: String, findings: [String])
 
     /// Whether the same request may succeed later (lock contention, a full disk that gets cleaned up),
     /// as opposed to never (store closed, broken database). Maps to a temporary wire error.
@@ -15,10 +19,20 @@ public enum StoreError: Error, Equatable, Sendable, CustomStringConvertible {
         switch self {
         case .sqlite(let error):
             error.isBusy || error.code == SQLITE_FULL || error.code == SQLITE_IOERR || error.code == SQLITE_NOMEM
-        case .closed:
+        case .closed, .damaged:
             false
         case .server(let error):
             error.isRetryable
+        }
+    }
+
+    /// A short stable name of the failure for logs: `SQLiteError.kind`, `closed`, `damaged` or `database_server`.
+    public var kind: String {
+        switch self {
+        case .sqlite(let error): error.kind
+        case .closed: "closed"
+        case .damaged: "damaged"
+        case .server: "database_server"
         }
     }
 
@@ -27,6 +41,7 @@ public enum StoreError: Error, Equatable, Sendable, CustomStringConvertible {
         case .sqlite(let error): "store: \(error)"
         case .closed: "store: closed"
         case .server(let error): "store: \(error)"
+        case .damaged(let path, let findings): "store: \(path) is damaged: \(findings.joined(separator: "; "))"
         }
     }
 
