@@ -64,11 +64,22 @@ public final class SQLiteConnection {
         do {
             try check(resultCode, db: db)
         } catch {
-            throw error.naming(path)
+            throw Self.diagnosed(error, path: path, readOnly: options.readOnly)
         }
         // Report SQLITE_CONSTRAINT_UNIQUE rather than just SQLITE_CONSTRAINT, SQLITE_IOERR_FSYNC rather
         // than SQLITE_IOERR: the operator needs to know which.
         sqlite3_extended_result_codes(db, 1)
+        do {
+            try configure(options: options)
+        } catch let error as SQLiteError {
+            throw Self.diagnosed(error, path: path, readOnly: options.readOnly)
+        }
+        // If anything above threw, deinit runs (all stored properties are set) and closes the handle.
+    }
+
+    /// Busy timeout, WAL, synchronous and foreign keys; see the type's comment.
+    private func configure(options: Options) throws {
+        guard let db = handle else { throw SQLiteError.misuse("connection to \(path) is closed") }
         // Busy timeout first: switching to WAL needs a lock that another process may hold.
         try check(sqlite3_busy_timeout(db, options.busyTimeoutMs), db: db)
         if !options.readOnly {
@@ -80,7 +91,26 @@ public final class SQLiteConnection {
             }
         }
         try execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-        // If anything above threw, deinit runs (all stored properties are set) and closes the handle.
+    }
+
+    /// A failure to set up a file the process cannot write says why. SQLite opens a file it may not
+    /// write read-only without complaint, and then fails to create its `-wal` file with an errno of
+    /// its last attempt (often ENOENT), so the cause is asked of the file system: EROFS for a
+    /// read-only mount, EACCES for missing permissions.
+    private static func diagnosed(_ error: SQLiteError, path: String, readOnly: Bool) -> SQLiteError {
+        guard !readOnly, !isInMemory(path),
+              [SQLITE_CANTOPEN, SQLITE_READONLY, SQLITE_IOERR, SQLITE_PERM].contains(error.code) else { return error.naming(path) }
+        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        var message = error.message
+        var cause = error.systemErrno
+        if access(path, W_OK) != 0, errno != ENOENT {
+            cause = errno
+            message += "; the file is not writable"
+        } else if access(directory.isEmpty ? "/" : directory, W_OK) != 0 {
+            cause = errno
+            message += "; its directory \(directory) is not writable"
+        }
+        return SQLiteError(code: error.extendedCode, message: message, sql: error.sql, path: path, systemErrno: cause)
     }
 
     deinit { close() }

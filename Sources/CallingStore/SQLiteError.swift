@@ -124,6 +124,10 @@ func check(_ resultCode: Int32, db: OpaquePointer?, sql: String? = nil) throws(S
             switch resultCode & 0xFF {
             case SQLITE_CANTOPEN, SQLITE_IOERR, SQLITE_FULL, SQLITE_READONLY, SQLITE_PERM:
                 systemErrno = sqlite3_system_errno(db)
+                // SQLite's unix VFS clears the errno of a short write ("not a system error") and
+                // reports SQLITE_FULL, which it uses for nothing else on a file without a
+                // max_page_count: the file system said ENOSPC.
+                if resultCode & 0xFF == SQLITE_FULL, systemErrno == 0 { systemErrno = ENOSPC }
             default:
                 break
             }
