@@ -253,7 +253,11 @@ public final class SQLiteConnection {
         let statement = try prepare("PRAGMA quick_check(\(max(1, limit)))")
         defer { statement.finalize() }
         var lines: [String] = []
-        while try statement.step() { lines.append(statement.text(0)) }
+        // One finding can span lines ("*** in database main ***\nOn tree page 268 …"); one per line,
+        // so that a log line made of them stays one line.
+        while try statement.step() {
+            lines += statement.text(0).split(whereSeparator: \.isNewline).map(String.init).filter { !$0.hasPrefix("***") }
+        }
         return lines == ["ok"] ? [] : lines
     }
 

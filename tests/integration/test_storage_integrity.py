@@ -94,6 +94,9 @@ def test_damaged_database_check_can_be_turned_off(start_server):
         f.write(os.urandom(4096))
     code, stderr = start_refused(server.data_dir)
     assert code == 65, stderr
+    # quick_check's findings, on the one line.
+    [line] = log_lines(stderr, "store damaged; refusing to start")
+    assert re.search(r'found="On tree page \d+', line), stderr
     again = Server(server.data_dir, flags={"sqlite_quick_check_at_start": "false"})
     try:
         again.start(timeout=30)
