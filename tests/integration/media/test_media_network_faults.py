@@ -105,7 +105,7 @@ def test_a_web_call_reconnects_with_a_new_session_after_a_long_outage(make_lab):
                                        {"X-API-Key": server.apikey()})
     assert status == 201, call
     argv = [support.BINARY, "peer", "--web-call", call["call_id"], "--url", server.base_url_for(lab.a),
-            "--token", call["access_token"], "--tone", "440", "--seconds", "26"]
+            "--token", call["access_token"], "--tone", "440", "--seconds", "22"]
     app = lab.spawn(lab.a, argv, "linux-web-call", env=clean_env())
     app.wait_for_output(r"status connected", CONNECT_TIMEOUT)
     time.sleep(1)
