@@ -245,9 +245,9 @@ public final class SQLiteConnection {
     }
 
     /// `PRAGMA quick_check`: SQLite's check of every page and b-tree of the file, without the index
-    /// cross-checks of `integrity_check`. Reads the whole file once (about 4-8 s for 1M chat rows,
-    /// 145 MB, on a loaded 2-core machine; docs/operations.md). Returns SQLite's findings, empty when
-    /// the file is sound; at most `limit` of them.
+    /// cross-checks of `integrity_check`. Reads the whole file once (its cost at start:
+    /// docs/operations.md, "Integrity check at start"). Returns SQLite's findings, empty when the
+    /// file is sound; at most `limit` of them.
     public func quickCheck(limit: Int = 20) throws -> [String] {
         // PRAGMA takes no bound parameters; `limit` is an Int, so interpolation cannot inject SQL.
         let statement = try prepare("PRAGMA quick_check(\(max(1, limit)))")
