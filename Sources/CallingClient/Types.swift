@@ -233,7 +233,8 @@ public enum HangupReason: String, Sendable, Equatable {
     case disconnected
     /// The media failed (no connection within `mediaConnectTimeout`).
     case failed
-    /// The engine closed the peer connection.
+    /// The peer connection closed without a hangup of ours: usually the peer's hangup, when the
+    /// DTLS close of its connection arrives before its `data {kind:"hangup"}` relayed by the server.
     case closed
 }
 

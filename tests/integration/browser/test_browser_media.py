@@ -138,7 +138,10 @@ def test_browser_calls_the_linux_peer(blab):
     alice.find("#hangup").click()
     alice.wait_css('#peers li[data-peer-id="linux"][data-call-state="none"]', 5, "the call gone from the page")
     summary = linux.summary(HANGUP_GRACE)
-    assert summary.get("hangup_reason") == "remote", f"the Linux peer's call did not end on alice's hangup: {summary}"
+    # alice's hangup reaches the Linux peer twice: as `data {kind: hangup}` through the server and as
+    # the DTLS close of her peer connection straight over the media path; whichever comes first
+    # names the reason (`remote` or `closed`, docs/media.md). Either is her hangup, never the clock.
+    assert summary.get("hangup_reason") in ("remote", "closed"), f"the Linux peer's call did not end on alice's hangup: {summary}"
     assert_linux_heard_browser(linux, summary, recording)
 
 
@@ -233,7 +236,8 @@ def test_web_call_client_answered_by_the_linux_peer(blab):
     received = [json.loads(m) if isinstance(m, str) else m for m in summary.get("control_received") or []]
     assert {"type": "dtmf", "digit": "5"} in received, received
     assert {"type": "hangup"} in received, received
-    assert summary.get("hangup_reason") == "remote", summary
+    # The control channel's hangup and the peer connection's DTLS close race (as above).
+    assert summary.get("hangup_reason") in ("remote", "closed"), summary
     assert browser.js("return window.__web.errors;") == []
 
 
