@@ -50,8 +50,10 @@ def control_messages(summary: dict) -> list:
     return messages
 
 
-# How each peer reports a call the other side ended (docs/media.md; aiortc_peer.py).
-REMOTE_HANGUP = {"linux": {"remote"}, "aiortc": {"remote-hangup", "peer-left"}}
+# How each peer reports a call the other side ended (docs/media.md; aiortc_peer.py). A Linux peer
+# names whichever of the other side's two hangup signals reached it first: its signaled hangup
+# (`remote`) or the DTLS close of its peer connection (`closed`).
+REMOTE_HANGUP = {"linux": {"remote", "closed"}, "aiortc": {"remote-hangup", "peer-left"}}
 
 
 def assert_ended_by_hangup(proc, label: str, kind: str = "linux") -> dict:
