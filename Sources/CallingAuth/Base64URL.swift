@@ -60,8 +60,8 @@ enum Base64URL {
     /// included) or has an impossible length (a remainder of one character). As Foundation's decoder
     /// did before, the unused low bits of a final partial group are ignored rather than refused.
     ///
-    /// Four characters at a time into an array of the exact size: appending byte by byte cost ~24
-    /// instructions per character, and a join decodes a token's header and claims.
+    /// Four characters at a time into an array of the exact size: appending byte by byte cost a
+    /// capacity check per character, and a join decodes a token's header and claims.
     static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
         if let decoded = text.withContiguousStorageIfAvailable({ decode(contiguous: $0) }) { return decoded }
         return Array(text).withUnsafeBufferPointer { decode(contiguous: $0) }

@@ -96,11 +96,11 @@ enum Crypto {
 
 /// An HMAC-SHA-256 key set up once, for MACing many messages with it: the verifier checks every
 /// HS256 token with the same secret. `HMAC()` fetches the algorithm, builds and configures a
-/// context and hashes the key's pads again on every call (about half of its ~25k instructions per
-/// token under callgrind). Here the pads are hashed once, into `template`, and a MAC reuses a
+/// context and hashes the key's pads again on every call (about half of its cost per token
+/// under callgrind). Here the pads are hashed once, into `template`, and a MAC reuses a
 /// spare context that `EVP_MAC_init` without a key resets to them (OpenSSL's HMAC keeps the keyed
-/// state for exactly that); copying the template for each MAC and freeing the copy cost another
-/// ~4.4k instructions per token.
+/// state for exactly that); copying the template for each MAC and freeing the copy was a
+/// further allocation and copy per token.
 ///
 /// `@unchecked Sendable`: `template` is initialised in `init` and only read afterwards
 /// (`EVP_MAC_CTX_dup` takes it `const`; the digest it shares is reference-counted atomically), and a

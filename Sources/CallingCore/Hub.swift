@@ -311,7 +311,7 @@ public struct Hub: Sendable {
         /// An addressed relay's ends, read in place: the peer id seated on `connection` (nil when
         /// it holds no seat here), the connection seated as `peer`, if any, and whether both ids
         /// are plain. `member(on:)` and the subscript each copy a whole member (its identity's
-        /// strings): two copies per relayed frame, ~340 instructions under callgrind.
+        /// strings): two copies per relayed frame.
         /// No target when `peer` is the sender's own id: ids are unique in a room, so that is the
         /// target being the sender's member, and the ids need not be compared again.
         /// `reconnecting`: the target is in its reconnect grace (`target` is its gone connection).
@@ -337,8 +337,8 @@ public struct Hub: Sendable {
         }
 
         /// Whether `id`'s UTF-8 is exactly `bytes`: compared eight bytes at a time, lengths first.
-        /// (Each member's id kept at join as two words, compared in two loads, saved ~40
-        /// instructions per relayed frame but cost ~0.02 KiB per idle peer, at the 6 KiB line:
+        /// (Each member's id kept at join as two words, compared in two loads, saved a little
+        /// per relayed frame but cost memory per idle peer, at the per-peer memory line:
         /// docs/benchmarks.md, "Relayed from the frame's bytes".)
         @inline(__always)
         private static func spells(_ id: PeerID, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
@@ -476,8 +476,8 @@ public struct Hub: Sendable {
 
     /// The open rooms by id. Each room sits in a slot that stays put while the room is open, and
     /// `connections` keeps each seated connection's slot: a frame from a seated peer reaches its
-    /// room by index instead of hashing the room id, a String (~0.36k instructions of a relayed
-    /// frame under callgrind). A closed room's slot is reused by the next room opened.
+    /// room by index instead of hashing the room id, a String, on every relayed
+    /// frame. A closed room's slot is reused by the next room opened.
     struct RoomTable: Sendable {
         /// A room by slot; a free slot holds an empty room.
         private var slots: [Room] = []
@@ -579,7 +579,7 @@ public struct Hub: Sendable {
 
     /// Where a connection holds its seat, as `seat(of:)` found it: `route(_:to:from:seat:)` takes
     /// it so that a relayed frame, whose sender's seat the room endpoint has just checked, does
-    /// not look the connection up a second time (~65 instructions per relayed frame).
+    /// not look the connection up a second time.
     public struct Seat: Sendable {
         fileprivate let slot: Int32
     }
@@ -858,8 +858,7 @@ public struct Hub: Sendable {
     /// the room (or is the sender); nil when `connection` holds no seat. The service calls this
     /// for the most frequent frame of all (ICE candidates) and writes the frame from the parts it
     /// already holds: a decision holding the frame's parts (`relay`) was built, copied and
-    /// destroyed per relayed frame (each part retained and released, ~0.35k instructions under
-    /// callgrind), and an effect array and its one-element target array were two allocations.
+    /// destroyed per relayed frame (each part retained and released), and an effect array and its one-element target array were two allocations.
     public func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID) -> RelayRoute? {
         guard let slot = connections[connection] else { return nil }
         return route(kind, to: to, from: connection, seat: Seat(slot: slot))
@@ -965,8 +964,8 @@ public struct Hub: Sendable {
     /// What a chat from `connection` leads to: `handle(.message(connection, .chat(submission)))`'s
     /// effects, with the one nearly every chat has, its store request, answered as `.store`. The
     /// service calls this for every chat and stores it straight away: the input, the effect
-    /// array and the effect (the submission copied into each and destroyed) were ~1k of the
-    /// service thread's instructions per chat under callgrind. The room is found by its slot
+    /// array and the effect (the submission copied into each and destroyed) were a visible
+    /// share of the service thread's work per chat under callgrind. The room is found by its slot
     /// and the sender read in place: the other frames' path copied the room and the sender's
     /// member (its identity's strings retained and released) for the peer id and typing flag.
     public mutating func admitChat(_ submission: ChatSubmission, from connection: ConnectionID, now: Millis) -> ChatAdmission {
@@ -1001,7 +1000,7 @@ public struct Hub: Sendable {
     /// whitespace when its first scalar is, so a text whose first byte is an ASCII scalar that is
     /// not (nearly every chat) is told at once, without breaking it into Characters. The ASCII
     /// scalars with Unicode's White_Space property are U+0009–U+000D and U+0020; asking the
-    /// scalar's properties cost ~350 instructions.
+    /// scalar's properties costs a table lookup per call.
     static func isBlank(_ text: String) -> Bool {
         if let first = text.utf8.first, first < 0x80, first != 0x20, !(0x09...0x0D).contains(first) { return false }
         return text.allSatisfy(\.isWhitespace)
@@ -1014,7 +1013,7 @@ public struct Hub: Sendable {
     /// is looked up only then). The service calls this for every chat and hands the answer to
     /// `Router.deliverChat`, which a single node's router writes from the message's fields: the
     /// effects (`handle(.chatStored(_:))`), their array, the two `Frame`s built, copied into them
-    /// and destroyed, were ~4k of the service thread's ~19k instructions per chat under callgrind.
+    /// and destroyed, were a fifth of the service thread's work per chat under callgrind.
     public func route(_ outcome: ChatStoreOutcome) -> StoredChatRoute? {
         switch outcome {
         case .failed(let room, let peer, let clientID, let connection, let error):

@@ -333,7 +333,7 @@ public enum ClientFrameDecoder {
                 return .message(.chat(submission))
             }
             // A ping's payload is only echoed: its checked bytes, no tree (a tree and its re-encoding
-            // were ~7k of the ~12k instructions of a ping's turn on the service thread). One with a
+            // were most of a ping's turn on the service thread). One with a
             // `to` goes on to the general path, which refuses it.
             if !typeEscaped, scanned.to == nil, Self.isPing(bytes, typeToken) {
                 guard let token = scanned.payload, token.kind != .null else { return .message(.ping(payload: nil)) }

@@ -58,8 +58,8 @@ public struct Frame: Sendable, Equatable {
 
     /// A relayed frame: `payload`'s bytes go out as they are, inside the envelope the server writes.
     public init(_ type: FrameType, from: String? = nil, to: String? = nil, rawPayload: RawJSON?) {
-        // Every field once: going through `init(type:…)` and then replacing `body` cost ~900
-        // instructions per relayed frame under callgrind.
+        // Every field once: going through `init(type:…)` and then replacing `body` cost a second
+        // construction per relayed frame.
         self.type = type.rawValue
         self.from = from
         self.to = to
@@ -98,7 +98,7 @@ public struct Frame: Sendable, Equatable {
     }
 
     /// Every field once, as `init(_:from:to:rawPayload:)` does: a frame made and then given its
-    /// body cost ~400 instructions more for each chat's ack and broadcast.
+    /// body cost a second construction for each chat's ack and broadcast.
     private init(type: String, from: String?, body: Body) {
         self.type = type
         self.from = from
@@ -198,7 +198,7 @@ public struct Frame: Sendable, Equatable {
 
     /// `writeRelayed` for an addressed relay's parts lent as bytes (`RelayParts`), with the type
     /// name as a literal (`RelayKind.typeName`): no `String` made for it and no contiguous-storage
-    /// call to copy it (~50 instructions per relayed frame).
+    /// call to copy it, per relayed frame.
     @inline(__always)
     static func writeRelayed(from: String, payload: UnsafeBufferPointer<UInt8>, to: UnsafeBufferPointer<UInt8>,
                              type: StaticString, at destination: UnsafeMutablePointer<UInt8>) {
@@ -214,8 +214,8 @@ public struct Frame: Sendable, Equatable {
                                          at cursor: inout UnsafeMutablePointer<UInt8>) {
         typealias P = RelayedPieces
         // A cursor passed along rather than captured by nested functions: a captured `var` is a
-        // box whose every access is checked for exclusivity (seven `swift_beginAccess` per frame,
-        // ~530 instructions under callgrind).
+        // box whose every access is checked for exclusivity (seven `swift_beginAccess` per
+        // frame).
         if let from {
             put(P.from, at: &cursor)
             put(from, at: &cursor)
@@ -261,7 +261,7 @@ public struct Frame: Sendable, Equatable {
 
     /// Copies `count` bytes. The short runs a frame is written from (its literals, peer ids,
     /// type names) take one or two overlapping unaligned moves: as `memcpy` calls they were ten
-    /// per relayed frame, ~30 instructions each under callgrind. Longer ones (payloads) `memcpy`.
+    /// calls per relayed frame. Longer ones (payloads) `memcpy`.
     @inline(__always)
     static func copy(_ source: UnsafePointer<UInt8>, count: Int, to destination: UnsafeMutablePointer<UInt8>) {
         let from = UnsafeRawPointer(source)
@@ -596,7 +596,7 @@ public struct WireError: Sendable, Equatable, Error {
 /// An addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) as the hub decided it:
 /// the parts of the frame `frame` builds, kept apart so that a router can write the frame straight
 /// into the message it sends without building a `Frame` first (its construction, copy and
-/// destruction were ~600 of a relayed frame's ~9.3k instructions under callgrind). The bytes
+/// destruction were a visible share of a relayed frame under callgrind). The bytes
 /// written are `frame.encoded()`'s.
 public struct RelayedFrame: Sendable, Equatable {
     public var kind: RelayKind

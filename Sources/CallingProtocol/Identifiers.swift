@@ -8,8 +8,8 @@ public struct ConnectionID: Hashable, Sendable, Comparable, CustomStringConverti
 
     /// What `Dictionary` and `Set` hash a connection id with. Tables keyed by connection (the room
     /// endpoint's sessions, the hub's seats) are looked up several times per inbound frame, and the
-    /// default (a seeded SipHash through `Hasher`) cost ~225 instructions per lookup under callgrind,
-    /// ~1/25 of a relayed frame. Ids are assigned by the server (counting up from 1, with flag bits
+    /// default (a seeded SipHash through `Hasher`) was a visible share of a relayed
+    /// frame under callgrind. Ids are assigned by the server (counting up from 1, with flag bits
     /// for HTTP sessions and other nodes' peers), never chosen by a client, so nobody can aim
     /// collisions at a table; a 64-bit finalizer (MurmurHash3's fmix64) of the id and the table's
     /// seed spreads consecutive ids over the low bits the tables index with.

@@ -22,7 +22,7 @@ struct FrameCounts {
 
     /// Where `type` is counted in `known`: its place in `FrameType.allCases` (MetricsTests holds
     /// the two together). A switch, since `allCases.firstIndex(of:)` went through the list on
-    /// every count (~38 instructions per inbound frame).
+    /// every count, once per inbound frame.
     @inline(__always)
     static func slot(_ type: FrameType) -> Int {
         switch type {
@@ -80,8 +80,7 @@ struct FrameCounts {
 /// Counters exposed at /metrics in Prometheus text format. Owned by the service thread.
 ///
 /// `@exclusivity(unchecked)` on the counters every chat (or frame) moves: each access to a class's
-/// stored property is otherwise checked at run time (`swift_beginAccess`, a thread-local lookup,
-/// ~80 instructions under callgrind). They are touched only on the service thread, and each
+/// stored property is otherwise checked at run time (`swift_beginAccess`, a thread-local lookup). They are touched only on the service thread, and each
 /// access is a counter update that calls nothing, so there is no overlap for the check to find.
 final class Metrics {
     @exclusivity(unchecked) var framesIn = FrameCounts()

@@ -65,7 +65,7 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     /// Read once or twice per inbound frame. Unchecked for exclusivity, like the transport's
     /// per-frame state (WebSocketServer.swift, `ServiceState`): only the service thread touches
     /// it, and no access is held across a call that could reach it again. Each checked access is a
-    /// thread-local lookup (`swift_beginAccess`), ~80 instructions under callgrind. By the
+    /// thread-local lookup (`swift_beginAccess`). By the
     /// connection's raw id in an `IDTable`: no seeded hash per frame, and a frame's session is
     /// borrowed from it rather than copied out (`didReceive`).
     @exclusivity(unchecked) private var sessions = IDTable<Session>()

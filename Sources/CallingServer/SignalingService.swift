@@ -18,8 +18,8 @@ final class SignalingService: @unchecked Sendable {
     let calls: CallsAPI
 
     /// `@exclusivity(unchecked)`: read or changed several times per frame, and each access to a
-    /// class's stored property is otherwise checked at run time (`swift_beginAccess`, ~80
-    /// instructions). Only the service thread touches it, and every access is a call into the pure
+    /// class's stored property is otherwise checked at run time (`swift_beginAccess`, a
+    /// thread-local lookup). Only the service thread touches it, and every access is a call into the pure
     /// `Hub`, which calls nothing back, so accesses never overlap.
     @exclusivity(unchecked) private var hub: Hub
     /// Rooms' live calls for `call_started`/`call_ended` (only fed while webhooks are on).
@@ -65,7 +65,7 @@ final class SignalingService: @unchecked Sendable {
     /// Runs `body` on the hub where it is stored. Calling a method on a class's stored struct
     /// copies the struct first (every table of the hub retained and released), since the callee
     /// might change the property meanwhile; through `inout` it is used in place. `isSeated` is
-    /// asked once per inbound frame: the copy was ~230 instructions of a relayed frame.
+    /// asked once per inbound frame.
     @inline(__always)
     private static func inPlace<T>(_ hub: inout Hub, _ body: (inout Hub) -> T) -> T { body(&hub) }
 
@@ -98,8 +98,8 @@ final class SignalingService: @unchecked Sendable {
 
     /// `relay(_:to:payload:from:)` for the parts of a relay lent straight from the frame they
     /// arrived in, from `connection` seated at `seat` (`seat(of:)`, nothing changed since): what
-    /// the room endpoint calls for the most frequent frame of all, without a `HubInput` around it
-    /// (~170 instructions per relayed frame), a `String` for its `to` or a slice for its payload.
+    /// the room endpoint calls for the most frequent frame of all, without a `HubInput` around it,
+    /// a `String` for its `to` or a slice for its payload.
     func relay(_ parts: RelayParts, from connection: ConnectionID, seat: Hub.Seat) {
         let route = Self.inPlace(&hub) { $0.route(parts, from: connection, seat: seat) }
         guard case .deliver(let from, let target, let plainIDs)? = route else { return answer(route) }
@@ -125,7 +125,7 @@ final class SignalingService: @unchecked Sendable {
 
     /// A `ping` from `connection`, seated at `seat` (`seat(of:)`, nothing changed since): what
     /// `handle(.message(connection, .ping(payload)))` does, without the input and the effect array
-    /// around the one frame (~3.5k of the ~6k instructions of a ping's turn on the service thread).
+    /// around the one frame (most of a ping's turn on the service thread).
     func pong(_ payload: RawJSON?, from connection: ConnectionID, seat: Hub.Seat) {
         guard let frame = Self.inPlace(&hub, { $0.pong(payload, from: connection, seat: seat) }) else { return }
         router.deliver(frame, to: connection)
@@ -311,7 +311,7 @@ final class SignalingService: @unchecked Sendable {
 
     func apply(_ effects: [HubEffect]) {
         // Each effect switched on in place: `for effect in effects` copied every effect (and its
-        // frame) out of the array and destroyed the copy, ~300 instructions per chat's ack.
+        // frame) out of the array and destroyed the copy, per chat's ack.
         for index in effects.indices {
             switch effects[index] {
             case .send(let targets, let frame):

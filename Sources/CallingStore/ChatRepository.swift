@@ -197,7 +197,7 @@ struct ChatRepository {
     /// One row: a retry of a stored (room, sender, client_id) yields the original, marked duplicate.
     private func insertOne(_ draft: ChatDraft, _ batch: inout BatchState) throws {
         // Looked up per row, not per batch, since the batch is mostly chunks: the cache is keyed by the
-        // SQL text, hashed on every lookup (~100 instructions for this one).
+        // SQL text, hashed on every lookup.
         let insert = try db.cachedStatement(
             """
             INSERT INTO chat_messages (room_no, seq, room_id, sender, client_id, text, meta, ts)

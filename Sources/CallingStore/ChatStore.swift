@@ -229,7 +229,7 @@ public final class ChatStore: @unchecked Sendable {
         // rollback or a process crash could still take back. (With synchronous=NORMAL an OS crash or power
         // cut can still lose the newest commits; see SQLiteConnection.)
         // By index: `zip` copied every pending append (its draft's five strings and the closure) out
-        // of the batch and destroyed the copy, ~0.3k instructions per chat.
+        // of the batch and destroyed the copy, per chat.
         for offset in results.indices { batch[batch.startIndex + offset].completion(.success(results[offset])) }
         completedAppends()
         // After the acks, so that they do not wait for it.

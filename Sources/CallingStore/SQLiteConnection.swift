@@ -182,14 +182,14 @@ public final class SQLiteConnection {
     }
 
     /// The cached statement for `key`, like `cachedStatement(_:)` but found by the key's identity
-    /// instead of by hashing its SQL text: for long generated SQL (the multi-row chat insert is
-    /// ~2,600 characters), where hashing the text on every lookup cost ~1k instructions per row.
+    /// instead of by hashing its SQL text: for long generated SQL (the multi-row chat insert), where
+    /// hashing the text on every lookup was a visible share of each row's cost.
     public func cachedStatement(_ key: SQLiteStatementKey) throws(SQLiteError) -> Statement {
         let db = try live()
         if let statement = keyedStatementCache[ObjectIdentifier(key)] {
             // Reset, but its bindings left for the caller to overwrite: the multi-row chat insert
-            // binds every parameter, resets (and clears) after its step, and clearing its 448
-            // parameters a second time here was ~85 instructions per row.
+            // binds every parameter, resets (and clears) after its step, and clearing its hundreds
+            // of parameters a second time here was pure waste.
             statement.rewind()
             return statement
         }
@@ -277,7 +277,7 @@ public final class SQLiteConnection {
     /// Not reentrant: SQLite has no nested BEGIN (use SAVEPOINT for that).
     public func transaction<Result>(_ kind: TransactionKind = .deferred, _ body: () throws -> Result) throws -> Result {
         // BEGIN and COMMIT as cached statements: `execute` (sqlite3_exec) parses them anew each
-        // time, ~5.7k instructions apiece under callgrind, twice per join's room summary.
+        // time, and a join's room summary runs two.
         try run(kind.rawValue)
         do {
             let result = try body()
@@ -420,7 +420,7 @@ public final class SQLiteStatementKey: Sendable {
 /// initialized lazily and exactly once, also when two threads open at the same time).
 ///
 /// Memory statistics off: nothing here reads `sqlite3_memory_used` or `sqlite3_status`, and with them
-/// on every SQLite allocation takes a global mutex (~2k instructions per stored chat under callgrind,
+/// on every SQLite allocation takes a global mutex (several per stored chat,
 /// with the allocations of a row insert). Failure (SQLite already initialized by someone else)
 /// changes nothing and is harmless.
 private let sqliteConfigured: Void = {

@@ -99,7 +99,7 @@ public final class Statement {
     /// the parameter set to NULL, so the statement never holds a dangling pointer (`changes` of the
     /// connection still reports the step).
     /// `bind(_:at:)` with `.text` instead copies the bytes into a buffer SQLite allocates and frees
-    /// per bind: for the four text columns of a chat row that was ~2k instructions.
+    /// per bind, four times per chat row.
     public func withText<Result>(
         _ text: String, at index: Int32, _ body: () throws(SQLiteError) -> Result
     ) throws(SQLiteError) -> Result {

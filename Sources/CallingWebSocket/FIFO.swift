@@ -1,7 +1,7 @@
 /// Array-backed queue with amortised O(1) pops. Public and inlinable although only this package
 /// uses it: the server part (another module) appends and pops per frame, and only a public
-/// inlinable generic is specialised there (with `package` access it stayed an unspecialised call,
-/// ~500 instructions per append under callgrind).
+/// inlinable generic is specialised there (with `package` access it stayed an unspecialised call
+/// per append).
 ///
 /// The oldest element sits in an inline slot when the array part is empty, so a queue that never
 /// holds more than one element at a time (a relayed frame, a ping's pong) allocates nothing, and a
@@ -29,8 +29,8 @@ public struct FIFO<Element> {
             front = item
         } else {
             // A burst after the inline slot: room for several at once, since a drained queue
-            // starts from no storage and growing 1, 2, 4, 8… cost ~200 instructions per element
-            // in a fan-out (callgrind).
+            // starts from no storage and growing 1, 2, 4, 8… reallocated
+            // several times per fan-out.
             if items.capacity == 0 { items.reserveCapacity(Self.burstCapacity) }
             items.append(item)
         }

@@ -10,7 +10,7 @@ import Glibc
 public final class OutboundMessage: @unchecked Sendable {
     /// `LWS_PRE`, computed rather than stored: the shim returns the header's constant inline, so
     /// this folds to a number where a `static let` was read through its lazy initializer's check
-    /// (~25 instructions per relayed frame, which reserves pending bytes with it).
+    /// on every relayed frame (which reserves pending bytes with it).
     @inlinable package static var headroom: Int { Int(cs_lws_pre()) }
 
     @usableFromInline let storage: UnsafeMutableRawBufferPointer
