@@ -30,7 +30,8 @@ public final class ServerApp: @unchecked Sendable {
     let httpSessions: HTTPSessions
     let roomEndpoint: RoomEndpoint
     let presence: PresenceEndpoint
-    /// The transport's delegate; the transport holds it weakly, so the app keeps it.
+    /// The transport's delegate. The transport holds it only while its service loop runs
+    /// (WebSocketServer `delegate`), so the app keeps it from before `start` to after `stop`.
     let endpoints: WebSocketEndpoints
     private var heartbeat: Thread?
     private let stopping = NSCondition()
