@@ -8,7 +8,8 @@ import Foundation
 /// gets a frame, whether a join gets a seat) are the hub's (`HubInput.kick`, `.endRoom`,
 /// `.serverData`, `.setDraining`); this class parses requests, feeds the hub and answers.
 ///
-/// Runs on the service thread, like `CallsAPI`.
+/// The handlers only: their rows (API key of scope `admin`) are in the route table
+/// (Routes/Routes.swift). Runs on the service thread, like `CallsAPI`.
 // @unchecked Sendable: touched only on the service thread; store completions hop back via `context.post`.
 final class AdminAPI: @unchecked Sendable {
     /// `end_reason` of the calls of a room ended through the admin API.
@@ -16,55 +17,51 @@ final class AdminAPI: @unchecked Sendable {
 
     let context: ServiceContext
     let rooms: SignalingService
-    /// API keys are checked the way the calls API checks them.
-    let calls: CallsAPI
     let httpSessions: HTTPSessions
     let logger: Logger
 
-    init(context: ServiceContext, rooms: SignalingService, calls: CallsAPI, httpSessions: HTTPSessions, logger: Logger) {
+    init(context: ServiceContext, rooms: SignalingService, httpSessions: HTTPSessions, logger: Logger) {
         self.context = context
         self.rooms = rooms
-        self.calls = calls
         self.httpSessions = httpSessions
         self.logger = logger
     }
 
     typealias Respond = @Sendable (HTTPResponse) -> Void
 
-    /// `segments` starts with `v1`, `admin`. Service thread.
-    func handle(_ request: HTTPRequest, segments: [Substring], respond: @escaping Respond) {
-        let rest = segments.dropFirst(2).map(String.init)
-        let route: (allowed: HTTPMethod, run: @Sendable () -> Void)
-        switch rest.count {
-        case 1 where rest[0] == "rooms":
-            route = (.get, { [self] in respond(.json(200, roomsJSON())) })
-        case 2 where rest[0] == "rooms":
-            route = (.get, { [self] in respond(room(RoomID(rest[1]))) })
-        case 3 where rest[0] == "rooms" && rest[2] == "end":
-            route = (.post, { [self] in endRoom(RoomID(rest[1]), respond) })
-        case 3 where rest[0] == "rooms" && rest[2] == "data":
-            route = (.post, { [self] in sendData(RoomID(rest[1]), request, respond) })
-        case 5 where rest[0] == "rooms" && rest[2] == "peers" && rest[4] == "kick":
-            route = (.post, { [self] in respond(kick(RoomID(rest[1]), PeerID(rest[3]))) })
-        case 1 where rest[0] == "drain":
-            if request.method == .get {
-                route = (.get, { [self] in respond(.json(200, drainStatus)) })
-            } else {
-                route = (.post, { [self] in respond(setDraining(request)) })
-            }
-        default:
-            return respond(.problem(404, code: "not_found", detail: "no admin route \(request.method.rawValue) \(request.path.prefix(200))"))
-        }
-        guard request.method == route.allowed else {
-            let allowed = rest == ["drain"] ? "GET, POST" : route.allowed.rawValue
-            return respond(.problem(405, code: "method_not_allowed", detail: "use \(allowed)", headers: [("allow", allowed)]))
-        }
-        calls.authenticateAPIKey(request, scope: APIKeyRecord.adminScope) { result in
-            switch result {
-            case .failure(let response): respond(response)
-            case .success: route.run()
-            }
-        }
+    /// `GET /v1/admin/rooms`.
+    func listRooms(_ route: RouteRequest, _ respond: @escaping Respond) {
+        respond(.json(200, roomsJSON()))
+    }
+
+    /// `GET /v1/admin/rooms/{room_id}`.
+    func showRoom(_ route: RouteRequest, _ respond: @escaping Respond) {
+        respond(room(RoomID(route.parameter("room_id"))))
+    }
+
+    /// `POST /v1/admin/rooms/{room_id}/peers/{peer_id}/kick`.
+    func kickPeer(_ route: RouteRequest, _ respond: @escaping Respond) {
+        respond(kick(RoomID(route.parameter("room_id")), PeerID(route.parameter("peer_id"))))
+    }
+
+    /// `POST /v1/admin/rooms/{room_id}/end`.
+    func closeRoom(_ route: RouteRequest, _ respond: @escaping Respond) {
+        endRoom(RoomID(route.parameter("room_id")), respond)
+    }
+
+    /// `POST /v1/admin/rooms/{room_id}/data`.
+    func postData(_ route: RouteRequest, _ respond: @escaping Respond) {
+        sendData(RoomID(route.parameter("room_id")), route.http, respond)
+    }
+
+    /// `GET /v1/admin/drain`.
+    func getDrain(_ route: RouteRequest, _ respond: @escaping Respond) {
+        respond(.json(200, drainStatus))
+    }
+
+    /// `POST /v1/admin/drain`.
+    func postDrain(_ route: RouteRequest, _ respond: @escaping Respond) {
+        respond(setDraining(route.http))
     }
 
     // MARK: listing
@@ -122,8 +119,7 @@ final class AdminAPI: @unchecked Sendable {
                 case .failure(let error):
                     context.metrics.storeFailures += 1
                     logger.error("calls of an ended room not marked ended", ["room.id": room.rawValue, "error": "\(error)"])
-                    respond(.problem(503, code: "store_unavailable", detail: "the room was closed but its calls could not be marked ended; retry",
-                                     headers: [("retry-after", "1")]))
+                    respond(Problem.storeUnavailable("the room was closed but its calls could not be marked ended; retry"))
                 }
             }
         }

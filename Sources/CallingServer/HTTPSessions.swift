@@ -125,51 +125,39 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
         return out
     }
 
-    // MARK: routing
+    // MARK: routes
 
-    /// Every request under `/webrtc-proxy/` or `/whip/`. Service thread.
-    func handle(_ request: HTTPRequest, segments: [Substring], respond: @escaping Respond) {
-        if let refusal = rateLimit(request) { return respond(refusal) }
-        let names = segments.map(String.init)
-        if names.first == "webrtc-proxy", names.count >= 5, names[2] == "v1", names[3] == "webrtc", names[4] == "sessions" {
-            let call = CallID(names[1])
-            switch (names.count, request.method) {
-            case (5, .post): return createProxySession(call: call, request, respond)
-            case (5, _): return respond(Self.methodNotAllowed(["POST"]))
-            case (6, .patch): return patchProxySession(call: call, id: names[5], request, respond)
-            case (6, .delete):
-                return deleteSession(id: names[5], kind: .proxy, request, respond, tokenMatches: { $0.callID == call },
-                                     sessionMatches: { $0.identity.call == call })
-            case (6, _): return respond(Self.methodNotAllowed(["PATCH", "DELETE"]))
-            default: break
-            }
-        } else if names.first == "whip", names.count == 2 || names.count == 3 {
-            // CORS headers (browser WHIP clients call from their own origin) come from HTTPRoutes.
-            let room = RoomID(names[1])
-            switch (names.count, request.method) {
-            case (_, .options): return respond(Self.whipOptions(resource: names.count == 3))
-            case (2, .post): return createWHIPResource(room: room, request, respond)
-            case (2, _): return respond(Self.methodNotAllowed(["POST", "OPTIONS"]))
-            case (3, .patch): return patchWHIPResource(room: room, id: names[2], request, respond)
-            case (3, .delete):
-                return deleteSession(id: names[2], kind: .whip, request, respond, tokenMatches: { $0.roomID == room },
-                                     sessionMatches: { $0.identity.room == room })
-            default: return respond(Self.methodNotAllowed(["PATCH", "DELETE", "OPTIONS"]))
-            }
-        }
-        respond(.problem(404, code: "not_found", detail: "no route for \(request.method.rawValue) \(request.path.prefix(200))"))
+    // The rows (methods, paths, peer-token auth with scope `room` bound to `{call_id}` or
+    // `{room_id}`, CORS, the per-address rate limit) are in the route table (Routes/Routes.swift).
+
+    /// `DELETE /webrtc-proxy/{call_id}/v1/webrtc/sessions/{session_id}`.
+    func deleteProxySession(_ route: RouteRequest, _ claims: PeerTokenClaims, _ respond: @escaping Respond) {
+        let call = CallID(route.parameter("call_id"))
+        deleteSession(id: route.parameter("session_id"), kind: .proxy, claims: claims, respond) { $0.identity.call == call }
+    }
+
+    /// `DELETE /whip/{room_id}/{resource_id}`.
+    func deleteWHIPResource(_ route: RouteRequest, _ claims: PeerTokenClaims, _ respond: @escaping Respond) {
+        let room = RoomID(route.parameter("room_id"))
+        deleteSession(id: route.parameter("resource_id"), kind: .whip, claims: claims, respond) { $0.identity.room == room }
+    }
+
+    /// `OPTIONS /whip/{room_id}` (not a CORS preflight, which the front door answers).
+    func whipEndpointOptions(_ route: RouteRequest, _ respond: @escaping Respond) {
+        respond(Self.whipOptions(resource: false))
+    }
+
+    /// `OPTIONS /whip/{room_id}/{resource_id}`.
+    func whipResourceOptions(_ route: RouteRequest, _ respond: @escaping Respond) {
+        respond(Self.whipOptions(resource: true))
     }
 
     // MARK: webrtc-proxy
 
     /// `POST /webrtc-proxy/{call_id}/v1/webrtc/sessions` with JSON `{identity: "client", sdp}`.
-    private func createProxySession(call: CallID, _ request: HTTPRequest, _ respond: @escaping Respond) {
-        let claims: PeerTokenClaims
-        switch authenticate(request) {
-        case .failure(let response): return respond(response)
-        case .success(let verified): claims = verified
-        }
-        guard claims.callID == call else { return respond(Self.wrongCall) }
+    func createProxySession(_ route: RouteRequest, _ claims: PeerTokenClaims, _ respond: @escaping Respond) {
+        let request = route.http
+        let call = CallID(route.parameter("call_id"))
         guard let room = claims.roomID else { return respond(.problem(403, code: "token_no_room", detail: "the token names no room_id")) }
         guard let object = (try? JSONParser.parse(request.body))?.objectValue else {
             return respond(RequestBody.invalid([("body", "must be a JSON object with identity and sdp")]))
@@ -204,21 +192,17 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
                     respond(.problem(404, code: "call_not_found", detail: "no live call '\(call.rawValue.prefix(200))'"))
                 case .failure:
                     context.metrics.storeFailures += 1
-                    respond(.problem(503, code: "store_unavailable", detail: "the store is temporarily unavailable",
-                                     headers: [("retry-after", "1")]))
+                    respond(Problem.storeUnavailable())
                 }
             }
         }
     }
 
     /// `PATCH …/sessions/{id}`: JSON `{candidate: {...}}` (204) or `application/sdp` renegotiation (200 + answer).
-    private func patchProxySession(call: CallID, id: String, _ request: HTTPRequest, _ respond: @escaping Respond) {
-        let claims: PeerTokenClaims
-        switch authenticate(request) {
-        case .failure(let response): return respond(response)
-        case .success(let verified): claims = verified
-        }
-        guard claims.callID == call else { return respond(Self.wrongCall) }
+    func patchProxySession(_ route: RouteRequest, _ claims: PeerTokenClaims, _ respond: @escaping Respond) {
+        let request = route.http
+        let call = CallID(route.parameter("call_id"))
+        let id = route.parameter("session_id")
         guard let session = byID[id], session.kind == .proxy, session.identity.call == call else {
             return respond(Self.sessionNotFound(id))
         }
@@ -252,17 +236,9 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     }
 
     /// `DELETE` of a session or WHIP resource: 204, also when it is already gone.
-    private func deleteSession(id: String, kind: Kind, _ request: HTTPRequest, _ respond: @escaping Respond,
-                               tokenMatches: (PeerTokenClaims) -> Bool, sessionMatches: (Session) -> Bool)
+    private func deleteSession(id: String, kind: Kind, claims: PeerTokenClaims, _ respond: @escaping Respond,
+                               sessionMatches: (Session) -> Bool)
     {
-        let claims: PeerTokenClaims
-        switch authenticate(request) {
-        case .failure(let response): return respond(response)
-        case .success(let verified): claims = verified
-        }
-        guard tokenMatches(claims) else {
-            return respond(kind == .proxy ? Self.wrongCall : .problem(403, code: "wrong_room", detail: "the token is for another room"))
-        }
         if let session = byID[id], session.kind == kind, sessionMatches(session) {
             guard session.identity.peer == claims.sub else { return respond(Self.notYours) }
             logger.info("session deleted", ["session.id": session.id, "room.id": session.identity.room.rawValue])
@@ -274,13 +250,9 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     // MARK: WHIP
 
     /// `POST /whip/{room_id}` with `application/sdp`: 201, `Location`, `ETag`, `Link` ICE servers, the answer.
-    private func createWHIPResource(room: RoomID, _ request: HTTPRequest, _ respond: @escaping Respond) {
-        let claims: PeerTokenClaims
-        switch authenticate(request) {
-        case .failure(let response): return respond(response)
-        case .success(let verified): claims = verified
-        }
-        guard claims.roomID == room else { return respond(.problem(403, code: "wrong_room", detail: "the token is for another room")) }
+    func createWHIPResource(_ route: RouteRequest, _ claims: PeerTokenClaims, _ respond: @escaping Respond) {
+        let request = route.http
+        let room = RoomID(route.parameter("room_id"))
         guard Self.mediaType(request) == "application/sdp" else { return respond(Self.unsupportedType(["application/sdp"])) }
         let sdp = String(decoding: request.body, as: UTF8.self)
         guard !sdp.allSatisfy(\.isWhitespace) else { return respond(RequestBody.invalid([("body", "must be an SDP offer")])) }
@@ -301,13 +273,10 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     }
 
     /// `PATCH /whip/{room_id}/{id}` with `application/trickle-ice-sdpfrag`: trickle (204) or ICE restart (200).
-    private func patchWHIPResource(room: RoomID, id: String, _ request: HTTPRequest, _ respond: @escaping Respond) {
-        let claims: PeerTokenClaims
-        switch authenticate(request) {
-        case .failure(let response): return respond(response)
-        case .success(let verified): claims = verified
-        }
-        guard claims.roomID == room else { return respond(.problem(403, code: "wrong_room", detail: "the token is for another room")) }
+    func patchWHIPResource(_ route: RouteRequest, _ claims: PeerTokenClaims, _ respond: @escaping Respond) {
+        let request = route.http
+        let room = RoomID(route.parameter("room_id"))
+        let id = route.parameter("resource_id")
         guard let session = byID[id], session.kind == .whip, session.identity.room == room else {
             return respond(Self.sessionNotFound(id))
         }
@@ -628,19 +597,8 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
          "started_at": .int(session.startedAt)]
     }
 
-    private func authenticate(_ request: HTTPRequest) -> Result<PeerTokenClaims, HTTPResponse> {
-        switch context.authenticate(request) {
-        case .failure(let response): return .failure(response)
-        case .success(let claims):
-            if !claims.scope.isEmpty, !claims.scope.contains("room") {
-                return .failure(.problem(403, code: "token_wrong_scope", detail: "the token's scope does not include 'room'"))
-            }
-            return .success(claims)
-        }
-    }
-
     /// A token bucket per remote address: `signaling_requests_per_minute` at once, refilled over a minute.
-    private func rateLimit(_ request: HTTPRequest) -> HTTPResponse? {
+    func rateLimit(_ request: HTTPRequest) -> HTTPResponse? {
         let now = context.now()
         let key = request.remoteAddress.isEmpty ? "unknown" : request.remoteAddress
         let perMinute = Double(config.signalingRequestsPerMinute)
@@ -663,7 +621,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
 
     static func millis(_ date: Date) -> Millis { Millis(date.timeIntervalSince1970 * 1000) }
 
-    static let wrongCall = HTTPResponse.problem(403, code: "token_wrong_call", detail: "the access token belongs to another call")
+    static let wrongCall = Problem.tokenWrongCall
     static let notYours = HTTPResponse.problem(403, code: "session_not_yours", detail: "the session belongs to another peer or call")
 
     static func sessionNotFound(_ id: String) -> HTTPResponse {
@@ -675,8 +633,4 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
                  headers: [("accept-patch", accepted.joined(separator: ", "))])
     }
 
-    static func methodNotAllowed(_ allowed: [String]) -> HTTPResponse {
-        .problem(405, code: "method_not_allowed", detail: "use \(allowed.joined(separator: ", "))",
-                 headers: [("allow", allowed.joined(separator: ", "))])
-    }
 }

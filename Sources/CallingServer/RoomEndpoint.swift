@@ -12,7 +12,7 @@ struct JoinTicket: Sendable {
     var resumeAfter: Int64?
 }
 
-/// The room protocol at `/v1/ws`: checks the token's room and scope and asks the hub for a seat
+/// The room protocol at `/v1/ws`: checks the token's room (its scope is the route table's) and asks the hub for a seat
 /// before the upgrade, loads the peer's chat position, decodes frames and hands them to the rooms'
 /// `SignalingService`. Every method runs on the service thread (the `WebSocketEndpoint` contract).
 // @unchecked Sendable: every stored property is touched only on the service thread; store
@@ -124,10 +124,6 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
         if let violation = IdentifierRule.violation(of: claims.sub.rawValue, maxBytes: config.maxPeerIDBytes) {
             metrics.upgrades["refused_400", default: 0] += 1
             return .reject(.problem(400, code: "invalid_peer_id", detail: "the token's sub \(violation)"))
-        }
-        if !claims.scope.isEmpty, !claims.scope.contains("room") {
-            metrics.upgrades["refused_403", default: 0] += 1
-            return .reject(.problem(403, code: "token_wrong_scope", detail: "the token's scope does not include 'room'"))
         }
         var resumeAfter: Int64?
         if let raw = request.query["last_seq"] {

@@ -26,6 +26,8 @@ public final class ServerApp: @unchecked Sendable {
     /// Cluster mode's link between the Redis driver and the rooms; nil on a node alone.
     let cluster: ClusterLink?
     let calls: CallsAPI
+    /// The calls' bookkeeping the rooms talk to (joins, leaves, meters, stats, the unjoined sweep).
+    let book: CallBook
     let rooms: SignalingService
     let httpSessions: HTTPSessions
     let roomEndpoint: RoomEndpoint
@@ -33,6 +35,8 @@ public final class ServerApp: @unchecked Sendable {
     /// The transport's delegate. The transport holds it only while its service loop runs
     /// (WebSocketServer `delegate`), so the app keeps it from before `start` to after `stop`.
     let endpoints: WebSocketEndpoints
+    /// Every route (Routes/Routes.swift), which the front door and the upgrades are routed by.
+    let routeTable: RouteTable
     private var heartbeat: Thread?
     private let stopping = NSCondition()
     private var stopRequested = false
@@ -88,8 +92,12 @@ public final class ServerApp: @unchecked Sendable {
         }
         router = clusterRouter ?? localRouter
         let gate = FrameGate(config: config, metrics: context.metrics, router: router, now: ServiceContext.floodClock)
-        calls = CallsAPI(context: context, logger: logger.labeled("calls"))
-        let rooms = SignalingService(context: context, router: router, chats: chat, calls: calls)
+        // Labelled `calls`, as when the calls API checked keys for the admin API too: its log lines keep their label.
+        let apiKeys = APIKeyAuthenticator(context: context, logger: logger.labeled("calls"))
+        // Labelled `calls` as when it was part of the calls API: its log lines keep their label.
+        book = CallBook(context: context, logger: logger.labeled("calls"))
+        calls = CallsAPI(context: context, book: book, logger: logger.labeled("calls"))
+        let rooms = SignalingService(context: context, router: router, chats: chat, calls: book)
         self.rooms = rooms
         if clusterRouter == nil {
             // One node: the hub seats exactly this node's connections, so the router reads seats
@@ -97,18 +105,20 @@ public final class ServerApp: @unchecked Sendable {
             localRouter.seatSource = { [unowned rooms] peer, room in rooms.connection(of: peer, in: room) }
         }
         httpSessions = HTTPSessions(context: context, rooms: rooms, router: router, logger: logger.labeled("sessions"))
-        let admin = AdminAPI(context: context, rooms: rooms, calls: calls, httpSessions: httpSessions, logger: logger.labeled("admin"))
+        let admin = AdminAPI(context: context, rooms: rooms, httpSessions: httpSessions, logger: logger.labeled("admin"))
         roomEndpoint = RoomEndpoint(context: context, rooms: rooms, gate: gate, router: router)
         let presence = PresenceEndpoint(context: context, router: router, gate: gate,
                                         relay: clusterRouter.map { ClusterLink.presenceRelay($0.driver) })
         self.presence = presence
         let clusterLogger = logger.labeled("cluster")
         cluster = clusterRouter.map { ClusterLink(router: $0, rooms: rooms, presence: presence, logger: clusterLogger) }
-        let routes = HTTPRoutes(context: context, rooms: rooms, calls: calls, admin: admin, httpSessions: httpSessions,
-                                transport: transport, staticFiles: staticFiles, cluster: cluster)
-        endpoints = WebSocketEndpoints(context: context, endpoints: ["/v1/ws": roomEndpoint, "/v1/presence": presence],
-                                       primaryPath: "/v1/ws",
-                                       routes: routes)
+        let service = ServiceAPI(context: context, rooms: rooms, httpSessions: httpSessions, transport: transport, cluster: cluster)
+        let table = RouteTable.server(service: service, calls: calls, admin: admin, sessions: httpSessions,
+                                      room: roomEndpoint, presence: presence)
+        routeTable = table
+        let routes = HTTPRoutes(context: context, table: table, staticFiles: staticFiles, apiKeys: apiKeys,
+                                rateLimit: { [httpSessions] in httpSessions.rateLimit($0) })
+        endpoints = WebSocketEndpoints(context: context, primaryPath: "/v1/ws", routes: routes)
         transport.delegate = endpoints
         if let tlsSummary { transport.setTLSCertificateExpiry(tlsSummary.notAfter) }
     }
@@ -119,7 +129,7 @@ public final class ServerApp: @unchecked Sendable {
         let now = context.now()
         presence.tick(now: now)
         rooms.tick(now: now)
-        calls.tick(now: now)
+        book.tick(now: now)
         httpSessions.tick(now: now)
         roomEndpoint.tick(now: now)
         cluster?.tick(now: now)

@@ -73,14 +73,12 @@ final class ServiceContext: @unchecked Sendable {
     /// The token from `?token=` or `Authorization: Bearer`, verified; or the HTTP refusal.
     func authenticate(_ request: HTTPRequest) -> Result<PeerTokenClaims, HTTPResponse> {
         guard let token = request.query["token"] ?? request.bearerToken, !token.isEmpty else {
-            return .failure(.problem(401, code: "token_missing", detail: "pass a token as ?token= or Authorization: Bearer",
-                                     headers: [("www-authenticate", "Bearer")]))
+            return .failure(Problem.tokenMissing)
         }
         do throws(TokenError) {
             return .success(try verifier.verify(token))
         } catch {
-            return .failure(.problem(error.httpStatus, code: error.code, detail: error.message,
-                                     headers: error.httpStatus == 401 ? [("www-authenticate", "Bearer error=\"invalid_token\"")] : []))
+            return .failure(Problem.tokenRefused(error))
         }
     }
 }

@@ -7,7 +7,7 @@ import Foundation
 /// The rooms of this node: owns the `Hub`, feeds it the inputs that the room endpoint, HTTP
 /// sessions and the admin API bring, and carries out its effects. Frames, closes and membership
 /// changes leave through the `Router`; chats get their `seq` from `ChatPersistence` (`context.chat`); call
-/// bookkeeping (ongoing calls, meters, stats) goes to `CallsAPI`. Lives on the service thread, so
+/// bookkeeping (ongoing calls, meters, stats) goes to `CallBook`. Lives on the service thread, so
 /// its state needs no locks; store completions come back through `context.post`.
 // @unchecked Sendable: every stored property is touched only on the service thread. Store completions
 // run elsewhere and capture `self` solely to hop back through `context.post`.
@@ -15,7 +15,7 @@ final class SignalingService: @unchecked Sendable {
     let context: ServiceContext
     let router: any Router
     let chats: any ChatPersistence
-    let calls: CallsAPI
+    let calls: CallBook
 
     /// `@exclusivity(unchecked)`: read or changed several times per frame, and each access to a
     /// class's stored property is otherwise checked at run time (`swift_beginAccess`, a
@@ -39,7 +39,7 @@ final class SignalingService: @unchecked Sendable {
     /// Chat outcomes of the store's current batch, until `postCollectedChats` posts them.
     private let chatOutcomes = CollectedChats()
 
-    init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallsAPI) {
+    init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallBook) {
         self.context = context
         self.config = context.config
         self.metrics = context.metrics
@@ -150,7 +150,7 @@ final class SignalingService: @unchecked Sendable {
     /// A peer joined `identity.room`: its registered calls become ongoing, and the room gets its
     /// consultation meter if it has none yet. Service thread.
     func callJoined(_ identity: PeerIdentity) {
-        // `attachMeter` runs on the service thread (CallsAPI hops back before calling it).
+        // `attachMeter` runs on the service thread (CallBook hops back before calling it).
         calls.peerJoined(identity, now: now(), needsMeter: hub.meter(of: identity.room) == nil) { [self] room, meter in
             handle(.attachMeter(room, meter))
         }

@@ -120,10 +120,10 @@ struct StaticFiles: Sendable {
     func response(for request: HTTPRequest) -> HTTPResponse? {
         guard let relative = Self.relativePath(request.path, pagesEnabled: pagesEnabled) else { return nil }
         guard request.method == .get || request.method == .head else {
-            return .problem(405, code: "method_not_allowed", detail: "use GET, HEAD", headers: [("allow", "GET, HEAD")])
+            return Problem.methodNotAllowed(["GET", "HEAD"])
         }
         guard let asset = assets[relative] else {
-            return .problem(404, code: "not_found", detail: "no file at \(request.path.prefix(200))")
+            return Problem.noFile(request)
         }
         var headers: [(String, String)] = [
             ("etag", asset.etag),

@@ -3,12 +3,12 @@ import CallingCore
 import CallingTransport
 
 /// A WebSocket protocol served at its own path: the room protocol (`/v1/ws`, `RoomEndpoint`) and
-/// the presence channel (`/v1/presence`, `PresenceEndpoint`). The token is verified before
-/// `shouldUpgrade`; every method runs on the service thread, in order, so implementations keep
+/// the presence channel (`/v1/presence`, `PresenceEndpoint`), each a WebSocket row of the route
+/// table. The token is verified and held to the row's scope before `shouldUpgrade`; every method runs on the service thread, in order, so implementations keep
 /// their state without locks.
 protocol WebSocketEndpoint: AnyObject {
-    /// Decide on an upgrade whose token already verified. Return `.accept(context:)` with what
-    /// `didOpen` needs, or `.reject` with an HTTP problem (403 for a token without the scope).
+    /// Decide on an upgrade whose token already verified and carries the row's scope. Return
+    /// `.accept(context:)` with what `didOpen` needs, or `.reject` with an HTTP problem.
     /// The endpoint counts its own outcome in `calling_upgrades_total`.
     func shouldUpgrade(_ request: HTTPRequest, claims: PeerTokenClaims) -> UpgradeDecision
     func didOpen(_ connection: ConnectionID, context: any Sendable)
@@ -106,12 +106,14 @@ final class FrameGate {
     }
 }
 
-/// The transport's delegate: checks Origin and the token of every upgrade, hands it to the
-/// endpoint registered at its path, routes each connection's frames and close to that endpoint,
-/// and plain HTTP to `HTTPRoutes`. Built last by `ServerApp`, from parts that never point back.
+/// The transport's delegate: checks Origin and the token of every upgrade (the auth of its row in
+/// the route table: a peer token with the row's scope), hands it to the endpoint of the table's
+/// WebSocket row at its path, routes each connection's frames and close to that endpoint, and
+/// plain HTTP to `HTTPRoutes`. Built last by `ServerApp`, from parts that never point back.
 final class WebSocketEndpoints: WebSocketServerDelegate {
     private let context: ServiceContext
-    private let endpoints: [String: any WebSocketEndpoint]
+    /// The WebSocket rows of the route table by path, with the scope each row's token must carry.
+    private let endpoints: [String: (endpoint: any WebSocketEndpoint, scope: TokenScope?)]
     private let routes: HTTPRoutes
     /// `allowed_origins`, applied to every WebSocket upgrade.
     private let cors: CORSPolicy
@@ -126,12 +128,19 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
     /// given at `RoomEndpoint.sessions`.
     @exclusivity(unchecked) private var byConnection: [ConnectionID: any WebSocketEndpoint] = [:]
 
-    /// `endpoints` must contain `primaryPath`.
-    init(context: ServiceContext, endpoints: [String: any WebSocketEndpoint], primaryPath: String, routes: HTTPRoutes) {
+    /// `routes.table` must have a WebSocket row at `primaryPath`; every WebSocket row's auth is a
+    /// peer token (an upgrade carries no API key).
+    init(context: ServiceContext, primaryPath: String, routes: HTTPRoutes) {
+        var endpoints: [String: (endpoint: any WebSocketEndpoint, scope: TokenScope?)] = [:]
+        for route in routes.table.routes {
+            guard case .webSocket(let endpoint) = route.handler else { continue }
+            guard case .peerToken(let scope, nil) = route.auth else { preconditionFailure("\(route.pattern): a WebSocket row takes a peer token") }
+            endpoints[route.pattern.description] = (endpoint, scope)
+        }
         self.context = context
         self.endpoints = endpoints
         self.primaryPath = primaryPath
-        self.primary = endpoints[primaryPath]!
+        self.primary = endpoints[primaryPath]!.endpoint
         self.routes = routes
         self.cors = CORSPolicy(allowedOrigins: context.config.allowedOrigins)
         self.metrics = context.metrics
@@ -146,11 +155,11 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
             metrics.upgrades["refused_origin", default: 0] += 1
             return .reject(CORSPolicy.refusal)
         }
-        guard let endpoint = endpoints[request.path] else {
+        guard let (endpoint, scope) = endpoints[request.path] else {
             metrics.upgrades["not_found", default: 0] += 1
-            return .reject(.problem(404, code: "not_found", detail: "no WebSocket endpoint at \(request.path.prefix(200))"))
+            return .reject(Problem.noWebSocketEndpoint(request))
         }
-        switch context.authenticate(request) {
+        switch HTTPRoutes.checkPeerToken(context.authenticate(request), scope: scope, binding: nil, parameters: [:]) {
         case .failure(let response):
             metrics.upgrades["refused_\(response.status)", default: 0] += 1
             return .reject(response)
@@ -164,7 +173,7 @@ final class WebSocketEndpoints: WebSocketServerDelegate {
     }
 
     func server(_ server: WebSocketServer, didOpen connection: ConnectionID, context ticket: any Sendable) {
-        guard let ticket = ticket as? EndpointTicket, let endpoint = endpoints[ticket.path] else {
+        guard let ticket = ticket as? EndpointTicket, let endpoint = endpoints[ticket.path]?.endpoint else {
             server.close(connection, code: .internalError)
             return
         }

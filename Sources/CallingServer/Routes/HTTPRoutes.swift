@@ -1,0 +1,200 @@
+import CallingAuth
+import CallingCore
+import CallingStore
+import CallingTransport
+import Foundation
+
+/// The HTTP front door: static files first, then the route table (`RouteTable`), which decides
+/// everything else a request meets before its handler: 404, 405 with `Allow`, CORS (preflights,
+/// headers, `origin_not_allowed`), the signaling rate limit, 426 on a WebSocket path, and the
+/// row's auth (peer token with its scope and bound parameter, or API key with its scope).
+/// Runs on the service thread; an API key is looked up on the store queue and comes back through
+/// `context.post`, so the loop never waits.
+// @unchecked Sendable: used only on the service thread; store completions hop back via `post`.
+final class HTTPRoutes: @unchecked Sendable {
+    let context: ServiceContext
+    let table: RouteTable
+    /// The browser SDK and pages (`/sdk/…`, `/`, `/dashboard`), loaded by `ServerApp` at start-up.
+    let staticFiles: StaticFiles
+    let cors: CORSPolicy
+    let apiKeys: APIKeyAuthenticator
+    /// `signaling_requests_per_minute` per address for the rate-limited rows: nil to go on, or
+    /// the 429 to send (`HTTPSessions.rateLimit`).
+    let rateLimit: (HTTPRequest) -> HTTPResponse?
+    private let rateLimitedPrefixes: Set<String>
+
+    init(context: ServiceContext, table: RouteTable, staticFiles: StaticFiles, apiKeys: APIKeyAuthenticator,
+         rateLimit: @escaping (HTTPRequest) -> HTTPResponse?)
+    {
+        self.context = context
+        self.table = table
+        self.staticFiles = staticFiles
+        self.apiKeys = apiKeys
+        self.rateLimit = rateLimit
+        self.rateLimitedPrefixes = table.rateLimitedPrefixes
+        self.cors = CORSPolicy(allowedOrigins: context.config.allowedOrigins)
+    }
+
+    func handle(_ request: HTTPRequest, respond: @escaping RouteResponder) {
+        let segments = request.pathSegments
+        if segments.first == "sdk" { return sdkFile(request, respond: respond) }
+        if let response = staticFiles.response(for: request) { return respond(response) }
+        let rows = table.rows(at: segments)
+        var respond = respond
+        // CORS is a property of the path: every method of a path a browser calls speaks it, so a
+        // browser also reads the 405 of a wrong method. WebSocket rows check Origin at the upgrade.
+        let browserRows = rows.filter { $0.route.browser && !$0.route.isWebSocket }
+        if !browserRows.isEmpty {
+            switch cors.check(request) {
+            case .notCrossOrigin:
+                break
+            case .refused:
+                return respond(CORSPolicy.refusal(origin: request.headers["origin"] ?? "null"))
+            case .allowed(let allowOrigin):
+                if request.method == .options, request.headers["access-control-request-method"] != nil {
+                    let methods = RouteTable.methods(of: browserRows).filter { $0 != HTTPMethod.options.rawValue }
+                    return respond(CORSPolicy.preflight(allowOrigin: allowOrigin, methods: methods))
+                }
+                let inner = respond
+                respond = { response in
+                    var response = response
+                    response.headers += CORSPolicy.responseHeaders(allowOrigin: allowOrigin)
+                    inner(response)
+                }
+            }
+        }
+        let limited = rows.isEmpty ? segments.first.map { rateLimitedPrefixes.contains(String($0)) } ?? false
+                                   : rows.contains { $0.route.rateLimited }
+        if limited, let refusal = rateLimit(request) { return respond(refusal) }
+        guard !rows.isEmpty else { return respond(Problem.notFound(request)) }
+        if let socket = rows.first(where: { $0.route.isWebSocket }) {
+            return respond(Problem.upgradeRequired(socket.route.pattern.description))
+        }
+        guard let row = rows.first(where: { $0.route.methods.contains(request.method) }) else {
+            return respond(Problem.methodNotAllowed(RouteTable.methods(of: rows)))
+        }
+        guard case .http(let run) = row.route.handler else { return respond(Problem.notFound(request)) }
+        let reply = respond
+        authorize(request, row.route.auth, parameters: row.parameters) { result in
+            switch result {
+            case .failure(let response): reply(response)
+            case .success(let routeRequest): run(routeRequest, reply)
+            }
+        }
+    }
+
+    /// Applies a row's auth: synchronously for none and peer tokens, after the store's answer for
+    /// an API key. `then` runs on the service thread.
+    private func authorize(_ request: HTTPRequest, _ auth: RouteAuth, parameters: [String: String],
+                           then: @escaping @Sendable (Result<RouteRequest, HTTPResponse>) -> Void)
+    {
+        switch auth {
+        case .none:
+            then(.success(RouteRequest(http: request, parameters: parameters, claims: nil, key: nil)))
+        case .peerToken(let scope, let binding):
+            then(Self.checkPeerToken(context.authenticate(request), scope: scope, binding: binding, parameters: parameters)
+                .map { RouteRequest(http: request, parameters: parameters, claims: $0, key: nil) })
+        case .apiKey(let scope):
+            apiKeys.authenticate(request, scope: scope) { result in
+                then(result.map { RouteRequest(http: request, parameters: parameters, claims: nil, key: $0) })
+            }
+        }
+    }
+
+    /// A verified token held to a row's scope and bound parameter.
+    static func checkPeerToken(_ verified: Result<PeerTokenClaims, HTTPResponse>, scope: TokenScope?, binding: TokenBinding?,
+                               parameters: [String: String]) -> Result<PeerTokenClaims, HTTPResponse>
+    {
+        guard case .success(let claims) = verified else { return verified }
+        if let scope, !scope.admits(claims.scope) { return .failure(Problem.tokenWrongScope(scope.name)) }
+        switch binding {
+        case nil:
+            break
+        case .room(let name)?:
+            guard claims.roomID == RoomID(parameters[name] ?? "") else { return .failure(Problem.wrongRoom) }
+        case .call(let name)?:
+            guard claims.callID == CallID(parameters[name] ?? "") else { return .failure(Problem.tokenWrongCall) }
+        }
+        return .success(claims)
+    }
+
+    /// `/sdk/…`: the SDK and its typings, which pages of other origins import as modules (always a
+    /// CORS request), so these speak CORS under the same `allowed_origins` as the API.
+    private func sdkFile(_ request: HTTPRequest, respond: @escaping RouteResponder) {
+        let verdict = cors.check(request)
+        guard let corsHeaders = cors.staticHeaders(for: verdict) else {
+            return respond(CORSPolicy.refusal(origin: request.headers["origin"] ?? "null"))
+        }
+        if request.method == .options, case .allowed(let allowOrigin) = verdict, request.headers["access-control-request-method"] != nil {
+            return respond(CORSPolicy.preflight(allowOrigin: allowOrigin, methods: CORSPolicy.staticMethods))
+        }
+        var response = staticFiles.response(for: request) ?? Problem.noFile(request)
+        response.headers += corsHeaders
+        respond(response)
+    }
+}
+
+extension HTTPRoutes {
+    /// The body of a history page: `{has_more, last_seq, limit, messages, next_since_seq, room_id}`,
+    /// the same bytes as `JSONWriter.bytes(historyJSON(page, limit:))`, written directly. A page
+    /// holds up to 100 messages, and building a dictionary for each, then sorting and encoding it,
+    /// was most of the time a page took.
+    static func historyBody(_ page: HistoryPage, limit: Int) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256 + page.messages.count * 160)
+        JSONWriter.writeRaw(#"{"has_more":"#, into: &out)
+        JSONWriter.write(.bool(page.hasMore), into: &out)
+        JSONWriter.writeRaw(#","last_seq":"#, into: &out)
+        JSONWriter.writeInteger(page.lastSeq, into: &out)
+        JSONWriter.writeRaw(#","limit":"#, into: &out)
+        JSONWriter.writeInteger(Int64(limit), into: &out)
+        JSONWriter.writeRaw(#","messages":["#, into: &out)
+        for (offset, record) in page.messages.enumerated() {
+            if offset > 0 { out.append(UInt8(ascii: ",")) }
+            ChatMessage(record: record).writeHistoryJSON(into: &out)
+        }
+        JSONWriter.writeRaw(#"],"next_since_seq":"#, into: &out)
+        JSONWriter.writeInteger(page.nextSinceSeq, into: &out)
+        JSONWriter.writeRaw(#","room_id":"#, into: &out)
+        JSONWriter.writeString(page.room.rawValue, into: &out)
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    /// The history page as a value: what `historyBody` writes.
+    static func historyJSON(_ page: HistoryPage, limit: Int) -> JSONValue {
+        [
+            "room_id": .string(page.room.rawValue),
+            "messages": .array(page.messages.map { ChatMessage(record: $0).historyJSON }),
+            "next_since_seq": .int(page.nextSinceSeq),
+            "has_more": .bool(page.hasMore),
+            "last_seq": .int(page.lastSeq),
+            "limit": .int(Int64(limit)),
+        ]
+    }
+}
+
+extension ChatMessage {
+    /// A message as listed by the history API: the chat frame's payload plus `from`.
+    var historyJSON: JSONValue {
+        ["seq": .int(seq), "from": .string(from.rawValue), "client_id": .string(clientID), "text": .string(text),
+         "meta": meta ?? .null, "ts": .int(timestamp)]
+    }
+
+    /// `JSONWriter.write(historyJSON)`'s bytes (keys sorted), written directly.
+    func writeHistoryJSON(into out: inout [UInt8]) {
+        JSONWriter.writeRaw(#"{"client_id":"#, into: &out)
+        JSONWriter.writeString(clientID, into: &out)
+        JSONWriter.writeRaw(#","from":"#, into: &out)
+        JSONWriter.writeString(from.rawValue, into: &out)
+        JSONWriter.writeRaw(#","meta":"#, into: &out)
+        JSONWriter.write(meta ?? .null, into: &out)
+        JSONWriter.writeRaw(#","seq":"#, into: &out)
+        JSONWriter.writeInteger(seq, into: &out)
+        JSONWriter.writeRaw(#","text":"#, into: &out)
+        JSONWriter.writeString(text, into: &out)
+        JSONWriter.writeRaw(#","ts":"#, into: &out)
+        JSONWriter.writeInteger(timestamp, into: &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}
