@@ -40,6 +40,17 @@ public struct CallLifecycle: Sendable {
         return events
     }
 
+    /// A seat restored at start (`Hub.restore`): its `call_started` and `peer_joined` went out
+    /// before the restart, so it counts toward the room's call without an event, and the call's
+    /// `call_ended` carries the start it was first reported with.
+    public mutating func restored(_ identity: PeerIdentity, callStartedAt: Millis) {
+        var call = calls[identity.room] ?? Call(room: identity.room, call: identity.call, startedAt: callStartedAt, peers: 0)
+        call.startedAt = min(call.startedAt, callStartedAt)
+        if call.call == nil { call.call = identity.call }
+        call.peers += 1
+        calls[identity.room] = call
+    }
+
     /// A seated peer left (not a connection that had been taken over). `reason` is the call's end
     /// reason should this leave empty the room.
     public mutating func left(_ identity: PeerIdentity, reason: String, now: Millis) -> [Event] {

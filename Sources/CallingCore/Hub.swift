@@ -559,6 +559,8 @@ public struct Hub: Sendable {
     /// Seats in their reconnect grace, by room and peer: the arming of their current timer.
     private var graces: [GraceSeat: UInt64] = [:]
     private var nextArming: UInt64 = 0
+    /// The last placeholder connection number given to a restored seat (`restore(_:now:)`).
+    private var nextRestored: UInt64 = 0
     /// Set by `.setDraining`: `admit` refuses new seats while rooms already open go on.
     public private(set) var isDraining = false
 
@@ -829,6 +831,38 @@ public struct Hub: Sendable {
             effects.append(.send(others, Frame(.peerReconnecting, from: peer.rawValue, payload: ["peer_id": .string(peer.rawValue)])))
         }
         effects.append(.armGrace(timer, at: now + settings.reconnectGraceMs))
+        return effects
+    }
+
+    /// Marks the placeholder connection of a seat restored at start (`restore(_:now:)`): no
+    /// socket of this process ever has it (sockets count up from 1; the other flag bits are
+    /// HTTP sessions' and other nodes' peers), so a scan of a room by connection never finds a
+    /// restored seat for a live one.
+    public static let restoredBit: UInt64 = 1 << 60
+
+    /// Whether `connection` is the placeholder of a seat restored at start.
+    public static func isRestored(_ connection: ConnectionID) -> Bool {
+        connection.rawValue & restoredBit != 0 && connection.rawValue & (3 << 62) == 0
+    }
+
+    /// Seats remembered from before a restart (docs/protocol.md, "Across a server restart"), each
+    /// in its reconnect grace from `now`, in the given order: the room lists them `reconnecting`,
+    /// a join with the peer id resumes the seat (`peer-resumed`), and expiry ends it with
+    /// `peer-left`. A seat already held (its peer joined first) is left alone. Nobody is connected
+    /// yet, so the effects are only the grace timers.
+    public mutating func restore(_ identities: [PeerIdentity], now: Millis) -> [HubEffect] {
+        var effects: [HubEffect] = []
+        for identity in identities where rooms[identity.room]?.members[identity.peer] == nil {
+            nextRestored += 1
+            var member = Member(identity: identity, connection: ConnectionID(Self.restoredBit | nextRestored), typingUntil: nil)
+            member.reconnecting = true
+            if rooms[identity.room] == nil { rooms[identity.room] = Room() }
+            rooms[identity.room]?.seat(member)
+            nextArming += 1
+            graces[GraceSeat(room: identity.room, peer: identity.peer)] = nextArming
+            effects.append(.armGrace(GraceTimer(room: identity.room, peer: identity.peer, arming: nextArming),
+                                     at: now + settings.reconnectGraceMs))
+        }
         return effects
     }
 

@@ -242,14 +242,18 @@ final class RoomEndpoint: WebSocketEndpoint, @unchecked Sendable {
     }
 
     /// A seated peer whose socket ended without a clean leave keeps its seat for its reconnect
-    /// grace (`Hub`, `.connectionLost`); a clean one leaves at once (docs/protocol.md, "Reconnect grace").
+    /// grace (`Hub`, `.connectionLost`); a clean one leaves at once (docs/protocol.md, "Reconnect
+    /// grace", "Across a server restart").
     func didClose(_ connection: ConnectionID, ending: SocketEnding) {
         guard let session = sessions.removeValue(for: connection.rawValue) else { return }
         if let pending = session.pending {
             rooms.abandonSeat(connection, pending.ticket.identity)
             if pending.addedSharedSeat { router.abandonAdmission(pending.ticket.identity) }
         } else {
-            rooms.handle(ending.isCleanLeave ? .disconnect(connection) : .connectionLost(connection))
+            // The server's own 1001 on a single node's graceful stop is a restart, not a leave:
+            // the seat is remembered and held again by the restarted server.
+            let restart = rooms.restarting && ending == .closedByServer(CloseCode.goingAway.rawValue)
+            rooms.handle(ending.isCleanLeave && !restart ? .disconnect(connection) : .connectionLost(connection))
         }
     }
 

@@ -97,7 +97,9 @@ public final class ServerApp: @unchecked Sendable {
         // Labelled `calls` as when it was part of the calls API: its log lines keep their label.
         book = CallBook(context: context, logger: logger.labeled("calls"))
         calls = CallsAPI(context: context, book: book, logger: logger.labeled("calls"))
-        let rooms = SignalingService(context: context, router: router, chats: chat, calls: book)
+        // One node remembers its seats in SQLite across a restart; a cluster's are in Redis.
+        let journal = clusterRouter == nil ? SeatJournal(store: store, logger: logger.labeled("seats")) : nil
+        let rooms = SignalingService(context: context, router: router, chats: chat, calls: book, seatJournal: journal)
         self.rooms = rooms
         if clusterRouter == nil {
             // One node: the hub seats exactly this node's connections, so the router reads seats
@@ -183,6 +185,15 @@ public final class ServerApp: @unchecked Sendable {
     public func start() throws {
         // Before the transport: what a previous run left queued goes out ahead of anything new.
         try webhooks.start()
+        // Before the transport: the seats of the previous run are held before anyone can join.
+        if let journal = rooms.seatJournal {
+            let remembered = try journal.remembered()
+            rooms.restore(remembered)
+            if !remembered.isEmpty {
+                logger.info("seats restored", ["seats": "\(remembered.count)", "rooms": "\(Set(remembered.map(\.identity.room)).count)",
+                                               "grace_ms": "\(config.hub.reconnectGraceMs)"])
+            }
+        }
         try transport.start()
         cluster?.start()
         let thread = Thread { [self] in runHeartbeat() }
@@ -226,7 +237,9 @@ public final class ServerApp: @unchecked Sendable {
         return summary
     }
 
-    /// Graceful stop: peers get 1001, pending chat writes are flushed, then the store closes.
+    /// Graceful stop: peers get 1001, pending chat writes are flushed, then the store closes. On a
+    /// single node the stop is a restart: the seats stay remembered (docs/protocol.md, "Across a
+    /// server restart"); a cluster node's seats end (their leaves are published).
     public func stop() {
         stopping.lock()
         stopRequested = true
@@ -234,7 +247,11 @@ public final class ServerApp: @unchecked Sendable {
         stopping.unlock()
         // Rooms emptied by the stop end their calls with reason server_shutdown.
         webhooks.beginStopping()
+        // Posted ahead of the transport's closes, so the service thread reads them as a restart.
+        if rooms.seatJournal != nil { transport.post { [rooms] in rooms.beginRestart() } }
         transport.stop(grace: config.shutdownGraceSeconds)
+        // The last seat changes (a leave during the stop) go in before the store closes.
+        rooms.seatJournal?.flush()
         // After the transport: the leaves of the peers the stop closed are published first.
         cluster?.stop()
         // After the service thread is done emitting, before the store closes: the last events are queued.

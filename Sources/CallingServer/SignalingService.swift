@@ -16,6 +16,12 @@ final class SignalingService: @unchecked Sendable {
     let router: any Router
     let chats: any ChatPersistence
     let calls: CallBook
+    /// The `seats` table's writer on a single node (nil in a cluster, whose seats are in Redis).
+    let seatJournal: SeatJournal?
+    /// Set when a single node's graceful stop begins (`beginRestart`): the server's own 1001 closes
+    /// that follow keep the seats (their reconnect grace) instead of ending them, since the seats
+    /// are remembered and the restarted server holds them again. Service thread.
+    private(set) var restarting = false
 
     /// `@exclusivity(unchecked)`: read or changed several times per frame, and each access to a
     /// class's stored property is otherwise checked at run time (`swift_beginAccess`, a
@@ -39,7 +45,8 @@ final class SignalingService: @unchecked Sendable {
     /// Chat outcomes of the store's current batch, until `postCollectedChats` posts them.
     private let chatOutcomes = CollectedChats()
 
-    init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallBook) {
+    init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallBook, seatJournal: SeatJournal? = nil) {
+        self.seatJournal = seatJournal
         self.context = context
         self.config = context.config
         self.metrics = context.metrics
@@ -233,6 +240,7 @@ final class SignalingService: @unchecked Sendable {
         default:
             effects = hub.handle(input, now: current)
         }
+        if let seatJournal { remember(joined: joined, left: left, in: seatJournal, now: current) }
         for event in events { emit(event, connection: input) }
         // A room that lost its last seat ends its ongoing calls; an admin end already ended them,
         // and a stopping server's peers come back to the restarted one.
@@ -245,6 +253,40 @@ final class SignalingService: @unchecked Sendable {
         for (identity, connection, takeover) in joined { router.joined(identity, on: connection, takeover: takeover) }
         for (identity, connection) in left { router.left(identity, from: connection) }
     }
+
+    /// Tells the `seats` table which seats started and which ended. A seat that only went into
+    /// its reconnect grace changes nothing there: it is still held. An HTTP session's seat is not
+    /// remembered (its session does not outlive the process).
+    private func remember(joined: [(PeerIdentity, ConnectionID, Bool)], left: [(PeerIdentity, ConnectionID)],
+                          in journal: SeatJournal, now current: Millis) {
+        for (identity, _) in left { journal.record(.remove(room: identity.room, peer: identity.peer)) }
+        for (identity, connection, _) in joined {
+            if HTTPSessions.isVirtual(connection) {
+                journal.record(.remove(room: identity.room, peer: identity.peer))
+            } else {
+                let started = lifecycle.call(in: identity.room)?.startedAt ?? current
+                journal.record(.save(SeatRecord(identity: identity, callStartedMs: started, joinedMs: current)))
+            }
+        }
+    }
+
+    /// At start, before the transport: seats the remembered `records` again, each in its
+    /// reconnect grace counted from now (docs/protocol.md, "Across a server restart"). Their
+    /// webhooks `call_started`/`peer_joined` went out before the restart; their `peer_left` and
+    /// `call_ended` go out when the grace ends unresumed.
+    func restore(_ records: [SeatRecord]) {
+        guard !records.isEmpty else { return }
+        let current = now()
+        apply(hub.restore(records.map(\.identity), now: current))
+        if webhooks.isEnabled {
+            for record in records where hub.seat(of: record.identity.peer, in: record.identity.room)?.reconnecting == true {
+                lifecycle.restored(record.identity, callStartedAt: record.callStartedMs)
+            }
+        }
+    }
+
+    /// A single node's graceful stop begins: from now on its own 1001 closes keep their seats.
+    func beginRestart() { restarting = true }
 
     private func emit(_ event: CallLifecycle.Event, connection input: HubInput) {
         func base(_ call: CallLifecycle.Call) -> [String: JSONValue] {
@@ -412,6 +454,7 @@ final class SignalingService: @unchecked Sendable {
     /// The hub's timers (typing expiry, seat holds, meters) and the reconnect graces that are
     /// due. Every `tick_ms`, service thread.
     func tick(now current: Millis) {
+        seatJournal?.flush()
         apply(hub.handle(.tick, now: current))
         guard !graceTimers.isEmpty, graceTimers.contains(where: { $0.due <= current }) else { return }
         let due = graceTimers.filter { $0.due <= current }

@@ -47,3 +47,25 @@ final class CallLifecycleTests: XCTestCase {
         XCTAssertEqual(call.startedAt, now + 2)
     }
 }
+
+extension CallLifecycleTests {
+    func test_restored_seats_count_without_events_and_end_the_call_they_were_reported_in() {
+        var lifecycle = CallLifecycle()
+        let alice = PeerIdentity(peer: "alice", room: "r", call: "c1")
+        let bob = PeerIdentity(peer: "bob", room: "r", call: "c1")
+        lifecycle.restored(alice, callStartedAt: 1_000)
+        lifecycle.restored(bob, callStartedAt: 1_000)
+        XCTAssertEqual(lifecycle.call(in: "r")?.startedAt, 1_000)
+        XCTAssertEqual(lifecycle.call(in: "r")?.call, "c1")
+        XCTAssertEqual(lifecycle.joined(alice, takeover: true, now: 5_000), [], "a resume is a takeover: no event")
+        let first = lifecycle.left(bob, reason: "last_peer_left", now: 6_000)
+        XCTAssertEqual(first.count, 1, "one seat of two left: peer_left only")
+        guard case .peerLeft(let who, _)? = first.first else { return XCTFail("\(first)") }
+        XCTAssertEqual(who.peer, "bob")
+        let last = lifecycle.left(alice, reason: "last_peer_left", now: 7_000)
+        guard case .callEnded(let call, let endedAt, let reason)? = last.last, last.count == 2 else { return XCTFail("\(last)") }
+        XCTAssertEqual([call.startedAt, endedAt], [1_000, 7_000], "the call ends with the start it was reported with")
+        XCTAssertEqual(reason, "last_peer_left")
+        XCTAssertNil(lifecycle.call(in: "r"))
+    }
+}

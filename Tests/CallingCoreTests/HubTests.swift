@@ -1165,3 +1165,85 @@ extension HubTests {
         XCTAssertEqual(hub.members(of: room), ["alice", "carol"])
     }
 }
+
+// MARK: - Seats restored after a restart
+
+extension HubTests {
+    private func restoredTimers(_ effects: [HubEffect]) -> [GraceTimer: Millis] {
+        var result: [GraceTimer: Millis] = [:]
+        for case .armGrace(let timer, let at) in effects { result[timer] = at }
+        return result
+    }
+
+    private func peerEvent(_ type: FrameType, _ peer: PeerID) -> Frame {
+        Frame(type, from: peer.rawValue, payload: ["peer_id": .string(peer.rawValue)])
+    }
+
+    func test_restored_seats_are_held_in_their_grace_from_the_start_and_listed_reconnecting() throws {
+        hub = Hub(settings: HubSettings(reconnectGraceMs: 15_000))
+        let effects = hub.restore([identity("alice"), identity("bob")], now: now)
+        XCTAssertEqual(Set(restoredTimers(effects).values), [now + 15_000], "the full grace, counted from the start")
+        XCTAssertEqual(effects.count, 2, "nobody is connected: only the timers")
+        XCTAssertEqual(hub.members(of: room), ["alice", "bob"])
+        XCTAssertEqual(hub.peerCount, 0, "no live connection")
+        XCTAssertEqual(hub.reconnectingSeats.map(\.peer), ["alice", "bob"])
+        let placeholder = try XCTUnwrap(hub.seat(of: "bob", in: room)?.connection)
+        XCTAssertTrue(Hub.isRestored(placeholder))
+        XCTAssertFalse(Hub.isRestored(alice))
+
+        // Alice comes back first: bob is listed reconnecting, and he is not told anything.
+        XCTAssertNil(hub.admit(identity("alice"), now: now))
+        let back = hub.handle(.join(alice, identity("alice"), ChatResume()), now: now)
+        let welcome = try XCTUnwrap(frames(back, to: alice).first)
+        XCTAssertEqual(welcome.payload?["peers"], [["peer_id": "bob", "role": "peer", "name": nil, "reconnecting": true]])
+        XCTAssertEqual(back.count, 1, "nobody else is connected to hear alice resume")
+        XCTAssertEqual(closes(back), [:], "the placeholder is no socket to close")
+
+        // A relay to bob is refused with peer_reconnecting; bob resumes and alice hears peer-resumed.
+        let refused = send(alice, .relay(.offer, to: "bob", payload: nil))
+        XCTAssertEqual(frames(refused, to: alice).first?.error?.code, ErrorCode.peerReconnecting.rawValue)
+        let resumed = hub.handle(.join(bob, identity("bob"), ChatResume()), now: now + 1_000)
+        XCTAssertEqual(frames(resumed, to: alice), [peerEvent(.peerResumed, "bob")])
+        XCTAssertEqual(frames(send(alice, .relay(.offer, to: "bob", payload: nil)), to: bob).count, 1)
+        XCTAssertEqual(hub.reconnectingSeats.count, 0)
+        // The timers armed at restore are stale now.
+        for timer in restoredTimers(effects).keys { XCTAssertEqual(hub.handle(.graceExpired(timer), now: now + 15_000), []) }
+        XCTAssertEqual(hub.members(of: room), ["alice", "bob"])
+    }
+
+    func test_a_restored_seat_whose_peer_never_returns_ends_with_peer_left_once() throws {
+        let effects = hub.restore([identity("alice"), identity("bob")], now: now)
+        let bobTimer = try XCTUnwrap(restoredTimers(effects).keys.first { $0.peer == "bob" })
+        join(alice, "alice")
+        now += 15_000
+        XCTAssertEqual(hub.handle(.graceExpired(bobTimer), now: now), [.send([alice], peerEvent(.peerLeft, "bob"))])
+        XCTAssertEqual(hub.handle(.graceExpired(bobTimer), now: now), [], "a timer fires once")
+        XCTAssertEqual(hub.members(of: room), ["alice"])
+    }
+
+    func test_restored_seats_count_toward_the_room_limit_and_a_room_nobody_reclaims_closes() throws {
+        hub = Hub(settings: HubSettings(maxPeersPerRoom: 2))
+        let effects = hub.restore([identity("alice"), identity("bob")], now: now)
+        XCTAssertEqual(hub.admit(identity("carol"), now: now), .roomFull(limit: 2), "the restored seats are held")
+        _ = hub.handle(.setDraining(true), now: now)
+        XCTAssertNil(hub.admit(identity("bob"), now: now), "their peers get back in, drain or not")
+        XCTAssertEqual(hub.roomCount, 1)
+        for timer in restoredTimers(effects).keys { XCTAssertEqual(hub.handle(.graceExpired(timer), now: now + 15_000), []) }
+        XCTAssertEqual(hub.roomCount, 0)
+        XCTAssertEqual(hub.reconnectingSeats.count, 0)
+    }
+
+    func test_a_kick_of_a_restored_seat_ends_it_and_refuses_its_token() {
+        _ = hub.restore([identity("alice"), identity("bob")], now: now)
+        join(alice, "alice")
+        XCTAssertEqual(hub.handle(.kick(room, "bob"), now: now), [.send([alice], peerEvent(.peerLeft, "bob"))])
+        XCTAssertEqual(hub.admit(identity("bob"), now: now), .kicked, "the remembered credential is banned")
+    }
+
+    func test_restoring_a_seat_already_held_changes_nothing() {
+        join(alice, "alice")
+        XCTAssertEqual(hub.restore([identity("alice")], now: now), [])
+        XCTAssertTrue(hub.isSeated(alice))
+        XCTAssertEqual(hub.seat(of: "alice", in: room)?.reconnecting, false)
+    }
+}

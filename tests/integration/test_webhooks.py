@@ -443,7 +443,11 @@ def test_presence_request_outcomes(start_server):
         receiver.close()
 
 
-def test_a_graceful_stop_ends_the_calls_it_empties_and_queues_their_events(start_server, tmp_path):
+def test_a_graceful_stop_queues_its_events_and_keeps_the_seats_for_the_restart(start_server, tmp_path):
+    """A single node's SIGTERM is a restart (docs/protocol.md, "Across a server restart"): the
+    events queued before it go out after it, and alice's seat, held again by the restarted
+    server, ends with peer_left and call_ended (reason last_peer_left) once its grace runs out
+    unresumed. Before seats were remembered, the stop itself ended the call (server_shutdown)."""
     receiver = Receiver()
     receiver.plan = lambda record, attempt: (500, 0.0)
     data_dir = tmp_path / "data"
@@ -466,12 +470,13 @@ def test_a_graceful_stop_ends_the_calls_it_empties_and_queues_their_events(start
         run(body())
         assert server.wait(15) == 0
         receiver.plan = lambda record, attempt: (200, 0.0)
-        start_server(data_dir=data_dir, env=ENV, **{**flags, "webhook_retry_base_ms": 100})
+        start_server(data_dir=data_dir, env=ENV, **{**flags, "webhook_retry_base_ms": 100, "reconnect_grace_ms": 1000})
         receiver.wait_for(lambda r: len(r.accepted()) >= 4, 10, "four events")
         events = once_each_in_order(receiver)
         assert [summary(e) for e in events] == [("call_started", "r1", None), ("peer_joined", "r1", "alice"),
                                                 ("peer_left", "r1", "alice"), ("call_ended", "r1", None)]
-        assert events[3]["data"]["reason"] == "server_shutdown"
+        assert events[3]["data"]["reason"] == "last_peer_left"
+        assert events[3]["data"]["started_at"] == events[0]["data"]["started_at"]
     finally:
         receiver.close()
 
