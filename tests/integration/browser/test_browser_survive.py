@@ -8,11 +8,19 @@ survives a drop").
   from his page (close code 3000, not a clean leave) and reconnects; neither page gets a `hangup`
   and audio keeps arriving on both (inbound-rtp packets measured before and after). Runs on the
   server's seat grace (`peer-reconnecting`/`peer-resumed`, reconnect_grace_ms, default 15 s).
+- test_server_restart_keeps_the_call (SIGTERM, SIGKILL): the server restarts mid-call on the same
+  data dir and port; both pages reconnect and resume, the one back first sees the other
+  `reconnecting` (the restarted server holds the remembered seats in their grace, docs/protocol.md
+  "Across a server restart"), the other's return is `peer-resumed`; no `hangup`, and audio keeps
+  arriving on both sides.
 """
 
 from __future__ import annotations
 
+import signal
 import time
+
+import pytest
 
 from test_browser_media import inbound_audio, wait_audio
 
@@ -94,3 +102,39 @@ def test_signaling_blip_keeps_the_call(blab):
         assert after[page]["state"] == "connected", after[page]
     assert events(alice, "hangup") == [] and events(bob, "hangup") == [], (events(alice), events(bob))
     assert events(alice, "peer-left") == []
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_server_restart_keeps_the_call(blab, how):
+    """A server that forgets its seats on a restart lists neither peer to the one back first: its
+    SDK reconciles the call away (`hangup {reason: "peer-left"}`) and this test fails."""
+    alice, bob = demo_pages(blab, "restart-1")
+    call_connected(alice, bob)
+    before = {"alice": inbound_audio(alice, "window.demo.client.connection('bob')")["packets"],
+              "bob": inbound_audio(bob, "window.demo.client.connection('alice')")["packets"]}
+    # The seats table is written once per tick_ms (250 ms): the call's seats are in by now.
+    marks = {"alice": len(events(alice)), "bob": len(events(bob))}
+
+    if how == signal.SIGTERM:
+        blab.server.signal(signal.SIGTERM)
+        assert blab.server.wait(8) == 0, blab.server.stderr_text()
+    blab.server.restart()  # SIGKILL (a no-op after the SIGTERM's exit), same data dir and port
+    assert "seats restored" in blab.server.stderr_text()
+
+    def resumed(page, mark):
+        return page.js(f"return window.__events.slice({mark}).some(([n, p]) => n === 'connected' && p.resumed);")
+    for name, page in (("alice", alice), ("bob", bob)):
+        page.wait(lambda b, page=page, name=name: resumed(page, marks[name]), 12, f"{name} resumed on the restarted server")
+    # The one back first hears the other's return; never a peer-left.
+    alice.wait(lambda b: events(alice, "peer-resumed")[-1:] or events(bob, "peer-resumed")[-1:], 5, "peer-resumed on one side")
+    time.sleep(2)  # media keeps flowing after the restart
+
+    after = {"alice": inbound_audio(alice, "window.demo.client.connection('bob')"),
+             "bob": inbound_audio(bob, "window.demo.client.connection('alice')")}
+    for page in ("alice", "bob"):
+        assert after[page] is not None, f"{page}'s call is gone"
+        gained = after[page]["packets"] - before[page]
+        assert gained > 75, f"{page} got {gained} audio packets across the restart (before {before[page]}, after {after[page]})"
+        assert after[page]["state"] == "connected", after[page]
+    assert events(alice, "hangup") == [] and events(bob, "hangup") == [], (events(alice), events(bob))
+    assert events(alice, "peer-left") == [] and events(bob, "peer-left") == [], (events(alice), events(bob))
