@@ -263,31 +263,8 @@ class BrowserLab:
         self.chromedriver.kill()
 
 
-class RestartableServer(netns.NsServer):
-    """An NsServer whose `restart()` starts a new process on the same data dir and the same port
-    (the first start takes port 0), as a crashed-and-restarted deployment would come back."""
-
-    fixed_port: int | None = None
-
-    def command(self, args: list[str]) -> list[str]:
-        if self.fixed_port is not None:
-            index = args.index("--port")
-            args = [*args[:index + 1], str(self.fixed_port), *args[index + 2:]]
-        return super().command(args)
-
-    def restart(self, timeout: float = 10.0) -> "RestartableServer":
-        port = self.port
-        self.kill()
-        self.fixed_port = port
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return self.start(timeout=max(1.0, deadline - time.monotonic()))
-            except RuntimeError as error:
-                # The old socket may linger for a moment; anything else is a real failure.
-                if "address" not in str(error).lower() or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+# Moved to netns.py (the media tests restart servers too); the name stays here for the browser tests.
+RestartableServer = netns.RestartableServer
 
 
 def presence_socket(server: netns.NsServer, token: str, query: str = ""):
