@@ -199,8 +199,9 @@ actor PeerSession {
         var signaling = SignalingOptions()
         signaling.tlsCAFile = options.caFile
         signaling.insecureSkipTLSVerification = options.insecureSkipTLSVerify
-        // A command-line peer has nothing to reconnect for: a dropped socket ends the run.
-        signaling.maxReconnectAttempts = 0
+        // The SDK's reconnect (its default attempts and delays, ~15 s in all, as long as the
+        // server's default reconnect grace): a signaling drop or a server restart mid-call
+        // resumes the seat and keeps the call (docs/protocol.md "Across a server restart").
         signaling.statsInterval = options.statsSeconds
         let probe = SignalingClient(url: url, token: options.token!, options: signaling)
         var media = MediaOptions()
@@ -346,7 +347,24 @@ actor PeerSession {
             log("error \(error)")
         case .disconnected(let error):
             log("disconnected \(error.map { "\($0)" } ?? "")")
-            finish(reason: "disconnected")
+            // A socket lost with a retryable error (a drop, a server restart's 1001) is followed
+            // by the SDK's reconnect and resume, calls kept (docs/sdk.md "What survives a drop"):
+            // the peer goes on. Our own disconnect (nil) or a terminal error ends it.
+            if error?.isRetryable != true { finish(reason: "disconnected") }
+        case .stateChanged(let state):
+            if case .failed = state {
+                log("state \(state)")
+                finish(reason: "disconnected")
+            } else if case .reconnecting = state {
+                log("state \(state)")
+            }
+        case .connected(let welcome) where welcome.resumed:
+            let peers = welcome.peers.map { $0.peerID.rawValue + ($0.reconnecting ? "(reconnecting)" : "") }
+            log("resumed peers=\(peers.joined(separator: ","))")
+        case .peerReconnecting(let peer):
+            log("peer-reconnecting \(peer)")
+        case .peerResumed(let peer):
+            log("peer-resumed \(peer)")
         case .consultationEnded:
             finish(reason: "consultation_ended")
         default:
