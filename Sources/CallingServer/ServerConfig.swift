@@ -341,7 +341,9 @@ public struct ServerConfig: Sendable, Equatable {
         .int("max_client_id_bytes", "longest chat client_id", \.maxClientIDBytes, 8...1_024),
         .int("max_peer_id_bytes", "longest peer id accepted in `to`", \.maxPeerIDBytes, 8...1_024),
         .int("typing_ttl_ms", "typing indicator expiry", \.typingTTLMs, 500...600_000),
-        .int("reconnect_grace_ms", "how long a peer whose socket ended without a clean leave keeps its seat (peer-reconnecting); 0 = peer-left at once",
+        .int("reconnect_grace_ms", "how long a peer whose socket ended without a clean leave keeps its seat (peer-reconnecting); 0 = peer-left at once. "
+              + "On a single node also the grace of each seat the server restores at start, counted from the start "
+              + "(docs/protocol.md, \"Across a server restart\")",
              \.reconnectGraceMs, 0...600_000),
         .int("chat_max_text_bytes", "longest chat text", \.chatMaxTextBytes, 1...1_048_576),
         .int("chat_max_meta_bytes", "largest chat meta object (serialized)", \.chatMaxMetaBytes, 2...1_048_576),
