@@ -178,6 +178,16 @@ extension Hub {
         return [.storeMeter(roomID, snapshot)]
     }
 
+    /// The current time of every counting meter, to persist (`.storeMeter`) before the process
+    /// stops while its rooms stay held (a single node's restart): the next start resumes each
+    /// meter from it instead of from its last announcement. Nothing is announced or changed.
+    public func persistMeters(now: Millis) -> [HubEffect] {
+        meteredRooms.sorted().compactMap { roomID in
+            guard let meter = rooms[roomID]?.meter, meter.isRunning else { return nil }
+            return .storeMeter(roomID, meter.snapshot(at: now))
+        }
+    }
+
     /// Every tick: announces meters whose state changed or whose interval passed; ends spent ones.
     mutating func advanceMeters(now: Millis) -> [HubEffect] {
         guard !meteredRooms.isEmpty else { return [] }

@@ -285,8 +285,12 @@ final class SignalingService: @unchecked Sendable {
         }
     }
 
-    /// A single node's graceful stop begins: from now on its own 1001 closes keep their seats.
-    func beginRestart() { restarting = true }
+    /// A single node's graceful stop begins: from now on its own 1001 closes keep their seats, and
+    /// each counting meter's time is stored, so the restarted server resumes it from now.
+    func beginRestart() {
+        restarting = true
+        apply(hub.persistMeters(now: now()))
+    }
 
     private func emit(_ event: CallLifecycle.Event, connection input: HubInput) {
         func base(_ call: CallLifecycle.Call) -> [String: JSONValue] {

@@ -202,3 +202,18 @@ final class MeterTests: XCTestCase {
         XCTAssertEqual(hub.handle(.tick, now: now), [])
     }
 }
+
+extension MeterTests {
+    func testPersistingMetersStoresEveryCountingMetersTimeWithoutAnnouncingIt() {
+        join(patient, "patient")
+        XCTAssertEqual(hub.handle(.attachMeter(room, meter()), now: now), [])
+        XCTAssertEqual(hub.persistMeters(now: now), [], "alone: not counting, nothing to store")
+        join(doctor, "doctor")
+        clock.advance(byMs: 1_500)
+        let persisted = hub.persistMeters(now: now)
+        XCTAssertEqual(stored(persisted).map(\.elapsedMs), [1_500])
+        XCTAssertEqual(stored(persisted).map(\.state), [.running])
+        XCTAssertEqual(persisted.count, 1, "no frame to anyone")
+        XCTAssertEqual(meterFrames(hub.handle(.tick, now: now), to: patient), [], "the announcement schedule is unchanged")
+    }
+}
