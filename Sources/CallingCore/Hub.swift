@@ -912,11 +912,15 @@ public struct Hub: Sendable {
                            to: connection)
         }
         // Its socket is gone; the sender holds the frame and sends it again after `peer-resumed`.
-        if reconnecting {
-            return .answer(Frame.error(.peerReconnecting, "peer '\(to.rawValue.prefix(128))' is reconnecting; send again after peer-resumed",
-                                       inReplyTo: kind.rawValue), to: connection)
-        }
+        if reconnecting { return .answer(Self.reconnectingRefusal(to: to, type: kind.rawValue), to: connection) }
         return .deliver(from: peer, to: target, plainIDs: plainIDs)
+    }
+
+    /// The `error` 480 `peer_reconnecting` a relay of `type` addressed to `to`, a seat in its
+    /// reconnect grace, is answered with. A cluster node holding the grace answers a relay from
+    /// another node's peer with the same frame (docs/protocol.md "Reconnect grace").
+    public static func reconnectingRefusal(to: PeerID, type: String) -> Frame {
+        Frame.error(.peerReconnecting, "peer '\(to.rawValue.prefix(128))' is reconnecting; send again after peer-resumed", inReplyTo: type)
     }
 
     /// `route(_:to:from:seat:)` for a relay whose `to` is lent as bytes (`RelayParts`), as the
