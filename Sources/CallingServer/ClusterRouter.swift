@@ -141,9 +141,23 @@ final class ClusterRouter: Router {
         }
     }
 
-    /// A frame another node addressed to some of this node's peers.
-    func deliverArrived(room: RoomID, peers: [PeerID], bytes: [UInt8]) {
-        var targets = peers.compactMap { local.connection(of: $0, in: room) }
+    /// A frame another node addressed to some of this node's peers. `seat` is the hub's seat of a
+    /// peer in `room` (`SignalingService.seat(of:in:)`): a seat in its reconnect grace has no
+    /// socket, so an addressed relay to it is refused back to its sender, on whichever node, as the
+    /// hub refuses one from a local sender (`refuseRelay`).
+    func deliverArrived(room: RoomID, peers: [PeerID], bytes: [UInt8],
+                        seat: (PeerID) -> (connection: ConnectionID, reconnecting: Bool)?)
+    {
+        var targets: [ConnectionID] = []
+        targets.reserveCapacity(peers.count)
+        for peer in peers {
+            guard let (connection, reconnecting) = seat(peer) else { continue }
+            if reconnecting {
+                refuseRelay(room: room, to: peer, bytes: bytes, seat: seat)
+            } else {
+                targets.append(connection)
+            }
+        }
         guard !targets.isEmpty else { return }
         // The type, for the frames-out counter, without decoding the whole frame.
         let type = Self.frameType(bytes) ?? "unknown"
@@ -155,6 +169,25 @@ final class ClusterRouter: Router {
         }
         arrived += targets.count
         local.deliver(encoded: bytes, type: type, to: targets)
+    }
+
+    /// Relays to a seat in its grace refused here, on the node that holds the grace.
+    private(set) var relaysRefused = 0
+
+    /// Answers an addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) that another
+    /// node forwarded to `peer`, a seat in its reconnect grace here, with the hub's `error` 480
+    /// `peer_reconnecting` to its sender. Only this node knows of the grace when the relay is sent
+    /// (other nodes' hubs keep the seat as a plain remote seat), so the refusal crosses the bus
+    /// back, as any frame to a remote seat does. Broadcasts skip the seat, as they do locally.
+    private func refuseRelay(room: RoomID, to peer: PeerID, bytes: [UInt8],
+                             seat: (PeerID) -> (connection: ConnectionID, reconnecting: Bool)?)
+    {
+        guard let frame = try? JSONParser.parse(bytes), let type = frame["type"]?.stringValue, RelayKind(rawValue: type) != nil,
+              frame["to"]?.stringValue == peer.rawValue, let from = frame["from"]?.stringValue,
+              let sender = seat(PeerID(from)), !sender.reconnecting
+        else { return }
+        relaysRefused += 1
+        deliver(Hub.reconnectingRefusal(to: peer, type: type), to: [sender.connection])
     }
 
     /// Every `tick_ms`: gaps open for `cluster_chat_gap_ms` read the history behind them.
@@ -318,7 +351,7 @@ final class ClusterLink: @unchecked Sendable {
             case .delivery(.presenceClose(let connection, let code)):
                 presence.closedByLeader(ConnectionID(connection), code: CloseCode(rawValue: UInt16(code)) ?? .internalError)
             case .delivery(.frame(let room, let peers, let bytes)):
-                router.deliverArrived(room: room, peers: peers, bytes: bytes)
+                router.deliverArrived(room: room, peers: peers, bytes: bytes) { [rooms] peer in rooms.seat(of: peer, in: room) }
             case .delivery(.close(let room, let peer, let code)):
                 guard let connection = router.local.connection(of: peer, in: room) else { continue }
                 if code == Int(CloseCode.kicked.rawValue) {
@@ -369,6 +402,9 @@ final class ClusterLink: @unchecked Sendable {
         line("calling_cluster_commands_dropped_total", "counter", "Commands dropped because Redis was unreachable.", router.driver.dropped)
         line("calling_cluster_frames_forwarded_total", "counter", "Frame deliveries published to peers on other nodes.", router.forwarded)
         line("calling_cluster_frames_arrived_total", "counter", "Frame deliveries from other nodes handed to local peers.", router.arrived)
+        line("calling_cluster_relays_refused_total", "counter",
+             "Relays from other nodes to a seat in its reconnect grace here, answered with error 480 peer_reconnecting.",
+             router.relaysRefused)
         line("calling_cluster_chat_gap_fills_total", "counter",
              "Chats handed to local peers from the shared store because the bus had not brought them (database_url).", router.chatsFilled)
         line("calling_cluster_chat_duplicates_dropped_total", "counter",

@@ -79,6 +79,11 @@ final class SignalingService: @unchecked Sendable {
     /// The connection seated as `peer` in `room`, if any (local or standing for another node's).
     func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? { hub.connection(of: peer, in: room) }
 
+    /// `connection(of:in:)`, and whether the seat is in its reconnect grace (its connection gone).
+    func seat(of peer: PeerID, in room: RoomID) -> (connection: ConnectionID, reconnecting: Bool)? {
+        Self.inPlace(&hub) { hub in hub.seat(of: peer, in: room).map { ($0.connection, $0.reconnecting) } }
+    }
+
     /// Feeds the hub an input (a frame, a meter loaded from the store, an HTTP session's join or
     /// leave, an admin action). Service thread.
     func handle(_ input: HubInput) {

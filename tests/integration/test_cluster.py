@@ -1099,6 +1099,41 @@ def test_a_peer_in_its_grace_on_one_node_resumes_through_another_with_peer_resum
     run(body(), timeout=40)
 
 
+def test_a_relay_to_a_peer_in_its_grace_on_another_node_is_refused_with_480_and_goes_through_after_resume(cluster):
+    """docs/protocol.md, "Reconnect grace", in a cluster: bob's socket on b drops without `leave`;
+    alice on a sends bob a `candidate` and a `data`: each is answered with `error` 480
+    `peer_reconnecting` naming its type (from b, which holds the grace), as a sender on b would get
+    it, and nothing reaches bob. Bob resumes on b; the same relay from alice then reaches him."""
+    a, b, _ = cluster
+
+    async def body():
+        alice = await Peer.connect(a, a.token("r1", "alice"), "alice")
+        bob = await Peer.connect(b, b.token("r1", "bob"), "bob-on-b")
+        await wait_remote(cluster, [1, 1, 2])
+        await alice.recv_type("peer-joined")
+        bob.ws.transport.abort()
+        assert (await alice.recv_type("peer-reconnecting"))["from"] == "bob"
+        candidate = {"candidate": "candidate:1 1 udp 2122260223 10.0.0.2 50000 typ host", "sdpMid": "0"}
+        await alice.send({"type": "candidate", "to": "bob", "payload": candidate})
+        await alice.send({"type": "data", "to": "bob", "payload": {"n": 1}})
+        for refused in ("candidate", "data"):
+            error = await alice.recv_type("error")
+            assert error["error"]["code"] == 480, error
+            assert "is reconnecting" in error["error"]["message"], error
+            assert error["payload"]["type"] == refused, error
+        assert b.metrics()["calling_cluster_relays_refused_total"] == 2
+
+        again = await Peer.connect(b, b.token("r1", "bob"), "bob-again")
+        assert ids(again.welcome) == ["alice"]
+        assert (await alice.recv_type("peer-resumed"))["from"] == "bob"
+        await alice.send({"type": "data", "to": "bob", "payload": {"n": 2}})
+        relayed = await again.recv_type("data")
+        assert relayed["from"] == "alice" and relayed["payload"] == {"n": 2}, relayed
+        await alice.assert_silent(0.3)
+
+    run(body(), timeout=20)
+
+
 def test_after_a_partition_heals_a_peer_that_joined_again_elsewhere_keeps_one_seat_the_later_one(start_server, redis):
     """docs/operations.md, "What each failure does": node d is cut off from Redis (its own proxy)
     with d1 seated; d1 joins again through a while d still holds the old connection. When the
