@@ -42,6 +42,10 @@ struct CallTable {
     private var pendingOffers: [PeerID: SessionDescription] = [:]
     /// Peers whose latest offer came from an HTTP session (it carried `session_id`).
     private var sessionPeers = Set<PeerID>()
+    /// The HTTP session each answered session call belongs to: a later offer naming the same
+    /// session is its caller renegotiating (a `PATCH` with a new offer, e.g. after a media drop),
+    /// answered on the same peer connection; another session id is a new connection.
+    private var answeredSessions: [PeerID: String] = [:]
     /// Which peer connection of each peer is current (`call`/`accept` each create a new one). A
     /// replaced connection can still report while the engine tears it down; only the current
     /// one's reports count.
@@ -88,6 +92,7 @@ struct CallTable {
             table.activeCalls.insert(peer)
             table.armMediaConnect(peer)
             table.recovery[peer] = table.sessionPeers.contains(peer) ? nil : Recovery(restarter: false)
+            if let session = offer.sessionID { table.answeredSessions[peer] = session }
             table.out.append(.media(.answerCall(peer, connection: table.newConnection(peer), offer: offer, waiter: waiter)))
         }
     }
@@ -282,11 +287,11 @@ struct CallTable {
     mutating func offer(from: PeerID, _ payload: JSONValue?) -> [SessionAction] {
         guard let sdp = payload?["sdp"]?.stringValue else { return [] }
         let offer = SessionDescription(kind: .offer, sdp: sdp, sessionID: payload?["session_id"]?.stringValue)
-        if hasMediaEngine, offer.sessionID == nil, activeCalls.contains(from), let connection = currentConnection[from],
-           recovery[from]?.restarter == false
-        {
-            // A renewed offer on a call we answered (the caller's ICE restart): answered on the
-            // same peer connection, with no `incoming`.
+        let renewed = offer.sessionID.map { $0 == answeredSessions[from] } ?? (recovery[from]?.restarter == false)
+        if hasMediaEngine, renewed, activeCalls.contains(from), let connection = currentConnection[from] {
+            // A renewed offer on a call we answered (the caller's ICE restart, or an HTTP session's
+            // renegotiation on the same session): answered on the same peer connection, with no
+            // `incoming`.
             return [.media(.renegotiate(from, connection: connection, offer: offer))]
         }
         if offer.sessionID != nil { sessionPeers.insert(from) } else { sessionPeers.remove(from) }
@@ -462,6 +467,7 @@ struct CallTable {
         pendingOffers[peer] = nil
         candidateQueue[peer] = nil
         remoteDescriptionSet.remove(peer)
+        answeredSessions[peer] = nil
         guard activeCalls.remove(peer) != nil, hasMediaEngine else { return }
         clearRecoveryTimers(peer)
         recovery[peer] = nil

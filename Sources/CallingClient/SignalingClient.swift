@@ -472,7 +472,9 @@ public final class SignalingClient: @unchecked Sendable {
                 do {
                     try await engine.setRemoteDescription(offer, for: peer)
                     submit(.mediaRemoteApplied(peer))
-                    let answer = try await engine.createAnswer(for: peer)
+                    let created = try await engine.createAnswer(for: peer)
+                    // An HTTP session's renegotiation is answered for that session, as its first offer.
+                    let answer = SessionDescription(kind: .answer, sdp: created.sdp, sessionID: offer.sessionID)
                     submit(.mediaRenewed(peer, connection: connection, answer))
                 } catch {
                     submit(.mediaRenewFailed(peer, connection: connection, "renewed offer: \(error)"))

@@ -264,4 +264,22 @@ final class SignalingSessionDropTests: XCTestCase {
         input(.connectionState("bob", connection: connection, .disconnected))
         XCTAssertEqual(events(advance(by: 15)).last, .hangup("bob", reason: .disconnected))
     }
+    func test_an_http_session_s_renewed_offer_is_answered_on_the_same_connection_and_another_session_is_a_new_call() {
+        input(.connect(token: nil, waiter: 1))
+        server(welcome())
+        server(#"{"type":"offer","from":"bob","payload":{"type":"offer","sdp":"v=0","session_id":"s1","transport":"http"}}"#)
+        var connection: UInt64 = 0
+        for case .media(.answerCall(_, let created, _, _)) in input(.accept("bob", waiter: 2)) { connection = created }
+        XCTAssertNotEqual(connection, 0)
+        // The caller's PATCH with a new offer on the same session: no `incoming`, the same connection.
+        let renewed = server(#"{"type":"offer","from":"bob","payload":{"type":"offer","sdp":"v=renew","session_id":"s1","transport":"http"}}"#)
+        XCTAssertEqual(renewed, [.media(.renegotiate("bob", connection: connection,
+                                                     offer: SessionDescription(kind: .offer, sdp: "v=renew", sessionID: "s1")))])
+        let answered = input(.mediaRenewed("bob", connection: connection, SessionDescription(kind: .answer, sdp: "v=a", sessionID: "s1")))
+        XCTAssertEqual(sent(answered).map(\.type), ["answer"])
+        XCTAssertEqual(sent(answered).first?.payload?["session_id"], "s1", "the answer names the session, or the server ignores it")
+        // A re-POST is a new session of the same peer: a new call, offered as `incoming`.
+        let reposted = server(#"{"type":"offer","from":"bob","payload":{"type":"offer","sdp":"v=new","session_id":"s2","transport":"http"}}"#)
+        XCTAssertTrue(events(reposted).contains { if case .incoming = $0 { true } else { false } }, "\(reposted)")
+    }
 }
