@@ -107,11 +107,15 @@ public final class WebCallClient: @unchecked Sendable {
     }
 
     /// Sends a new offer on the live session (`Content-Type: application/sdp`) and returns the
-    /// answer. 409 `renegotiation_in_progress` while a previous one is unanswered.
-    public func renegotiate(offerSDP: String) async throws -> String {
+    /// answer. 409 `renegotiation_in_progress` while a previous one is unanswered; 404
+    /// `session_not_found` once the session is gone (POST a new one with `reconnect`). An ICE
+    /// restart after a media drop goes this way first (docs/protocol.md "Call and session rules").
+    /// `timeout` bounds the request (nil: 30 s, longer than the server's answer wait): a restart
+    /// that must fall back to a new session in time passes its own.
+    public func renegotiate(offerSDP: String, timeout: TimeInterval? = nil) async throws -> String {
         let id = try liveSessionID()
         let (_, data) = try await send("PATCH", sessionID: id, contentType: "application/sdp", body: Data(offerSDP.utf8),
-                                       expect: [200])
+                                       expect: [200], timeout: timeout)
         return String(decoding: data, as: UTF8.self)
     }
 
@@ -170,8 +174,8 @@ public final class WebCallClient: @unchecked Sendable {
 
     /// One request; returns status and body when the status is in `expect`, else throws the
     /// problem as `CallingError.http`.
-    private func send(_ method: String, sessionID: String?, contentType: String?, body: Data?, expect: Set<Int>)
-        async throws -> (Int, Data)
+    private func send(_ method: String, sessionID: String?, contentType: String?, body: Data?, expect: Set<Int>,
+                      timeout: TimeInterval? = nil) async throws -> (Int, Data)
     {
         guard var url = sessionsURL else { throw CallingError(.http(status: 0, code: nil, detail: "bad base URL")) }
         if let sessionID { url.appendPathComponent(sessionID) }
@@ -179,7 +183,7 @@ public final class WebCallClient: @unchecked Sendable {
         var headers = ["Authorization": "Bearer \(accessToken)"]
         if let contentType { headers["Content-Type"] = contentType }
         let response = try await REST.send(loop: loop, endpoint: endpoint, tls: tls, method: method, target: endpoint.pathAndQuery,
-                                           headers: headers, body: body.map { Array($0) } ?? [], timeout: requestTimeout)
+                                           headers: headers, body: body.map { Array($0) } ?? [], timeout: timeout ?? requestTimeout)
         let status = response.status
         let data = Data(response.body)
         let retryAfter = response.headers["retry-after"].flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }

@@ -9,8 +9,22 @@ public enum WebCallEvent: Sendable, Equatable {
     case pong(rttMilliseconds: Int64)
     /// The peer connection changed state.
     case connectionState(PeerConnectionState)
-    /// The transport was lost: a new peer connection's offer is about to be posted with the same
-    /// token (`WebCallClient.reconnect`), attempt 1, 2, …, `sinceDropMilliseconds` after the
+    /// The transport was lost: an ICE-restart offer on the same connection is about to be sent
+    /// on the same session (`PATCH`, `WebCallClient.renegotiate`), `sinceDropMilliseconds` after
+    /// the connection reported `disconnected` or `failed`. `restarted` follows when media is back
+    /// within `sessionRestartWindow`, else `restartFailed` and `reconnecting`.
+    case restarting(sinceDropMilliseconds: Int64)
+    /// Media came back on the session the restart was sent on, `sinceDropMilliseconds` after the
+    /// drop: no new session, the agent kept the call (no `status` follows: the control channel
+    /// stayed open).
+    case restarted(sinceDropMilliseconds: Int64)
+    /// The restart did not bring media back: the PATCH was refused (`reason` `http STATUS CODE`,
+    /// e.g. `http 404 session_not_found` for a session the server ended), could not be sent
+    /// (`network`), or media stayed away for `sessionRestartWindow` (`window`). A new session
+    /// (`reconnecting`) follows.
+    case restartFailed(reason: String)
+    /// A new peer connection's offer is about to be posted with the same token
+    /// (`WebCallClient.reconnect`), attempt 1, 2, …, `sinceDropMilliseconds` after the
     /// connection reported `disconnected` or `failed`; `status connected` follows on success.
     case reconnecting(attempt: Int, sinceDropMilliseconds: Int64)
     /// The agent sent `status replaced` on the connection a reconnect took over: the new offer was
@@ -27,6 +41,8 @@ public enum WebCallEvent: Sendable, Equatable {
 /// `GStreamerMediaEngine`. It makes the offer (every ICE candidate in it: the server forwards no
 /// trickled candidates to a session caller), opens the `control` data channel, and speaks it:
 /// `ping`/`pong`, `mute`, `dtmf`, `hangup`, and the agent's `status connected/ended/replaced`.
+/// When media drops it restarts ICE on the same session (`PATCH`) and posts a new session only
+/// when that does not bring media back (docs/media.md "Reconnect").
 ///
 /// ```swift
 /// let web = WebCallClient(baseURL: server, callID: callID, accessToken: accessToken)
@@ -60,6 +76,10 @@ public final class GStreamerWebCall: @unchecked Sendable {
     private var reconnecting = false
     /// When the current connection reported `disconnected`/`failed`; nil while it is fine.
     private var droppedAt: DispatchTime?
+    /// The current connection reported `failed`: it reports nothing more, so only a new session helps.
+    private var currentFailed = false
+    /// Milliseconds from the last drop to `connected` again on the same connection.
+    private var recoveredAfter: Int64?
     /// When the last `pong` arrived (liveness of a connection that receives no RTP).
     private var lastPong: DispatchTime?
     /// Set when the call ends: the connection's last statistics, read before it is closed.
@@ -68,6 +88,12 @@ public final class GStreamerWebCall: @unchecked Sendable {
     /// reported `disconnected` (docs/media.md "Reconnect"): a pong means the transport is alive (an
     /// agent that sends no audio for a while), none means a reconnect. 0 reconnects at once.
     public var livenessWindow: TimeInterval = 0.5
+    /// How long the first step of a reconnect, an ICE-restart offer sent by `PATCH` on the live
+    /// session, may take to bring media back (answer applied and the connection `connected`
+    /// again) before the call posts a new session instead (docs/media.md "Reconnect"). The
+    /// answering side ends a call after 5 s of `disconnected`, so the window plus the liveness
+    /// ping stays well under that. 0 skips the PATCH: every reconnect posts a new session.
+    public var sessionRestartWindow: TimeInterval = 2
     /// Waits before reconnect attempt 1, 2, 3; the call ends as `disconnected` after the last.
     public var reconnectDelays: [TimeInterval] = [0, 1, 2, 4]
 
@@ -112,6 +138,7 @@ public final class GStreamerWebCall: @unchecked Sendable {
             generation += 1
             if !first, previous == nil { previous = current }
             current = PeerID("session-\(generation)")
+            currentFailed = false
             return (generation, current)
         }
         do {
@@ -123,8 +150,7 @@ public final class GStreamerWebCall: @unchecked Sendable {
             if first {
                 answer = try await client.start(offerSDP: offer.sdp)
             } else {
-                let since = lock.withLock { droppedAt }.map { Int64((DispatchTime.now().uptimeNanoseconds - $0.uptimeNanoseconds) / 1_000_000) } ?? 0
-                continuation.yield(.reconnecting(attempt: attempt, sinceDropMilliseconds: since))
+                continuation.yield(.reconnecting(attempt: attempt, sinceDropMilliseconds: sinceDrop()))
                 answer = try await client.reconnect(offerSDP: offer.sdp)
             }
             try await engine.setRemoteDescription(SessionDescription(kind: .answer, sdp: answer), for: peer)
@@ -140,13 +166,20 @@ public final class GStreamerWebCall: @unchecked Sendable {
         if let old { engine.close(peer: old) }
     }
 
-    /// The transport was lost: new peer connections with backoff until one is answered.
+    /// Milliseconds since the current connection reported `disconnected` or `failed`.
+    private func sinceDrop() -> Int64 {
+        lock.withLock { droppedAt }.map { Int64((DispatchTime.now().uptimeNanoseconds - $0.uptimeNanoseconds) / 1_000_000) } ?? 0
+    }
+
+    /// The transport was lost: first an ICE restart on the same session (`restartOnSession`),
+    /// then new peer connections with backoff until one is answered.
     private func reconnect() async {
         guard lock.withLock({ () -> Bool in
             defer { reconnecting = true }
             return !reconnecting && !ended
         }) else { return }
         defer { lock.withLock { reconnecting = false } }
+        if await restartOnSession() { return }
         for (index, delay) in reconnectDelays.enumerated() {
             if delay > 0 { try? await Task.sleep(nanoseconds: UInt64(delay * 1e9)) }
             guard !lock.withLock({ ended }) else { return }
@@ -158,6 +191,48 @@ public final class GStreamerWebCall: @unchecked Sendable {
             }
         }
         finish("disconnected")
+    }
+
+    /// An ICE-restart offer on the current connection, sent by `PATCH` on the live session
+    /// (docs/protocol.md "Call and session rules": the session keeps the call, the agent answers
+    /// on the same peer connection, and nothing about the call changes for the server). True when
+    /// media is back within `sessionRestartWindow`; false sends the caller on to a new session:
+    /// the PATCH was refused (404 once the server ended the session, 409, 410, 502 …) or not
+    /// answered in time, or media did not return. GStreamer 1.22's webrtcbin keeps the ICE
+    /// credentials of such an offer (docs/media.md "ICE restart is a renegotiation here"), so
+    /// media returns this way only on the path it had; a new path needs the new session.
+    private func restartOnSession() async -> Bool {
+        let window = sessionRestartWindow
+        let (peer, mine) = lock.withLock { (current, generation) }
+        guard window > 0, client.sessionID != nil, !lock.withLock({ ended || currentFailed }) else { return false }
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(window * 1e9)
+        continuation.yield(.restarting(sinceDropMilliseconds: sinceDrop()))
+        do {
+            let offer = try await engine.createIceRestartOffer(for: peer, iceServers: [])
+            let answer = try await client.renegotiate(offerSDP: offer.sdp, timeout: window)
+            try await engine.setRemoteDescription(SessionDescription(kind: .answer, sdp: answer), for: peer)
+        } catch let error as CallingError {
+            if let status = error.httpStatus {
+                continuation.yield(.restartFailed(reason: "http \(status) \(error.code ?? "-")"))
+            } else {
+                continuation.yield(.restartFailed(reason: "network"))
+            }
+            return false
+        } catch {
+            continuation.yield(.restartFailed(reason: "negotiation"))
+            return false
+        }
+        while DispatchTime.now().uptimeNanoseconds < deadline {
+            let (over, back) = lock.withLock { (ended, generation == mine && droppedAt == nil) }
+            if over { return true }
+            if back {
+                continuation.yield(.restarted(sinceDropMilliseconds: lock.withLock { recoveredAfter } ?? 0))
+                return true
+            }
+            try? await Task.sleep(nanoseconds: 20_000_000)
+        }
+        continuation.yield(.restartFailed(reason: "window"))
+        return false
     }
 
     /// Sends `ping {ts}`; the agent's `pong` arrives as `.pong`.
@@ -227,6 +302,9 @@ public final class GStreamerWebCall: @unchecked Sendable {
             lock.withLock {
                 probe?.cancel()
                 probe = nil
+                if let dropped = droppedAt {
+                    recoveredAfter = Int64((DispatchTime.now().uptimeNanoseconds - dropped.uptimeNanoseconds) / 1_000_000)
+                }
                 droppedAt = nil
             }
         case .disconnected:
@@ -239,6 +317,7 @@ public final class GStreamerWebCall: @unchecked Sendable {
         case .failed:
             lock.withLock {
                 if droppedAt == nil { droppedAt = .now() }
+                currentFailed = true
                 probe?.cancel()
                 probe = nil
             }

@@ -446,9 +446,12 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
             return respond(.problem(409, code: "renegotiation_in_progress", detail: "wait for the pending renegotiation to finish, then retry"))
         }
         session.offer = offer
-        sendOffer(session, offer) { [config] outcome in
+        sendOffer(session, offer) { [config, logger] outcome in
             switch outcome {
-            case .answer(let sdp): respond(success(sdp))
+            case .answer(let sdp):
+                // An app's ICE restart after a drop comes this way: the session kept the call.
+                logger.info("session renegotiated", ["session.id": session.id, "room.id": session.identity.room.rawValue])
+                respond(success(sdp))
             case .timedOut:
                 respond(.problem(502, code: "answer_timeout",
                                  detail: "the answering peer did not answer within \(config.sessionAnswerTimeoutMs) ms",

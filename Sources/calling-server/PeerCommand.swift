@@ -507,6 +507,8 @@ actor WebCallSession {
     private var statuses: [String] = []
     private var pongMilliseconds: Int64?
     private var reconnects = 0
+    private var restarts = 0
+    private var restarted = 0
     private var previousReplaced = 0
     private var dtmfSent = false
     private var endedReason: String?
@@ -566,6 +568,8 @@ actor WebCallSession {
             "dominant_hz": .double(stats?.audio.dominantHz ?? 0),
             "hangup_reason": .string(endedReason ?? "time"),
             "reconnect_attempts": .int(Int64(reconnects)),
+            "restart_attempts": .int(Int64(restarts)),
+            "restarts_recovered": .int(Int64(restarted)),
             "previous_replaced": .int(Int64(previousReplaced)),
         ]
         if let pongMilliseconds { fields["pong_rtt_ms"] = .int(pongMilliseconds) }
@@ -592,6 +596,14 @@ actor WebCallSession {
             pongMilliseconds = rtt
         case .connectionState(let state):
             log("state media-\(state.rawValue)")
+        case .restarting(let since):
+            log("restarting since_drop_ms=\(since)")
+            restarts += 1
+        case .restarted(let since):
+            log("restarted since_drop_ms=\(since)")
+            restarted += 1
+        case .restartFailed(let reason):
+            log("restart-failed \(reason)")
         case .reconnecting(let attempt, let since):
             log("reconnecting attempt=\(attempt) since_drop_ms=\(since)")
             reconnects += 1

@@ -44,6 +44,30 @@ final class WebCallClientTests: ClientTestCase {
         return offer
     }
 
+    /// A restart must fall back to a new session in time (`GStreamerWebCall.sessionRestartWindow`):
+    /// a PATCH the agent leaves unanswered fails after the caller's `timeout`, not after the
+    /// server's 10 s answer wait, and the session is still the one to POST over.
+    func test_a_renegotiation_left_unanswered_fails_after_the_callers_timeout() async throws {
+        let call = try await createCall()
+        let agent = try await agent(for: call)
+        let web = client(for: call)
+        async let answered = web.start(offerSDP: Self.offer)
+        try await answerNextOffer(agent)
+        _ = try await answered
+        let started = Date()
+        do {
+            _ = try await web.renegotiate(offerSDP: Self.offer + "a=restart\r\n", timeout: 0.5)
+            XCTFail("answered without an answer")
+        } catch let error as CallingError {
+            XCTAssertNil(error.httpStatus, "a local timeout, not the server's 502: \(error)")
+        }
+        let waited = Date().timeIntervalSince(started)
+        XCTAssertGreaterThanOrEqual(waited, 0.45)
+        XCTAssertLessThan(waited, 3, "bounded by the timeout, not by session_answer_timeout_ms")
+        _ = try await agent.next(type: "offer")  // the renegotiation did reach the agent
+        try await web.hangup()
+    }
+
     func test_start_candidate_renegotiate_and_hangup_reach_the_agent() async throws {
         let call = try await createCall()
         let agent = try await agent(for: call)

@@ -11,6 +11,8 @@ Opus track and a data channel "chat") or answers the first `offer` it gets. aior
 candidate before setLocalDescription returns, so the SDP it sends is complete and it trickles no
 `candidate` frames; candidates trickled by the other side are applied (empty = end of candidates).
 Offers from HTTP sessions (payload with `session_id`) are answered with that `session_id` echoed;
+a new offer on the session it answers (the caller's renegotiation PATCH) is answered on the same
+peer connection, another session's as a new connection (the caller's re-POST);
 with --answer-sessions it also plays the agent's side of the `control` channel (docs/protocol.md,
 "The control channel"): `status connected` when it opens, `pong` for `ping`, and on `hangup` it
 ends the session (`data {kind:"hangup"}` to the session's peer id) and the call. When a session
@@ -339,9 +341,12 @@ class Call:
         emit("offer-sent", to=callee, gather_ms=round(now_ms() - self.negotiation_started_ms, 1))
 
     async def answer_offer(self, sender: str, payload: dict) -> None:
-        renegotiation = self.pc is not None and sender == self.remote and "session_id" not in payload
+        # A renegotiation: a room peer's new offer, or an HTTP session's caller sending a new offer
+        # on the same session (PATCH application/sdp, e.g. its ICE restart after a media drop).
+        renegotiation = self.pc is not None and sender == self.remote and (
+            "session_id" not in payload or payload.get("session_id") == self.session_id)
         if self.pc is not None and not renegotiation:
-            if sender != self.remote or payload.get("session_id") == self.session_id:
+            if sender != self.remote:
                 emit("offer-ignored", peer=sender)
                 return
             await self.close_pc()  # a new HTTP session from the same peer replaces the old one
@@ -363,7 +368,8 @@ class Call:
         if self.session_id is not None and "session_id" in payload:
             answer["session_id"] = self.session_id
         await self.send({"type": "answer", "to": sender, "payload": answer})
-        emit("answer-sent", to=sender, session_id=answer.get("session_id"), transport=payload.get("transport"))
+        emit("answer-sent", to=sender, session_id=answer.get("session_id"), transport=payload.get("transport"),
+             renegotiation=renegotiation)
         await self.flush_candidates()
 
     async def finish(self) -> dict:

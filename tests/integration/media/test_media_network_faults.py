@@ -12,13 +12,17 @@ call then has `iceRestartWindow` (15 s) to come back (docs/sdk.md "What survives
   sessions' calls only);
 - an 18 s outage: longer than the window; both sides end the call as `disconnected` before the
   network is back, and neither is left `connected`;
-- an 8 s outage under an HTTP session's app (`--web-call`): it starts posting a new session
-  with the same token as soon as the connection is `disconnected` (retrying while the network is
-  down) and the call goes on.
+- an 8 s outage under an HTTP session's app (`--web-call`): its ICE-restart PATCH on the same
+  session cannot reach the server, so it posts a new session with the same token (retrying while
+  the network is down) and the call goes on;
+- an HTTP session the server ended (the session DELETEd while the media path is cut): the app's
+  restart PATCH gets 404 `session_not_found` and it falls back to posting a new session, which
+  the agent (`--stay`) answers.
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -91,6 +95,63 @@ def test_an_outage_longer_than_the_window_ends_the_call_as_disconnected_on_both_
             f"connected again after the outage: {peer.tail()}"
 
 
+def start_web_call(lab, app_seconds: int):
+    server = lab.start_server()
+    agent = linux_peer(lab, lab.b, server, server.token("support-1", "agent-1", role="agent"), "linux-agent",
+                       tone=660, answer_sessions=True, stay=True, seconds=60)
+    server.wait_peers(1)
+    status, _, call = server.post_json("/v1/calls", {"room_id": "support-1", "agent_id": "agent-1"},
+                                       {"X-API-Key": server.apikey()})
+    assert status == 201, call
+    argv = [support.BINARY, "peer", "--web-call", call["call_id"], "--url", server.base_url_for(lab.a),
+            "--token", call["access_token"], "--tone", "440", "--seconds", str(app_seconds)]
+    app = lab.spawn(lab.a, argv, "linux-web-call", env=clean_env())
+    app.wait_for_output(r"status connected", CONNECT_TIMEOUT)
+    return server, agent, app, call
+
+
+def set_media_cut(lab, cut: bool) -> None:
+    """Drops every packet between peer hosts A and B; both still reach the server."""
+    action = "add" if cut else "del"
+    for host, prefix in ((lab.a, f"{lab.b.address}/32"), (lab.b, f"{lab.a.address}/32")):
+        result = host.run(["ip", "route", action, "blackhole", prefix])
+        assert result.returncode == 0, f"{host.name}: ip route {action} blackhole {prefix}: {result.stderr.strip()}"
+
+
+def server_log(server) -> str:
+    return "".join(path.read_text(errors="replace") for path in (server.stdout_path, server.stderr_path) if path.exists())
+
+
+def test_a_web_call_whose_session_the_server_ended_falls_back_from_the_patch_to_a_new_post(make_lab):
+    """The media path is cut and the session is DELETEd meanwhile (the agent gets `hangup`, ends
+    that call and stays): the app's restart PATCH is refused with 404 `session_not_found`, it posts
+    a new session with the same token, the agent answers it, and once the path is back the call
+    goes on under the new session (`status connected` again)."""
+    lab = make_lab(routed=True)
+    server, agent, app, call = start_web_call(lab, app_seconds=12)
+    session = re.search(r"web-call started session=(\S+)", app.output()).group(1)
+    time.sleep(1)
+    set_media_cut(lab, True)
+    try:
+        status, _, _ = server.http("DELETE", f"/webrtc-proxy/{call['call_id']}/v1/webrtc/sessions/{session}",
+                                   {"Authorization": f"Bearer {call['access_token']}"})
+        assert status == 204
+        app.wait_for_output(r"reconnecting attempt=1 ", 10)
+    finally:
+        set_media_cut(lab, False)
+    summary = app.summary(SUMMARY_TIMEOUT)
+    output = app.output()
+    print("\n".join(line for line in output.splitlines() if line.startswith(("restart", "reconnecting"))))
+    assert "restarting since_drop_ms=" in output, app.tail()
+    assert "restart-failed http 404 session_not_found" in output, app.tail()
+    assert output.index("restart-failed") < output.index("reconnecting attempt=1"), app.tail()
+    assert summary["statuses"].count("connected") >= 2, f"no second session: {app.tail()}"
+    assert summary["hangup_reason"] == "time", f"{summary}\n{app.tail()}"
+    assert summary["dominant_hz"] and abs(summary["dominant_hz"] - 660) < 33, summary
+    assert server_log(server).count("session started") == 2, "the fallback POST did not reach the server"
+    assert agent.running(), f"the agent (--stay) should still be serving: {agent.tail()}"
+
+
 def test_a_web_call_reconnects_with_a_new_session_after_a_long_outage(make_lab):
     """The Linux app of an HTTP session (`--web-call`) loses its network for 8 s: once `disconnected`
     it posts a new peer connection with the same token (WebCallClient.reconnect), retrying with backoff
@@ -115,7 +176,9 @@ def test_a_web_call_reconnects_with_a_new_session_after_a_long_outage(make_lab):
     finally:
         lab.cut_a(False)
     summary = app.summary(40)
+    print("\n".join(line for line in app.output().splitlines() if line.startswith(("restart", "reconnecting"))))
     assert summary["statuses"].count("connected") >= 2, f"no second session: {app.tail()}"
+    assert summary["restart_attempts"] >= 1 and "restart-failed" in app.output(), app.tail()
     assert summary["reconnect_attempts"] >= 1, summary
     assert summary["hangup_reason"] == "time", f"{summary}\n{app.tail()}"
     assert summary["dominant_hz"] and abs(summary["dominant_hz"] - 660) < 33, summary
