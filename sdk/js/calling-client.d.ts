@@ -451,6 +451,13 @@ export interface WebCallClientEvents {
   "connection-state": { state: RTCPeerConnectionState };
   ended: { reason: "hangup" | "remote" | "replaced" | "failed" | "closed" | "error" | string };
   error: CallingError;
+  /** The connection dropped: an ICE-restart offer is PATCHed on the live session first. */
+  restarting: { sessionId: string };
+  /** The restart brought media back on the same session, `ms` after it started. */
+  restarted: { sessionId: string; ms: number };
+  /** The restart did not: `http 404 session_not_found` (the session is gone) and other refusals, `network`, or `window`. A re-POST (`reconnecting`) follows. */
+  "restart-failed": { reason: string; error?: CallingError };
+  /** A re-POST attempt (after a failed restart). */
   reconnecting: { attempt: number; delayMs: number };
   /** A new session after a reconnect. */
   session: { sessionId: string };
@@ -470,6 +477,8 @@ export interface WebCallClientOptions {
   reconnect?: boolean;
   /** How long "disconnected" may last before a reconnect. Default 1000. */
   disconnectedGraceMs?: number;
+  /** How long an ICE restart PATCHed on the live session may take to bring media back before a re-POST; 0 re-POSTs at once. Default 2500. */
+  restartWindowMs?: number;
   backoff?: BackoffOptions;
   RTCPeerConnection?: typeof RTCPeerConnection;
   fetch?: typeof fetch;

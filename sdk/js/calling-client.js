@@ -2670,8 +2670,10 @@ export class PresenceClient extends ReconnectingSocket {
  * renegotiate with an `application/sdp` PATCH, DELETE to hang up. The `control` data channel
  * carries `status` (connected, ended, replaced), `ping`/`pong`, `mute`, `dtmf` and `hangup`, as
  * the Linux engine speaks them. After the peer connection fails (or stays disconnected for
- * `disconnectedGraceMs`), a new peer connection is POSTed with the same token and takes the call
- * over ("reconnect by re-POST").
+ * `disconnectedGraceMs`), it first restarts ICE on the same session (an `iceRestart` offer sent
+ * by PATCH, answered on the same peer connection); when that is refused (the session is gone:
+ * 404, 409, 410…) or media is not back within `restartWindowMs`, a new peer connection is POSTed
+ * with the same token and takes the call over ("reconnect by re-POST").
  *
  * ```js
  * const call = new WebCallClient({ baseUrl: `${origin}/webrtc-proxy/${callId}`, accessToken, iceServers });
@@ -2695,6 +2697,7 @@ export class WebCallClient extends ClientBase {
     this._gatherTimeoutMs = options.gatherTimeoutMs ?? 1000;
     this._autoReconnect = options.reconnect !== false;
     this._disconnectedGraceMs = options.disconnectedGraceMs ?? 1000;
+    this._restartWindowMs = options.restartWindowMs ?? 2500;
     this._backoff = backoffOptions(options.backoff, { ...DEFAULT_BACKOFF, maxAttempts: 5 });
     this._RTCPeerConnection = options.RTCPeerConnection || globalThis.RTCPeerConnection;
 
@@ -2767,8 +2770,13 @@ export class WebCallClient extends ClientBase {
   async renegotiate() {
     const live = this._live;
     if (!live) throw invalidState("no live session");
+    await this._renegotiate(live, {});
+  }
+
+  /** `renegotiate` on `live`, with `createOffer` options (`{iceRestart: true}` for a restart). */
+  async _renegotiate(live, offerOptions) {
     await enqueue(live, async () => {
-      const offer = await live.pc.createOffer();
+      const offer = await live.pc.createOffer(offerOptions);
       await live.pc.setLocalDescription(offer);
       await waitForGathering(live.pc, this._gatherTimeoutMs, this._timers);
       const sdp = (live.pc.localDescription || offer).sdp;
@@ -2949,6 +2957,7 @@ export class WebCallClient extends ClientBase {
       if (state === "connected") {
         this._clearGrace();
         this._setState("connected");
+        if (attempt.restarted) attempt.restarted();
       } else if (state === "disconnected") {
         if (!this._autoReconnect) return;
         this._clearGrace();
@@ -3013,12 +3022,17 @@ export class WebCallClient extends ClientBase {
     this._graceTimer = null;
   }
 
-  /** The connection failed or stayed disconnected: re-POST with backoff; terminal refusals end the call. */
+  /**
+   * The connection failed or stayed disconnected: an ICE restart on the same session first
+   * (`_restartOnSession`), then re-POST with backoff; terminal refusals end the call.
+   */
   async _recover() {
     if (this._reconnecting || this._state === "ended") return;
     this._reconnecting = true;
     this._setState("reconnecting");
     try {
+      if (await this._restartOnSession()) return;
+      if (this._state === "ended") return;
       for (let attempt = 1; attempt <= this._backoff.maxAttempts; attempt++) {
         const delayMs = attempt === 1 ? 0 : _backoffDelay(attempt - 1, this._backoff, this._random);
         this._events.emit("reconnecting", { attempt, delayMs });
@@ -3041,6 +3055,48 @@ export class WebCallClient extends ClientBase {
     } finally {
       this._reconnecting = false;
     }
+  }
+
+  /**
+   * An ICE-restart offer (`createOffer({iceRestart: true})`: new credentials, a fresh gathering)
+   * PATCHed on the live session and answered on the same peer connection: the session keeps the
+   * call and the agent its peer connection (docs/protocol.md "Call and session rules"). True when
+   * the connection is `connected` again within `restartWindowMs` of the start; false (refused:
+   * 404 once the server ended the session, 409, 410, 502…; unreachable; or the window passed)
+   * sends `_recover` on to a new session. Emits `restarting`, then `restarted` or `restart-failed`.
+   */
+  async _restartOnSession() {
+    const live = this._live;
+    if (!live || !live.sessionId || this._restartWindowMs <= 0) return false;
+    const started = this._now();
+    this._events.emit("restarting", { sessionId: live.sessionId });
+    let timer = null;
+    const windowOver = new Promise((resolve) => {
+      timer = this._timers.setTimeout(() => resolve({ reason: "window" }), this._restartWindowMs);
+    });
+    const connected = new Promise((resolve) => {
+      live.restarted = () => resolve({ reason: null });
+    });
+    const restart = (async () => {
+      try {
+        await this._renegotiate(live, { iceRestart: true });
+      } catch (error) {
+        const failure = error instanceof CallingError ? error : mediaError(error);
+        // `http 404 session_not_found` (the server ended the session), or the local code (`network`, `media`).
+        return { reason: failure.status ? `http ${failure.status} ${failure.code}` : String(failure.code), error: failure };
+      }
+      return live.pc.connectionState === "connected" ? { reason: null } : connected;
+    })();
+    const outcome = await Promise.race([restart, windowOver]);
+    this._timers.clearTimeout(timer);
+    live.restarted = null;
+    if (this._state === "ended" || this._live !== live) return true;
+    if (outcome.reason === null) {
+      this._events.emit("restarted", { sessionId: live.sessionId, ms: this._now() - started });
+      return true;
+    }
+    this._events.emit("restart-failed", { reason: outcome.reason, ...(outcome.error ? { error: outcome.error } : {}) });
+    return false;
   }
 
   _closeAttempt(attempt) {

@@ -1,5 +1,6 @@
 // WebCallClient through fakes: the webrtc-proxy session API (POST offer → answer, trickle PATCH,
-// renegotiation PATCH, DELETE), the control channel, reconnect by re-POST.
+// renegotiation PATCH, DELETE), the control channel, recovery by an ICE-restart PATCH on the same
+// session, and reconnect by re-POST when that is refused or does not bring media back.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { WebCallClient } from "../../sdk/js/calling-client.js";
@@ -12,11 +13,13 @@ function setup({ routes, options = {} } = {}) {
   const clock = new FakeTimers();
   const PC = makePeerConnectionClass();
   let sessions = 0;
-  const fetch = makeFetch(routes || (({ method, url }) => {
+  const fetch = makeFetch(routes || (({ method, url, headers }) => {
     if (method === "POST" && url === SESSIONS) {
       sessions += 1;
       return created(`s${sessions}`, `agent-answer-${sessions}`);
     }
+    // A restart PATCH finds the session gone, so a drop goes on to a re-POST.
+    if (method === "PATCH" && headers["Content-Type"] === "application/sdp") return { status: 404, body: { code: "session_not_found" } };
     if (method === "PATCH") return { status: 204, body: "" };
     if (method === "DELETE") return { status: 204, body: "" };
     return null;
@@ -320,4 +323,107 @@ test("reconnect(): the old connection's 'replaced' and teardown during our own r
   env.PC.last().channels[0].open();
   env.PC.last().channels[0].peerSend({ type: "status", state: "replaced" });
   assert.deepEqual(events.of("ended"), [{ reason: "replaced" }]);
+});
+
+/** Routes: the session POST answered `s1`, `s2`, …; an `application/sdp` PATCH by `restart()`. */
+function restartRoutes(restart) {
+  let posts = 0;
+  return ({ method, headers }) => {
+    if (method === "POST") {
+      posts += 1;
+      return created(`s${posts}`, `a${posts}`);
+    }
+    if (method === "PATCH" && headers["Content-Type"] === "application/sdp") return restart();
+    return { status: 204, body: "" };
+  };
+}
+
+const posts = (env) => env.fetch.calls.filter((c) => c.method === "POST").length;
+
+test("a dropped connection restarts ICE on the same session first: iceRestart offer PATCHed, answer applied, connected again, no POST", async () => {
+  const env = setup({ routes: restartRoutes(() => ({ status: 200, body: "v=0 restart answer" })) });
+  const events = record(env.call, ["restarting", "restarted", "restart-failed", "reconnecting", "session", "ended"]);
+  await env.call.start([makeTrack("mic")]);
+  const pc = env.PC.last();
+  pc.setConnectionState("connected");
+  pc.setConnectionState("disconnected");
+  await env.clock.advance(1000); // disconnectedGraceMs
+  await flush();
+  assert.deepEqual(pc.log.filter((l) => l[0] === "createOffer").at(-1), ["createOffer", "iceRestart"]);
+  const patch = env.fetch.calls.at(-1);
+  assert.equal(patch.method, "PATCH");
+  assert.equal(patch.url, `${SESSIONS}/s1`);
+  assert.equal(patch.headers["Content-Type"], "application/sdp");
+  assert.equal(patch.body, pc.localDescription.sdp);
+  assert.deepEqual(pc.remoteDescription, { type: "answer", sdp: "v=0 restart answer" });
+  assert.deepEqual(events.of("restarting"), [{ sessionId: "s1" }]);
+  await env.clock.advance(300);
+  pc.setConnectionState("connected");
+  await flush();
+  assert.deepEqual(events.of("restarted"), [{ sessionId: "s1", ms: 300 }]);
+  await env.clock.advance(10000);
+  assert.equal(posts(env), 1, "the session kept the call");
+  assert.equal(env.PC.instances.length, 1);
+  assert.equal(env.call.sessionId, "s1");
+  assert.equal(env.call.state, "connected");
+  assert.deepEqual(events.of("reconnecting"), []);
+  assert.deepEqual(events.of("restart-failed"), []);
+});
+
+test("a restart PATCH refused because the server ended the session (404 session_not_found) falls back to a re-POST", async () => {
+  const env = setup({ routes: restartRoutes(() => ({ status: 404, body: { code: "session_not_found" } })) });
+  const events = record(env.call, ["restarting", "restart-failed", "reconnecting", "session", "ended"]);
+  await env.call.start([]);
+  const first = env.PC.last();
+  first.setConnectionState("connected");
+  first.setConnectionState("failed");
+  await flush();
+  await flush();
+  const failed = events.of("restart-failed");
+  assert.equal(failed.length, 1);
+  assert.equal(failed[0].reason, "http 404 session_not_found");
+  assert.equal(failed[0].error.code, "session_not_found");
+  assert.deepEqual(events.of("reconnecting"), [{ attempt: 1, delayMs: 0 }]);
+  assert.equal(posts(env), 2);
+  assert.equal(env.call.sessionId, "s2");
+  assert.equal(first.closed, true);
+  assert.deepEqual(events.of("ended"), []);
+  // PATCH before the POST: the re-POST comes only after the refusal.
+  const methods = env.fetch.calls.map((c) => c.method);
+  assert.ok(methods.lastIndexOf("PATCH") < methods.lastIndexOf("POST"), methods.join(","));
+});
+
+test("a restart that does not bring media back within restartWindowMs falls back to a re-POST", async () => {
+  const env = setup({ routes: restartRoutes(() => ({ status: 200, body: "v=0 restart answer" })), options: { restartWindowMs: 2000 } });
+  const events = record(env.call, ["restart-failed", "reconnecting"]);
+  await env.call.start([]);
+  const first = env.PC.last();
+  first.setConnectionState("connected");
+  first.setConnectionState("failed");
+  await flush();
+  await env.clock.advance(1999);
+  await flush();
+  assert.equal(posts(env), 1, "still inside the window");
+  await env.clock.advance(1);
+  await flush();
+  await flush();
+  assert.deepEqual(events.of("restart-failed"), [{ reason: "window" }]);
+  assert.deepEqual(events.of("reconnecting"), [{ attempt: 1, delayMs: 0 }]);
+  assert.equal(posts(env), 2);
+  assert.equal(env.call.sessionId, "s2");
+  // The old connection coming back after the window changes nothing: the new session holds the call.
+  first.setConnectionState("connected");
+  assert.equal(env.call.pc, env.PC.last());
+});
+
+test("restartWindowMs 0 re-POSTs at once, without a restart PATCH", async () => {
+  const env = setup({ routes: restartRoutes(() => ({ status: 200, body: "v=0" })), options: { restartWindowMs: 0 } });
+  const events = record(env.call, ["restarting", "reconnecting"]);
+  await env.call.start([]);
+  env.PC.last().setConnectionState("failed");
+  await flush();
+  await flush();
+  assert.deepEqual(events.of("restarting"), []);
+  assert.equal(env.fetch.calls.filter((c) => c.method === "PATCH").length, 0);
+  assert.equal(posts(env), 2);
 });
