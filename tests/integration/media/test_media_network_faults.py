@@ -15,6 +15,8 @@ call then has `iceRestartWindow` (15 s) to come back (docs/sdk.md "What survives
 - an 8 s outage under an HTTP session's app (`--web-call`): its ICE-restart PATCH on the same
   session cannot reach the server, so it posts a new session with the same token (retrying while
   the network is down) and the call goes on;
+- a short cut of the media path under a web call answered by the Linux agent: the app's restart
+  PATCH is answered on the agent's same peer connection and the call goes on with one session;
 - an HTTP session the server ended (the session DELETEd while the media path is cut): the app's
   restart PATCH gets 404 `session_not_found` and it falls back to posting a new session, which
   the agent (`--stay`) answers.
@@ -120,6 +122,33 @@ def set_media_cut(lab, cut: bool) -> None:
 
 def server_log(server) -> str:
     return "".join(path.read_text(errors="replace") for path in (server.stdout_path, server.stderr_path) if path.exists())
+
+
+def test_a_web_call_answered_by_the_linux_agent_recovers_a_short_media_cut_on_the_same_session(make_lab):
+    """The Linux agent (the Swift SDK answering) gets the app's restart PATCH as an offer naming the
+    session it answers and answers it on the same peer connection (no second `incoming`); with the
+    path restored the call goes on with one session: one `session started`, a `session
+    renegotiated`, no new POST, and the agent's call never failed."""
+    lab = make_lab(routed=True)
+    server, agent, app, _ = start_web_call(lab, app_seconds=8)
+    time.sleep(1)
+    set_media_cut(lab, True)
+    try:
+        app.wait_for_output(r"restarting since_drop_ms=", 10)
+    finally:
+        set_media_cut(lab, False)
+    app.wait_for_output(r"restarted since_drop_ms=", 10)
+    summary = app.summary(SUMMARY_TIMEOUT)
+    output = app.output()
+    print("\n".join(line for line in output.splitlines() if line.startswith(("restart", "reconnecting"))))
+    assert "reconnecting" not in output, app.tail()
+    assert summary["statuses"] == ["connected"] and summary["hangup_reason"] == "time", f"{summary}\n{app.tail()}"
+    log = server_log(server)
+    assert log.count("session started") == 1 and "session renegotiated" in log, log[-2000:]
+    agent_output = agent.output()
+    assert agent_output.count("incoming ") == 1, agent.tail()
+    assert "call-failed" not in agent_output, agent.tail()
+    assert summary["dominant_hz"] and abs(summary["dominant_hz"] - 660) < 33, summary
 
 
 def test_a_web_call_whose_session_the_server_ended_falls_back_from_the_patch_to_a_new_post(make_lab):
