@@ -19,8 +19,9 @@ public enum WebCallEvent: Sendable, Equatable {
     /// stayed open).
     case restarted(sinceDropMilliseconds: Int64)
     /// The restart did not bring media back: the PATCH was refused (`reason` `http STATUS CODE`,
-    /// e.g. `http 404 session_not_found` for a session the server ended), could not be sent
-    /// (`network`), or media stayed away for `sessionRestartWindow` (`window`). A new session
+    /// e.g. `http 404 session_not_found` for a session the server ended), could not be sent or
+    /// was not answered in time (`network`), the engine could not make or apply the descriptions
+    /// (`negotiation`), or media stayed away for `sessionRestartWindow` (`window`). A new session
     /// (`reconnecting`) follows.
     case restartFailed(reason: String)
     /// A new peer connection's offer is about to be posted with the same token
@@ -211,12 +212,11 @@ public final class GStreamerWebCall: @unchecked Sendable {
             let offer = try await engine.createIceRestartOffer(for: peer, iceServers: [])
             let answer = try await client.renegotiate(offerSDP: offer.sdp, timeout: window)
             try await engine.setRemoteDescription(SessionDescription(kind: .answer, sdp: answer), for: peer)
-        } catch let error as CallingError {
-            if let status = error.httpStatus {
-                continuation.yield(.restartFailed(reason: "http \(status) \(error.code ?? "-")"))
-            } else {
-                continuation.yield(.restartFailed(reason: "network"))
-            }
+        } catch let error as CallingError where error.httpStatus != nil {
+            continuation.yield(.restartFailed(reason: "http \(error.httpStatus ?? 0) \(error.code ?? "-")"))
+            return false
+        } catch let error as CallingError where error.isNetworkFailure {
+            continuation.yield(.restartFailed(reason: "network"))
             return false
         } catch {
             continuation.yield(.restartFailed(reason: "negotiation"))
@@ -363,5 +363,13 @@ public final class GStreamerWebCall: @unchecked Sendable {
             self.closing = closing
         }
         continuation.yield(.ended(reason: reason))
+    }
+}
+
+extension CallingError {
+    /// The request never got an HTTP answer (unreachable, reset, timed out).
+    fileprivate var isNetworkFailure: Bool {
+        if case .network = kind { return true }
+        return false
     }
 }
