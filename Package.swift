@@ -42,9 +42,12 @@ let package = Package(
         .target(name: "CallingPostgres", dependencies: ["CPostgres", "CallingStore", "CallingCore"]),
         // CallingProtocol for its JSON parser, which reads token headers and claims (no second parser).
         .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingValues", "CallingProtocol"]),
+        // What a client connection is given and reports without naming a transport: URL endpoints,
+        // TLS options, failure codes, HTTP answers. Pure Swift, so the SDK has them without lws.
+        .target(name: "CallingEndpoints"),
         // The libwebsockets adapter: the WebSocket codec and loop pieces both ends share (messages,
         // queues, framing, TLS options and contexts, the log hook) and the client loop the SDK runs.
-        .target(name: "CallingWebSocket", dependencies: ["CLibWebSockets", "CallingProtocol", "CallingLogging"]),
+        .target(name: "CallingWebSocket", dependencies: ["CLibWebSockets", "CallingEndpoints", "CallingProtocol", "CallingLogging"]),
         // The server part: WebSocketServer (HTTP, upgrades, budgets, TLS server contexts) and the HTTP
         // message types. The SDK does not link it.
         .target(name: "CallingTransport", dependencies: ["CallingWebSocket", "CallingProtocol", "CallingLogging"]),
@@ -61,7 +64,7 @@ let package = Package(
         // Fuzz targets (`make fuzz`, `make test-fuzz`; docs/operations.md).
         .executableTarget(name: "calling-fuzz", dependencies: ["CallingServer", "CallingProtocol", "CallingCore", "CallingAuth",
                                                                 "CallingTransport"]),
-        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingProtocol", "CallingLogging", "CallingWebSocket"]),
+        .target(name: "CallingClient", dependencies: ["CallingValues", "CallingEndpoints", "CallingProtocol", "CallingLogging", "CallingWebSocket"]),
         .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingAuth"]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),

@@ -1,5 +1,5 @@
+import CallingEndpoints
 import CallingProtocol
-import CallingWebSocket
 import Foundation
 
 /// Which check a server certificate failed (`CallingError.Kind.certificateRejected`).

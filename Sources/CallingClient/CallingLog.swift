@@ -1,5 +1,7 @@
 import CallingLogging
+#if canImport(CallingWebSocket)
 import CallingWebSocket
+#endif
 import Foundation
 
 /// How severe an SDK log line is.
@@ -37,9 +39,13 @@ public enum CallingLog {
         _ = routed
     }
 
+    #if canImport(CallingWebSocket)
     private static let routed: Void = WebSocketClientLoop.routeLibraryLog { isError, line in
         CallingLog.write(isError ? .error : .warning, "libwebsockets: " + line, fromLibrary: true)
     }
+    #else
+    private static let routed: Void = ()  // URLSession has no library log to route
+    #endif
 
     static func write(_ level: CallingLogLevel, _ line: String, fromLibrary: Bool) {
         let (handler, minimum) = state.withLock { (Self.handler, Self.level) }

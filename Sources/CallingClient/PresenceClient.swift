@@ -1,5 +1,5 @@
+import CallingEndpoints
 import CallingProtocol
-import CallingWebSocket
 import Dispatch
 import Foundation
 
@@ -28,7 +28,8 @@ public struct PresenceOptions: Sendable {
     public var onEvent: (@Sendable (PresenceEvent) -> Void)?
     /// Where `onEvent` runs; default a private serial queue.
     public var callbackQueue: DispatchQueue?
-    var loop: WebSocketClientLoop?
+    /// The transport to connect through; nil uses `SignalingClient.defaultTransport` (tests pass their own).
+    var transport: (any ClientTransport)?
 
     public init() {}
 }
@@ -58,9 +59,9 @@ public final class PresenceClient: Sendable {
         CallingLog.install()
         self.url = url
         self.options = options
-        let loop = options.loop ?? SignalingClient.sharedLoop
+        let transport = options.transport ?? SignalingClient.defaultTransport
         endpoint = Result { () throws(CallingError) in try REST.endpoint(for: url) }
-        let socket = SessionSocket(loop: loop, endpoint: endpoint,
+        let socket = SessionSocket(transport: transport, endpoint: endpoint,
                                    tls: TLSClientOptions(caFile: options.tlsCAFile,
                                                          insecureSkipVerification: options.insecureSkipTLSVerification))
         let callbackQueue = options.callbackQueue ?? DispatchQueue(label: "calling-presence.callbacks")
@@ -161,9 +162,9 @@ extension PresenceSession: ClientSession {
         .tokenRefreshed(attempt: attempt, result)
     }
 
-    static func socketInput(_ event: WebSocketClientEvent, socket: UInt64) -> PresenceInput? {
+    static func socketInput(_ event: TransportEvent, socket: UInt64) -> PresenceInput? {
         switch event {
-        case .open, .binary: nil
+        case .open: nil
         case .text(let text): .socketText(socket, text)
         case .closed(let code, let reason): .socketClosed(socket, code: code, reason: reason)
         case .failed(let status, let code, let message): .socketFailed(socket, status: status, code: code, message: message)

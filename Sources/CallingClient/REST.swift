@@ -1,5 +1,5 @@
+import CallingEndpoints
 import CallingProtocol
-import CallingWebSocket
 import Foundation
 
 /// Reads claims from a JWT without verifying it (the server verifies; the SDK only needs the
@@ -21,9 +21,8 @@ enum TokenClaims {
     }
 }
 
-/// REST calls over the lws client (`WebSocketClientLoop.request`), so `https://` is verified the
-/// same way as `wss://` (system trust store, or `TLSClientOptions.caFile`) on every platform;
-/// Foundation's URLSession on Linux could not take a custom CA per client.
+/// REST calls over the client's transport (`ClientTransport.request`), so `https://` is verified
+/// the same way as the transport's `wss://`.
 enum REST {
     /// The endpoint of a `ws://`/`wss://`/`http://`/`https://` URL; other schemes are an error,
     /// never a plaintext fallback.
@@ -37,14 +36,14 @@ enum REST {
 
     /// GET `path` with a bearer token; returns the parsed JSON body of a 2xx answer, or throws
     /// `CallingError` with the problem `code` of any other answer.
-    static func get(loop: WebSocketClientLoop, endpoint: ClientEndpoint, tls: TLSClientOptions, path: String,
+    static func get(transport: any ClientTransport, endpoint: ClientEndpoint, tls: TLSClientOptions, path: String,
                     query: [URLQueryItem], token: String, timeout: TimeInterval) async throws -> JSONValue
     {
         var components = URLComponents()
         components.percentEncodedPath = path
         components.queryItems = query.isEmpty ? nil : query
         let target = components.percentEncodedPath + (components.percentEncodedQuery.map { "?" + $0 } ?? "")
-        let response = try await send(loop: loop, endpoint: endpoint, tls: tls, method: "GET", target: target,
+        let response = try await send(transport: transport, endpoint: endpoint, tls: tls, method: "GET", target: target,
                                       headers: ["Authorization": "Bearer \(token)"], body: [], timeout: timeout)
         let body = try? JSONParser.parse(response.body)
         guard (200..<300).contains(response.status), let body else {
@@ -56,13 +55,13 @@ enum REST {
 
     /// One request; a request that got no answer throws `network(host:port:reason:)`, or
     /// `certificateRejected` / `invalidConfiguration` for what TLS refused.
-    static func send(loop: WebSocketClientLoop, endpoint: ClientEndpoint, tls: TLSClientOptions, method: String,
+    static func send(transport: any ClientTransport, endpoint: ClientEndpoint, tls: TLSClientOptions, method: String,
                      target: String, headers: [String: String], body: [UInt8], timeout: TimeInterval)
         async throws(CallingError) -> HTTPClientResponse
     {
         try CallingError.checkTLSFiles(tls, for: endpoint)
         do {
-            return try await loop.request(method, host: endpoint.host, port: endpoint.port, path: target, headers: headers,
+            return try await transport.request(method, host: endpoint.host, port: endpoint.port, path: target, headers: headers,
                                           body: body, tls: endpoint.usesTLS ? tls : nil, timeout: timeout)
         } catch {
             throw CallingError.transportFailed(message: error.message, code: error.code, host: endpoint.host, port: endpoint.port)

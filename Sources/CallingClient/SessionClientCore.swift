@@ -1,5 +1,4 @@
 import CallingProtocol
-import CallingWebSocket
 import Foundation
 
 /// The actions every client session asks for in the same words, performed the same way by
@@ -30,7 +29,7 @@ protocol ClientSession: SendableMetatype {
     static func timerFired(_ timer: Timer) -> Input
     static func tokenRefreshed(attempt: Int, _ result: Result<String, CallingError>) -> Input
     /// The input for an event of socket `socket`; nil when the session has nothing to learn.
-    static func socketInput(_ event: WebSocketClientEvent, socket: UInt64) -> Input?
+    static func socketInput(_ event: TransportEvent, socket: UInt64) -> Input?
     /// `action` in the common words, or nil for an action only this session's client performs.
     static func common(_ action: Action) -> CommonSessionAction<Timer, Outcome, Event>?
 }
@@ -90,7 +89,7 @@ final class SessionClientCore<Session: ClientSession>: @unchecked Sendable {
         guard let common = Session.common(action) else { return performOwn(action) }
         switch common {
         case .openSocket(let id, let path, let token):
-            // The lws service thread calls back: one input per event, in order.
+            // The transport's thread calls back: one input per event, in order.
             socket.open(path: path, token: token) { [weak self] event in self?.socketEvent(event, socket: id) }
         case .closeSocket(let code, let reason):
             socket.close(code: code, reason: reason)
@@ -121,7 +120,7 @@ final class SessionClientCore<Session: ClientSession>: @unchecked Sendable {
         }
     }
 
-    private func socketEvent(_ event: WebSocketClientEvent, socket id: UInt64) {
+    private func socketEvent(_ event: TransportEvent, socket id: UInt64) {
         guard let input = Session.socketInput(event, socket: id) else { return }
         driver.run { session in
             if event.isTerminal, session.socket == id { socket.ended() }

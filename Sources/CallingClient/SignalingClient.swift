@@ -1,5 +1,8 @@
+import CallingEndpoints
 import CallingProtocol
+#if canImport(CallingWebSocket)
 import CallingWebSocket
+#endif
 import Dispatch
 import Foundation
 
@@ -64,8 +67,9 @@ public struct SignalingOptions: Sendable {
     /// Used when that fetch fails (the mobile SDKs' fallback: public STUN). Empty: no servers
     /// (a call inside one network still connects).
     public var fallbackIceServers = [IceServer(urls: ["stun:stun.l.google.com:19302"])]
-    /// The lws client loop to connect through; nil uses one process-wide loop (tests pass their own).
-    var loop: WebSocketClientLoop?
+    /// The transport to connect through; nil uses the platform's shared one
+    /// (`SignalingClient.defaultTransport`; tests pass their own).
+    var transport: (any ClientTransport)?
     /// Where delegate methods are called. Default: a private serial queue (not main: servers and
     /// command-line tools have no main run loop).
     public var callbackQueue: DispatchQueue?
@@ -109,7 +113,7 @@ public final class SignalingClient: @unchecked Sendable {
     private var driver: SessionDriver<SignalingSession, SessionAction, SessionTimer, WaiterOutcome> { core.driver }
     private var socket: SessionSocket { core.socket }
     private let callbackQueue: DispatchQueue
-    private let loop: WebSocketClientLoop
+    private let transport: any ClientTransport
     /// Where `url` points, or why the SDK cannot serve it (`connect` throws that).
     private let endpoint: Result<ClientEndpoint, CallingError>
 
@@ -129,9 +133,9 @@ public final class SignalingClient: @unchecked Sendable {
         self.url = url
         self.options = options
         endpoint = Result { () throws(CallingError) in try REST.endpoint(for: url) }
-        loop = options.loop ?? SignalingClient.sharedLoop
+        transport = options.transport ?? SignalingClient.defaultTransport
         callbackQueue = options.callbackQueue ?? DispatchQueue(label: "calling-client.callbacks")
-        let socket = SessionSocket(loop: loop, endpoint: endpoint, tls: options.tls)
+        let socket = SessionSocket(transport: transport, endpoint: endpoint, tls: options.tls)
         var settings = SignalingSession.Settings()
         settings.path = (url.path.isEmpty || url.path == "/") ? "/v1/ws" : url.path
         if case .success(let endpoint) = endpoint {
@@ -165,12 +169,17 @@ public final class SignalingClient: @unchecked Sendable {
         core.shutdown()
     }
 
+    #if canImport(CallingWebSocket)
     /// One lws client loop for every client that is not given its own; lives for the process.
     /// It logs through `CallingLog` (the warning it writes is `insecureSkipTLSVerification`'s).
     static let sharedLoop: WebSocketClientLoop = {
         CallingLog.install()
         return WebSocketClientLoop(logger: CallingLog.logger)
     }()
+
+    /// The transport of every client not given its own: on Linux the shared lws loop.
+    static var defaultTransport: any ClientTransport { sharedLoop }
+    #endif
 
     // MARK: public state
 
@@ -320,7 +329,7 @@ public final class SignalingClient: @unchecked Sendable {
         let endpoint = try endpoint.get()
         var query = [URLQueryItem(name: "since_seq", value: String(sinceSeq))]
         if let limit { query.append(URLQueryItem(name: "limit", value: String(limit))) }
-        let body = try await REST.get(loop: loop, endpoint: endpoint, tls: options.tls,
+        let body = try await REST.get(transport: transport, endpoint: endpoint, tls: options.tls,
                                       path: "/v1/rooms/\(queryEncoded(room.rawValue))/messages", query: query,
                                       token: bearer, timeout: options.httpTimeout)
         let messages = (body["messages"]?.arrayValue ?? []).compactMap { ChatMessage($0, from: $0["from"]?.stringValue) }
@@ -334,7 +343,7 @@ public final class SignalingClient: @unchecked Sendable {
     /// "Client SDK compatibility"). Works before `connect()`.
     public func fetchIceServers() async throws -> IceServers {
         let bearer = driver.read(\.token)
-        let body = try await REST.get(loop: loop, endpoint: try endpoint.get(), tls: options.tls, path: "/v1/ice", query: [],
+        let body = try await REST.get(transport: transport, endpoint: try endpoint.get(), tls: options.tls, path: "/v1/ice", query: [],
                                       token: bearer, timeout: options.httpTimeout)
         let servers = (body["ice_servers"]?.arrayValue ?? []).map { entry -> IceServer in
             let urls = entry["urls"]?.arrayValue?.compactMap(\.stringValue) ?? entry["urls"]?.stringValue.map { [$0] } ?? []
@@ -533,11 +542,10 @@ extension SignalingSession: ClientSession {
         .tokenRefreshed(attempt: attempt, result)
     }
 
-    static func socketInput(_ event: WebSocketClientEvent, socket: UInt64) -> SessionInput? {
+    static func socketInput(_ event: TransportEvent, socket: UInt64) -> SessionInput? {
         switch event {
         case .open: .socketOpened(socket)
         case .text(let text): .socketText(socket, text)
-        case .binary: nil
         case .closed(let code, let reason): .socketClosed(socket, code: code, reason: reason)
         case .failed(let status, let code, let message): .socketFailed(socket, status: status, code: code, message: message)
         }

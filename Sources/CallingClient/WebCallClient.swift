@@ -1,5 +1,5 @@
+import CallingEndpoints
 import CallingProtocol
-import CallingWebSocket
 import Foundation
 
 /// Settings of a `WebCallClient`.
@@ -8,7 +8,7 @@ public struct WebCallOptions: Sendable {
     public var tlsCAFile: String?
     /// DEVELOPMENT ONLY: accept any server certificate (see `SignalingOptions.insecureSkipTLSVerification`).
     public var insecureSkipTLSVerification = false
-    var loop: WebSocketClientLoop?
+    var loop: (any ClientTransport)?
 
     public init() {}
 }
@@ -45,7 +45,7 @@ public final class WebCallClient: @unchecked Sendable {
     /// `{base}/webrtc-proxy/{call_id}/v1/webrtc/sessions`; internal for tests.
     let sessionsURL: URL?
     private let accessToken: String
-    private let loop: WebSocketClientLoop
+    private let loop: any ClientTransport
     private let tls: TLSClientOptions
     /// Longer than the server's answer timeout (10 s), so a slow agent surfaces as 502, not a local timeout.
     private let requestTimeout: TimeInterval = 30
@@ -54,7 +54,7 @@ public final class WebCallClient: @unchecked Sendable {
     /// `accessToken` come from `POST /v1/calls` (through the app's backend).
     public init(baseURL: URL, callID: CallID, accessToken: String, options: WebCallOptions = WebCallOptions()) {
         self.accessToken = accessToken
-        self.loop = options.loop ?? SignalingClient.sharedLoop
+        self.loop = options.loop ?? SignalingClient.defaultTransport
         self.tls = TLSClientOptions(caFile: options.tlsCAFile, insecureSkipVerification: options.insecureSkipTLSVerification)
         var components = URLComponents(url: baseURL, resolvingAgainstBaseURL: false)
         if components?.scheme == "ws" { components?.scheme = "http" }
@@ -182,7 +182,7 @@ public final class WebCallClient: @unchecked Sendable {
         let endpoint = try REST.endpoint(for: url)
         var headers = ["Authorization": "Bearer \(accessToken)"]
         if let contentType { headers["Content-Type"] = contentType }
-        let response = try await REST.send(loop: loop, endpoint: endpoint, tls: tls, method: method, target: endpoint.pathAndQuery,
+        let response = try await REST.send(transport: loop, endpoint: endpoint, tls: tls, method: method, target: endpoint.pathAndQuery,
                                            headers: headers, body: body.map { Array($0) } ?? [], timeout: timeout ?? requestTimeout)
         let status = response.status
         let data = Data(response.body)

@@ -1050,37 +1050,13 @@ public final class WebSocketClientConnection: Sendable {
     public func abort() { loop.abort(id) }
 }
 
-/// The answer to `WebSocketClientLoop.request`.
-public struct HTTPClientResponse: Sendable, Equatable {
-    public var status: Int
-    /// Lower-cased names; only the headers of `capturedTokens` (lws 4.1.6 reads a client response's
-    /// headers by known token only).
-    public var headers: [String: String]
-    public var body: [UInt8]
-
-    public init(status: Int, headers: [String: String], body: [UInt8]) {
-        self.status = status
-        self.headers = headers
-        self.body = body
-    }
-
+/// The headers an lws client response keeps (lws 4.1.6 reads them by known token only).
+extension HTTPClientResponse {
     static let capturedTokens: [(lws_token_indexes, String)] = [
         (WSI_TOKEN_HTTP_CONTENT_TYPE, "content-type"), (WSI_TOKEN_HTTP_RETRY_AFTER, "retry-after"),
         (WSI_TOKEN_HTTP_LOCATION, "location"), (WSI_TOKEN_HTTP_WWW_AUTHENTICATE, "www-authenticate"),
         (WSI_TOKEN_HTTP_ETAG, "etag"),
     ]
-}
-
-/// An HTTP request that got no complete answer.
-public struct HTTPClientError: Error, Equatable, Sendable, CustomStringConvertible {
-    public var message: String
-    /// A `ClientFailureCode` when the client knows the cause (a certificate check, the CA file).
-    public var code: String?
-    public init(message: String, code: String? = nil) {
-        self.message = message
-        self.code = code
-    }
-    public var description: String { message }
 }
 
 /// One HTTP request as the service thread sees it.

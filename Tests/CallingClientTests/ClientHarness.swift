@@ -82,7 +82,7 @@ final class ClientHarness: @unchecked Sendable {
                 configure: (inout SignalingOptions) -> Void = { _ in }) throws -> SignalingClient
     {
         var options = SignalingOptions()
-        options.loop = loop
+        options.transport = loop
         options.reconnectDelays = [0.1, 0.2, 0.4]
         options.connectTimeout = 5
         configure(&options)
@@ -92,7 +92,7 @@ final class ClientHarness: @unchecked Sendable {
     /// Presence options on this harness's loop.
     func presenceOptions(_ configure: (inout PresenceOptions) -> Void = { _ in }) -> PresenceOptions {
         var options = PresenceOptions()
-        options.loop = loop
+        options.transport = loop
         options.connectTimeout = 5
         configure(&options)
         return options

@@ -30,7 +30,7 @@ final class SignalingClientTLSTests: ClientTestCase {
         -> SignalingClient
     {
         var options = SignalingOptions()
-        options.loop = server.loop
+        options.transport = server.loop
         options.maxReconnectAttempts = 0
         options.connectTimeout = 5
         configure(&options)
@@ -133,7 +133,7 @@ final class SignalingClientTLSTests: ClientTestCase {
             XCTAssertEqual(error.kind, .invalidConfiguration("tlsCAFile: \(missing) does not exist"))
         }
         var presenceOptions = server.presenceOptions { $0.tlsCAFile = missing }
-        presenceOptions.loop = server.loop
+        presenceOptions.transport = server.loop
         let ann = PresenceClient(url: secureURL, token: try server.presenceToken("ann", role: "agent"), options: presenceOptions)
         do {
             try await ann.connect()
