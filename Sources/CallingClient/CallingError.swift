@@ -45,7 +45,8 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
         /// the trust settings (`tlsCAFile`).
         case certificateRejected(host: String, port: Int, failure: CertificateFailure, reason: String)
         /// A setting cannot be used as given (a `tlsCAFile` that is missing, unreadable or holds no
-        /// PEM certificate); raised before any connection is made, and never retried.
+        /// PEM certificate; a TLS option or a WebSocket the platform's transport cannot serve);
+        /// never retried.
         case invalidConfiguration(String)
         /// The socket closed after it was open. `code` nil: it dropped without a close frame.
         case closed(code: UInt16?, reason: String)
@@ -98,6 +99,8 @@ public struct CallingError: Error, Equatable, Sendable, CustomStringConvertible,
         let failure: CertificateFailure
         switch code {
         case ClientFailureCode.caFileUnusable?: return CallingError(.invalidConfiguration("tlsCAFile: \(message)"))
+        case ClientFailureCode.transportUnsupported?, ClientFailureCode.tlsOptionsUnsupported?:
+            return CallingError(.invalidConfiguration(message))
         case ClientFailureCode.hostNameMismatch?: failure = .hostNameMismatch
         case ClientFailureCode.untrustedIssuer?: failure = .untrustedIssuer
         case ClientFailureCode.certificateExpired?: failure = .expired

@@ -179,6 +179,10 @@ public final class SignalingClient: @unchecked Sendable {
 
     /// The transport of every client not given its own: on Linux the shared lws loop.
     static var defaultTransport: any ClientTransport { sharedLoop }
+    #else
+    /// The transport of every client not given its own: without libwebsockets (Apple
+    /// platforms), URLSession.
+    static var defaultTransport: any ClientTransport { URLSessionWebSocketTransport.shared }
     #endif
 
     // MARK: public state

@@ -93,4 +93,10 @@ public enum ClientFailureCode {
     public static let certificateNotYetValid = "tls_certificate_not_yet_valid"
     /// Any other verification failure (bad signature, wrong key usage…); the message has OpenSSL's reason.
     public static let certificateInvalid = "tls_certificate_invalid"
+    /// The transport cannot open WebSockets at all (Foundation's URLSession on Linux, whose libcurl
+    /// has no WebSocket support).
+    public static let transportUnsupported = "transport_unsupported"
+    /// The transport cannot verify as `TLSClientOptions` asks (the URLSession transport takes
+    /// neither `caFile` nor `insecureSkipVerification`).
+    public static let tlsOptionsUnsupported = "tls_options_unsupported"
 }
