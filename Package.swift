@@ -1,5 +1,19 @@
 // swift-tools-version:6.0
+import Foundation
 import PackageDescription
+
+// The iOS media engine (CallingWebRTC) links WebRTC: on Apple platforms the binary of
+// stasel/WebRTC; on Linux a stub module of the signatures the engine uses (Sources/WebRTCStub),
+// for the compile check only. CALLING_PACKAGE_APPLE_GRAPH=1 evaluates the Apple branch anywhere,
+// so tests/integration/test_apple_graph.py can read it with `swift package dump-package`.
+#if os(Linux)
+let appleGraph = ProcessInfo.processInfo.environment["CALLING_PACKAGE_APPLE_GRAPH"] == "1"
+#else
+let appleGraph = true
+#endif
+let webRTC: Target.Dependency = appleGraph ? .product(name: "WebRTC", package: "WebRTC") : .target(name: "WebRTC")
+let webRTCStub: [Target] = appleGraph ? [] : [.target(name: "WebRTC", path: "Sources/WebRTCStub")]
+let webRTCPackage: [Package.Dependency] = appleGraph ? [.package(url: "https://github.com/stasel/WebRTC.git", exact: "117.0.0")] : []
 
 // Dependencies point inward: C adapters at the edge, CallingCore and CallingProtocol in the middle
 // with no C imports. See docs/architecture.md.
@@ -12,7 +26,9 @@ let package = Package(
         .library(name: "CallingProtocol", targets: ["CallingProtocol"]),
         .library(name: "CallingClient", targets: ["CallingClient"]),
         .library(name: "CallingMedia", targets: ["CallingMedia"]),
+        .library(name: "CallingWebRTC", targets: ["CallingWebRTC"]),
     ],
+    dependencies: webRTCPackage,
     targets: [
         // C libraries: one system-library target each, imported by exactly one adapter module.
         .systemLibrary(name: "CLibWebSockets", pkgConfig: "libwebsockets", providers: [.apt(["libwebsockets-dev"])]),
@@ -73,6 +89,9 @@ let package = Package(
                            .target(name: "CallingWebSocket", condition: .when(platforms: [.linux]))]
         ),
         .target(name: "CallingMedia", dependencies: ["CGStreamer", "CallingClient", "CallingProtocol", "CallingAuth"]),
+        // The iOS MediaEngine on WebRTC (docs/ios.md). On Linux it compiles against the stub and never runs.
+        .target(name: "CallingWebRTC", dependencies: ["CallingClient", webRTC],
+                swiftSettings: [.define("WEBRTC_STUB", .when(platforms: [.linux]))]),
         // The SDK example from docs/sdk.md, built with everything else so it cannot rot.
         .executableTarget(name: "ChatBot", dependencies: ["CallingClient"], path: "Examples/ChatBot"),
         // The voice agent of docs/sdk.md ("Example: voice agent"): the SDK with CallingMedia.
@@ -105,6 +124,7 @@ let package = Package(
             name: "CallingServerTests",
             dependencies: ["CallingServer", "CallingTesting", "CallingAuth", "CallingProtocol"]
         ),
-    ],
+        .testTarget(name: "CallingWebRTCTests", dependencies: ["CallingWebRTC"]),
+    ] + webRTCStub,
     swiftLanguageModes: [.v6]
 )

@@ -6,6 +6,9 @@
   holds the libwebsockets adapter.
 * Sources: in that graph, a module only Linux has (`CallingWebSocket`, `Glibc`, a C module) is
   imported only under `#if canImport(<it>)` or `#if os(Linux)`.
+* The iOS media engine (`CallingWebRTC`): Package.swift's Apple branch (read here with
+  CALLING_PACKAGE_APPLE_GRAPH=1) links stasel/WebRTC's `WebRTC` product and has no stub; the Linux
+  branch links the stub module (Sources/WebRTCStub) instead, which says in its header that it is one.
 * Compilation: `CallingClient` compiles with only the Swift modules of its Apple graph visible
   (so every `#if canImport(CallingWebSocket)` takes its Apple branch, URLSession), without
   warnings, and its public API (symbol graph) is the same as the Linux build's.
@@ -16,6 +19,7 @@ Needs the toolchain and a `swift build` (the modules of .build/debug).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -77,6 +81,38 @@ def system_libraries(manifest: dict) -> set[str]:
 
 def target_dir(target: dict) -> Path:
     return REPO / (target.get("path") or f"Sources/{target['name']}")
+
+
+@pytest.fixture(scope="module")
+def apple_manifest(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Package.swift evaluated as on an Apple host (a fresh directory: no cached manifest)."""
+    directory = tmp_path_factory.mktemp("apple-manifest")
+    shutil.copy(REPO / "Package.swift", directory / "Package.swift")
+    out = subprocess.run([swift(), "package", "dump-package"], cwd=directory, check=True, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "CALLING_PACKAGE_APPLE_GRAPH": "1"}).stdout
+    return json.loads(out[out.index("{"):])
+
+
+def test_the_ios_engine_links_stasel_webrtc_on_apple_and_a_stub_only_on_linux(manifest: dict, apple_manifest: dict) -> None:
+    remotes = [location["urlString"] for dependency in apple_manifest["dependencies"]
+               for control in dependency.get("sourceControl", []) for location in control["location"].get("remote", [])]
+    assert remotes == ["https://github.com/stasel/WebRTC.git"]
+    apple_targets = {target["name"]: target for target in apple_manifest["targets"]}
+    assert "WebRTC" not in apple_targets, "the stub must not exist in the Apple graph"
+    assert {"product": ["WebRTC", "WebRTC", None, None]} in apple_targets["CallingWebRTC"]["dependencies"]
+    for platform in ("ios", "macos"):
+        graph = closure(apple_manifest, "CallingWebRTC", platform)
+        assert not graph & system_libraries(apple_manifest), f"CallingWebRTC on {platform}: {sorted(graph)}"
+        assert "CallingWebSocket" not in graph
+
+    linux_targets = {target["name"]: target for target in manifest["targets"]}
+    assert manifest["dependencies"] == []
+    assert linux_targets["WebRTC"]["path"] == "Sources/WebRTCStub"
+    assert {"byName": ["CallingClient", None]} in linux_targets["CallingWebRTC"]["dependencies"]
+    assert {"target": ["WebRTC", None]} in linux_targets["CallingWebRTC"]["dependencies"]
+    stub = (REPO / "Sources" / "WebRTCStub" / "WebRTC.swift").read_text()
+    assert stub.startswith("// STUB OF THE WebRTC MODULE, FOR THE LINUX COMPILE CHECK OF CallingWebRTC ONLY.")
+    assert stub.count("{ stub() }") >= 30, "every stub method traps"
 
 
 @pytest.mark.parametrize("platform", ["ios", "macos"])
