@@ -217,3 +217,21 @@ def test_the_sdk_compiles_without_libwebsockets_with_the_same_public_api(symbol_
     assert any(symbol.startswith("SignalingClient.connect") for symbol in linux), "the Linux symbol graph is empty?"
     assert apple == linux, (f"only on Apple platforms: {sorted(apple - linux)[:10]}; "
                             f"only on Linux: {sorted(linux - apple)[:10]}")
+
+
+def test_the_swift_blocks_of_ios_md_compile() -> None:
+    """Each ```swift block of docs/ios.md that starts with `import CallingClient` typechecks against
+    the built modules (CallingWebRTC against its stub: a compile check, docs/ios.md says so)."""
+    text = (REPO / "docs" / "ios.md").read_text()
+    blocks = [block for block in re.findall(r"```swift\n(.*?)```", text, re.DOTALL) if block.startswith("import CallingClient")]
+    assert blocks, "docs/ios.md has no compiled example"
+    lws = subprocess.run(["pkg-config", "--cflags-only-I", "libwebsockets"], capture_output=True, text=True).stdout.split()
+    with tempfile.TemporaryDirectory() as directory:
+        for number, block in enumerate(blocks):
+            source = Path(directory) / f"block{number}.swift"
+            source.write_text(block)
+            checked = subprocess.run([shutil.which("swiftc"), "-typecheck", "-swift-version", "6", "-parse-as-library",
+                                      "-I", str(MODULES), "-I", str(REPO / "Sources" / "CLibWebSockets"),
+                                      *[flag for include in lws for flag in ("-Xcc", include)], str(source)],
+                                     capture_output=True, text=True, timeout=25)
+            assert checked.returncode == 0 and "warning:" not in checked.stderr, f"block {number}:\n{checked.stderr[-3000:]}"
