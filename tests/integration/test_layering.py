@@ -31,7 +31,7 @@ SERVER_MODULES = {
 }
 
 # What an app links: the SDK, the media library and the examples of docs/sdk.md.
-APP_MODULES = ["CallingClient", "CallingMedia", "ChatBot", "VoiceAgent"]
+APP_MODULES = ["CallingClient", "CallingMedia", "CallingWebRTC", "ChatBot", "VoiceAgent"]
 
 # Toolchain modules any target may import.
 TOOLCHAIN_MODULES = {"Foundation", "FoundationNetworking", "Dispatch", "Glibc", "Synchronization", "XCTest"}
