@@ -235,3 +235,18 @@ def test_the_swift_blocks_of_ios_md_compile() -> None:
                                       *[flag for include in lws for flag in ("-Xcc", include)], str(source)],
                                      capture_output=True, text=True, timeout=25)
             assert checked.returncode == 0 and "warning:" not in checked.stderr, f"block {number}:\n{checked.stderr[-3000:]}"
+
+
+def test_the_feature_table_of_ios_md_names_only_declared_api() -> None:
+    """Every Swift name in backticks in docs/ios.md's feature table is declared in Sources (a
+    renamed or made-up member fails here); wire keys (`rtt_ms`) and headers are not Swift names."""
+    text = (REPO / "docs" / "ios.md").read_text()
+    table = text[text.index("## Feature table"):]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| feature")]
+    assert len(rows) >= 15
+    names = {name for row in rows for name in re.findall(r"`([A-Za-z][A-Za-z0-9]*)`", row)}
+    assert {"WebRTCMediaEngine", "tokenProvider", "tlsCAFile"} <= names
+    sources = "\n".join(path.read_text() for path in (REPO / "Sources").rglob("*.swift"))
+    for name in sorted(names):
+        declared = re.search(rf"\b(?:func|var|let|case|class|struct|enum|protocol|typealias)\s+{name}\b", sources)
+        assert declared, f"docs/ios.md's feature table names `{name}`, which no source declares"
