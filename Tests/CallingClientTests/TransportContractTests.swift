@@ -3,6 +3,9 @@ import CallingEndpoints
 import CallingProtocol
 import CallingServer
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import XCTest
 
 @testable import CallingClient
@@ -40,9 +43,10 @@ class TransportContract: XCTestCase {
         fatalError("a contract world overrides provoke(_:on:peer:)")
     }
 
-    /// Starts `client`'s connect and aborts it before the upgrade is answered; nil when the
-    /// world cannot hold an upgrade open (the contract test is then skipped).
-    func abortWhileConnecting(_ client: SignalingClient) async throws -> Bool { false }
+    /// A client (on `recorder`) whose upgrade is never answered.
+    func clientHeldAtUpgrade() async throws -> SignalingClient {
+        fatalError("a contract world overrides clientHeldAtUpgrade()")
+    }
 
     // MARK: the contract
 
@@ -128,8 +132,14 @@ class TransportContract: XCTestCase {
     }
 
     func check_an_abort_while_connecting_ends_the_socket_as_failed() async throws {
-        let client = try await client("alice", for: nil)
-        guard try await abortWhileConnecting(client) else { throw XCTSkip("this world answers every upgrade at once") }
+        let client = try await clientHeldAtUpgrade()
+        let connecting = Task { _ = try await client.connect() }
+        try await eventually { client.state == .connecting && !recorder.sockets.isEmpty }
+        await client.disconnect()
+        do {
+            try await connecting.value
+            XCTFail("connect must throw once disconnected")
+        } catch {}
         try await eventually { recorder.sockets.first?.last?.isTerminal == true }
         guard case .failed(nil, _, _)? = recorder.sockets.first?.last else { return XCTFail("\(recorder.sockets)") }
         XCTAssertFalse(recorder.sockets.first?.contains(.open) ?? true)
@@ -205,16 +215,9 @@ final class ScriptedTransportContractTests: TransportContract {
         }
     }
 
-    override func abortWhileConnecting(_ client: SignalingClient) async throws -> Bool {
+    override func clientHeldAtUpgrade() async throws -> SignalingClient {
         scripted.holdUpgrades = true
-        let connecting = Task { try await client.connect() }
-        try await eventually { client.state == .connecting }
-        await client.disconnect()
-        do {
-            _ = try await connecting.value
-            XCTFail("connect must throw once disconnected")
-        } catch {}
-        return true
+        return try await client("alice", for: nil)
     }
 
     func test_refused_upgrades_fail_connect_with_status_and_problem_code() async throws {
@@ -374,6 +377,7 @@ final class LWSTransportContractTests: TransportContract {
 
     override func tearDown() async throws {
         server?.shutdown()
+        if silentListener >= 0 { close(silentListener) }
     }
 
     override func client(_ peer: String, for edge: Edge?, configure: (inout SignalingOptions) -> Void = { _ in }) async throws
@@ -438,5 +442,33 @@ final class LWSTransportContractTests: TransportContract {
     }
     func test_an_unanswered_ping_drops_the_socket_and_reconnects() async throws {
         try await check_an_unanswered_ping_drops_the_socket_and_reconnects()
+    }
+    func test_an_abort_while_connecting_ends_the_socket_as_failed() async throws {
+        try await check_an_abort_while_connecting_ends_the_socket_as_failed()
+    }
+
+    /// A TCP listener that never accepts: the kernel completes the handshake, lws sends its
+    /// upgrade, and no answer ever comes (a server stuck before its HTTP layer).
+    private var silentListener: Int32 = -1
+
+    override func clientHeldAtUpgrade() async throws -> SignalingClient {
+        silentListener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(silentListener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        XCTAssertEqual(bound, 0)
+        XCTAssertEqual(listen(silentListener, 4), 0)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(silentListener, $0, &length) }
+        }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        var options = SignalingOptions()
+        options.transport = recorder
+        options.connectTimeout = 5
+        return SignalingClient(url: URL(string: "ws://127.0.0.1:\(port)")!, token: try server.token(peer: "alice"), options: options)
     }
 }
