@@ -23,6 +23,10 @@ enum PeerCommand {
           --relay-only         use TURN relay candidates only (servers from GET /v1/ice)
           --seconds N          hang up and exit after N seconds (default: on SIGINT/SIGTERM)
           --stay               keep answering after a call ends (an agent or bot serving many calls)
+          --reconnect          reconnect and resume after the signaling socket drops (calls stay up in
+                               the server's reconnect grace); without it a dropped socket ends the run
+          --ice-restart-window S  how long a room call may be without media before it ends as
+                               disconnected (the SDK's iceRestartWindow, default 15)
           --stats-seconds N    print stats every N seconds (default 5)
           --web-call CALL_ID   be the app of an HTTP session instead (docs/protocol.md "HTTP sessions"):
                                --url is the server's http(s):// base, --token the call's access_token;
@@ -52,6 +56,8 @@ enum PeerCommand {
         var seconds: Double?
         var statsSeconds: Double = 5
         var stay = false
+        var reconnect = false
+        var iceRestartWindow: Double?
         var caFile: String?
         var insecureSkipTLSVerify = false
         var webCall: CallID?
@@ -111,6 +117,10 @@ enum PeerCommand {
             case "--answer-sessions": options.answerSessions = true
             case "--relay-only": options.relayOnly = true
             case "--stay": options.stay = true
+            case "--reconnect": options.reconnect = true
+            case "--ice-restart-window":
+                guard let text = value(flag), let seconds = Double(text), seconds > 0 else { return .failure(Problem(message: "--ice-restart-window needs a positive number of seconds")) }
+                options.iceRestartWindow = seconds
             case "--seconds":
                 guard let text = value(flag), let seconds = Double(text), seconds > 0 else { return .failure(Problem(message: "--seconds needs a positive number")) }
                 options.seconds = seconds
@@ -181,6 +191,7 @@ actor PeerSession {
     private var calls = Set<PeerID>()
     private var hadCall = false
     private var callCount = 0
+    private var welcomes = 0
     private var calling = false
     private var lastStats: [PeerID: PeerMediaStats] = [:]
     private var dataReceived: [String] = []
@@ -202,6 +213,7 @@ actor PeerSession {
         // The SDK's reconnect (its default attempts and delays, ~15 s in all, as long as the
         // server's default reconnect grace): a signaling drop or a server restart mid-call
         // resumes the seat and keeps the call (docs/protocol.md "Across a server restart").
+        if let window = options.iceRestartWindow { signaling.iceRestartWindow = window }
         signaling.statsInterval = options.statsSeconds
         let probe = SignalingClient(url: url, token: options.token!, options: signaling)
         var media = MediaOptions()
@@ -307,6 +319,25 @@ actor PeerSession {
             if info.peerID == options.call, !calling { await startCall(info.peerID) }
         case .peerLeft(let peer):
             log("peer-left \(peer)")
+        case .peerReconnecting(let peer):
+            log("peer-reconnecting \(peer)")
+        case .peerResumed(let peer):
+            log("peer-resumed \(peer)")
+        case .iceRestart(let peer, let attempt):
+            log("ice-restart peer=\(peer) attempt=\(attempt)")
+        case .connected(let welcome):
+            // The first welcome is logged by run(); later ones are reconnects.
+            welcomes += 1
+            if welcomes > 1 { log("state connected peer=\(welcome.peerID) room=\(welcome.roomID) resumed=\(welcome.resumed)") }
+            if welcome.resumed {
+                let peers = welcome.peers.map { $0.peerID.rawValue + ($0.reconnecting ? "(reconnecting)" : "") }
+                log("resumed peers=\(peers.joined(separator: ","))")
+            }
+        case .stateChanged(.reconnecting(let attempt)):
+            log("state reconnecting attempt=\(attempt)")
+        case .stateChanged(.failed(let error)):
+            log("state failed \(error)")
+            finish(reason: "disconnected")
         case .incoming(let call):
             let session = call.offer.sessionID
             if session != nil, !options.answerSessions {
@@ -349,22 +380,9 @@ actor PeerSession {
             log("disconnected \(error.map { "\($0)" } ?? "")")
             // A socket lost with a retryable error (a drop, a server restart's 1001) is followed
             // by the SDK's reconnect and resume, calls kept (docs/sdk.md "What survives a drop"):
-            // the peer goes on. Our own disconnect (nil) or a terminal error ends it.
+            // the peer goes on. Our own disconnect (nil) or a terminal error ends it; so does
+            // `failed`, once the SDK gives up reconnecting.
             if error?.isRetryable != true { finish(reason: "disconnected") }
-        case .stateChanged(let state):
-            if case .failed = state {
-                log("state \(state)")
-                finish(reason: "disconnected")
-            } else if case .reconnecting = state {
-                log("state \(state)")
-            }
-        case .connected(let welcome) where welcome.resumed:
-            let peers = welcome.peers.map { $0.peerID.rawValue + ($0.reconnecting ? "(reconnecting)" : "") }
-            log("resumed peers=\(peers.joined(separator: ","))")
-        case .peerReconnecting(let peer):
-            log("peer-reconnecting \(peer)")
-        case .peerResumed(let peer):
-            log("peer-resumed \(peer)")
         case .consultationEnded:
             finish(reason: "consultation_ended")
         default:

@@ -32,6 +32,7 @@ def peer(*args: str) -> subprocess.CompletedProcess:
     (["--url", "http://127.0.0.1:1/v1/ws", "--token", "t"], "--url needs a ws:// or wss:// URL"),
     (["--url", CLOSED_PORT_URL, "--token", "t", "--seconds", "0"], "--seconds needs a positive number"),
     (["--url", CLOSED_PORT_URL, "--token", "t", "--tone", "30000"], "--tone needs a frequency"),
+    (["--url", CLOSED_PORT_URL, "--token", "t", "--ice-restart-window", "0"], "--ice-restart-window needs a positive"),
     (["--url", CLOSED_PORT_URL, "--token", "t", "--bogus"], "unknown option --bogus"),
 ])
 def test_bad_options_exit_2_with_the_problem_and_the_usage(args, problem):
