@@ -547,6 +547,8 @@ export function _statsFromReport(report: Iterable<any> | Map<string, any>, previ
   { sample: Omit<StatsSample, "peerId">; bytes: { bytesSent: number; timestamp: number } | null };
 /** @internal `sdp` with its media stream ids (a=msid, a=ssrc msid) replaced by `streamId` (`local-<peerId>` on the wire). */
 export function _withStreamId(sdp: string, streamId: string): string;
+/** @internal The session id of an SDP's `o=` line, or null. */
+export function _sdpSessionId(sdp: string): string | null;
 /** @internal Validates and splits DTMF digits. */
 export function _dtmfDigits(digits: string): string[];
 

@@ -329,6 +329,20 @@ export function _withStreamId(sdp, streamId) {
 }
 
 /**
+ * Internal. The session id of an SDP (the second field of its `o=` line, RFC 8866 §5.2), or null.
+ * It stays the same for every offer of one peer connection (an ICE restart or renegotiation only
+ * raises the version) and a new connection draws a new one, so it tells a late renegotiation of
+ * a call that already ended from a new call.
+ * @param {string} sdp
+ * @returns {string | null}
+ */
+export function _sdpSessionId(sdp) {
+  if (typeof sdp !== "string") return null;
+  const match = /^o=\S+ (\S+) /m.exec(sdp);
+  return match ? match[1] : null;
+}
+
+/**
  * Internal. DTMF digits as single keys (`0-9 * # A-D`, lower case a–d accepted); throws
  * `invalid_argument` for anything else, as the Linux engine ignores unknown keys.
  * @param {string} digits
@@ -1569,6 +1583,8 @@ export class CallingClient extends ReconnectingSocket {
     this._calls = new Map();
     /** peerId → {offer, queue, sessionId} for offers not yet accepted */
     this._offers = new Map();
+    /** peerId → the SDP session id of the last call with that peer that ended here */
+    this._endedSessions = new Map();
     this._statsTimer = null;
     this._pingTimer = null;
     this._awaitingPong = false;
@@ -2148,6 +2164,14 @@ export class CallingClient extends ReconnectingSocket {
       }).catch((error) => this._events.emit("error", mediaError(error)));
       return;
     }
+    const origin = _sdpSessionId(payload.sdp);
+    if (!call && !sessionId && origin !== null && this._endedSessions.get(from) === origin) {
+      // A renegotiation (an ICE restart) of the call with this peer that already ended here,
+      // delivered late (it waited in a stalled socket while the network was down): not a new call.
+      // Tell the other side again that the call is over, in case it is still trying.
+      this._sendRelay("data", { kind: "hangup" }, from);
+      return;
+    }
     const entry = { offer: payload, queue: new _CandidateQueue(), sessionId };
     this._offers.set(from, entry);
     this._events.emit("incoming", {
@@ -2256,6 +2280,9 @@ export class CallingClient extends ReconnectingSocket {
     const call = this._calls.get(peerId);
     if (!call) return false;
     this._calls.delete(peerId);
+    const origin = call.pc && call.pc.remoteDescription ? _sdpSessionId(call.pc.remoteDescription.sdp) : null;
+    if (origin !== null) this._endedSessions.set(peerId, origin);
+    else this._endedSessions.delete(peerId);
     call.queue.clear();
     if (call.recovery) call.recovery.stop();
     if (call.pc) closeQuietly(call.pc);
@@ -2276,6 +2303,7 @@ export class CallingClient extends ReconnectingSocket {
   _peerGone(peerId) {
     this._cancelOffer(peerId);
     this._endCall(peerId, "peer-left");
+    this._endedSessions.delete(peerId);
   }
 
   _endAllCalls(reason) {

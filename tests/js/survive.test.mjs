@@ -525,3 +525,32 @@ test("a peer in its grace gets no restart offer and does not time the call out; 
   assert.equal(ws.framesOf("offer").length, 2);
   assert.ok(events.of("ice-restart").length >= 1);
 });
+
+test("a late ICE-restart offer of a call that already ended is no new call: answered with a hangup; a new connection's offer rings", async () => {
+  const env = setup({ iceRestartWindowMs: 4000 });
+  const ws = await connectWith(env, welcome());
+  const events = record(env.client, ["incoming", "hangup"]);
+  // The o= line's session id is the connection's; an ICE restart only raises the version.
+  const offer = (session, version) => ({ type: "offer", sdp: `v=0\r\no=- ${session} ${version} IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n` });
+  ws.receive({ type: "offer", from: "bob", payload: offer("7563413199071111170", 2) });
+  const pc = await events.of("incoming")[0].accept([makeTrack("mic")]);
+  await flush();
+  pc.setIceState("connected");
+  pc.setIceState("failed");
+  await env.clock.advance(4000);
+  assert.deepEqual(events.of("hangup"), [{ peerId: "bob", reason: "disconnected" }]);
+  const sent = ws.framesOf("data").length;
+
+  // bob's restart offer, held up while the network was down, arrives after our window ran out.
+  ws.receive({ type: "offer", from: "bob", payload: offer("7563413199071111170", 3) });
+  await flush();
+  assert.equal(events.of("incoming").length, 1, "not rung as a new call");
+  assert.equal(ws.framesOf("data").length, sent + 1);
+  assert.deepEqual(ws.framesOf("data").at(-1), { type: "data", to: "bob", payload: { kind: "hangup" } });
+  assert.deepEqual(events.of("hangup"), [{ peerId: "bob", reason: "disconnected" }], "no `cancelled` ring either");
+
+  // A new call from bob (a new connection: a new session id) rings as always.
+  ws.receive({ type: "offer", from: "bob", payload: offer("1111", 2) });
+  await flush();
+  assert.equal(events.of("incoming").length, 2);
+});
