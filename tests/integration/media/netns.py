@@ -471,6 +471,30 @@ class Lab:
             if result.returncode != 0:
                 raise LabError(f"{host.name}: ip route {action} blackhole {prefix}: {result.stderr.strip()}")
 
+    def silence_a(self, dropping: bool) -> None:
+        """Drops (or passes again) every packet to and from peer host A on the server host alone, the
+        router between A, the server and B: a policy rule drops whatever arrives from A's link
+        (forwarded or for the server itself) and a blackhole route drops what is forwarded to A. No
+        host on A's or B's side has a route changed, so the peers' own sends never fail, which
+        `cut_a` makes them do (EINVAL from a local blackhole route: Chromium closes a UDP socket on
+        that error, which only an ICE restart's fresh gathering replaces). The server's own sends
+        to A fail instead; its TCP retransmits them. Routed labs only."""
+        host, link = self.server_host, "to-p1"
+        if dropping and not getattr(self, "_local_rule_moved", False):
+            # Rules are tried by preference; `local` (0) would deliver A's packets for the server
+            # itself before the drop rule, so it moves behind it once.
+            for argv in (["ip", "rule", "add", "pref", "100", "lookup", "local"], ["ip", "rule", "del", "pref", "0"]):
+                result = host.run(argv)
+                if result.returncode != 0:
+                    raise LabError(f"{host.name}: {' '.join(argv)}: {result.stderr.strip()}")
+            self._local_rule_moved = True
+        action = "add" if dropping else "del"
+        for argv in (["ip", "rule", action, "pref", "10", "iif", link, "blackhole"],
+                     ["ip", "route", action, "blackhole", f"{self.a.address}/32"]):
+            result = host.run(argv)
+            if result.returncode != 0:
+                raise LabError(f"{host.name}: {' '.join(argv)}: {result.stderr.strip()}")
+
     def spawn(self, host: Namespace, argv: list, label: str, env: dict | None = None) -> Proc:
         log_path = self.workdir / f"{len(self.procs):02d}-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.log"
         proc = Proc(label, argv, host, log_path, env=env)
