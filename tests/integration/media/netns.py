@@ -495,6 +495,16 @@ class Lab:
             if result.returncode != 0:
                 raise LabError(f"{host.name}: {' '.join(argv)}: {result.stderr.strip()}")
 
+    def kill_signaling(self, host: PeerHost, server: NsServer) -> None:
+        """Destroys every TCP connection from `host` to `server` (SOCK_DESTROY, `ss -K`): the
+        process in `host` gets ECONNABORTED on its signaling socket, the server a reset, as when a
+        NAT or proxy drops the connection. UDP (media) is not touched."""
+        result = host.run(["ss", "-K", "-t", "-n", "dst", host.gateway, "dport", "=", f":{server.port}"])
+        if result.returncode != 0:
+            raise LabError(f"{host.name}: ss -K failed: {result.stderr.strip()}")
+        if f":{server.port}" not in result.stdout:
+            raise LabError(f"{host.name}: no TCP connection to the server to destroy: {result.stdout.strip()}")
+
     def spawn(self, host: Namespace, argv: list, label: str, env: dict | None = None) -> Proc:
         log_path = self.workdir / f"{len(self.procs):02d}-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.log"
         proc = Proc(label, argv, host, log_path, env=env)

@@ -92,6 +92,27 @@ def assert_heard(summary: dict, label: str, tone_hz: float, min_frames: int = MI
         f"{label} heard {heard} Hz, expected {tone_hz} Hz ± {TONE_TOLERANCE:.0%}: {summary}"
 
 
+PEER_STATS = re.compile(r"^peer-stats peer=(\S+) sent=(\d+) received=(\d+)", re.M)
+
+
+def received_packets(peer: Proc) -> int:
+    """RTP packets a running Linux peer counted, by its last `peer-stats` line (0 before one)."""
+    lines = PEER_STATS.findall(peer.output())
+    return int(lines[-1][2]) if lines else 0
+
+
+def wait_received_packets(peer: Proc, minimum: int, timeout: float, what: str) -> int:
+    """Waits (bounded) until the Linux peer's `peer-stats` count more than `minimum` packets received."""
+    deadline = time.monotonic() + timeout
+    while (count := received_packets(peer)) <= minimum:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{peer.label}: {what} not within {timeout}s (received {count}):\n{peer.tail()}")
+        if not peer.running():
+            raise AssertionError(f"{peer.label} exited before {what}:\n{peer.tail()}")
+        time.sleep(0.1)
+    return count
+
+
 def assert_got_data(summary: dict, label: str, text: str) -> None:
     assert text in (summary.get("data_received") or []), \
         f"{label} did not receive {text!r} on the data channel: {summary.get('data_received')}"

@@ -12,6 +12,10 @@ call then has `iceRestartWindow` (15 s) to come back (docs/sdk.md "What survives
   sessions' calls only);
 - an 18 s outage: longer than the window; both sides end the call as `disconnected` before the
   network is back, and neither is left `connected`;
+- a signaling blip: the caller's WebSocket is destroyed mid-call (`ss -K` in its host; media, on
+  UDP, untouched); with `--reconnect` it reconnects and resumes in the server's seat grace, the
+  callee sees `peer-reconnecting`/`peer-resumed`, neither hangs up and both count more than 75 new
+  RTP packets after it;
 - an 8 s outage under an HTTP session's app (`--web-call`): its ICE-restart PATCH on the same
   session cannot reach the server, so it posts a new session with the same token (retrying while
   the network is down) and the call goes on;
@@ -30,7 +34,8 @@ import time
 import pytest
 
 import support
-from peers import CONNECT_TIMEOUT, SUMMARY_TIMEOUT, clean_env, linux_peer, linux_peer_missing
+from peers import (CONNECT_TIMEOUT, SUMMARY_TIMEOUT, clean_env, linux_peer, linux_peer_missing, received_packets,
+                   wait_received_packets)
 
 
 @pytest.fixture(autouse=True)
@@ -179,6 +184,34 @@ def test_a_web_call_whose_session_the_server_ended_falls_back_from_the_patch_to_
     assert summary["dominant_hz"] and abs(summary["dominant_hz"] - 660) < 33, summary
     assert server_log(server).count("session started") == 2, "the fallback POST did not reach the server"
     assert agent.running(), f"the agent (--stay) should still be serving: {agent.tail()}"
+
+
+def test_a_signaling_blip_keeps_the_call(make_lab):
+    lab = make_lab(routed=True)
+    server = lab.start_server()
+    bob = linux_peer(lab, lab.b, server, server.token("r1", "bob"), "linux-bob", tone=660, seconds=40,
+                     reconnect=True, stats_seconds=1)
+    server.wait_peers(1)
+    alice = linux_peer(lab, lab.a, server, server.token("r1", "alice"), "linux-alice", call="bob", tone=440,
+                       seconds=11, reconnect=True, stats_seconds=1)
+    for peer in (alice, bob):
+        wait_received_packets(peer, 50, CONNECT_TIMEOUT, "audio from the other side")
+    before = {peer.label: received_packets(peer) for peer in (alice, bob)}
+    marks = {peer.label: len(peer.output()) for peer in (alice, bob)}
+
+    lab.kill_signaling(lab.a, server)
+    bob.wait_for_output(r"^peer-reconnecting alice", 5)
+    alice.wait_for_output(r"^state connected .*resumed=", 10)
+    bob.wait_for_output(r"^peer-resumed alice", 5)
+    time.sleep(2)  # media keeps flowing after the resume
+    for peer in (alice, bob):
+        wait_received_packets(peer, before[peer.label] + 75, 3, "75 more packets after the blip")
+        since = peer.output()[marks[peer.label]:]
+        for line in ("hangup ", "call-failed", "peer-left", "call-state disconnected"):
+            assert f"\n{line}" not in since, f"{peer.label}: {line!r} after the blip:\n{since[-3000:]}"
+    summary = alice.summary(SUMMARY_TIMEOUT)
+    assert summary.get("hangup_reason") == "time", f"the call ended early: {summary}"
+    assert summary["dominant_hz"] and abs(summary["dominant_hz"] - 660) < 33, summary
 
 
 def test_a_web_call_reconnects_with_a_new_session_after_a_long_outage(make_lab):
