@@ -57,6 +57,11 @@ struct CallTable {
     private var recovery: [PeerID: Recovery] = [:]
     /// Peers in their reconnect grace (`peer-reconnecting` … `peer-resumed`/`peer-left`).
     private(set) var reconnecting = Set<PeerID>()
+    /// The SDP session id (`o=` line) of each call's remote description, and of the last call
+    /// with each peer that ended here: an ICE restart keeps it, a new connection draws a new one,
+    /// so a late restart offer of an ended call is told from a new call.
+    private var remoteOrigin: [PeerID: String] = [:]
+    private var endedOrigin: [PeerID: String] = [:]
 
     /// The entry point's context, set by `collect`.
     private var connected = false
@@ -287,6 +292,15 @@ struct CallTable {
     mutating func offer(from: PeerID, _ payload: JSONValue?) -> [SessionAction] {
         guard let sdp = payload?["sdp"]?.stringValue else { return [] }
         let offer = SessionDescription(kind: .offer, sdp: sdp, sessionID: payload?["session_id"]?.stringValue)
+        let origin = Self.sdpSessionID(sdp)
+        if offer.sessionID == nil, !activeCalls.contains(from), pendingOffers[from] == nil, let origin,
+           endedOrigin[from] == origin
+        {
+            // A renegotiation (an ICE restart) of the call with this peer that already ended here,
+            // delivered late (it waited in a stalled socket while the network was down): not a
+            // new call. Tell the other side again that the call is over, in case it still tries.
+            return [.send(Frame(.data, to: from.rawValue, payload: ["kind": "hangup"]))]
+        }
         let renewed = offer.sessionID.map { $0 == answeredSessions[from] } ?? (recovery[from]?.restarter == false)
         if hasMediaEngine, renewed, activeCalls.contains(from), let connection = currentConnection[from] {
             // A renewed offer on a call we answered (the caller's ICE restart, or an HTTP session's
@@ -296,11 +310,13 @@ struct CallTable {
         }
         if offer.sessionID != nil { sessionPeers.insert(from) } else { sessionPeers.remove(from) }
         pendingOffers[from] = offer
+        remoteOrigin[from] = origin
         return [.emit(.incoming(IncomingCall(from: from, offer: offer)))]
     }
 
     mutating func answer(from: PeerID, _ payload: JSONValue?) -> [SessionAction] {
         if hasMediaEngine, activeCalls.contains(from), let sdp = payload?["sdp"]?.stringValue {
+            remoteOrigin[from] = Self.sdpSessionID(sdp)
             return [.media(.applyAnswer(from, SessionDescription(kind: .answer, sdp: sdp)))]
         }
         return [.emit(.signal(type: FrameType.answer.rawValue, from: from, payload: payload))]
@@ -345,6 +361,7 @@ struct CallTable {
             table.sessionPeers.remove(peer)
             table.reconnecting.remove(peer)
             table.currentConnection[peer] = nil
+            defer { table.endedOrigin[peer] = nil }
             let hadCall = table.activeCalls.contains(peer)
             let ringing = table.pendingOffers[peer] != nil
             table.endCall(peer)
@@ -463,7 +480,16 @@ struct CallTable {
         recovery[peer]?.retrying = false
     }
 
+    /// The session id of an SDP: the second field of its `o=` line (RFC 8866 §5.2).
+    static func sdpSessionID(_ sdp: String) -> String? {
+        guard let line = SDPText.lines(sdp).first(where: { $0.hasPrefix("o=") }) else { return nil }
+        let fields = line.dropFirst(2).split(separator: " ")
+        return fields.count > 1 ? String(fields[1]) : nil
+    }
+
     private mutating func endCall(_ peer: PeerID, reason: CallEndReason = .ended) {
+        if activeCalls.contains(peer) { endedOrigin[peer] = remoteOrigin[peer] }
+        remoteOrigin[peer] = nil
         pendingOffers[peer] = nil
         candidateQueue[peer] = nil
         remoteDescriptionSet.remove(peer)

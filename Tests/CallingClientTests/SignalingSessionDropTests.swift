@@ -282,4 +282,29 @@ final class SignalingSessionDropTests: XCTestCase {
         let reposted = server(#"{"type":"offer","from":"bob","payload":{"type":"offer","sdp":"v=new","session_id":"s2","transport":"http"}}"#)
         XCTAssertTrue(events(reposted).contains { if case .incoming = $0 { true } else { false } }, "\(reposted)")
     }
+
+    func test_a_late_restart_offer_of_an_ended_call_is_answered_with_hangup_and_a_new_connections_offer_rings() {
+        input(.connect(token: nil, waiter: 1))
+        server(welcome())
+        // The o= line's session id is the connection's; an ICE restart only raises the version.
+        func offer(_ session: String, _ version: Int) -> String {
+            #"{"type":"offer","from":"bob","payload":{"type":"offer","sdp":"v=0\r\no=- \#(session) \#(version) IN IP4 127.0.0.1\r\ns=-\r\n"}}"#
+        }
+        server(offer("7563413199071111170", 2))
+        var connection: UInt64 = 0
+        for case .media(.answerCall(_, let number, _, _)) in input(.accept("bob", waiter: 2)) { connection = number }
+        input(.connectionState("bob", connection: connection, .connected))
+        input(.connectionState("bob", connection: connection, .failed))
+        XCTAssertEqual(events(advance(by: 15)).last, .hangup("bob", reason: .disconnected))
+
+        // bob's restart offer, held up while the network was down, arrives after our window ran out.
+        let late = server(offer("7563413199071111170", 3))
+        XCTAssertTrue(events(late).isEmpty, "not rung as a new call: \(late)")
+        XCTAssertEqual(sent(late).map(\.type), ["data"])
+        XCTAssertEqual(sent(late).first?.payload?["kind"], "hangup")
+
+        // A new call from bob (a new connection: a new session id) rings as always.
+        let fresh = server(offer("1111", 2))
+        XCTAssertTrue(events(fresh).contains { if case .incoming = $0 { true } else { false } }, "\(fresh)")
+    }
 }
