@@ -23,8 +23,6 @@ enum PeerCommand {
           --relay-only         use TURN relay candidates only (servers from GET /v1/ice)
           --seconds N          hang up and exit after N seconds (default: on SIGINT/SIGTERM)
           --stay               keep answering after a call ends (an agent or bot serving many calls)
-          --reconnect          reconnect and resume after the signaling socket drops (calls stay up in
-                               the server's reconnect grace); without it a dropped socket ends the run
           --ice-restart-window S  how long a room call may be without media before it ends as
                                disconnected (the SDK's iceRestartWindow, default 15)
           --stats-seconds N    print stats every N seconds (default 5)
@@ -56,7 +54,6 @@ enum PeerCommand {
         var seconds: Double?
         var statsSeconds: Double = 5
         var stay = false
-        var reconnect = false
         var iceRestartWindow: Double?
         var caFile: String?
         var insecureSkipTLSVerify = false
@@ -117,7 +114,6 @@ enum PeerCommand {
             case "--answer-sessions": options.answerSessions = true
             case "--relay-only": options.relayOnly = true
             case "--stay": options.stay = true
-            case "--reconnect": options.reconnect = true
             case "--ice-restart-window":
                 guard let text = value(flag), let seconds = Double(text), seconds > 0 else { return .failure(Problem(message: "--ice-restart-window needs a positive number of seconds")) }
                 options.iceRestartWindow = seconds

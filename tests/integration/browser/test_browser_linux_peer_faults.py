@@ -3,8 +3,8 @@ docs/browser.md and docs/sdk.md "What survives a drop").
 
 Chromium on peer host A runs the browser SDK (sdk/js/calling-client.js, the page of
 test_browser_network_faults.py); `calling-server peer` (the Swift SDK on GStreamer) runs on peer
-host B with a 660 Hz tone, `--reconnect` (its signaling client reconnects and resumes instead of
-ending the run) and `--stats-seconds 1` (its `peer-stats` lines count RTP received). Both orders of
+host B with a 660 Hz tone (its signaling client reconnects and resumes after a drop, as it does
+by default) and `--stats-seconds 1` (its `peer-stats` lines count RTP received). Both orders of
 who offers are run: the offering side is the one that restarts ICE when one is needed (a silent
 3 s cut needs none; the xfail below has Chromium restart onto a new port, which webrtcbin answers
 but does not follow).
@@ -76,7 +76,7 @@ def call(blab, caller: str, room: str, page_options: dict | None = None, **peer_
     """Chromium (`chromium`) on host A and the Linux peer (`linux`) on host B in one call, `caller`
     offering; returns (page, peer) once both receive audio."""
     server, lab = blab.server, blab.lab
-    peer_options = {"tone": TONE, "seconds": LINUX_SECONDS, "stats_seconds": 1, "reconnect": True, **peer_options}
+    peer_options = {"tone": TONE, "seconds": LINUX_SECONDS, "stats_seconds": 1, **peer_options}
     if caller == "chromium":
         peer = linux_peer(lab, lab.b, server, server.token(room, "linux"), "linux-callee", **peer_options)
         page = sdk_page(blab, "chromium", room, page_options or {})  # Chromium starts slower than the peer

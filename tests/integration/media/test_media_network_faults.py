@@ -13,7 +13,7 @@ call then has `iceRestartWindow` (15 s) to come back (docs/sdk.md "What survives
 - an 18 s outage: longer than the window; both sides end the call as `disconnected` before the
   network is back, and neither is left `connected`;
 - a signaling blip: the caller's WebSocket is destroyed mid-call (`ss -K` in its host; media, on
-  UDP, untouched); with `--reconnect` it reconnects and resumes in the server's seat grace, the
+  UDP, untouched); it reconnects and resumes in the server's seat grace, the
   callee sees `peer-reconnecting`/`peer-resumed`, neither hangs up and both count more than 75 new
   RTP packets after it;
 - an 8 s outage under an HTTP session's app (`--web-call`): its ICE-restart PATCH on the same
@@ -190,10 +190,10 @@ def test_a_signaling_blip_keeps_the_call(make_lab):
     lab = make_lab(routed=True)
     server = lab.start_server()
     bob = linux_peer(lab, lab.b, server, server.token("r1", "bob"), "linux-bob", tone=660, seconds=40,
-                     reconnect=True, stats_seconds=1)
+                     stats_seconds=1)
     server.wait_peers(1)
     alice = linux_peer(lab, lab.a, server, server.token("r1", "alice"), "linux-alice", call="bob", tone=440,
-                       seconds=11, reconnect=True, stats_seconds=1)
+                       seconds=11, stats_seconds=1)
     for peer in (alice, bob):
         wait_received_packets(peer, 50, CONNECT_TIMEOUT, "audio from the other side")
     before = {peer.label: received_packets(peer) for peer in (alice, bob)}
