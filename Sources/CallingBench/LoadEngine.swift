@@ -1,3 +1,4 @@
+import CallingProtocol
 import Dispatch
 import Foundation
 import Glibc
@@ -170,16 +171,7 @@ final class LoadEngine {
     func send(_ connection: Connection, _ payload: UnsafeRawBufferPointer) {
         precondition(payload.count < 65_536)
         let mask = connection.mask
-        connection.out.append(0x81)
-        if payload.count < 126 {
-            connection.out.append(0x80 | UInt8(payload.count))
-        } else {
-            connection.out += [0x80 | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
-        }
-        connection.out.append(mask.0)
-        connection.out.append(mask.1)
-        connection.out.append(mask.2)
-        connection.out.append(mask.3)
+        WebSocketFraming.appendHeader(.text, length: payload.count, mask: mask, to: &connection.out)
         // One bulk copy, then the mask applied in place: no per-frame allocation, no per-byte append.
         let start = connection.out.count
         connection.out.append(contentsOf: payload)
@@ -204,9 +196,9 @@ final class LoadEngine {
         payload.withUnsafeBytes { send(connection, $0) }
     }
 
-    private func sendControl(_ connection: Connection, opcode: UInt8, payload: [UInt8]) {
+    private func sendControl(_ connection: Connection, opcode: WebSocketFraming.Opcode, payload: [UInt8]) {
         let mask = connection.mask
-        connection.out += [0x80 | opcode, 0x80 | UInt8(payload.count), mask.0, mask.1, mask.2, mask.3]
+        WebSocketFraming.appendHeader(opcode, length: payload.count, mask: mask, to: &connection.out)
         let keys = [mask.0, mask.1, mask.2, mask.3]
         for (index, byte) in payload.enumerated() { connection.out.append(byte ^ keys[index & 3]) }
         markDirty(connection)
@@ -258,7 +250,7 @@ final class LoadEngine {
     /// Sends Close to every open connection and closes the sockets.
     func closeAll() {
         for connection in connections where connection.isOpen {
-            sendControl(connection, opcode: 0x8, payload: [0x03, 0xE8])
+            sendControl(connection, opcode: .close, payload: [0x03, 0xE8])
         }
         try? flush()
         for connection in connections where !connection.closed {
@@ -390,7 +382,7 @@ final class LoadEngine {
                 }
             }
         }
-        for payload in pings { sendControl(connection, opcode: 0xA, payload: payload) }
+        for payload in pings { sendControl(connection, opcode: .pong, payload: payload) }
         if closing { try ended(connection, "server sent Close") }
         return consumed
     }

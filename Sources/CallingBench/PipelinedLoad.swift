@@ -1,3 +1,4 @@
+import CallingProtocol
 import Foundation
 
 /// `bench chat`'s default load generator: every sender on one thread, plain nonblocking sockets.
@@ -91,8 +92,9 @@ final class PipelinedLoad {
             self.room = room
             self.index = index
             let mask = (0..<4).map { _ in UInt8.random(in: 1...255) }
-            let header = ClientFraming.maskedHeader(opcode: 0x1, length: PipelinedLoad.payload.count,
-                                                    mask: (mask[0], mask[1], mask[2], mask[3]))
+            var header: [UInt8] = []
+            WebSocketFraming.appendHeader(.text, length: PipelinedLoad.payload.count, mask: (mask[0], mask[1], mask[2], mask[3]),
+                                          to: &header)
             self.mask = mask
             headerCount = header.count
             template = header + PipelinedLoad.payload.enumerated().map { $1 ^ mask[$0 & 3] }
@@ -359,9 +361,9 @@ final class PipelinedLoad {
         }
     }
 
-    private func enqueueControl(_ connection: Connection, opcode: UInt8, payload: ArraySlice<UInt8>) {
+    private func enqueueControl(_ connection: Connection, opcode: WebSocketFraming.Opcode, payload: ArraySlice<UInt8>) {
         let mask = connection.mask
-        connection.out += ClientFraming.maskedHeader(opcode: opcode, length: payload.count, mask: (mask[0], mask[1], mask[2], mask[3]))
+        WebSocketFraming.appendHeader(opcode, length: payload.count, mask: (mask[0], mask[1], mask[2], mask[3]), to: &connection.out)
         connection.out += payload.enumerated().map { $1 ^ mask[$0 & 3] }
         markDirty(connection)
     }
@@ -385,7 +387,7 @@ final class PipelinedLoad {
     }
 
     private func sendClose(_ connection: Connection) throws {
-        enqueueControl(connection, opcode: 0x8, payload: [0x03, 0xE8][...])
+        enqueueControl(connection, opcode: .close, payload: [0x03, 0xE8][...])
         try flush(connection)
     }
 
@@ -403,7 +405,7 @@ final class PipelinedLoad {
     private func scan(_ connection: Connection, at time: UInt64) throws -> Int {
         var acks = 0
         var consumed = 0
-        var controls: [(UInt8, ArraySlice<UInt8>)] = []
+        var controls: [(WebSocketFraming.Opcode, ArraySlice<UInt8>)] = []
         try connection.inBuffer.withUnsafeBytes { buffer in
             while let frame = ServerFrameScanner.frame(in: buffer, at: consumed) {
                 consumed = frame.end
@@ -414,7 +416,7 @@ final class PipelinedLoad {
                 case 0x8:
                     throw ChatBenchmark.BenchError.connectionEnded("server sent Close")
                 case 0x9:
-                    controls.append((0xA, ArraySlice(buffer[frame.payload])))
+                    controls.append((.pong, ArraySlice(buffer[frame.payload])))
                 default:
                     break
                 }

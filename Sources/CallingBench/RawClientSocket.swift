@@ -6,7 +6,7 @@ import Glibc
 /// machine that halves what a benchmark can show of the server; this costs a few syscalls per batch.
 ///
 /// It does only what a load generator needs: a blocking connect and upgrade handshake, then
-/// nonblocking reads and writes of bytes the caller frames itself (`ClientFraming`,
+/// nonblocking reads and writes of bytes the caller frames itself (CallingProtocol's `WebSocketFraming`,
 /// `ServerFrameScanner`); the caller waits for readiness on an epoll set (`Poller`). The `Sec-WebSocket-Accept` answer is not checked (a 101 is enough here).
 ///
 /// Not thread-safe: one thread owns the socket, as the generator's single loop does.
@@ -121,21 +121,6 @@ public final class RawClientSocket {
             return start
         }
         return nil
-    }
-}
-
-/// RFC 6455 §5.2 framing for client-to-server frames, which must be masked.
-public enum ClientFraming {
-    /// The header of one final, masked frame of `length` payload bytes (< 65 536) with `opcode`.
-    public static func maskedHeader(opcode: UInt8, length: Int, mask: (UInt8, UInt8, UInt8, UInt8)) -> [UInt8] {
-        precondition(length < 65_536)
-        var header: [UInt8] = [0x80 | opcode]
-        if length < 126 {
-            header.append(0x80 | UInt8(length))
-        } else {
-            header += [0x80 | 126, UInt8(length >> 8), UInt8(length & 0xFF)]
-        }
-        return header + [mask.0, mask.1, mask.2, mask.3]
     }
 }
 

@@ -464,12 +464,12 @@ public final class WebSocketServer: @unchecked Sendable {
         guard let entry = state.connections.unretained(for: connection.rawValue) else { return }
         entry._withUnsafeGuaranteedRef { conn in
             guard conn.closeCode == nil else { return }
-            let framed = count + (count < 126 ? 2 : count <= 0xFFFF ? 4 : 10)
+            let framed = count + WebSocketFraming.headerSize(length: count)
             guard conn.queue.isEmpty, conn.pendingUsed + framed <= settings.maxCoalescedBytes else {
                 return send(OutboundMessage(count: count, writing: write), to: connection)
             }
             let start = conn.reservePending(framed)
-            let header = WebSocketFraming.writeTextHeader(length: count, into: start)
+            let header = WebSocketFraming.writeHeader(.text, length: count, into: start)
             write((start + header).assumingMemoryBound(to: UInt8.self))
             conn.notePending(framed: framed, payload: count)
             conn.queuedBytes += count
@@ -1102,20 +1102,23 @@ public final class WebSocketServer: @unchecked Sendable {
     /// a reset and reports 1006 instead of the code we meant (fatal for terminal codes such as
     /// 4400, which SDKs must see to stop reconnecting). The close deadline still bounds the wait.
     private func sendCloseFrame(_ code: UInt16, _ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
-        let reason = Array((CloseCode(rawValue: code)?.reason ?? "").utf8.prefix(123))
-        let payload = [UInt8(code >> 8), UInt8(code & 0xFF)] + reason
-        var frame = [UInt8](repeating: 0, count: OutboundMessage.headroom)
-        frame += [0x88, UInt8(payload.count)] + payload
+        // A control frame's payload is at most 125 bytes (RFC 6455 §5.5): the code, then the reason.
+        let reason = (CloseCode(rawValue: code)?.reason ?? "").utf8.prefix(123)
         conn.closeFrameSent = true
         conn.queue.removeAll()
         conn.dropPending()
         conn.queuedBytes = 0
         armCloseDeadline(conn, seconds: code == CloseCode.slowConsumer.rawValue ? 1 : nil)
-        let length = frame.count - OutboundMessage.headroom
-        let written = frame.withUnsafeMutableBufferPointer { buffer in
-            LWS.write(wsi, buffer.baseAddress! + OutboundMessage.headroom, length, .http)
+        let buffer = state.writeBuffer(capacity: OutboundMessage.headroom + WebSocketFraming.maxHeaderBytes + 125)
+        let start = buffer + OutboundMessage.headroom
+        var length = WebSocketFraming.writeHeader(.close, length: 2 + reason.count, into: start)
+        start.storeBytes(of: code.bigEndian, toByteOffset: length, as: UInt16.self)
+        length += 2
+        for byte in reason {
+            start.storeBytes(of: byte, toByteOffset: length, as: UInt8.self)
+            length += 1
         }
-        return written < length ? -1 : 0
+        return LWS.write(wsi, start.assumingMemoryBound(to: UInt8.self), length, .http) < length ? -1 : 0
     }
 
     /// The keep-alive's PING, in a write of its own; what is queued follows in the next. Its
@@ -1124,12 +1127,12 @@ public final class WebSocketServer: @unchecked Sendable {
     /// server never sees.
     private func sendPing(_ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
         conn.pingDue = false
-        let buffer = state.writeBuffer(capacity: OutboundMessage.headroom + 10)
-        let start = (buffer + OutboundMessage.headroom).assumingMemoryBound(to: UInt8.self)
-        start[0] = 0x89  // FIN, opcode 9 (RFC 6455 §5.5.2)
-        start[1] = 8
-        (buffer + OutboundMessage.headroom + 2).storeBytes(of: UInt64(Self.milliseconds()).bigEndian, as: UInt64.self)
-        guard LWS.write(wsi, start, 10, .http) >= 10 else { return -1 }
+        let buffer = state.writeBuffer(capacity: OutboundMessage.headroom + WebSocketFraming.maxHeaderBytes + 8)
+        let start = buffer + OutboundMessage.headroom
+        let header = WebSocketFraming.writeHeader(.ping, length: 8, into: start)  // RFC 6455 §5.5.2
+        start.storeBytes(of: UInt64(Self.milliseconds()).bigEndian, toByteOffset: header, as: UInt64.self)
+        let length = header + 8
+        guard LWS.write(wsi, start.assumingMemoryBound(to: UInt8.self), length, .http) >= length else { return -1 }
         if conn.pendingUsed > 0 || !conn.queue.isEmpty || conn.closeCode != nil { requestWritable(conn) }
         return 0
     }
@@ -1147,7 +1150,7 @@ public final class WebSocketServer: @unchecked Sendable {
         var frames = 0
         var next: OutboundMessage? = first
         while let message = next {
-            offset += WebSocketFraming.writeTextHeader(length: message.count, into: buffer + offset)
+            offset += WebSocketFraming.writeHeader(.text, length: message.count, into: buffer + offset)
             (buffer + offset).copyMemory(from: message.payloadPointer, byteCount: message.count)
             offset += message.count
             frames += 1
