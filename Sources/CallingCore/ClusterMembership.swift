@@ -4,7 +4,7 @@
 /// `RedisClusterDriver`) carries them out and feeds the results back.
 ///
 /// Every node mirrors the whole cluster's room membership. A peer on another node is a *remote
-/// seat*: a hub member on a `ConnectionID` with `remoteBit` set, so the hub's roster, `welcome.peers`,
+/// seat*: a hub member on a `ConnectionID` of the `.remoteSeat` space, so the hub's roster, `welcome.peers`,
 /// room limits and relay addressing span every node without the hub knowing. Membership events
 /// travel on one Redis pub/sub channel, which gives every node the same order of events; a join
 /// of a peer id already seated elsewhere is a takeover, decided identically everywhere.
@@ -16,14 +16,6 @@
 /// after the partition heals shows the two: every node reaches the same answer, the loser's
 /// connection is taken over (4400 `replaced`) and its node drops the seat without a leave.
 public struct ClusterMembership: Sendable {
-    /// Set in the `ConnectionID`s of remote seats. The transport counts up from 1 and HTTP sessions
-    /// use bit 63, so the three spaces never meet.
-    public static let remoteBit: UInt64 = 1 << 62
-
-    public static func isRemote(_ connection: ConnectionID) -> Bool {
-        connection.rawValue & remoteBit != 0 && connection.rawValue & (1 << 63) == 0
-    }
-
     public struct Seat: Hashable, Sendable {
         public var room: RoomID
         public var peer: PeerID
@@ -220,7 +212,7 @@ public struct ClusterMembership: Sendable {
 
     private mutating func newRemote(_ from: String, _ identity: PeerIdentity, epoch: Int64) -> ConnectionID {
         nextRemote += 1
-        let connection = ConnectionID(Self.remoteBit | nextRemote)
+        let connection = ConnectionID(.remoteSeat, serial: nextRemote)
         remote[connection] = RemoteSeat(node: from, identity: identity, epoch: epoch)
         remoteBySeat[Seat(room: identity.room, peer: identity.peer)] = connection
         return connection

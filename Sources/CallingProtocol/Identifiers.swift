@@ -23,3 +23,56 @@ public struct ConnectionID: Hashable, Sendable, Comparable, CustomStringConverti
         return Int(truncatingIfNeeded: mixed)
     }
 }
+
+/// The server's connection id spaces, defined here once. The transport numbers its WebSockets
+/// counting up from 1; every other space is marked by one top bit of its own and counts up from 1
+/// below it, so an id names exactly one space, and a WebSocket's count never reaches the bits.
+extension ConnectionID {
+    /// What a connection id stands for.
+    public enum Space: Sendable, Equatable {
+        /// A WebSocket of this process (CallingTransport's `WebSocketServer`).
+        case socket
+        /// An HTTP session's seat in the hub, not a socket (CallingServer's `HTTPSessions`).
+        case httpSession
+        /// A peer on another node, seated in this node's hub (cluster mode, CallingCore's
+        /// `ClusterMembership`).
+        case remoteSeat
+        /// Another node's presence connection, at the presence leader (CallingServer's
+        /// `PresenceEndpoint`).
+        case remotePresence
+    }
+
+    // Computed and inlinable, not stored constants: other modules test them per relayed frame, and
+    // a `static let` of another module is reached through its lazy initializer's accessor.
+    @inlinable static var httpSessionBit: UInt64 { 1 << 63 }
+    @inlinable static var remoteSeatBit: UInt64 { 1 << 62 }
+    @inlinable static var remotePresenceBit: UInt64 { 1 << 61 }
+
+    /// The `serial`-th id (from 1) of `space`; for `.socket` the id is the serial itself.
+    @inlinable
+    public init(_ space: Space, serial: UInt64) {
+        switch space {
+        case .socket: self.init(serial)
+        case .httpSession: self.init(Self.httpSessionBit | serial)
+        case .remoteSeat: self.init(Self.remoteSeatBit | serial)
+        case .remotePresence: self.init(Self.remotePresenceBit | serial)
+        }
+    }
+
+    /// The space this id belongs to.
+    @inlinable
+    public var space: Space {
+        if rawValue & Self.httpSessionBit != 0 { return .httpSession }
+        if rawValue & Self.remoteSeatBit != 0 { return .remoteSeat }
+        if rawValue & Self.remotePresenceBit != 0 { return .remotePresence }
+        return .socket
+    }
+
+    /// An HTTP session's seat rather than a socket: the one-bit test the router makes per frame.
+    @inlinable
+    public var isHTTPSession: Bool { rawValue & Self.httpSessionBit != 0 }
+
+    /// A peer seated here whose socket is on another node.
+    @inlinable
+    public var isRemoteSeat: Bool { rawValue & (Self.httpSessionBit | Self.remoteSeatBit) == Self.remoteSeatBit }
+}

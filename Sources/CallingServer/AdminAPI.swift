@@ -70,7 +70,7 @@ final class AdminAPI: @unchecked Sendable {
         let connection = rooms.hubSnapshot.connection(of: identity.peer, in: room)
         return ["peer_id": .string(identity.peer.rawValue), "role": .string(identity.role),
                 "name": identity.name.map(JSONValue.string) ?? .null, "call_id": identity.call.map { .string($0.rawValue) } ?? .null,
-                "transport": connection.map { HTTPSessions.isVirtual($0) ? "http" : "websocket" } ?? .null]
+                "transport": connection.map { $0.isHTTPSession ? "http" : "websocket" } ?? .null]
     }
 
     private func roomJSON(_ room: RoomID, _ members: [PeerIdentity]) -> JSONValue {

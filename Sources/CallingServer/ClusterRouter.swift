@@ -50,8 +50,8 @@ final class ClusterRouter: Router {
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
         // A local peer's `welcome` says from which seq on it needs live chats.
         if catchUp != nil, frame.type == FrameType.welcome.rawValue { welcomed(frame, targets) }
-        guard targets.contains(where: ClusterMembership.isRemote) else { return local.deliver(frame, to: targets) }
-        local.deliver(frame, to: targets.filter { !ClusterMembership.isRemote($0) })
+        guard targets.contains(where: { $0.isRemoteSeat }) else { return local.deliver(frame, to: targets) }
+        local.deliver(frame, to: targets.filter { !$0.isRemoteSeat })
         guard !Self.nodeLocalTypes.contains(frame.type) else { return }
         struct Destination: Hashable {
             var node: String
@@ -59,7 +59,7 @@ final class ClusterRouter: Router {
         }
         var groups: [Destination: [PeerID]] = [:]
         var order: [Destination] = []
-        for target in targets where ClusterMembership.isRemote(target) {
+        for target in targets where target.isRemoteSeat {
             guard let seat = membership.remoteSeat(target) else { continue }
             let destination = Destination(node: seat.node, room: seat.identity.room)
             if groups[destination] == nil { order.append(destination) }
@@ -77,7 +77,7 @@ final class ClusterRouter: Router {
     }
 
     func close(_ connection: ConnectionID, code: CloseCode) {
-        guard ClusterMembership.isRemote(connection) else { return local.close(connection, code: code) }
+        guard connection.isRemoteSeat else { return local.close(connection, code: code) }
         // The hub let the remote seat go. A takeover (`replaced`) is every node's own decision from
         // the bus; an operator's kick, a closed room or a spent consultation meter is carried out
         // by the peer's node.
@@ -92,13 +92,13 @@ final class ClusterRouter: Router {
 
     func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool) {
         // A remote seat's join came from the bus; the membership already knows it.
-        guard !ClusterMembership.isRemote(connection) else { return }
+        guard !connection.isRemoteSeat else { return }
         local.joined(identity, on: connection, takeover: takeover)
         submit(membership.handle(.localJoined(identity, connection, at: now())))
     }
 
     func left(_ identity: PeerIdentity, from connection: ConnectionID) {
-        guard !ClusterMembership.isRemote(connection) else {
+        guard !connection.isRemoteSeat else {
             return submit(membership.handle(.remoteSeatReleased(connection)))
         }
         local.left(identity, from: connection)
@@ -124,7 +124,7 @@ final class ClusterRouter: Router {
         driver.submit([.releaseSeat(identity.room, identity.peer)])
     }
 
-    func isLocal(_ connection: ConnectionID) -> Bool { !ClusterMembership.isRemote(connection) }
+    func isLocal(_ connection: ConnectionID) -> Bool { !connection.isRemoteSeat }
 
     // MARK: from the driver
 
@@ -228,7 +228,7 @@ final class ClusterRouter: Router {
     private func welcomed(_ frame: Frame, _ targets: [ConnectionID]) {
         guard let welcome = frame.welcomePayload else { return }
         let current = now()
-        for target in targets where !ClusterMembership.isRemote(target) {
+        for target in targets where !target.isRemoteSeat {
             catchUp?.joined(room: RoomID(welcome.roomID), peer: PeerID(welcome.peerID), connection: target,
                             lastSeq: welcome.lastSeq, now: current)
         }

@@ -21,11 +21,6 @@ import Foundation
 // @unchecked Sendable: every stored property is touched only on the service thread; store
 // completions capture `self` solely to hop back through `context.post`.
 final class HTTPSessions: VirtualConnection, @unchecked Sendable {
-    static let virtualBit: UInt64 = 1 << 63
-
-    /// Whether `connection` is an HTTP session's seat in the hub rather than a socket.
-    static func isVirtual(_ connection: ConnectionID) -> Bool { connection.rawValue & virtualBit != 0 }
-
     enum Kind: String { case proxy = "http", whip }
 
     /// Candidates accepted in one trickle PATCH (a browser gathers a handful per m-section).
@@ -394,7 +389,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
             finishPending(old, .sessionGone)
         }
         nextVirtual += 1
-        let session = Session(id: UUID().uuidString.lowercased(), kind: kind, connection: ConnectionID(Self.virtualBit | nextVirtual),
+        let session = Session(id: UUID().uuidString.lowercased(), kind: kind, connection: ConnectionID(.httpSession, serial: nextVirtual),
                               identity: identity, answerer: answerer.peer, expiresAt: expiresAt, offer: offer)
         byID[session.id] = session
         byConnection[session.connection] = session

@@ -31,10 +31,6 @@ final class PresenceEndpoint: WebSocketEndpoint {
         let store: @Sendable (_ commands: [RedisClusterDriver.Command]) -> Void
     }
 
-    /// Set in the ids the presence leader gives other nodes' connections (room remote seats use
-    /// bit 62, HTTP sessions bit 63).
-    static let remoteBit: UInt64 = 1 << 61
-
     private let context: ServiceContext
     private let router: any Router
     private let gate: FrameGate
@@ -231,7 +227,7 @@ final class PresenceEndpoint: WebSocketEndpoint {
                 connection = known
             } else {
                 nextRemote += 1
-                connection = ConnectionID(Self.remoteBit | nextRemote)
+                connection = ConnectionID(.remotePresence, serial: nextRemote)
                 remote[connection] = (node, origin)
                 remoteByOrigin[key] = connection
             }

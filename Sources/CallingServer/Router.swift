@@ -27,8 +27,8 @@ protocol Router: AnyObject {
     /// Closes a connection with `code`: a socket gets a Close frame after its queued frames, a
     /// virtual connection its `closed(_:code:)`.
     func close(_ connection: ConnectionID, code: CloseCode)
-    /// Makes `handler` the receiver of frames and closes for `connection` (an id with
-    /// `HTTPSessions.virtualBit` set), until `detach`.
+    /// Makes `handler` the receiver of frames and closes for `connection` (an id in the
+    /// `.httpSession` space: `ConnectionID.Space`), until `detach`.
     func attach(_ connection: ConnectionID, to handler: any VirtualConnection)
     func detach(_ connection: ConnectionID)
     /// The hub seated `identity` on `connection`; `takeover` when it replaced the peer's previous
@@ -123,7 +123,7 @@ final class LocalRouter: Router {
         // A frame for one socket (a chat-ack, a chat in a room of two) is framed straight into
         // its pending bytes, as a relay is: no message to allocate, fill, copy into the socket's
         // write and free. A message is worth it only when several targets share it.
-        if !HTTPSessions.isVirtual(target) {
+        if !target.isHTTPSession {
             if let length = frame.plainChatLength {
                 return sink.send(count: length, to: target) { frame.writePlainChat(to: $0) }
             }
@@ -138,7 +138,7 @@ final class LocalRouter: Router {
         // A socket's frame is written from the relay's parts into the target's pending bytes (no
         // message of its own); an HTTP session, or a relay without a payload or with ids to
         // escape, takes the `Frame` path.
-        guard !HTTPSessions.isVirtual(target), plainIDs, let length = relay.plainLength(plainFrom: from) else {
+        guard !target.isHTTPSession, plainIDs, let length = relay.plainLength(plainFrom: from) else {
             return deliver(relay.relayed(from: from).frame, to: target)
         }
         metrics.framesOut.count(relay.kind.frameType)
@@ -148,7 +148,7 @@ final class LocalRouter: Router {
     func deliverChat(_ message: ChatMessage, ack: ConnectionID?, others: [ConnectionID]) {
         if let ack {
             // A socket's ack is written from the message's fields into its pending bytes.
-            if !HTTPSessions.isVirtual(ack),
+            if !ack.isHTTPSession,
                let length = Frame.plainChatAckLength(clientID: message.clientID, seq: message.seq, timestamp: message.timestamp)
             {
                 metrics.framesOut.count(.chatAck)
@@ -163,7 +163,7 @@ final class LocalRouter: Router {
         // The broadcast is written once, into the message every socket shares (or straight into
         // the one socket's pending bytes); an HTTP session among the targets, a meta or a string
         // to escape take the `Frame` path.
-        guard message.meta == nil, !others.contains(where: HTTPSessions.isVirtual),
+        guard message.meta == nil, !others.contains(where: { $0.isHTTPSession }),
               let length = Frame.plainChatLength(from: message.from.rawValue, clientID: message.clientID, text: message.text,
                                                  seq: message.seq, timestamp: message.timestamp)
         else { return deliver(message.frame, to: others) }
@@ -196,7 +196,7 @@ final class LocalRouter: Router {
     @inline(__always)
     private func hand(_ frame: Frame, _ message: OutboundMessage, to target: ConnectionID) {
         // A virtual connection is an HTTP session: its frames go to the session, never to a socket.
-        if HTTPSessions.isVirtual(target) {
+        if target.isHTTPSession {
             virtuals[target]?.handler?.receive(frame, on: target)
             return
         }
@@ -204,7 +204,7 @@ final class LocalRouter: Router {
     }
 
     func close(_ connection: ConnectionID, code: CloseCode) {
-        if HTTPSessions.isVirtual(connection) {
+        if connection.isHTTPSession {
             virtuals[connection]?.handler?.closed(connection, code: code)
             return
         }
@@ -245,7 +245,7 @@ final class LocalRouter: Router {
         var message: OutboundMessage?
         var frame: Frame??
         for target in targets {
-            if HTTPSessions.isVirtual(target) {
+            if target.isHTTPSession {
                 if frame == nil { frame = .some(Frame(wire: bytes)) }
                 if let parsed = frame ?? nil { virtuals[target]?.handler?.receive(parsed, on: target) }
                 continue

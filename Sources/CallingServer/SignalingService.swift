@@ -308,8 +308,8 @@ final class SignalingService: @unchecked Sendable {
             data["role"] = .string(identity.role)
             data["name"] = identity.name.map(JSONValue.string) ?? .null
             var transport = "websocket"
-            if case .join(let connection, _, _) = input, HTTPSessions.isVirtual(connection) { transport = "http" }
-            if case .disconnect(let connection) = input, HTTPSessions.isVirtual(connection) { transport = "http" }
+            if case .join(let connection, _, _) = input, connection.isHTTPSession { transport = "http" }
+            if case .disconnect(let connection) = input, connection.isHTTPSession { transport = "http" }
             data["transport"] = .string(transport)
             return data
         }

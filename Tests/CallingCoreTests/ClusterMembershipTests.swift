@@ -34,7 +34,7 @@ final class ClusterMembershipTests: XCTestCase {
         XCTAssertEqual(membership.handle(.bus(.joined(node: "a", alice))), [], "our own event")
         let effects = membership.handle(.bus(.joined(node: "b", bob)))
         let remote = try XCTUnwrap(seatedConnection(effects))
-        XCTAssertTrue(ClusterMembership.isRemote(remote))
+        XCTAssertTrue(remote.isRemoteSeat)
         XCTAssertEqual(effects, [.seat(remote, bob)])
         XCTAssertEqual(membership.remoteSeat(remote)?.node, "b")
         XCTAssertEqual(membership.handle(.bus(.left(node: "c", room: "r", peer: "bob"))), [], "bob is not c's")

@@ -30,6 +30,24 @@ final class IdentifiersTests: XCTestCase {
         XCTAssertEqual([ConnectionID(10), ConnectionID(9)].sorted(), [ConnectionID(9), ConnectionID(10)], "numeric, not textual")
     }
 
+    func test_connection_id_spaces_never_meet() {
+        let spaces: [ConnectionID.Space] = [.socket, .httpSession, .remoteSeat, .remotePresence]
+        var seen = Set<ConnectionID>()
+        for space in spaces {
+            for serial in [UInt64(1), 2, 1 << 40] {
+                let id = ConnectionID(space, serial: serial)
+                XCTAssertEqual(id.space, space, "\(id)")
+                XCTAssertEqual(id.isHTTPSession, space == .httpSession, "\(id)")
+                XCTAssertEqual(id.isRemoteSeat, space == .remoteSeat, "\(id)")
+                XCTAssertTrue(seen.insert(id).inserted, "\(id) is in two spaces")
+            }
+        }
+        XCTAssertEqual(ConnectionID(.socket, serial: 7), ConnectionID(7), "a socket's id is the transport's count")
+        XCTAssertEqual(ConnectionID(.httpSession, serial: 1).rawValue, 1 << 63 | 1)
+        XCTAssertEqual(ConnectionID(.remoteSeat, serial: 1).rawValue, 1 << 62 | 1)
+        XCTAssertEqual(ConnectionID(.remotePresence, serial: 1).rawValue, 1 << 61 | 1)
+    }
+
     func test_connection_ids_key_tables_by_value() {
         // The server's ids: consecutive, HTTP-session and other-node flag bits, and the extremes.
         var ids = (1...5_000).map { ConnectionID(UInt64($0)) }

@@ -29,7 +29,7 @@ final class RouterTests: XCTestCase {
         func closed(_ connection: ConnectionID, code: CloseCode) { closes.append((connection, code)) }
     }
 
-    let virtual = ConnectionID(HTTPSessions.virtualBit | 1)
+    let virtual = ConnectionID(.httpSession, serial: 1)
 
     func test_a_broadcast_is_encoded_once_and_virtual_targets_get_the_frame_not_a_socket_write() {
         let sockets = Sockets()
