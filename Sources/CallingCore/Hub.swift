@@ -834,16 +834,10 @@ public struct Hub: Sendable {
         return effects
     }
 
-    /// Marks the placeholder connection of a seat restored at start (`restore(_:now:)`): no
-    /// socket of this process ever has it (sockets count up from 1; the other flag bits are
-    /// HTTP sessions' and other nodes' peers), so a scan of a room by connection never finds a
-    /// restored seat for a live one.
-    public static let restoredBit: UInt64 = 1 << 60
-
-    /// Whether `connection` is the placeholder of a seat restored at start.
-    public static func isRestored(_ connection: ConnectionID) -> Bool {
-        connection.rawValue & restoredBit != 0 && connection.rawValue & (3 << 62) == 0
-    }
+    /// Whether `connection` is the placeholder of a seat restored at start (`restore(_:now:)`):
+    /// its own id space (`ConnectionID.Space.restoredSeat`), which no socket of this process ever
+    /// has, so a scan of a room by connection never finds a restored seat for a live one.
+    public static func isRestored(_ connection: ConnectionID) -> Bool { connection.space == .restoredSeat }
 
     /// Seats remembered from before a restart (docs/protocol.md, "Across a server restart"), each
     /// in its reconnect grace from `now`, in the given order: the room lists them `reconnecting`,
@@ -854,7 +848,7 @@ public struct Hub: Sendable {
         var effects: [HubEffect] = []
         for identity in identities where rooms[identity.room]?.members[identity.peer] == nil {
             nextRestored += 1
-            var member = Member(identity: identity, connection: ConnectionID(Self.restoredBit | nextRestored), typingUntil: nil)
+            var member = Member(identity: identity, connection: ConnectionID(.restoredSeat, serial: nextRestored), typingUntil: nil)
             member.reconnecting = true
             if rooms[identity.room] == nil { rooms[identity.room] = Room() }
             rooms[identity.room]?.seat(member)

@@ -40,6 +40,9 @@ extension ConnectionID {
         /// Another node's presence connection, at the presence leader (CallingServer's
         /// `PresenceEndpoint`).
         case remotePresence
+        /// The placeholder of a seat remembered from before a restart, in its reconnect grace
+        /// until its peer joins again (CallingCore's `Hub.restore`): never a live connection.
+        case restoredSeat
     }
 
     // Computed and inlinable, not stored constants: other modules test them per relayed frame, and
@@ -47,6 +50,7 @@ extension ConnectionID {
     @inlinable static var httpSessionBit: UInt64 { 1 << 63 }
     @inlinable static var remoteSeatBit: UInt64 { 1 << 62 }
     @inlinable static var remotePresenceBit: UInt64 { 1 << 61 }
+    @inlinable static var restoredSeatBit: UInt64 { 1 << 60 }
 
     /// The `serial`-th id (from 1) of `space`; for `.socket` the id is the serial itself.
     @inlinable
@@ -56,6 +60,7 @@ extension ConnectionID {
         case .httpSession: self.init(Self.httpSessionBit | serial)
         case .remoteSeat: self.init(Self.remoteSeatBit | serial)
         case .remotePresence: self.init(Self.remotePresenceBit | serial)
+        case .restoredSeat: self.init(Self.restoredSeatBit | serial)
         }
     }
 
@@ -65,6 +70,7 @@ extension ConnectionID {
         if rawValue & Self.httpSessionBit != 0 { return .httpSession }
         if rawValue & Self.remoteSeatBit != 0 { return .remoteSeat }
         if rawValue & Self.remotePresenceBit != 0 { return .remotePresence }
+        if rawValue & Self.restoredSeatBit != 0 { return .restoredSeat }
         return .socket
     }
 

@@ -266,7 +266,7 @@ final class SignalingService: @unchecked Sendable {
                           in journal: SeatJournal, now current: Millis) {
         for (identity, _) in left { journal.record(.remove(room: identity.room, peer: identity.peer)) }
         for (identity, connection, _) in joined {
-            if HTTPSessions.isVirtual(connection) {
+            if connection.isHTTPSession {
                 journal.record(.remove(room: identity.room, peer: identity.peer))
             } else {
                 let started = lifecycle.call(in: identity.room)?.startedAt ?? current

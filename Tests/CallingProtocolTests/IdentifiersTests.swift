@@ -31,7 +31,7 @@ final class IdentifiersTests: XCTestCase {
     }
 
     func test_connection_id_spaces_never_meet() {
-        let spaces: [ConnectionID.Space] = [.socket, .httpSession, .remoteSeat, .remotePresence]
+        let spaces: [ConnectionID.Space] = [.socket, .httpSession, .remoteSeat, .remotePresence, .restoredSeat]
         var seen = Set<ConnectionID>()
         for space in spaces {
             for serial in [UInt64(1), 2, 1 << 40] {
@@ -46,6 +46,7 @@ final class IdentifiersTests: XCTestCase {
         XCTAssertEqual(ConnectionID(.httpSession, serial: 1).rawValue, 1 << 63 | 1)
         XCTAssertEqual(ConnectionID(.remoteSeat, serial: 1).rawValue, 1 << 62 | 1)
         XCTAssertEqual(ConnectionID(.remotePresence, serial: 1).rawValue, 1 << 61 | 1)
+        XCTAssertEqual(ConnectionID(.restoredSeat, serial: 1).rawValue, 1 << 60 | 1)
     }
 
     func test_connection_ids_key_tables_by_value() {
