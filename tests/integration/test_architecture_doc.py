@@ -26,7 +26,7 @@ DOC = REPO / "docs" / "architecture.md"
 
 ROW = re.compile(r"^\| ([^|]+) \| ([^|]+) \|", re.MULTILINE)
 TICKED = re.compile(r"`([^`]+)`")
-FILE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:swift|py|mjs|js|md|yaml|c|h|modulemap|sh))(?![\w/])")
+FILE = re.compile(r"(?<![\w/.+-])((?:[\w.-]+/)*[\w.+-]+\.(?:swift|py|mjs|js|md|yaml|c|h|modulemap|sh))(?![\w/])")
 
 
 @pytest.fixture(scope="module")
