@@ -1,23 +1,9 @@
 package com.callingserver.sdk
 
-import kotlinx.coroutines.CompletableDeferred
-import kotlinx.coroutines.CoroutineScope
-import kotlinx.coroutines.Job
-import kotlinx.coroutines.SupervisorJob
-import kotlinx.coroutines.asCoroutineDispatcher
-import kotlinx.coroutines.channels.Channel
-import kotlinx.coroutines.delay
 import kotlinx.coroutines.launch
 import okhttp3.OkHttpClient
-import okhttp3.Request
-import okhttp3.Response
-import okhttp3.WebSocket
-import okhttp3.WebSocketListener
 import java.util.UUID
-import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.Executor
-import java.util.concurrent.Executors
-import java.util.concurrent.atomic.AtomicLong
 
 /**
  * What a [CallingClient] reports. Every method runs on the client's callback executor (on Android
@@ -71,26 +57,18 @@ class CallingClient(
 
     private val session = SignalingSession(token, settings.copy(
         lifecycle = settings.lifecycle.copy(hasTokenProvider = tokenProvider != null)))
-    private val loopExecutor = Executors.newSingleThreadExecutor { r -> Thread(r, "calling-client").apply { isDaemon = true } }
-    private val job = SupervisorJob()
-    private val scope = CoroutineScope(job + loopExecutor.asCoroutineDispatcher())
-    private val inputs = Channel<Any>(Channel.UNLIMITED)
-    private val waiters = ConcurrentHashMap<Long, CompletableDeferred<Any?>>()
-    private val nextWaiter = AtomicLong(0)
-
-    private class TimerFire(val timer: SessionTimer, val generation: Long)
-    private class Armed(val generation: Long, val job: Job)
-    private val timers = HashMap<SessionTimer, Armed>()
-    private var timerGeneration = 0L
-    private var socket: WebSocket? = null
+    private val driver = SocketDriver("calling-client", http, baseUrl)
+    private val socketInputs = object : SocketDriver.SocketInputs {
+        override fun text(id: Long, text: String): Any = SessionInput.SocketText(id, text)
+        override fun closed(id: Long, code: Int?, reason: String): Any = SessionInput.SocketClosed(id, code, reason)
+        override fun failed(id: Long, error: CallingError): Any = SessionInput.SocketFailed(id, error)
+    }
 
     @Volatile var state: ConnectionState = ConnectionState.IDLE
         private set
 
     init {
-        scope.launch {
-            for (input in inputs) step(input)
-        }
+        driver.start({ step(it) }, { SessionInput.TimerFired(it as SessionTimer) })
     }
 
     /** Opens the room; returns its `welcome`, or throws the [CallingError] that refused it. */
@@ -130,33 +108,14 @@ class CallingClient(
     }
 
     /** Stops the frame coroutine; call after `disconnect()` when the client is no longer needed. */
-    fun close() {
-        socket?.cancel()
-        job.cancel()
-        loopExecutor.shutdown()
-    }
+    fun close() { driver.close() }
 
-    private fun post(input: Any) { inputs.offer(input) }
+    private fun post(input: Any) { driver.post(input) }
 
-    private suspend fun call(make: (Long) -> SessionInput): Any? {
-        val id = nextWaiter.incrementAndGet()
-        val deferred = CompletableDeferred<Any?>()
-        waiters[id] = deferred
-        post(make(id))
-        return deferred.await()
-    }
+    private suspend fun call(make: (Long) -> SessionInput): Any? = driver.call(make)
 
     private fun step(input: Any) {
-        val sessionInput = when (input) {
-            is TimerFire -> {
-                val armed = timers[input.timer]
-                if (armed == null || armed.generation != input.generation) return // cancelled or replaced
-                timers.remove(input.timer)
-                SessionInput.TimerFired(input.timer)
-            }
-            is SessionInput -> input
-            else -> return
-        }
+        val sessionInput = input as? SessionInput ?: return
         for (action in session.handle(sessionInput)) perform(action)
         state = session.state
         roomId = session.roomId
@@ -164,15 +123,14 @@ class CallingClient(
 
     private fun perform(action: SessionAction) {
         when (action) {
-            is SessionAction.OpenSocket -> open(action)
-            is SessionAction.CloseSocket -> socket?.close(action.code, action.reason)
-            is SessionAction.AbortSocket -> {
-                // 4000, not 1000: the server keeps our seat for its reconnect grace.
-                socket?.let { if (!it.close(4000, "abandoned")) it.cancel() }
-                socket = null
+            is SessionAction.OpenSocket -> {
+                currentToken = action.token
+                driver.open(action.id, action.path, action.token, socketInputs)
             }
-            is SessionAction.Send -> socket?.send(action.text)
-            is SessionAction.FetchGap -> scope.launch {
+            is SessionAction.CloseSocket -> driver.closeSocket(action.code, action.reason)
+            is SessionAction.AbortSocket -> driver.abortSocket()
+            is SessionAction.Send -> driver.send(action.text)
+            is SessionAction.FetchGap -> driver.scope.launch {
                 try {
                     val page = fetchMessages(null, action.sinceSeq, SignalingSession.GAP_PAGE_LIMIT)
                     post(SessionInput.GapPage(action.generation, page))
@@ -182,69 +140,15 @@ class CallingClient(
                     post(SessionInput.GapFailed(action.generation, CallingError("closed", "history page failed: ${e.message}", isRetryable = true)))
                 }
             }
-            is SessionAction.Arm -> {
-                timers.remove(action.timer)?.job?.cancel()
-                val generation = ++timerGeneration
-                val job = scope.launch {
-                    delay(action.afterMs)
-                    post(TimerFire(action.timer, generation))
-                }
-                timers[action.timer] = Armed(generation, job)
-            }
-            is SessionAction.Cancel -> timers.remove(action.timer)?.job?.cancel()
-            is SessionAction.Resolve -> {
-                val waiter = waiters.remove(action.waiter) ?: return
-                if (action.error != null) waiter.completeExceptionally(action.error) else waiter.complete(action.value)
-            }
+            is SessionAction.Arm -> driver.arm(action.timer, action.afterMs)
+            is SessionAction.Cancel -> driver.cancel(action.timer)
+            is SessionAction.Resolve -> driver.resolve(action.waiter, action.value, action.error)
             is SessionAction.Emit -> deliver(action.event)
             is SessionAction.RefreshToken -> {
                 val provider = tokenProvider ?: return
-                scope.launch {
-                    try {
-                        post(SessionInput.TokenRefreshed(action.attempt, provider(), null))
-                    } catch (e: CallingError) {
-                        post(SessionInput.TokenRefreshed(action.attempt, null, e))
-                    } catch (e: Exception) {
-                        post(SessionInput.TokenRefreshed(action.attempt, null,
-                            CallingError("refresh_failed", "token provider failed: ${e.message}", isRetryable = true)))
-                    }
-                }
+                driver.refreshToken(provider) { token, error -> SessionInput.TokenRefreshed(action.attempt, token, error) }
             }
         }
-    }
-
-    private fun open(action: SessionAction.OpenSocket) {
-        val id = action.id
-        currentToken = action.token
-        val request = Request.Builder()
-            .url(baseUrl.trimEnd('/') + action.path)
-            .header("Authorization", "Bearer ${action.token}")
-            .build()
-        socket = http.newWebSocket(request, object : WebSocketListener() {
-            override fun onMessage(webSocket: WebSocket, text: String) { post(SessionInput.SocketText(id, text)) }
-
-            override fun onClosing(webSocket: WebSocket, code: Int, reason: String) {
-                // Answer the server's close at once so it reports this code, not 1006.
-                webSocket.close(code.takeIf { it in 1000..4999 && it != 1005 } ?: 1000, null)
-                post(SessionInput.SocketClosed(id, code, reason))
-            }
-
-            override fun onClosed(webSocket: WebSocket, code: Int, reason: String) {
-                post(SessionInput.SocketClosed(id, code, reason)) // stale after onClosing: ignored
-            }
-
-            override fun onFailure(webSocket: WebSocket, t: Throwable, response: Response?) {
-                val error = if (response != null) {
-                    val status = OkHttpCompat.statusOf(response)
-                    val code = OkHttpCompat.headerOf(response, "problem-code")
-                    CallingError.connectFailed(status, code, "upgrade refused: $status${code?.let { " $it" } ?: ""}")
-                } else {
-                    // No HTTP answer, or the socket dropped without a close frame.
-                    CallingError("closed", "socket failed: ${t.message}", isRetryable = true)
-                }
-                post(SessionInput.SocketFailed(id, error))
-            }
-        })
     }
 
     private fun deliver(event: CallingEvent) {

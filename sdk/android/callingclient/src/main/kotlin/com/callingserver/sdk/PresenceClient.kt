@@ -1,22 +1,7 @@
 package com.callingserver.sdk
 
-import kotlinx.coroutines.CompletableDeferred
-import kotlinx.coroutines.CoroutineScope
-import kotlinx.coroutines.Job
-import kotlinx.coroutines.SupervisorJob
-import kotlinx.coroutines.asCoroutineDispatcher
-import kotlinx.coroutines.channels.Channel
-import kotlinx.coroutines.delay
-import kotlinx.coroutines.launch
 import okhttp3.OkHttpClient
-import okhttp3.Request
-import okhttp3.Response
-import okhttp3.WebSocket
-import okhttp3.WebSocketListener
-import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.Executor
-import java.util.concurrent.Executors
-import java.util.concurrent.atomic.AtomicLong
 
 /** What a [PresenceClient] reports, on its callback executor, in arrival order. All methods have empty defaults. */
 interface PresenceListener {
@@ -54,18 +39,12 @@ class PresenceClient(
 ) {
     private val session = PresenceSession(token, settings.copy(
         lifecycle = settings.lifecycle.copy(hasTokenProvider = tokenProvider != null)))
-    private val loopExecutor = Executors.newSingleThreadExecutor { r -> Thread(r, "presence-client").apply { isDaemon = true } }
-    private val job = SupervisorJob()
-    private val scope = CoroutineScope(job + loopExecutor.asCoroutineDispatcher())
-    private val inputs = Channel<Any>(Channel.UNLIMITED)
-    private val waiters = ConcurrentHashMap<Long, CompletableDeferred<Any?>>()
-    private val nextWaiter = AtomicLong(0)
-
-    private class TimerFire(val timer: ConnectionLifecycle.Timer, val generation: Long)
-    private class Armed(val generation: Long, val job: Job)
-    private val timers = HashMap<ConnectionLifecycle.Timer, Armed>()
-    private var timerGeneration = 0L
-    private var socket: WebSocket? = null
+    private val driver = SocketDriver("presence-client", http, baseUrl)
+    private val socketInputs = object : SocketDriver.SocketInputs {
+        override fun text(id: Long, text: String): Any = PresenceInput.SocketText(id, text)
+        override fun closed(id: Long, code: Int?, reason: String): Any = PresenceInput.SocketClosed(id, code, reason)
+        override fun failed(id: Long, error: CallingError): Any = PresenceInput.SocketFailed(id, error)
+    }
 
     @Volatile var state: ConnectionState = ConnectionState.IDLE
         private set
@@ -74,7 +53,7 @@ class PresenceClient(
         private set
 
     init {
-        scope.launch { for (input in inputs) step(input) }
+        driver.start({ step(it) }, { PresenceInput.TimerFired(it as ConnectionLifecycle.Timer) })
     }
 
     /** Opens the channel; returns the `connected` snapshot, or throws the [CallingError] that refused it. */
@@ -96,33 +75,14 @@ class PresenceClient(
     fun ping() { post(PresenceInput.Ping) }
 
     /** Stops the frame coroutine; call after `disconnect()`. */
-    fun close() {
-        socket?.cancel()
-        job.cancel()
-        loopExecutor.shutdown()
-    }
+    fun close() { driver.close() }
 
-    private fun post(input: Any) { inputs.offer(input) }
+    private fun post(input: Any) { driver.post(input) }
 
-    private suspend fun call(make: (Long) -> PresenceInput): Any? {
-        val id = nextWaiter.incrementAndGet()
-        val deferred = CompletableDeferred<Any?>()
-        waiters[id] = deferred
-        post(make(id))
-        return deferred.await()
-    }
+    private suspend fun call(make: (Long) -> PresenceInput): Any? = driver.call(make)
 
     private fun step(input: Any) {
-        val presenceInput = when (input) {
-            is TimerFire -> {
-                val armed = timers[input.timer]
-                if (armed == null || armed.generation != input.generation) return
-                timers.remove(input.timer)
-                PresenceInput.TimerFired(input.timer)
-            }
-            is PresenceInput -> input
-            else -> return
-        }
+        val presenceInput = input as? PresenceInput ?: return
         for (action in session.handle(presenceInput)) perform(action)
         state = session.state
         snapshot = session.snapshot
@@ -130,70 +90,19 @@ class PresenceClient(
 
     private fun perform(action: PresenceAction) {
         when (action) {
-            is PresenceAction.OpenSocket -> open(action)
-            is PresenceAction.CloseSocket -> socket?.close(action.code, action.reason)
-            is PresenceAction.AbortSocket -> {
-                socket?.let { if (!it.close(4000, "abandoned")) it.cancel() }
-                socket = null
-            }
-            is PresenceAction.Send -> socket?.send(action.text)
-            is PresenceAction.Arm -> {
-                timers.remove(action.timer)?.job?.cancel()
-                val generation = ++timerGeneration
-                timers[action.timer] = Armed(generation, scope.launch {
-                    delay(action.afterMs)
-                    post(TimerFire(action.timer, generation))
-                })
-            }
-            is PresenceAction.Cancel -> timers.remove(action.timer)?.job?.cancel()
-            is PresenceAction.Resolve -> {
-                val waiter = waiters.remove(action.waiter) ?: return
-                if (action.error != null) waiter.completeExceptionally(action.error) else waiter.complete(action.value)
-            }
+            is PresenceAction.OpenSocket -> driver.open(action.id, action.path, action.token, socketInputs)
+            is PresenceAction.CloseSocket -> driver.closeSocket(action.code, action.reason)
+            is PresenceAction.AbortSocket -> driver.abortSocket()
+            is PresenceAction.Send -> driver.send(action.text)
+            is PresenceAction.Arm -> driver.arm(action.timer, action.afterMs)
+            is PresenceAction.Cancel -> driver.cancel(action.timer)
+            is PresenceAction.Resolve -> driver.resolve(action.waiter, action.value, action.error)
             is PresenceAction.Emit -> deliver(action.event)
             is PresenceAction.RefreshToken -> {
                 val provider = tokenProvider ?: return
-                scope.launch {
-                    try {
-                        post(PresenceInput.TokenRefreshed(action.attempt, provider(), null))
-                    } catch (e: CallingError) {
-                        post(PresenceInput.TokenRefreshed(action.attempt, null, e))
-                    } catch (e: Exception) {
-                        post(PresenceInput.TokenRefreshed(action.attempt, null,
-                            CallingError("refresh_failed", "token provider failed: ${e.message}", isRetryable = true)))
-                    }
-                }
+                driver.refreshToken(provider) { token, error -> PresenceInput.TokenRefreshed(action.attempt, token, error) }
             }
         }
-    }
-
-    private fun open(action: PresenceAction.OpenSocket) {
-        val id = action.id
-        val request = Request.Builder()
-            .url(baseUrl.trimEnd('/') + action.path)
-            .header("Authorization", "Bearer ${action.token}")
-            .build()
-        socket = http.newWebSocket(request, object : WebSocketListener() {
-            override fun onMessage(webSocket: WebSocket, text: String) { post(PresenceInput.SocketText(id, text)) }
-
-            override fun onClosing(webSocket: WebSocket, code: Int, reason: String) {
-                webSocket.close(code.takeIf { it in 1000..4999 && it != 1005 } ?: 1000, null)
-                post(PresenceInput.SocketClosed(id, code, reason))
-            }
-
-            override fun onClosed(webSocket: WebSocket, code: Int, reason: String) { post(PresenceInput.SocketClosed(id, code, reason)) }
-
-            override fun onFailure(webSocket: WebSocket, t: Throwable, response: Response?) {
-                val error = if (response != null) {
-                    val status = OkHttpCompat.statusOf(response)
-                    val code = OkHttpCompat.headerOf(response, "problem-code")
-                    CallingError.connectFailed(status, code, "upgrade refused: $status${code?.let { " $it" } ?: ""}")
-                } else {
-                    CallingError("closed", "socket failed: ${t.message}", isRetryable = true)
-                }
-                post(PresenceInput.SocketFailed(id, error))
-            }
-        })
     }
 
     private fun deliver(event: PresenceEvent) {
