@@ -90,6 +90,20 @@ public enum PresenceEffect: Sendable, Equatable {
     case storeAgent(PeerID, PresenceAgentRecord?)
     /// Keep this ringing request in shared storage (nil: it no longer rings, delete it).
     case storeRequest(PresenceRequestID, PresenceRequestRecord?)
+    /// Tell the backend (webhooks), whether or not anybody is connected to hear the frames.
+    case notify(PresenceNotice)
+}
+
+/// What a backend hears about presence besides the frames: enough to wake an agent's app with a
+/// push notification while its request rings, and to follow agents' statuses.
+public enum PresenceNotice: Sendable, Equatable {
+    /// A request started ringing for `agent_id` (once per request: not again when the offer is
+    /// sent to a takeover connection or the ack to a resumed caller). Payload: `request_id`,
+    /// `caller_id`, `caller_name`, `agent_id`, `queue`, `metadata`, `expires_at`, `ttl_ms`.
+    case requestRinging(PresenceRequestID, [String: JSONValue])
+    /// An agent's status entry changed (the payload of the `status` frame, sent whether or not
+    /// anybody is connected to receive it).
+    case agentStatus(PeerID, [String: JSONValue])
 }
 
 public enum PresenceIDKind: String, Sendable, CaseIterable {
@@ -462,6 +476,12 @@ public struct PresenceHub: Sendable {
             effects.append(.send([connection], ackFrame(request)))
             effects += toDashboards(Frame(type: PresenceFrameType.request.rawValue, from: request.caller.rawValue,
                                           payload: supervisorEntry(request)))
+            effects.append(.notify(.requestRinging(request.id, [
+                "request_id": .string(request.id.rawValue), "caller_id": .string(request.caller.rawValue),
+                "caller_name": request.callerName.map(JSONValue.string) ?? .null, "agent_id": .string(agentID.rawValue),
+                "queue": queue.map { .string($0.rawValue) } ?? .null, "metadata": metadata ?? .null,
+                "expires_at": .int(request.expiresAt), "ttl_ms": .int(settings.requestTTLMs),
+            ])))
             return effects
 
         case .accept(let id):
@@ -638,10 +658,12 @@ public struct PresenceHub: Sendable {
     /// The agent's current status to every connection, the agent's own included.
     private func statusDelta(_ id: PeerID, except skipped: ConnectionID? = nil) -> [PresenceEffect] {
         guard let agent = agents[id] else { return [] }
+        let entry = agentEntry(id, agent)
+        let notice = PresenceEffect.notify(.agentStatus(id, entry.objectValue ?? [:]))
         let targets = connections.keys.filter { $0 != skipped }.sorted()
-        guard !targets.isEmpty else { return [] }
-        let frame = Frame(type: PresenceFrameType.status.rawValue, from: id.rawValue, payload: agentEntry(id, agent))
-        return [.send(targets, frame)]
+        guard !targets.isEmpty else { return [notice] }
+        let frame = Frame(type: PresenceFrameType.status.rawValue, from: id.rawValue, payload: entry)
+        return [.send(targets, frame), notice]
     }
 
     /// To the caller: its request rings (`state: "ringing"`).

@@ -337,6 +337,10 @@ final class PresenceEndpoint: WebSocketEndpoint {
             case .storeRequest(let id, let record):
                 guard isStoring, let relay else { continue }
                 relay.store([.presenceStore(.requests, field: id.rawValue, value: record.map { JSONWriter.bytes($0.json) })])
+            case .notify(.requestRinging(_, let data)):
+                if context.webhooks.wants(.presenceRequestRinging) { context.webhooks.emit(.presenceRequestRinging, key: "presence", data) }
+            case .notify(.agentStatus(_, let data)):
+                if context.webhooks.wants(.presenceAgentStatus) { context.webhooks.emit(.presenceAgentStatus, key: "presence", data) }
             }
         }
     }

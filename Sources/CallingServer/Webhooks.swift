@@ -17,6 +17,8 @@ enum WebhookEventType: String, CaseIterable, Sendable {
     case sessionEnded = "session_ended"
     case presenceRequestEnded = "presence_request_ended"
     case chatMessage = "chat_message"
+    case presenceRequestRinging = "presence_request_ringing"
+    case presenceAgentStatus = "presence_agent_status"
 
     /// A constant per case (no `allCases` lookup): `wants(.chatMessage)` runs for every stored chat.
     var bit: UInt32 {
@@ -29,6 +31,8 @@ enum WebhookEventType: String, CaseIterable, Sendable {
         case .sessionEnded: return 1 << 5
         case .presenceRequestEnded: return 1 << 6
         case .chatMessage: return 1 << 7
+        case .presenceRequestRinging: return 1 << 8
+        case .presenceAgentStatus: return 1 << 9
         }
     }
 }

@@ -394,7 +394,9 @@ def test_an_http_session_sends_session_started_and_session_ended(start_server):
 def test_presence_request_outcomes(start_server):
     receiver = Receiver()
     try:
-        server = start_server(env=ENV, webhook_urls=receiver.url, presence_request_ttl_seconds=1)
+        # Only the outcomes: the ringing and status events have their own test below.
+        server = start_server(env=ENV, webhook_urls=receiver.url, presence_request_ttl_seconds=1,
+                              webhook_events="presence_request_ended")
 
         async def presence(token, label):
             from websockets.asyncio.client import connect as ws_connect
@@ -439,6 +441,61 @@ def test_presence_request_outcomes(start_server):
         last = events[3]["data"]
         assert (last["call_id"], last["room_id"], last["agent_id"], last["caller_id"]) == (
             accepted_frame["call_id"], accepted_frame["room_id"], "ann", "carl")
+    finally:
+        receiver.close()
+
+
+def test_presence_ringing_and_agent_status_events_reach_a_backend(start_server):
+    """What a backend needs to push an incoming call to a sleeping app: `presence_request_ringing`
+    once per request (not again when the agent's new connection takes over and is offered it
+    again), with the ids, queue, metadata and TTL; `presence_agent_status` for every status change,
+    also while nobody is connected to hear the `status` frame."""
+    receiver = Receiver()
+    try:
+        server = start_server(env=ENV, webhook_urls=receiver.url, presence_request_ttl_seconds=7,
+                              presence_grace_seconds=1, webhook_events="presence_request_ringing,presence_agent_status")
+
+        async def presence(token, label):
+            from websockets.asyncio.client import connect as ws_connect
+            ws = await ws_connect(f"ws://127.0.0.1:{server.port}/v1/presence?token={token}", proxy=None, compression=None,
+                                  open_timeout=5, ping_interval=None)
+            peer = Peer(ws, label)
+            await peer.recv_type("connected", skip=("status",))
+            return peer
+
+        async def body():
+            ann_token = server.token(None, "ann", role="agent", scope="presence")
+            agent = await presence(ann_token, "agent")  # new agent: available
+            await agent.send({"type": "status", "payload": {"status": "available", "queues": ["sales"]}})
+            await agent.recv_type("status")
+            caller = await presence(server.token(None, "carl", role="caller", name="Carl", scope="presence"), "caller")
+            await caller.send({"type": "request", "payload": {"queue": "sales", "metadata": {"topic": "billing"}}})
+            offer = await agent.recv_type("request", skip=("status",))
+            request_id = offer["payload"]["request_id"]
+            await caller.recv_type("request", skip=("status",))
+            # The agent's app wakes up from the push and connects again: a takeover, offered again.
+            again = await presence(ann_token, "agent again")
+            reoffer = await again.recv_type("request", skip=("status",))
+            assert reoffer["payload"]["request_id"] == request_id
+            await again.send({"type": "accept", "payload": {"request_id": request_id}})
+            await caller.recv_type("accepted", skip=("status",))
+            await again.ws.close()
+            await caller.ws.close()
+            return request_id, offer["payload"]["expires_at"]
+
+        request_id, expires_at = run(body())
+        # available (connect), available+sales, busy (accept), offline (grace of 1 s ran out with nobody connected)
+        receiver.wait_for(lambda r: any(e["event"]["type"] == "presence_agent_status" and e["event"]["data"]["status"] == "offline"
+                                        for e in r.accepted()), 8, "the offline status")
+        events = once_each_in_order(receiver)
+        ringing = [e for e in events if e["type"] == "presence_request_ringing"]
+        assert [e["data"] for e in ringing] == [{
+            "request_id": request_id, "caller_id": "carl", "caller_name": "Carl", "agent_id": "ann", "queue": "sales",
+            "metadata": {"topic": "billing"}, "expires_at": expires_at, "ttl_ms": 7000}]
+        statuses = [(e["data"]["agent_id"], e["data"]["status"], e["data"]["queues"]) for e in events if e["type"] == "presence_agent_status"]
+        assert statuses == [("ann", "available", []), ("ann", "available", ["sales"]), ("ann", "busy", ["sales"]),
+                            ("ann", "offline", ["sales"])]
+        assert set(events[0]["data"]) == {"agent_id", "status", "note", "queues", "updated_at"}
     finally:
         receiver.close()
 
