@@ -526,6 +526,8 @@ export class WebCallClient {
 export function _buildFrame(type: string, payload?: unknown, to?: string): string;
 /** @internal `{candidate, sdpMid, sdpMLineIndex}` of an RTCIceCandidate (or init). */
 export function _candidatePayload(candidate: RTCIceCandidateInit | null): { candidate: string; sdpMid: string | null; sdpMLineIndex: number | null };
+/** @internal A `stats` payload clamped to the ranges the server accepts (docs/protocol.md "stats"). */
+export function _clampStats(sample: { rtt_ms: number | null; jitter_ms: number | null; packet_loss: number | null; bitrate_kbps: number | null }): { rtt_ms: number | null; jitter_ms: number | null; packet_loss: number | null; bitrate_kbps: number | null };
 /** @internal The `room_id` claim of a JWT (base64url-decoded payload), or null. */
 export function _roomIdFromToken(token: string): string | null;
 /** @internal The decoded payload of a JWT, or null. */

@@ -2080,7 +2080,7 @@ export class CallingClient extends ReconnectingSocket {
       call.statsBase = bytes;
       if (sample.rtt_ms === null && sample.jitter_ms === null && sample.packet_loss === null && sample.bitrate_kbps === null) continue;
       this._events.emit("stats", { peerId, ...sample });
-      this._send("stats", clampStats(sample));
+      this._send("stats", _clampStats(sample));
     }
   }
 
@@ -2379,8 +2379,11 @@ function chatMessage(payload, from) {
   };
 }
 
-/** The server refuses out-of-range samples (docs/protocol.md "stats"); keep within them. */
-function clampStats(sample) {
+/**
+ * Internal (exported for tests/vectors/client-frames.json). The server refuses out-of-range
+ * samples (docs/protocol.md "stats"); keep within them.
+ */
+export function _clampStats(sample) {
   const clamp = (v, hi) => (v === null ? null : Math.min(Math.max(v, 0), hi));
   return {
     rtt_ms: clamp(sample.rtt_ms, 60000),

@@ -47,7 +47,9 @@ class CallingClient(
     settings: SignalingSession.Settings = SignalingSession.Settings(),
     private val http: OkHttpClient = OkHttpClient(),
     /** Asked for a fresh token before each reconnect (so a 4401 close is retried); null: none. */
-    val tokenProvider: (suspend () -> String)? = null
+    val tokenProvider: (suspend () -> String)? = null,
+    /** What [iceServersForCall] uses when `/v1/ice` fails; empty: no servers (a call inside one network still connects). */
+    val fallbackIceServers: List<IceServer> = IceServer.FALLBACK
 ) {
     /** The token of the last (re)connect, for REST calls. */
     @Volatile private var currentToken: String = token
@@ -92,6 +94,32 @@ class CallingClient(
     fun setTyping(typing: Boolean) { post(SessionInput.SetTyping(typing)) }
     fun markRead(seq: Long) { post(SessionInput.MarkRead(seq)) }
     fun ping() { post(SessionInput.Ping) }
+    /**
+     * Sends a `stats` sample (docs/protocol.md "stats"), clamped to the server's ranges, with the
+     * browser SDK's keys; a sample with every value null is not sent. The other SDKs send one per
+     * call every 5 s from their peer connection's statistics; this SDK has no media layer yet, so
+     * the app calls this from its own `PeerConnection.getStats`.
+     */
+    fun sendStats(sample: StatsSample) { post(SessionInput.SendStats(sample)) }
+
+    /**
+     * The STUN/TURN servers for a call: `GET /v1/ice` with this client's token (docs/protocol.md
+     * "ICE servers"). An empty list means the server has none configured. Throws a [CallingError]
+     * when refused or unreachable; [iceServersForCall] falls back instead.
+     */
+    suspend fun fetchIceServers(): List<IceServer> = IceServer.listFrom(Rest.getJson(http, baseUrl, "/v1/ice", currentToken))
+
+    /**
+     * What a call uses, fetched anew for every call (TURN credentials expire): [fetchIceServers],
+     * or [fallbackIceServers] when that fails (the Swift SDK's `fallbackIceServers`; the browser
+     * SDK goes on without servers and reports the error). The failure is reported with `onError`.
+     */
+    suspend fun iceServersForCall(): List<IceServer> = try {
+        fetchIceServers()
+    } catch (e: CallingError) {
+        deliver(CallingEvent.Error(e))
+        fallbackIceServers
+    }
 
     /**
      * One page of the room's chat history after [sinceSeq] (`GET /v1/rooms/{id}/messages` with
@@ -116,9 +144,11 @@ class CallingClient(
 
     private fun step(input: Any) {
         val sessionInput = input as? SessionInput ?: return
-        for (action in session.handle(sessionInput)) perform(action)
+        val actions = session.handle(sessionInput)
+        // Before the actions, so a listener called for them already reads the new state.
         state = session.state
         roomId = session.roomId
+        for (action in actions) perform(action)
     }
 
     private fun perform(action: SessionAction) {

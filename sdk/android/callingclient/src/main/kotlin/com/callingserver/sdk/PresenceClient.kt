@@ -70,6 +70,19 @@ class PresenceClient(
     fun accept(requestId: String) { post(PresenceInput.Accept(requestId)) }
     /** Agent: declines a ringing request. */
     fun decline(requestId: String) { post(PresenceInput.Decline(requestId)) }
+    /**
+     * Agent, from a push notification: connects when not connected (a cold start after the push),
+     * accepts the request [requestId] (the push payload's, see [RingingRequest]) and returns the
+     * call it became, whose [AcceptedCall.token] joins the room. Throws the [CallingError] that
+     * stopped it: the request ended first (`request_ended`), was refused (`server`, 404/409) or
+     * the channel could not connect.
+     */
+    suspend fun acceptRequest(requestId: String): AcceptedCall =
+        call { PresenceInput.AnswerRequest(it, requestId, accept = true) } as AcceptedCall
+
+    /** Agent, from a push notification: connects when needed and declines [requestId]; returns when the server ended it. */
+    suspend fun declineRequest(requestId: String) { call { PresenceInput.AnswerRequest(it, requestId, accept = false) } }
+
     /** Caller: withdraws its request. */
     fun cancel(requestId: String) { post(PresenceInput.Cancel(requestId)) }
     fun ping() { post(PresenceInput.Ping) }
@@ -83,9 +96,11 @@ class PresenceClient(
 
     private fun step(input: Any) {
         val presenceInput = input as? PresenceInput ?: return
-        for (action in session.handle(presenceInput)) perform(action)
+        val actions = session.handle(presenceInput)
+        // Before the actions, so a listener called for them already reads the new state.
         state = session.state
         snapshot = session.snapshot
+        for (action in actions) perform(action)
     }
 
     private fun perform(action: PresenceAction) {

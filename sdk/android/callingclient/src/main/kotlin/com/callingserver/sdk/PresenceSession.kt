@@ -65,6 +65,12 @@ sealed class PresenceInput {
     data class Accept(val requestId: String) : PresenceInput()
     data class Decline(val requestId: String) : PresenceInput()
     data class Cancel(val requestId: String) : PresenceInput()
+    /**
+     * Agent: accept ([accept]) or decline the request [requestId] named by a push notification,
+     * connecting first when not connected; settles [waiter] with the [AcceptedCall] (null for a
+     * decline) or the error that ended it.
+     */
+    data class AnswerRequest(val waiter: Long, val requestId: String, val accept: Boolean) : PresenceInput()
     object Ping : PresenceInput()
     data class SocketText(val socket: Long, val text: String) : PresenceInput()
     data class SocketClosed(val socket: Long, val code: Int?, val reason: String) : PresenceInput()
@@ -116,6 +122,9 @@ class PresenceSession(token: String, val settings: Settings = Settings()) {
     private var out = ArrayList<PresenceAction>()
     private var connectWaiter: Long? = null
     private val disconnectWaiters = ArrayList<Long>()
+    private class PendingAnswer(val waiter: Long, val accept: Boolean, var sent: Boolean = false)
+    /** Answers by request id (a push's), sent once connected, settled by `accepted`, `ended` or `error`. */
+    private val answers = LinkedHashMap<String, PendingAnswer>()
 
     var state: ConnectionState = ConnectionState.IDLE
         private set
@@ -173,6 +182,7 @@ class PresenceSession(token: String, val settings: Settings = Settings()) {
             is PresenceInput.Accept -> requestFrame("accept", input.requestId)
             is PresenceInput.Decline -> requestFrame("decline", input.requestId)
             is PresenceInput.Cancel -> requestFrame("cancel", input.requestId)
+            is PresenceInput.AnswerRequest -> answer(input)
             is PresenceInput.Ping -> if (requireConnected()) send(frameText("ping"))
             is PresenceInput.SocketText -> if (lifecycle.isCurrent(input.socket)) receive(input.text)
             is PresenceInput.SocketClosed -> run(ConnectionLifecycle.Input.SocketClosed(input.socket, input.code, input.reason))
@@ -181,6 +191,43 @@ class PresenceSession(token: String, val settings: Settings = Settings()) {
             is PresenceInput.TokenRefreshed -> run(ConnectionLifecycle.Input.TokenRefreshed(input.attempt, input.token, input.error))
         }
         return out
+    }
+
+    private fun answer(input: PresenceInput.AnswerRequest) {
+        if (input.requestId.isEmpty()) {
+            out.add(PresenceAction.Resolve(input.waiter, null, CallingError("invalid_argument", "requestId is required")))
+            return
+        }
+        answers.remove(input.requestId)?.let {
+            out.add(PresenceAction.Resolve(it.waiter, null, CallingError.invalidState("answered again")))
+        }
+        val pending = PendingAnswer(input.waiter, input.accept)
+        answers[input.requestId] = pending
+        when (state) {
+            ConnectionState.CONNECTED -> sendAnswer(input.requestId, pending)
+            // The agent's app was woken by the push: connect; the server offers the request again
+            // on this connection (a takeover of a half-open one) and the answer follows `connected`.
+            ConnectionState.IDLE, ConnectionState.ENDED, ConnectionState.FAILED -> run(ConnectionLifecycle.Input.Connect(null))
+            else -> Unit // sent once connected
+        }
+    }
+
+    private fun sendAnswer(requestId: String, pending: PendingAnswer) {
+        pending.sent = true
+        send(frameText(if (pending.accept) "accept" else "decline", null, JSONObject().put("request_id", requestId)))
+    }
+
+    /** Settles the answer to [requestId] on `accepted` ([value]), `ended` or a refusal ([error]). */
+    private fun settleAnswer(requestId: String?, value: Any?, error: CallingError?) {
+        val pending = answers[requestId ?: return] ?: return
+        if (!pending.sent) return
+        answers.remove(requestId)
+        out.add(PresenceAction.Resolve(pending.waiter, value, error))
+    }
+
+    private fun failAnswers(error: CallingError) {
+        for (pending in answers.values) out.add(PresenceAction.Resolve(pending.waiter, null, error))
+        answers.clear()
     }
 
     private fun requestFrame(type: String, requestId: String) {
@@ -239,10 +286,12 @@ class PresenceSession(token: String, val settings: Settings = Settings()) {
                 setState(ConnectionState.FAILED)
                 connectWaiter?.let { out.add(PresenceAction.Resolve(it, null, notice.error)) }
                 connectWaiter = null
+                failAnswers(notice.error)
             }
             is ConnectionLifecycle.Notice.Closed -> {
                 connectWaiter?.let { out.add(PresenceAction.Resolve(it, null, CallingError.notConnected())) }
                 connectWaiter = null
+                failAnswers(CallingError.notConnected())
                 emit(PresenceEvent.Disconnected(null))
                 setState(ConnectionState.ENDED)
                 for (waiter in disconnectWaiters) out.add(PresenceAction.Resolve(waiter, Unit, null))
@@ -272,11 +321,19 @@ class PresenceSession(token: String, val settings: Settings = Settings()) {
                 val id = payload?.let { stringOrNull(it, "request_id") } ?: return
                 snapshot = snapshot?.let { it.copy(requests = it.requests - id) }
                 emit(PresenceEvent.Accepted(id, payload.toString()))
+                val pending = answers[id]
+                if (pending != null && pending.accept) settleAnswer(id, AcceptedCall.from(payload), null)
             }
             "ended" -> {
                 val id = payload?.let { stringOrNull(it, "request_id") } ?: return
                 snapshot = snapshot?.let { it.copy(requests = it.requests - id) }
-                emit(PresenceEvent.Ended(id, payload.optString("reason", ""), payload.toString()))
+                val reason = payload.optString("reason", "")
+                emit(PresenceEvent.Ended(id, reason, payload.toString()))
+                val pending = answers[id]
+                if (pending != null) {
+                    if (!pending.accept && reason == "declined") settleAnswer(id, null, null)
+                    else settleAnswer(id, null, CallingError("request_ended", "request $id ended: $reason"))
+                }
             }
             "error" -> {
                 val wire = json.optJSONObject("error")
@@ -287,7 +344,9 @@ class PresenceSession(token: String, val settings: Settings = Settings()) {
                     run(ConnectionLifecycle.Input.Refused(error))
                     return
                 }
-                emit(PresenceEvent.Error(error, payload?.let { stringOrNull(it, "request_id") }))
+                val requestId = payload?.let { stringOrNull(it, "request_id") }
+                emit(PresenceEvent.Error(error, requestId))
+                settleAnswer(requestId, null, error)
             }
             "pong" -> emit(PresenceEvent.Pong)
             else -> Unit // newer than this SDK
@@ -318,6 +377,9 @@ class PresenceSession(token: String, val settings: Settings = Settings()) {
         if (memory != null && !memory.matches(agents[snapshot.peerId])) send(memory.frame())
         connectWaiter?.let { out.add(PresenceAction.Resolve(it, snapshot, null)) }
         connectWaiter = null
+        // Also an answer sent on a socket that dropped: its `accepted` may be lost; a second accept
+        // of a request already accepted is refused with its request_id, which settles it.
+        for ((id, pending) in answers) sendAnswer(id, pending)
     }
 }
 

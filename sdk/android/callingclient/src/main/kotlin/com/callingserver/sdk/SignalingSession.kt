@@ -45,6 +45,8 @@ sealed class SessionInput {
     data class SetTyping(val typing: Boolean) : SessionInput()
     data class MarkRead(val seq: Long) : SessionInput()
     object Ping : SessionInput()
+    /** A `stats` sample for the server's call stats (never relayed); an empty sample is not sent. */
+    data class SendStats(val sample: StatsSample) : SessionInput()
     data class SocketText(val socket: Long, val text: String) : SessionInput()
     data class SocketClosed(val socket: Long, val code: Int?, val reason: String) : SessionInput()
     data class SocketFailed(val socket: Long, val error: CallingError) : SessionInput()
@@ -145,6 +147,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             is SessionInput.SetTyping -> setTyping(input.typing)
             is SessionInput.MarkRead -> if (requireConnected()) send(frameText("read", null, JSONObject().put("seq", input.seq)))
             is SessionInput.Ping -> if (requireConnected()) send(frameText("ping"))
+            is SessionInput.SendStats -> if (!input.sample.isEmpty && requireConnected()) send(frameText("stats", null, input.sample.payload()))
             is SessionInput.SocketText -> if (lifecycle.isCurrent(input.socket)) receive(input.text)
             is SessionInput.SocketClosed -> run(ConnectionLifecycle.Input.SocketClosed(input.socket, input.code, input.reason))
             is SessionInput.SocketFailed -> run(ConnectionLifecycle.Input.SocketFailed(input.socket, input.error))

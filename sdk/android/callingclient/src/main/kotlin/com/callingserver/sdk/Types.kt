@@ -102,7 +102,66 @@ internal fun frameText(type: String, to: String? = null, payload: Any? = null): 
     frame.put("type", type)
     if (to != null) frame.put("to", to)
     if (payload != null) frame.put("payload", payload)
-    return frame.toString()
+    return jsonLikeJavaScript(frame.toString())
+}
+
+/**
+ * Android's org.json writes `/` as `\/`; JavaScript's `JSON.stringify` (the browser SDK) writes it
+ * plain. Same JSON, different bytes: undo that one escape so frames are byte for byte the browser
+ * SDK's (tests/vectors/client-frames.json). A `\\` pair is an escaped backslash and stays.
+ */
+internal fun jsonLikeJavaScript(text: String): String {
+    if (text.indexOf("\\/") < 0) return text
+    val out = StringBuilder(text.length)
+    var i = 0
+    while (i < text.length) {
+        val c = text[i]
+        if (c == '\\' && i + 1 < text.length) {
+            val next = text[i + 1]
+            if (next == '/') out.append('/') else out.append(c).append(next)
+            i += 2
+        } else {
+            out.append(c)
+            i += 1
+        }
+    }
+    return out.toString()
+}
+
+/**
+ * One `stats` sample (docs/protocol.md "stats"): the browser SDK's keys `rtt_ms`, `jitter_ms`,
+ * `packet_loss` (0–1), `bitrate_kbps`, null when unknown. [payload] clamps to the ranges the
+ * server accepts, as the browser SDK's `clampStats`.
+ */
+data class StatsSample(val rttMs: Double?, val jitterMs: Double?, val packetLoss: Double?, val bitrateKbps: Double?) {
+    /** True when every value is unknown: such a sample is not sent. */
+    val isEmpty: Boolean get() = rttMs == null && jitterMs == null && packetLoss == null && bitrateKbps == null
+
+    internal fun payload(): JSONObject {
+        fun clamp(v: Double?, hi: Double): Any = if (v == null) JSONObject.NULL else Math.min(Math.max(v, 0.0), hi)
+        return JSONObject()
+            .put("rtt_ms", clamp(rttMs, 60000.0))
+            .put("jitter_ms", clamp(jitterMs, 60000.0))
+            .put("packet_loss", clamp(packetLoss, 1.0))
+            .put("bitrate_kbps", clamp(bitrateKbps, 1000000.0))
+    }
+}
+
+/** One RTCIceServer of `GET /v1/ice` (docs/protocol.md "ICE servers"). */
+data class IceServer(val urls: List<String>, val username: String? = null, val credential: String? = null) {
+    companion object {
+        /** The mobile SDKs' fallback when `/v1/ice` cannot be fetched: public STUN. */
+        val FALLBACK: List<IceServer> = listOf(IceServer(listOf("stun:stun.l.google.com:19302")))
+
+        internal fun listFrom(body: JSONObject): List<IceServer> {
+            val array = body.optJSONArray("ice_servers") ?: return emptyList()
+            return (0 until array.length()).mapNotNull { i ->
+                val o = array.optJSONObject(i) ?: return@mapNotNull null
+                val urls = o.optJSONArray("urls")?.let { stringsOf(it) } ?: stringOrNull(o, "urls")?.let { listOf(it) } ?: emptyList()
+                if (urls.isEmpty()) null else IceServer(urls, stringOrNull(o, "username"), stringOrNull(o, "credential"))
+            }
+        }
+    }
 }
 
 internal fun peersOf(array: JSONArray?): List<PeerInfo> {
@@ -128,4 +187,64 @@ internal fun roomIdClaim(token: String): String? {
     } catch (e: Exception) {
         null
     }
+}
+
+/**
+ * The presence `accepted` frame (docs/protocol.md "Presence channel"): the call a request became.
+ * [token] is this side's room token for [roomId]; join with `CallingClient(baseUrl, token, ...)`.
+ */
+data class AcceptedCall(
+    val requestId: String,
+    val callId: String,
+    val roomId: String,
+    val agentId: String,
+    val callerId: String,
+    val token: String,
+    /** The frame's payload as JSON text. */
+    val raw: String
+) {
+    companion object {
+        internal fun from(payload: JSONObject): AcceptedCall = AcceptedCall(
+            payload.optString("request_id", ""), payload.optString("call_id", ""), payload.optString("room_id", ""),
+            payload.optString("agent_id", ""), payload.optString("caller_id", ""), payload.optString("token", ""),
+            payload.toString())
+    }
+}
+
+/**
+ * The push payload a backend builds from the `presence_request_ringing` webhook (docs/operations.md
+ * "Webhooks") and sends over FCM/APNs. [parse] reads the webhook's `data` object, or a push's
+ * data map written as JSON with at least `request_id`.
+ */
+data class RingingRequest(
+    val requestId: String,
+    val callerId: String?,
+    val callerName: String?,
+    val agentId: String?,
+    val queue: String?,
+    /** Unix ms when the request times out; 0 when unknown. */
+    val expiresAt: Long
+) {
+    companion object {
+        /** Null when [json] is not a JSON object with a non-empty `request_id`. */
+        fun parse(json: String): RingingRequest? {
+            val o = try { JSONObject(json) } catch (e: Exception) { return null }
+            val id = stringOrNull(o, "request_id")?.takeIf { it.isNotEmpty() } ?: return null
+            return RingingRequest(id, stringOrNull(o, "caller_id"), stringOrNull(o, "caller_name"), stringOrNull(o, "agent_id"),
+                stringOrNull(o, "queue"), o.optLong("expires_at", 0))
+        }
+    }
+}
+
+/**
+ * The `candidate` relay payload `{candidate, sdpMid, sdpMLineIndex}` as JSON text, as the browser
+ * SDK writes it (docs/sdk.md "Wire conventions"); [candidate] null (end of gathering) becomes `""`.
+ * With org.webrtc: `candidatePayload(c.sdp, c.sdpMid, c.sdpMLineIndex)` for `sendSignal("candidate", ...)`.
+ */
+fun candidatePayload(candidate: String?, sdpMid: String?, sdpMLineIndex: Int?): String {
+    val payload = JSONObject()
+    payload.put("candidate", candidate ?: "")
+    payload.put("sdpMid", if (candidate == null || sdpMid == null) JSONObject.NULL else sdpMid)
+    payload.put("sdpMLineIndex", if (candidate == null || sdpMLineIndex == null) JSONObject.NULL else sdpMLineIndex)
+    return jsonLikeJavaScript(payload.toString())
 }

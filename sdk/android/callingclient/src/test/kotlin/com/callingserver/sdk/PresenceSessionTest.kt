@@ -82,4 +82,45 @@ class PresenceSessionTest {
         assertEquals(403, actions.filterIsInstance<PresenceAction.Resolve>().single().error?.serverCode)
         assertEquals(ConnectionState.FAILED, session.state)
     }
+
+    @Test fun answeringAPushConnectsFirstThenAcceptsAndSettlesWithTheCall() {
+        // Idle (the app was woken by the push): the answer connects and waits for `connected`.
+        val open = session.handle(PresenceInput.AnswerRequest(7, "req_1", accept = true))
+        assertEquals(1, open.filterIsInstance<PresenceAction.OpenSocket>().size)
+        assertTrue(sent(open).isEmpty())
+        val connected = frame(snapshotFrame("available"))
+        assertEquals(listOf("""{"type":"accept","payload":{"request_id":"req_1"}}"""), sent(connected))
+        assertTrue(connected.filterIsInstance<PresenceAction.Resolve>().isEmpty())
+        // Another request's frames settle nothing.
+        assertTrue(frame("""{"type":"ended","payload":{"request_id":"req_0","reason":"timeout"}}""").filterIsInstance<PresenceAction.Resolve>().isEmpty())
+        val accepted = frame("""{"type":"accepted","payload":{"request_id":"req_1","call_id":"call_1","room_id":"room_1","agent_id":"ann","caller_id":"carl","token":"t.o.k"}}""")
+        val call = accepted.filterIsInstance<PresenceAction.Resolve>().single()
+        assertEquals(7L, call.waiter)
+        val value = call.value as AcceptedCall
+        assertEquals(listOf("req_1", "call_1", "room_1", "ann", "carl", "t.o.k"),
+            listOf(value.requestId, value.callId, value.roomId, value.agentId, value.callerId, value.token))
+    }
+
+    @Test fun aPushAnswerIsSettledByARefusalAnEndOrADeclineAndFailsWithTheConnection() {
+        session.handle(PresenceInput.Connect(1))
+        frame(snapshotFrame("available"))
+        assertEquals(listOf("""{"type":"decline","payload":{"request_id":"req_2"}}"""),
+            sent(session.handle(PresenceInput.AnswerRequest(8, "req_2", accept = false))))
+        val declined = frame("""{"type":"ended","payload":{"request_id":"req_2","reason":"declined"}}""")
+        assertEquals(PresenceAction.Resolve(8, null, null), declined.filterIsInstance<PresenceAction.Resolve>().single())
+
+        session.handle(PresenceInput.AnswerRequest(9, "req_3", accept = true))
+        val refused = frame("""{"type":"error","error":{"code":409,"message":"ended"},"payload":{"type":"accept","request_id":"req_3"}}""")
+        assertEquals(409, refused.filterIsInstance<PresenceAction.Resolve>().single().error?.serverCode)
+
+        session.handle(PresenceInput.AnswerRequest(10, "req_4", accept = true))
+        val timedOut = frame("""{"type":"ended","payload":{"request_id":"req_4","reason":"timeout"}}""")
+        assertEquals("request_ended", timedOut.filterIsInstance<PresenceAction.Resolve>().single().error?.code)
+
+        session.handle(PresenceInput.AnswerRequest(11, "req_5", accept = true))
+        val resolves = session.handle(PresenceInput.SocketClosed(session.currentSocketForTest(), 4403, "kicked"))
+            .filterIsInstance<PresenceAction.Resolve>()
+        assertEquals(listOf(11L), resolves.map { it.waiter })
+        assertEquals(4403, resolves.single().error?.closeCode)
+    }
 }

@@ -11,7 +11,7 @@ import java.util.concurrent.TimeUnit
  * is `.build/debug/calling-server` under the working directory (the repository root when run by
  * `make test-android`), or the `calling.server.bin` system property.
  */
-class ServerProcess(private val extraArgs: List<String> = emptyList()) {
+class ServerProcess(private val extraArgs: List<String> = emptyList(), private val env: Map<String, String> = emptyMap()) {
     private val binary = File(System.getProperty("calling.server.bin") ?: ".build/debug/calling-server").absoluteFile
     val dataDir: File = Files.createTempDirectory("calling-android-test").toFile()
     private var process: Process? = null
@@ -27,6 +27,7 @@ class ServerProcess(private val extraArgs: List<String> = emptyList()) {
         val builder = ProcessBuilder(binary.path, "serve", "--host", "127.0.0.1", "--port", port.toString(),
             "--data-dir", dataDir.path, *extraArgs.toTypedArray()).redirectErrorStream(true).redirectOutput(log)
         builder.environment().keys.removeAll { it.startsWith("CALLING_") }
+        builder.environment().putAll(env)
         val started = builder.start()
         process = started
         val banner = Regex("calling-server listening on https?://[^\\s:]+:(\\d+)")
@@ -60,6 +61,9 @@ class ServerProcess(private val extraArgs: List<String> = emptyList()) {
     }
 
     fun token(room: String, peer: String): String = mint("--room", room, "--peer", peer)
+
+    /** A room token that expires after [ttlSeconds]. */
+    fun shortToken(room: String, peer: String, ttlSeconds: Int): String = mint("--room", room, "--peer", peer, "--ttl", ttlSeconds.toString())
 
     /** A presence token (`--scope presence`) for [role] `agent`, `dashboard` or `caller`. */
     fun presenceToken(peer: String, role: String): String = mint("--peer", peer, "--role", role, "--scope", "presence")

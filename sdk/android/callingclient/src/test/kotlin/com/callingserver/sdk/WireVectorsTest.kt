@@ -1,0 +1,48 @@
+package com.callingserver.sdk
+
+import org.json.JSONObject
+import org.junit.Assert.assertEquals
+import org.junit.Test
+import java.io.File
+
+/**
+ * The Kotlin SDK's frames against the shared wire vectors (tests/vectors/client-frames.json), which
+ * tests/js/vectors.test.mjs checks against the browser SDK: the same calls give the same bytes.
+ */
+class WireVectorsTest {
+    private val file = File(System.getProperty("calling.vectors") ?: "tests/vectors/client-frames.json")
+
+    private fun frameOf(op: String, args: JSONObject): String {
+        val session = SignalingSession("tok")
+        session.handle(SessionInput.Connect(1))
+        session.handle(SessionInput.SocketText(session.currentSocketForTest(),
+            """{"type":"welcome","payload":{"peer_id":"me","room_id":"r","call_id":null,"role":"peer","name":null,"peers":[{"peer_id":"bob","role":"peer","name":null}],"last_seq":0,"read_seq":0,"unread":0}}"""))
+        fun num(key: String): Double? = if (args.isNull(key)) null else args.getDouble(key)
+        val input = when (op) {
+            "chat" -> SessionInput.SendChat(2, args.getString("client_id"), args.getString("text"), args.optJSONObject("meta")?.toString())
+            "data" -> SessionInput.SendData(args.get("payload").toString(), if (args.has("to")) args.getString("to") else null)
+            "typing" -> SessionInput.SetTyping(args.getBoolean("typing"))
+            "read" -> SessionInput.MarkRead(args.getLong("seq"))
+            "signal" -> SessionInput.SendSignal(args.getString("type"), args.getString("to"), args.getJSONObject("payload").toString())
+            "candidate" -> SessionInput.SendSignal("candidate", args.getString("to"),
+                if (args.isNull("candidate")) candidatePayload(null, null, null)
+                else candidatePayload(args.getString("candidate"), args.getString("sdpMid"), args.getInt("sdpMLineIndex")))
+            "stats" -> SessionInput.SendStats(StatsSample(num("rtt_ms"), num("jitter_ms"), num("packet_loss"), num("bitrate_kbps")))
+            else -> throw AssertionError("unknown op $op")
+        }
+        return session.handle(input).filterIsInstance<SessionAction.Send>().single().text
+    }
+
+    @Test fun everyVectorIsWrittenByteForByteAsTheBrowserSdkWritesIt() {
+        val cases = JSONObject(file.readText()).getJSONArray("cases")
+        check(cases.length() >= 10) { "vectors missing from $file" }
+        for (i in 0 until cases.length()) {
+            val case = cases.getJSONObject(i)
+            assertEquals(case.getString("name"), case.getString("frame"), frameOf(case.getString("op"), case.getJSONObject("args")))
+        }
+    }
+
+    @Test fun aSlashIsWrittenPlainAndAnEscapedBackslashBeforeItStays() {
+        assertEquals("""{"a":"x/y","b":"\\/"}""", jsonLikeJavaScript("""{"a":"x\/y","b":"\\\/"}"""))
+    }
+}
