@@ -691,4 +691,40 @@ final class PresenceHubTests: XCTestCase {
         advance(seconds: 20)
         XCTAssertEqual(frames(tick(), to: dash).filter { $0.type == "status" }.compactMap(\.from), ["bob"])
     }
+
+    // MARK: - Notices for the backend (webhooks)
+
+    private func notices(_ effects: [PresenceEffect]) -> [PresenceNotice] {
+        effects.compactMap { if case .notify(let notice) = $0 { return notice } else { return nil } }
+    }
+
+    func test_a_request_rings_once_for_the_backend_even_when_a_takeover_is_offered_it_again() throws {
+        connect(ann, "ann", .agent, queues: ["sales"])
+        connect(carl, "carl", .caller, name: "Carl")
+        let effects = send(carl, .request(.queue("sales"), metadata: ["topic": "billing"]))
+        let id = try XCTUnwrap(frames(effects, to: carl).first?.payload?["request_id"]?.stringValue)
+        XCTAssertEqual(notices(effects), [.requestRinging(PresenceRequestID(id), [
+            "request_id": .string(id), "caller_id": "carl", "caller_name": "Carl", "agent_id": "ann", "queue": "sales",
+            "metadata": ["topic": "billing"], "expires_at": .int(now + 90_000), "ttl_ms": 90_000,
+        ])])
+        let takeover = connect(fresh, "ann", .agent)
+        XCTAssertEqual(frame(takeover, "request", to: fresh)?.payload?["request_id"], .string(id), "offered again")
+        XCTAssertEqual(notices(takeover), [], "but it does not ring again for the backend")
+    }
+
+    func test_every_status_change_is_a_notice_also_with_nobody_connected_to_hear_it() {
+        let first = connect(ann, "ann", .agent)
+        XCTAssertEqual(frames(first, to: ann).map(\.type), ["connected"], "nobody else to tell")
+        guard case .agentStatus(let agent, let entry)? = notices(first).first else { return XCTFail("\(first)") }
+        XCTAssertEqual(agent, "ann")
+        XCTAssertEqual(entry["status"], "available")
+        advance(seconds: 1)
+        XCTAssertEqual(notices(send(ann, .setStatus(.away, note: "lunch", queues: nil))).count, 1)
+        disconnect(ann)
+        XCTAssertEqual(notices(tick()), [], "a disconnect alone changes no status")
+        advance(seconds: 31)
+        guard case .agentStatus(_, let offline)? = notices(tick()).first else { return XCTFail("no offline notice") }
+        XCTAssertEqual(offline["status"], "offline")
+        XCTAssertEqual(notices(tick()), [], "offline is told once")
+    }
 }
