@@ -29,6 +29,14 @@ interface Listener {
     fun onMeter(state: String, raw: String) {}
     fun onPong() {}
     fun onError(error: CallingError) {}
+    /** A peer calls (only with a `mediaEngine`): answer with `acceptCall` or `rejectCall`. */
+    fun onIncomingCall(peerId: String) {}
+    /** A call ended; [reason] is the browser SDK's (`local`, `remote`, `rejected`, `peer-left`, `cancelled`, `disconnected`, `failed`, `replaced`). */
+    fun onHangup(peerId: String, reason: String) {}
+    fun onIceRestart(peerId: String, attempt: Int) {}
+    fun onMediaConnected(peerId: String) {}
+    /** The sample just sent as a `stats` frame for the call with [peerId]. */
+    fun onStats(peerId: String, sample: StatsSample) {}
 }
 
 /**
@@ -49,7 +57,10 @@ class CallingClient(
     /** Asked for a fresh token before each reconnect (so a 4401 close is retried); null: none. */
     val tokenProvider: (suspend () -> String)? = null,
     /** What [iceServersForCall] uses when `/v1/ice` fails; empty: no servers (a call inside one network still connects). */
-    val fallbackIceServers: List<IceServer> = IceServer.FALLBACK
+    val fallbackIceServers: List<IceServer> = IceServer.FALLBACK,
+    /** The media layer (`WebRtcMediaEngine` on Android); null: signaling only, `call` and friends report `invalid_state`. */
+    private val mediaEngine: MediaEngine? = null,
+    callSettings: CallMachine.Settings = CallMachine.Settings()
 ) {
     /** The token of the last (re)connect, for REST calls. */
     @Volatile private var currentToken: String = token
@@ -60,6 +71,7 @@ class CallingClient(
     private val session = SignalingSession(token, settings.copy(
         lifecycle = settings.lifecycle.copy(hasTokenProvider = tokenProvider != null)))
     private val driver = SocketDriver("calling-client", http, baseUrl)
+    private val calls = CallMachine(callSettings)
     private val socketInputs = object : SocketDriver.SocketInputs {
         override fun text(id: Long, text: String): Any = SessionInput.SocketText(id, text)
         override fun closed(id: Long, code: Int?, reason: String): Any = SessionInput.SocketClosed(id, code, reason)
@@ -70,7 +82,7 @@ class CallingClient(
         private set
 
     init {
-        driver.start({ step(it) }, { SessionInput.TimerFired(it as SessionTimer) })
+        driver.start({ step(it) }, { if (it is CallTimer) CallInput.TimerFired(it) else SessionInput.TimerFired(it as SessionTimer) })
     }
 
     /** Opens the room; returns its `welcome`, or throws the [CallingError] that refused it. */
@@ -101,6 +113,20 @@ class CallingClient(
      * the app calls this from its own `PeerConnection.getStats`.
      */
     fun sendStats(sample: StatsSample) { post(SessionInput.SendStats(sample)) }
+
+    /** Calls [peerId] through the `mediaEngine`: ICE servers for this call, a peer connection, the offer. A call already up with that peer is replaced. */
+    fun call(peerId: String) { postCall(CallInput.Call(peerId)) }
+    /** Answers the ringing call from [peerId] (`onIncomingCall`). */
+    fun acceptCall(peerId: String) { postCall(CallInput.Accept(peerId)) }
+    /** Declines the ringing call from [peerId]: the caller gets `data {kind:"hangup"}`. */
+    fun rejectCall(peerId: String) { postCall(CallInput.Reject(peerId)) }
+    /** Ends the call with [peerId] (`data {kind:"hangup"}` to the peer, the peer connection closed). */
+    fun hangup(peerId: String) { postCall(CallInput.Hangup(peerId)) }
+
+    private fun postCall(input: CallInput) {
+        if (mediaEngine == null) deliver(CallingEvent.Error(CallingError.invalidState("no mediaEngine: calls need one")))
+        else post(input)
+    }
 
     /**
      * The STUN/TURN servers for a call: `GET /v1/ice` with this client's token (docs/protocol.md
@@ -143,6 +169,7 @@ class CallingClient(
     private suspend fun call(make: (Long) -> SessionInput): Any? = driver.call(make)
 
     private fun step(input: Any) {
+        if (input is CallInput) { for (action in calls.handle(input)) performCall(action); return }
         val sessionInput = input as? SessionInput ?: return
         val actions = session.handle(sessionInput)
         // Before the actions, so a listener called for them already reads the new state.
@@ -173,10 +200,78 @@ class CallingClient(
             is SessionAction.Arm -> driver.arm(action.timer, action.afterMs)
             is SessionAction.Cancel -> driver.cancel(action.timer)
             is SessionAction.Resolve -> driver.resolve(action.waiter, action.value, action.error)
-            is SessionAction.Emit -> deliver(action.event)
+            is SessionAction.Emit -> {
+                deliver(action.event)
+                if (mediaEngine != null) callInputOf(action.event)?.let { input -> calls.handle(input).forEach { performCall(it) } }
+            }
             is SessionAction.RefreshToken -> {
                 val provider = tokenProvider ?: return
                 driver.refreshToken(provider) { token, error -> SessionInput.TokenRefreshed(action.attempt, token, error) }
+            }
+        }
+    }
+
+    /** The room events the call logic follows. */
+    private fun callInputOf(event: CallingEvent): CallInput? = when (event) {
+        is CallingEvent.Signal -> CallInput.Signal(event.type, event.from, event.payload)
+        is CallingEvent.Data -> CallInput.Data(event.from, event.payload)
+        is CallingEvent.PeerLeft -> CallInput.PeerLeft(event.peerId)
+        is CallingEvent.PeerReconnecting -> CallInput.PeerReconnecting(event.peerId)
+        is CallingEvent.PeerResumed -> CallInput.PeerResumed(event.peerId)
+        is CallingEvent.Disconnected -> CallInput.SocketDown
+        is CallingEvent.Connected -> CallInput.Welcomed(event.welcome.peers.map { it.peerId })
+        else -> null
+    }
+
+    /**
+     * Carries out the call logic's actions on the client's thread. Engine callbacks (org.webrtc's
+     * signaling thread) only post inputs, so a peer connection is never closed or disposed inside
+     * one of its own callbacks.
+     */
+    private fun performCall(action: CallAction) {
+        val engine = mediaEngine ?: return
+        when (action) {
+            is CallAction.FetchIce -> driver.scope.launch {
+                post(CallInput.IceServers(action.peer, action.generation, iceServersForCall()))
+            }
+            is CallAction.CreatePeerConnection -> {
+                val peer = action.peer
+                val generation = action.generation
+                engine.createPeerConnection(peer, action.servers, object : MediaEngineEvents {
+                    override fun onLocalCandidate(candidate: String?, sdpMid: String?, sdpMLineIndex: Int?) {
+                        post(CallInput.LocalCandidate(peer, generation, candidate, sdpMid, sdpMLineIndex))
+                    }
+                    override fun onIceConnectionState(state: String) { post(CallInput.IceState(peer, generation, state)) }
+                })
+            }
+            is CallAction.CreateOffer -> engine.createOffer(action.peer, action.iceRestart, action.servers) { sdp, error ->
+                post(if (sdp != null) CallInput.LocalDescription(action.peer, action.generation, "offer", sdp)
+                     else CallInput.EngineFailed(action.peer, action.generation, error ?: "createOffer failed"))
+            }
+            is CallAction.CreateAnswer -> engine.createAnswer(action.peer) { sdp, error ->
+                post(if (sdp != null) CallInput.LocalDescription(action.peer, action.generation, "answer", sdp)
+                     else CallInput.EngineFailed(action.peer, action.generation, error ?: "createAnswer failed"))
+            }
+            is CallAction.SetRemote -> engine.setRemoteDescription(action.peer, action.type, action.sdp) { error ->
+                post(if (error == null) CallInput.RemoteDescriptionSet(action.peer, action.generation)
+                     else CallInput.EngineFailed(action.peer, action.generation, error))
+            }
+            is CallAction.AddCandidate -> engine.addIceCandidate(action.peer, action.candidate, action.sdpMid, action.sdpMLineIndex)
+            is CallAction.GetStats -> engine.getStats(action.peer) { post(CallInput.StatsSampled(action.peer, action.generation, it)) }
+            is CallAction.Close -> engine.close(action.peer)
+            is CallAction.SendSignal -> step(SessionInput.SendSignal(action.type, action.to, action.payload))
+            is CallAction.SendData -> step(SessionInput.SendData(action.payload, action.to))
+            is CallAction.SendStats -> step(SessionInput.SendStats(action.sample))
+            is CallAction.Arm -> driver.arm(action.timer, action.afterMs)
+            is CallAction.Cancel -> driver.cancel(action.timer)
+            is CallAction.Emit -> callbackExecutor.execute {
+                when (val event = action.event) {
+                    is CallEvent.Incoming -> listener.onIncomingCall(event.peer)
+                    is CallEvent.Hangup -> listener.onHangup(event.peer, event.reason)
+                    is CallEvent.IceRestart -> listener.onIceRestart(event.peer, event.attempt)
+                    is CallEvent.MediaConnected -> listener.onMediaConnected(event.peer)
+                    is CallEvent.Stats -> listener.onStats(event.peer, event.sample)
+                }
             }
         }
     }
