@@ -10,13 +10,16 @@ android {
     namespace = "com.callingserver.sdk"
     compileSdk = 34
     defaultConfig { minSdk = 24 }
-    sourceSets["main"].java.srcDirs("src/main/kotlin")
+    // src/webrtc: WebRtcMediaEngine over the real org.webrtc below (src/webrtcStub is only for
+    // make test-android's compile check and is never part of this module).
+    sourceSets["main"].java.srcDirs("src/main/kotlin", "src/webrtc/kotlin")
     sourceSets["test"].java.srcDirs("src/test/kotlin")
 }
 
 dependencies {
     implementation("com.squareup.okhttp3:okhttp:3.14.9")
     implementation("org.jetbrains.kotlinx:kotlinx-coroutines-android:1.7.3")
+    implementation("io.getstream:stream-webrtc-android:1.3.9")
     // org.json is part of Android itself.
     testImplementation("junit:junit:4.13.2")
     testImplementation("org.json:json:20231013")

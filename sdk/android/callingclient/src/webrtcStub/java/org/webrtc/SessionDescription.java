@@ -1,0 +1,16 @@
+// STUB used only for the compile check of WebRtcMediaEngine in `make test-android`: the public
+// signatures it uses, copied from org.webrtc as published in stream-webrtc-android 1.3.9
+// (https://github.com/GetStream/webrtc-android, stream-webrtc-android/src/main/java/org/webrtc).
+// No behaviour: never linked into anything that runs, never shipped (docs/android.md).
+package org.webrtc;
+
+public class SessionDescription {
+  public static enum Type {
+    OFFER, PRANSWER, ANSWER, ROLLBACK;
+    public String canonicalForm() { throw new UnsupportedOperationException("stub"); }
+    public static Type fromCanonicalForm(String canonical) { throw new UnsupportedOperationException("stub"); }
+  }
+  public final Type type;
+  public final String description;
+  public SessionDescription(Type type, String description) { throw new UnsupportedOperationException("stub"); }
+}
