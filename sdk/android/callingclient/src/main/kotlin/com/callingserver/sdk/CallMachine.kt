@@ -55,6 +55,8 @@ sealed class CallInput {
     data class PeerResumed(val peer: String) : CallInput()
     /** Our socket dropped (a reconnect follows); calls are kept. */
     object SocketDown : CallInput() { override fun toString() = "SocketDown" }
+    /** The session is over (`disconnect()`, or a terminal close): every call ends as `disconnect`. */
+    object SessionEnded : CallInput() { override fun toString() = "SessionEnded" }
     /** A `welcome` (first or resumed) with the room's other peers. */
     data class Welcomed(val peers: List<String>) : CallInput()
     data class IceServers(val peer: String, val generation: Long, val servers: List<IceServer>) : CallInput()
@@ -89,7 +91,7 @@ sealed class CallAction {
 sealed class CallEvent {
     /** A peer calls us: `acceptCall` or `rejectCall`. */
     data class Incoming(val peer: String) : CallEvent()
-    /** The call ended: `local`, `remote`, `rejected`, `peer-left`, `cancelled`, `disconnected`, `failed`, `replaced` (the browser SDK's reasons). */
+    /** The call ended: `local`, `remote`, `rejected`, `peer-left`, `cancelled`, `disconnected`, `failed`, `replaced`, `disconnect` (the session ended; the browser SDK's reasons). */
     data class Hangup(val peer: String, val reason: String) : CallEvent()
     data class IceRestart(val peer: String, val attempt: Int) : CallEvent()
     data class MediaConnected(val peer: String) : CallEvent()
@@ -172,6 +174,10 @@ class CallMachine(val settings: Settings = Settings()) {
                 calls[input.peer]?.let { restartIfDown(it) }
             }
             is CallInput.SocketDown -> socketDown = true
+            is CallInput.SessionEnded -> {
+                socketDown = true // nothing can be sent any more
+                for (call in calls.values.toList()) end(call, "disconnect", notify = false)
+            }
             is CallInput.Welcomed -> {
                 socketDown = false
                 val present = input.peers.toSet()

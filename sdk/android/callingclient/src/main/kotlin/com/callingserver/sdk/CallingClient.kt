@@ -31,7 +31,7 @@ interface Listener {
     fun onError(error: CallingError) {}
     /** A peer calls (only with a `mediaEngine`): answer with `acceptCall` or `rejectCall`. */
     fun onIncomingCall(peerId: String) {}
-    /** A call ended; [reason] is the browser SDK's (`local`, `remote`, `rejected`, `peer-left`, `cancelled`, `disconnected`, `failed`, `replaced`). */
+    /** A call ended; [reason] is the browser SDK's (`local`, `remote`, `rejected`, `peer-left`, `cancelled`, `disconnected`, `failed`, `replaced`, `disconnect`: the session ended). */
     fun onHangup(peerId: String, reason: String) {}
     fun onIceRestart(peerId: String, attempt: Int) {}
     fun onMediaConnected(peerId: String) {}
@@ -219,6 +219,8 @@ class CallingClient(
         is CallingEvent.PeerReconnecting -> CallInput.PeerReconnecting(event.peerId)
         is CallingEvent.PeerResumed -> CallInput.PeerResumed(event.peerId)
         is CallingEvent.Disconnected -> CallInput.SocketDown
+        is CallingEvent.StateChanged ->
+            if (event.state == ConnectionState.ENDED || event.state == ConnectionState.FAILED) CallInput.SessionEnded else null
         is CallingEvent.Connected -> CallInput.Welcomed(event.welcome.peers.map { it.peerId })
         else -> null
     }

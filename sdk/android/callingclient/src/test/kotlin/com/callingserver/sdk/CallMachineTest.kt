@@ -159,4 +159,14 @@ class CallMachineTest {
         assertTrue(h(CallInput.StatsSampled("bob", first.generation, sample)).isEmpty())
         assertTrue(h(CallInput.LocalDescription("bob", first.generation, "offer", "late")).isEmpty())
     }
+
+    @Test fun theSessionsEndEndsEveryCallAsDisconnectWithoutSendingAnything() {
+        outgoing("bob")
+        h(CallInput.Signal("offer", "carl", """{"type":"offer","sdp":"x"}"""))
+        val ended = h(CallInput.SessionEnded)
+        assertEquals(setOf(CallEvent.Hangup("bob", "disconnect"), CallEvent.Hangup("carl", "disconnect")), events(ended).toSet())
+        assertEquals(listOf(CallAction.Close("bob")), of<CallAction.Close>(ended))
+        assertTrue(of<CallAction.SendData>(ended).isEmpty())
+        assertTrue(machine.peers.isEmpty())
+    }
 }
