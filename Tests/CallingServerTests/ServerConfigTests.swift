@@ -106,7 +106,7 @@ final class ServerConfigTests: XCTestCase {
         XCTAssertEqual(problems.problems.sorted(), [
             "flag --webhook_chat_messages: webhook_chat_messages: 'maybe' is not true or false",
             "webhook_events: chat_message is switched on with webhook_chat_messages = true, not listed here",
-            "webhook_events: unknown event 'nope' (known: all, call_ended, call_started, peer_joined, peer_left, presence_request_ended, session_ended, session_started)",
+            "webhook_events: unknown event 'nope' (known: all, call_ended, call_started, peer_joined, peer_left, presence_agent_status, presence_request_ended, presence_request_ringing, session_ended, session_started)",
             "webhook_retry_base_ms must not exceed webhook_retry_max_ms",
             "webhook_urls: 'ftp://bad.example/h' is not an http:// or https:// URL with a host",
             "webhook_urls: 'https://' is not an http:// or https:// URL with a host",
