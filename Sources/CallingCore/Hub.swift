@@ -87,6 +87,47 @@ struct BanKey: Hashable, Sendable {
     }
 }
 
+extension BanKey {
+    /// The key as `TokenBan.key` spells it: `jti:<jti>`, or for a token without a `jti`
+    /// `iat:<iat>:<exp>:<bytes of room_id>:<room_id><sub>` (the length keeps any room id and peer id apart).
+    var storageKey: String {
+        switch kind {
+        case .id(let id): "jti:" + id
+        case .issued(let peer, let room, let at, let expires):
+            "iat:\(at):\(expires):\(room.rawValue.utf8.count):\(room.rawValue)\(peer.rawValue)"
+        }
+    }
+
+    /// The key `storageKey` spelled; nil for text it cannot have produced.
+    init?(storageKey: String) {
+        if storageKey.hasPrefix("jti:") {
+            kind = .id(String(storageKey.dropFirst(4)))
+            return
+        }
+        guard storageKey.hasPrefix("iat:") else { return nil }
+        let fields = storageKey.dropFirst(4).split(separator: ":", maxSplits: 3, omittingEmptySubsequences: false)
+        guard fields.count == 4, let at = Int64(fields[0]), let expires = Int64(fields[1]), let roomBytes = Int(fields[2]),
+              roomBytes >= 0, fields[3].utf8.count >= roomBytes,
+              let room = String(fields[3].utf8.prefix(roomBytes)), let peer = String(fields[3].utf8.dropFirst(roomBytes))
+        else { return nil }
+        kind = .issued(peer: PeerID(peer), room: RoomID(room), at: at, expires: expires)
+    }
+}
+
+/// A kicked token as a store keeps it, so that every node sharing the store refuses it and a
+/// restarted node still does (`Hub.ban(of:)` makes one, `Hub.impose` takes them back).
+public struct TokenBan: Sendable, Hashable {
+    /// Names the token, whichever peer presents it (`jti:…` or `iat:…`; opaque to the store).
+    public var key: String
+    /// Refused until then (the token's expiry plus leeway, ms); after it the token is expired anyway.
+    public var expiresAt: Millis
+
+    public init(key: String, expiresAt: Millis) {
+        self.key = key
+        self.expiresAt = expiresAt
+    }
+}
+
 /// Why `Hub.admit` gives a joiner no seat. docs/protocol.md ("Room limits", "Admin API") lists the
 /// HTTP status and `code` of each.
 public enum JoinRefusal: Sendable, Equatable {
@@ -709,6 +750,22 @@ public struct Hub: Sendable {
         case .setDraining(let draining):
             isDraining = draining
             return []
+        }
+    }
+
+    /// The ban a kick (or an ended room) imposes on `identity`'s token; nil for an identity
+    /// without a credential (nothing names its token).
+    public static func ban(of identity: PeerIdentity) -> TokenBan? {
+        guard let credential = identity.credential else { return nil }
+        return TokenBan(key: BanKey(credential, of: identity).storageKey, expiresAt: credential.expiresAt)
+    }
+
+    /// Refuses these tokens from now on, as if they had been kicked here (bans another node
+    /// stored, or this one before a restart). Expired ones and keys no hub made are skipped.
+    public mutating func impose(_ bans: [TokenBan], now: Millis) {
+        for ban in bans where ban.expiresAt > now {
+            guard let key = BanKey(storageKey: ban.key) else { continue }
+            banned[key] = max(banned[key] ?? .min, ban.expiresAt)
         }
     }
 

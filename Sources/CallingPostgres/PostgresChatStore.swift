@@ -194,11 +194,13 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         submit(completion) { try PostgresChatRepository(db: $0).summary(room: room, peer: peer) }
     }
 
-    private func submit<Value: Sendable>(
+    /// Runs `work` on `queue` and completes there; `mayRepeat` as in `run`, for all errors at once.
+    func submit<Value: Sendable>(
         _ completion: @escaping @Sendable (Result<Value, StoreError>) -> Void,
+        mayRepeat: Bool = true,
         _ work: @escaping @Sendable (PostgresConnection) throws -> Value
     ) {
-        queue.async { completion(self.run(work)) }
+        queue.async { completion(self.run(mayRepeat: { _ in mayRepeat }, work)) }
     }
 
     /// On `queue`: `work` on a live connection, reconnecting first when the last call found it gone.

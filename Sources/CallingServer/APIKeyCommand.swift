@@ -1,13 +1,14 @@
 import CallingAuth
 import CallingCore
+import CallingPostgres
 import CallingStore
 import Foundation
 
 /// `calling-server apikey create|list|revoke`: manages the keys of the server-to-server routes
 /// (`/v1/calls`, `/v1/tokens`: scope `calls`) and of the admin API (`/v1/admin/…`: scope `admin`).
-/// Works on the database file directly, so it also works while the
-/// server runs (SQLite WAL; the server looks keys up per request, so a revocation takes effect on
-/// the next request).
+/// Works on the database directly (the SQLite file, or PostgreSQL with `database_url`, where the
+/// keys are the whole cluster's), so it also works while the server runs: the server looks keys up
+/// per request, so a revocation takes effect on the next request.
 enum APIKeyCommand {
     static let usage = """
         usage: calling-server apikey create --name NAME [--scope calls|admin|"calls admin"]
@@ -44,7 +45,7 @@ enum APIKeyCommand {
                 let plaintext = APIKey.generate()
                 let record = APIKeyRecord(id: "ak_" + SecureRandom.token(bytes: 9), name: name, hash: APIKey.hash(plaintext),
                                           createdMs: Self.nowMs(), scopes: scopes)
-                try keys.insert(record)
+                try keys.wait { keys.insertAPIKey(record, completion: $0) }
                 // The key alone on stdout, so `KEY=$(calling-server apikey create --name x)` works.
                 print(plaintext)
                 CallingCommand.printError("created API key \(record.id) (\(name), scope \(scopes.joined(separator: " "))); the key above is not shown again")
@@ -53,7 +54,7 @@ enum APIKeyCommand {
         case "list":
             return withRepository(config) { keys in
                 print(["ID", "NAME", "SCOPE", "CREATED", "REVOKED"].joined(separator: "\t"))
-                for key in try keys.all() {
+                for key in try keys.wait({ keys.apiKeys(completion: $0) }) {
                     print([key.id, key.name, key.scopes.joined(separator: " "), Self.timestamp(key.createdMs),
                            key.revokedMs.map(Self.timestamp) ?? "-"]
                         .joined(separator: "\t"))
@@ -66,7 +67,7 @@ enum APIKeyCommand {
                 return 64
             }
             return withRepository(config) { keys in
-                switch try keys.revoke(id: id, nowMs: Self.nowMs()) {
+                switch try keys.wait({ keys.revokeAPIKey(id: id, nowMs: Self.nowMs(), completion: $0) }) {
                 case .revoked(let key):
                     print("revoked \(key.id) (\(key.name))")
                     return 0
@@ -84,13 +85,19 @@ enum APIKeyCommand {
         }
     }
 
-    /// Opens (and migrates) the database, runs `body` on it, closes it; errors become exit code 1.
-    private static func withRepository(_ config: ServerConfig, _ body: (APIKeyRepository) throws -> Int32) -> Int32 {
+    /// Opens (and migrates) the database the server keeps keys in, runs `body` on it, closes it;
+    /// errors become exit code 1.
+    private static func withRepository(_ config: ServerConfig, _ body: (any AccessPersistence) throws -> Int32) -> Int32 {
         do {
+            if !config.databaseURL.isEmpty {
+                let store = try PostgresChatStore.open(url: config.databaseURL)
+                defer { store.close() }
+                return try body(store)
+            }
             try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
             let store = try ChatStore.open(path: config.databasePath, options: config.chatStoreOptions)
             defer { store.close() }
-            return try store.sync { try body(APIKeyRepository(db: $0)) }
+            return try body(store)
         } catch {
             CallingCommand.printError("calling-server apikey: \(error)")
             return 1

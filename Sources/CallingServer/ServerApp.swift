@@ -19,6 +19,8 @@ public final class ServerApp: @unchecked Sendable {
     let store: ChatStore
     /// Chat history: `store`, or PostgreSQL when `database_url` is set.
     let chat: any ChatPersistence
+    /// API keys and kicked tokens: the same store as `chat`.
+    let access: any AccessPersistence
     let transport: WebSocketServer
     let webhooks: Webhooks
     let context: ServiceContext
@@ -67,7 +69,9 @@ public final class ServerApp: @unchecked Sendable {
         if !store.migrationsAppliedAtOpen.isEmpty {
             logger.info("migrations applied", ["names": store.migrationsAppliedAtOpen.joined(separator: ",")])
         }
-        chat = try Self.openChat(config: config, store: store, logger: logger)
+        let shared = try Self.openShared(config: config, logger: logger)
+        chat = shared ?? store
+        access = shared ?? store
         let transport = WebSocketServer(settings: config.transport, logger: logger.labeled("transport"))
         self.transport = transport
         let issuer = try TokenIssuer(hs256Secret: secret)
@@ -75,7 +79,7 @@ public final class ServerApp: @unchecked Sendable {
         let now = ServiceContext.systemNow
         webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"), now: now)
         context = ServiceContext(config: config, logger: logger.labeled("signaling"), now: now,
-                                 post: { [transport] work in transport.post(work) }, store: store, chat: chat,
+                                 post: { [transport] work in transport.post(work) }, store: store, chat: chat, access: access,
                                  webhooks: webhooks, issuer: issuer, verifier: verifier, ice: ice)
         let localRouter = LocalRouter(sink: transport, metrics: context.metrics)
         var clusterRouter: ClusterRouter?
@@ -101,6 +105,9 @@ public final class ServerApp: @unchecked Sendable {
         let journal = clusterRouter == nil ? SeatJournal(store: store, logger: logger.labeled("seats")) : nil
         let rooms = SignalingService(context: context, router: router, chats: chat, calls: book, seatJournal: journal)
         self.rooms = rooms
+        // Tokens kicked before this start (here, or on any node sharing the database) stay refused.
+        let accessStore = access
+        rooms.imposeBans(try accessStore.wait { accessStore.tokenBans(activeAt: now(), completion: $0) })
         if clusterRouter == nil {
             // One node: the hub seats exactly this node's connections, so the router reads seats
             // there instead of keeping a table that mirrors it (a dictionary per room).
@@ -152,13 +159,14 @@ public final class ServerApp: @unchecked Sendable {
         }
     }
 
-    /// The SQLite store itself, or a PostgreSQL store for `database_url` (its chat migrations applied).
-    /// An unreachable PostgreSQL stops the start: a node meant to share history must not keep its own.
-    static func openChat(config: ServerConfig, store: ChatStore, logger: Logger) throws -> any ChatPersistence {
-        guard !config.databaseURL.isEmpty else { return store }
+    /// A PostgreSQL store for `database_url` (its migrations applied), for chat history, API keys and
+    /// kicked tokens; nil without one (the SQLite store keeps them). An unreachable PostgreSQL stops
+    /// the start: a node meant to share them must not keep its own.
+    static func openShared(config: ServerConfig, logger: Logger) throws -> PostgresChatStore? {
+        guard !config.databaseURL.isEmpty else { return nil }
         let postgres = try PostgresChatStore.open(url: config.databaseURL,
                                                   options: .init(reconnectIntervalMs: config.databaseReconnectMs))
-        logger.info("chat history in PostgreSQL", ["database_url": ServerConfig.redactingPassword(config.databaseURL),
+        logger.info("chat history, API keys and kicked tokens in PostgreSQL", ["database_url": ServerConfig.redactingPassword(config.databaseURL),
                                                     "migrations_applied": postgres.migrationsAppliedAtOpen.joined(separator: ",")])
         return postgres
     }

@@ -94,6 +94,8 @@ public struct ServerConfig: Sendable, Equatable {
     public var databaseURL = ""
     /// Least time between two reconnect attempts while `database_url` is unreachable.
     public var databaseReconnectMs = 500
+    /// With `database_url`: how often each node reads the tokens other nodes kicked.
+    public var databaseBanSyncMs = 1_000
 
     /// Comma-separated `turn:`/`turns:` URLs handed out by `GET /v1/ice` with REST credentials.
     public var turnURLs = ""
@@ -370,6 +372,8 @@ public struct ServerConfig: Sendable, Equatable {
             }, show: { ServerConfig.redactingPassword($0.databaseURL) }),
         .int("database_reconnect_ms", "least time between reconnect attempts while database_url is unreachable (chats fail at once meanwhile)",
              \.databaseReconnectMs, 10...60_000),
+        .int("database_ban_sync_ms", "with database_url: how often a node reads the tokens kicked through other nodes (refused here from then on)",
+             \.databaseBanSyncMs, 10...600_000),
         .optionalString("turn_urls", "comma-separated turn:/turns: URLs for GET /v1/ice", \.turnURLsOptional),
         .optionalString("stun_urls", "comma-separated stun: URLs for GET /v1/ice", \.stunURLsOptional),
         .optionalString("turn_secret_file", "file with coturn's static-auth-secret (or CALLING_TURN_SECRET)", \.turnSecretFile),

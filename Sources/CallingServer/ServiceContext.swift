@@ -19,10 +19,12 @@ final class ServiceContext: @unchecked Sendable {
     let metrics: Metrics
     let now: @Sendable () -> Millis
     let post: ServicePost
-    /// The SQLite store: calls, API keys, meters, stats and webhooks (through `perform`).
+    /// The SQLite store: calls, meters, stats and webhooks (through `perform`).
     let store: ChatStore
     /// Chat history and every chat's `seq`: `store` itself, or PostgreSQL when `database_url` is set.
     let chat: any ChatPersistence
+    /// API keys and kicked tokens: `store` itself, or PostgreSQL when `database_url` is set.
+    let access: any AccessPersistence
     /// The webhook sender (Webhooks.swift); `emit` is all the service thread calls.
     let webhooks: Webhooks
     /// Signs tokens the server hands out itself (calls, presence `accepted`).
@@ -32,7 +34,8 @@ final class ServiceContext: @unchecked Sendable {
     let ice: ICEService
 
     init(config: ServerConfig, logger: Logger, metrics: Metrics = Metrics(), now: @escaping @Sendable () -> Millis,
-         post: @escaping ServicePost, store: ChatStore, chat: (any ChatPersistence)? = nil, webhooks: Webhooks, issuer: TokenIssuer, verifier: TokenVerifier,
+         post: @escaping ServicePost, store: ChatStore, chat: (any ChatPersistence)? = nil,
+         access: (any AccessPersistence)? = nil, webhooks: Webhooks, issuer: TokenIssuer, verifier: TokenVerifier,
          ice: ICEService)
     {
         self.config = config
@@ -42,6 +45,7 @@ final class ServiceContext: @unchecked Sendable {
         self.post = post
         self.store = store
         self.chat = chat ?? store
+        self.access = access ?? store
         self.webhooks = webhooks
         self.issuer = issuer
         self.verifier = verifier

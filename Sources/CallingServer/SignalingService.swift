@@ -44,6 +44,11 @@ final class SignalingService: @unchecked Sendable {
     private let now: @Sendable () -> Millis
     /// Chat outcomes of the store's current batch, until `postCollectedChats` posts them.
     private let chatOutcomes = CollectedChats()
+    /// How often the bans other nodes stored are read (`database_ban_sync_ms`); nil without a
+    /// shared store, where this node's hub already knows every ban.
+    private let banSyncMs: Millis?
+    private var lastBanSync: Millis = 0
+    private var banSyncInFlight = false
 
     init(context: ServiceContext, router: any Router, chats: any ChatPersistence, calls: CallBook, seatJournal: SeatJournal? = nil) {
         self.seatJournal = seatJournal
@@ -57,6 +62,7 @@ final class SignalingService: @unchecked Sendable {
         self.chats = chats
         self.calls = calls
         self.hub = Hub(settings: context.config.hub)
+        self.banSyncMs = context.config.databaseURL.isEmpty ? nil : Millis(context.config.databaseBanSyncMs)
         chats.afterAppendCompletions { [weak self] in self?.postCollectedChats() }
     }
 
@@ -191,6 +197,8 @@ final class SignalingService: @unchecked Sendable {
         // Webhook events follow this node's seats only: in a cluster every node reports its own peers.
         let hooks = webhooks.isEnabled
         var events: [CallLifecycle.Event] = []
+        // Tokens a kick or an ended room refuses from now on: stored, for the other nodes and a restart.
+        var bans: [TokenBan] = []
         let effects: [HubEffect]
         switch input {
         case .join(let connection, let identity, _):
@@ -230,6 +238,7 @@ final class SignalingService: @unchecked Sendable {
             let seat = hub.seat(of: peer, in: room).map { ($0.connection, $0.identity) }
             effects = hub.handle(input, now: current)
             if let (connection, identity) = seat {
+                bans.append(contentsOf: Hub.ban(of: identity).map { [$0] } ?? [])
                 left.append((identity, connection))
                 if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: "kicked", now: current) }
             }
@@ -239,6 +248,7 @@ final class SignalingService: @unchecked Sendable {
             }
             effects = hub.handle(input, now: current)
             for (connection, identity) in seated {
+                bans.append(contentsOf: Hub.ban(of: identity).map { [$0] } ?? [])
                 left.append((identity, connection))
                 if hooks, router.isLocal(connection) { events += lifecycle.left(identity, reason: "room_closed", now: current) }
             }
@@ -247,6 +257,7 @@ final class SignalingService: @unchecked Sendable {
         }
         if let seatJournal { remember(joined: joined, left: left, in: seatJournal, now: current) }
         for event in events { emit(event, connection: input) }
+        if !bans.isEmpty { storeBans(bans) }
         // A room that lost its last seat ends its ongoing calls; an admin end already ended them,
         // and a stopping server's peers come back to the restarted one.
         if !left.isEmpty, !webhooks.isStopping, !isEndRoom(input) {
@@ -295,6 +306,43 @@ final class SignalingService: @unchecked Sendable {
     func beginRestart() {
         restarting = true
         apply(hub.persistMeters(now: now()))
+    }
+
+    // MARK: bans
+
+    /// Writes kicked tokens to the store (`AccessPersistence`), so that the nodes sharing it and this
+    /// node after a restart refuse them too. The hub here refuses them already.
+    private func storeBans(_ bans: [TokenBan]) {
+        context.access.storeTokenBans(bans) { [context, logger] result in
+            guard case .failure(let error) = result else { return }
+            logger.error("kicked tokens not stored: other nodes may admit them", ["tokens": "\(bans.count)", "error": "\(error)"])
+            context.post { context.metrics.storeFailures += 1 }
+        }
+    }
+
+    /// Has the hub refuse `bans` (read from the store) as if they were kicked here. Service thread.
+    func imposeBans(_ bans: [TokenBan]) {
+        hub.impose(bans, now: now())
+    }
+
+    /// With a shared store (`database_url`): every `database_ban_sync_ms`, reads the bans other
+    /// nodes stored, so that a token kicked anywhere is refused here before its upgrade, with
+    /// nothing added to a join. One read at a time.
+    private func syncBans(now current: Millis) {
+        guard let interval = banSyncMs, current - lastBanSync >= interval, !banSyncInFlight else { return }
+        lastBanSync = current
+        banSyncInFlight = true
+        context.access.tokenBans(activeAt: current) { [self] result in
+            context.post { [self] in
+                banSyncInFlight = false
+                switch result {
+                case .success(let bans): imposeBans(bans)
+                case .failure(let error):
+                    metrics.storeFailures += 1
+                    logger.error("kicked tokens not read from the store", ["error": "\(error)"])
+                }
+            }
+        }
     }
 
     private func emit(_ event: CallLifecycle.Event, connection input: HubInput) {
@@ -465,6 +513,7 @@ final class SignalingService: @unchecked Sendable {
     func tick(now current: Millis) {
         seatJournal?.flush()
         apply(hub.handle(.tick, now: current))
+        syncBans(now: current)
         guard !graceTimers.isEmpty, graceTimers.contains(where: { $0.due <= current }) else { return }
         let due = graceTimers.filter { $0.due <= current }
         graceTimers.removeAll { $0.due <= current }

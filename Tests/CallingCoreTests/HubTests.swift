@@ -961,6 +961,27 @@ extension HubTests {
         XCTAssertNil(hub.admit(token("carol"), now: now), "the same times for another peer")
     }
 
+    func test_a_ban_made_by_one_hub_and_imposed_on_another_refuses_the_same_token_there_only() {
+        // What a store carries between nodes: `Hub.ban(of:)` on the kicking node, `impose` elsewhere.
+        let withID = identity("bob", token: "jti:bob-1", expiresIn: 60_000)
+        let withoutID = PeerIdentity(peer: "b:o", room: "r:1", credential: TokenCredential(issuedAt: 100, expires: 1_000, expiresAt: now + 60_000))
+        let bans = [withID, withoutID].compactMap(Hub.ban(of:))
+        XCTAssertEqual(bans.map(\.key), ["jti:jti:bob-1", "iat:100:1000:3:r:1b:o"])
+        XCTAssertEqual(bans.map(\.expiresAt), [now + 60_000, now + 60_000])
+        XCTAssertNil(Hub.ban(of: PeerIdentity(peer: "x", room: "r")), "a token the hub cannot name")
+
+        var other = Hub()
+        other.impose(bans + [TokenBan(key: "nonsense", expiresAt: now + 60_000), TokenBan(key: "jti:old", expiresAt: now)], now: now)
+        XCTAssertEqual(other.admit(withID, now: now), .kicked)
+        XCTAssertEqual(other.admit(withoutID, now: now), .kicked)
+        XCTAssertNil(other.admit(identity("bob", token: "jti:bob-2"), now: now), "another token of the same peer")
+        XCTAssertNil(other.admit(PeerIdentity(peer: "b", room: "r:1", credential: TokenCredential(issuedAt: 100, expires: 1_000, expiresAt: now + 60_000)), now: now),
+                     "the same times for another peer")
+        XCTAssertNil(other.admit(identity("old", token: "jti:old"), now: now), "an expired ban is not imposed")
+        now += 60_001
+        XCTAssertNil(other.admit(withID, now: now), "imposed bans expire as kicks here do")
+    }
+
     func test_a_large_room_keeps_join_order_lookups_and_takeovers() {
         // More members than a room scans for a peer id: lookups go through its index, which must
         // follow every leave (positions shift) and takeover.

@@ -6,7 +6,7 @@ import Dispatch
 import Foundation
 import Testing
 
-/// The two `ChatPersistence` implementations, for ChatPersistenceTests' arguments.
+/// The two store implementations (`ChatPersistence`, `AccessPersistence`), for the contract suites' arguments.
 enum ChatBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case sqlite
     case postgres
@@ -65,6 +65,14 @@ final class StoreUnderTest: Sendable {
     }
 
     var store: any ChatPersistence {
+        switch location {
+        case .sqlite(_, let store, _): store
+        case .postgres(_, let store): store
+        }
+    }
+
+    /// The same store as `AccessPersistence` (API keys and kicked tokens).
+    var access: any AccessPersistence {
         switch location {
         case .sqlite(_, let store, _): store
         case .postgres(_, let store): store

@@ -1270,3 +1270,103 @@ def test_the_last_seat_of_a_room_is_given_once_across_three_nodes_even_for_joins
     assert outcomes["closed"] > 0, f"no race reached the shared count: {outcomes}"
     closes = sum(node.metrics().get('calling_closes_total{reason="room full"}', 0) for node in nodes)
     assert closes == outcomes["closed"], (closes, outcomes)
+
+
+# Shared REST state (`database_url`): API keys and kicked tokens live in PostgreSQL, so any node
+# answers (docs/operations.md, "What is shared").
+
+BAN_SYNC_MS = 100
+
+
+@pytest.fixture
+def shared_cluster(start_server, redis, postgres):
+    """Three nodes on one Redis and one PostgreSQL database, reading kicked tokens every BAN_SYNC_MS."""
+    url = postgres.create_database()
+    nodes = [start_node(start_server, redis, name, database_url=url, database_ban_sync_ms=BAN_SYNC_MS)
+             for name in ("node-a", "node-b", "node-c")]
+    for node in nodes:
+        wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
+    return nodes, url
+
+
+def apikey(node, url: str, *args: str) -> subprocess.CompletedProcess:
+    from support import BINARY
+
+    return subprocess.run([str(BINARY), "apikey", *args, "--data-dir", str(node.data_dir), "--database-url", url],
+                          capture_output=True, text=True, timeout=10, env=node.env)
+
+
+def request(node, method: str, path: str, key: str, body: dict | None = None):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=5)
+    headers = {"X-API-Key": key}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+    response = conn.getresponse()
+    raw = response.read()
+    conn.close()
+    return response.status, json.loads(raw) if raw else None
+
+
+def test_with_database_url_an_api_key_created_through_one_node_works_on_every_node_and_its_revocation_too(shared_cluster):
+    nodes, url = shared_cluster
+    a, b, c = nodes
+    created = apikey(a, url, "create", "--name", "ops", "--scope", "calls admin")
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    key_id = created.stderr.split("created API key ")[1].split(" ")[0]
+    for node in nodes:
+        status, body = request(node, "GET", "/v1/admin/rooms", key)
+        assert status == 200, (node.port, body)
+    listed = apikey(c, url, "list")
+    assert listed.returncode == 0 and key_id in listed.stdout, listed
+    # Each node's own SQLite file has no key: the one in PostgreSQL is the only one.
+    from support import BINARY
+    local = subprocess.run([str(BINARY), "apikey", "list", "--data-dir", str(b.data_dir)],
+                           capture_output=True, text=True, timeout=10, env=b.env)
+    assert local.returncode == 0 and key_id not in local.stdout, local
+
+    revoked = apikey(b, url, "revoke", "--id", key_id)
+    assert revoked.returncode == 0, revoked.stderr
+    for node in nodes:
+        status, body = request(node, "GET", "/v1/admin/rooms", key)
+        assert (status, body["code"]) == (401, "api_key_invalid"), (node.port, body)
+
+
+def test_with_database_url_a_kick_through_one_node_refuses_the_token_on_every_node(shared_cluster, start_server, redis):
+    from support import raw_upgrade
+
+    nodes, url = shared_cluster
+    a, b, c = nodes
+    created = apikey(a, url, "create", "--name", "ops", "--scope", "admin")
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    bob_token = a.token("r1", "bob")
+    other_token = a.token("r1", "bob")  # another jti, same peer
+
+    async def body():
+        alice = await Peer.connect(b, b.token("r1", "alice"), "alice")
+        bob = await Peer.connect(a, bob_token, "bob")
+        await alice.recv_type("peer-joined")
+        status, answer = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: request(a, "POST", "/v1/admin/rooms/r1/peers/bob/kick", key))
+        assert status == 200, answer
+        assert (await bob.wait_closed(5))[0] == 4403
+        await alice.close()
+
+    run(body(), timeout=20)
+    # b and c read the ban within database_ban_sync_ms; the token is refused there before its upgrade.
+    for node in (a, b, c):
+        def refused(node=node):
+            status, _, raw = raw_upgrade(node.port, f"/v1/ws?token={bob_token}")
+            return status == 403 and json.loads(raw)["code"] == "kicked"
+        wait_for(refused, timeout=3, what=f"the kicked token refused on {node.port}")
+    status, _, raw = raw_upgrade(c.port, f"/v1/ws?token={other_token}")
+    assert status == 101, raw
+
+    # A node started after the kick refuses the token from its start.
+    late = start_node(start_server, redis, "node-d", database_url=url)
+    status, _, raw = raw_upgrade(late.port, f"/v1/ws?token={bob_token}")
+    assert status == 403 and json.loads(raw)["code"] == "kicked", raw

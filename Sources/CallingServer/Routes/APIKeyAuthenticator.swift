@@ -5,7 +5,8 @@ import CallingTransport
 import Foundation
 
 /// Checks the API key of a server-to-server route (`/v1/calls…`, `/v1/tokens`: scope `calls`;
-/// `/v1/admin/…`: scope `admin`) against the store. One for the whole server, used by the route
+/// `/v1/admin/…`: scope `admin`) against the store (`context.access`: PostgreSQL with
+/// `database_url`, so a key works on every node). One for the whole server, used by the route
 /// table's `.apiKey` rows. Service thread; the lookup runs on the store queue and the answer
 /// comes back through `context.post`.
 // @unchecked Sendable: holds only constants; store completions capture it solely to hop back.
@@ -25,7 +26,7 @@ final class APIKeyAuthenticator: @unchecked Sendable {
         guard let key = presented, !key.isEmpty else { return then(.failure(Problem.apiKeyMissing)) }
         // A peer JWT or anything else that cannot be a key is refused without touching the store.
         guard key.hasPrefix(APIKey.prefix) else { return then(.failure(Problem.apiKeyInvalid)) }
-        context.store.perform({ db in try APIKeyRepository(db: db).active(hash: APIKey.hash(key)) }) { [context, logger] result in
+        context.access.activeAPIKey(hash: APIKey.hash(key)) { [context, logger] result in
             context.post {
                 switch result {
                 case .success(let record?) where record.allows(scope): then(.success(record))

@@ -1,6 +1,6 @@
 -- 001_chat (PostgreSQL): chat history, per-room sequence counters and read markers; the dialect of
--- schema/001_chat.sql for a shared database (`database_url`). Only the chat tables live here: calls,
--- API keys, meters and webhooks stay in each node's SQLite file.
+-- schema/001_chat.sql for a shared database (`database_url`). Only the chat tables live here; later
+-- files add what else the nodes share (002_access: API keys and kicked tokens).
 --
 -- Applied by CallingStore's Migrator (through CallingPostgres) in one transaction that also records
 -- version 1 in calling_schema_version, under an advisory lock; no BEGIN/COMMIT here.
