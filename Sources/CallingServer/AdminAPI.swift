@@ -105,9 +105,7 @@ final class AdminAPI: @unchecked Sendable {
         let closed = rooms.hubSnapshot.identities(in: room).count
         rooms.handle(.endRoom(room))
         let now = context.now()
-        context.store.perform({ db in
-            try CallRepository(db: db).endLive(room: room, nowMs: now, reason: Self.endedByAdminReason)
-        }) { [context, logger] result in
+        context.calls.endLiveCalls(room: room, nowMs: now, reason: Self.endedByAdminReason) { [context, logger] result in
             context.post {
                 switch result {
                 case .success(let calls):

@@ -8,8 +8,9 @@ import Foundation
 /// in time. The calls API (`CallsAPI`) only registers and reads calls; this is what every join,
 /// leave and meter change calls into.
 ///
-/// Service thread; every store access goes through `ChatStore.perform` and comes back through
-/// `context.post`, so the loop never waits on disk.
+/// Service thread; every store access goes through `CallPersistence` (`context.calls`: the SQLite
+/// store, or PostgreSQL with `database_url`, where a join's mark is a query on that store's queue)
+/// and comes back through `context.post`, so the loop never waits on disk or network.
 // @unchecked Sendable: all mutable state is touched only on the service thread. Store completions
 // run on the store queue and capture `self` solely to hop back through `context.post`.
 final class CallBook: @unchecked Sendable {
@@ -22,7 +23,7 @@ final class CallBook: @unchecked Sendable {
     static let lastPeerLeftReason = "last_peer_left"
 
     let context: ServiceContext
-    let store: ChatStore
+    let store: any CallPersistence
     let config: ServerConfig
     let logger: Logger
 
@@ -37,7 +38,7 @@ final class CallBook: @unchecked Sendable {
 
     init(context: ServiceContext, logger: Logger) {
         self.context = context
-        self.store = context.store
+        self.store = context.calls
         self.config = context.config
         self.logger = logger
     }
@@ -53,8 +54,7 @@ final class CallBook: @unchecked Sendable {
                     attachMeter: @escaping @Sendable (RoomID, Meter) -> Void) {
         let room = identity.room
         let windowStart = now - joinWindowMs
-        store.perform({ db in try CallRepository(db: db).markJoined(room: room, nowMs: now, createdAfterMs: windowStart) }) {
-            [logger] result in
+        store.markCallsJoined(room: room, nowMs: now, createdAfterMs: windowStart) { [logger] result in
             switch result {
             case .success(let calls):
                 for call in calls { logger.info("call ongoing", ["call.id": call.rawValue, "room.id": room.rawValue]) }
@@ -69,9 +69,7 @@ final class CallBook: @unchecked Sendable {
     /// server): its ongoing calls end, so `GET /v1/calls/{id}` says `ended` and a session POST with
     /// the call's token answers 404 `call_not_found` instead of waiting for an agent. Service thread.
     func roomEmptied(_ room: RoomID, now: Millis) {
-        store.perform({ db in
-            try CallRepository(db: db).endOngoing(room: room, nowMs: now, reason: Self.lastPeerLeftReason)
-        }) { [context, logger] result in
+        store.endOngoingCalls(room: room, nowMs: now, reason: Self.lastPeerLeftReason) { [context, logger] result in
             switch result {
             case .success(let ended):
                 for call in ended {
@@ -92,18 +90,23 @@ final class CallBook: @unchecked Sendable {
         guard meterLoads.insert(room).inserted else { return }
         let intervalMs = Millis(config.meterIntervalSeconds) * 1_000
         let defaultWarningMs = Millis(config.meterWarningSeconds) * 1_000
-        store.perform({ db -> Meter? in
-            if let saved = try MeterRepository(db: db).find(room: room) {
-                return Meter(limitMs: saved.limitS * 1_000, warningMs: saved.warningS * 1_000, intervalMs: intervalMs,
-                             elapsedMs: saved.elapsedMs, startedAt: saved.startedMs, state: Meter.State(saved.state))
+        let node = context.nodeID
+        store.meterSource(room: room) { [self] result in
+            let meter = result.map { source -> Meter? in
+                // In a cluster sharing the store every node reads the same call: its meter runs on
+                // the node that created it only, which sends its frames to the other nodes' peers.
+                if let owner = source.liveCall?.node, owner != node { return nil }
+                if let saved = source.saved {
+                    return Meter(limitMs: saved.limitS * 1_000, warningMs: saved.warningS * 1_000, intervalMs: intervalMs,
+                                 elapsedMs: saved.elapsedMs, startedAt: saved.startedMs, state: Meter.State(saved.state))
+                }
+                guard let call = source.liveCall, let limit = call.meterLimitS else { return nil }
+                return Meter(limitMs: limit * 1_000, warningMs: call.meterWarningS.map { $0 * 1_000 } ?? defaultWarningMs,
+                             intervalMs: intervalMs)
             }
-            guard let call = try CallRepository(db: db).live(room: room), let limit = call.meterLimitS else { return nil }
-            return Meter(limitMs: limit * 1_000, warningMs: call.meterWarningS.map { $0 * 1_000 } ?? defaultWarningMs,
-                         intervalMs: intervalMs)
-        }) { [self] result in
             context.post { [self] in
                 meterLoads.remove(room)
-                switch result {
+                switch meter {
                 case .success(let meter?): attach(room, meter)
                 case .success(nil): break
                 case .failure(let error):
@@ -121,14 +124,7 @@ final class CallBook: @unchecked Sendable {
                                  limitS: snapshot.limitSeconds, warningS: snapshot.warningMs / 1_000,
                                  state: MeterRecord.State(snapshot.state))
         let now = context.now()
-        store.perform({ db in
-            try db.transaction(.immediate) {
-                try MeterRepository(db: db).save(record)
-                if record.state == .ended {
-                    try CallRepository(db: db).endLive(room: room, nowMs: now, reason: Self.consultationEndedReason)
-                }
-            }
-        }) { [context, logger] result in
+        store.saveMeter(record, nowMs: now, endReason: Self.consultationEndedReason) { [context, logger] result in
             guard case .failure(let error) = result else { return }
             logger.error("meter not stored", ["room.id": room.rawValue, "error": "\(error)"])
             context.post { context.metrics.storeFailures += 1 }
@@ -148,7 +144,7 @@ final class CallBook: @unchecked Sendable {
         guard !pendingStats.isEmpty else { return }
         let batch = pendingStats
         pendingStats = []
-        store.perform({ db in try CallStatsRepository(db: db).insert(batch) }) { [context, logger] result in
+        store.storeStats(batch) { [context, logger] result in
             guard case .failure(let error) = result else { return }
             logger.error("stats not stored", ["samples": "\(batch.count)", "error": "\(error)"])
             context.post { context.metrics.storeFailures += 1 }
@@ -163,9 +159,7 @@ final class CallBook: @unchecked Sendable {
         lastSweep = now
         sweepInFlight = true
         let cutoff = now - joinWindowMs
-        store.perform({ db in
-            try CallRepository(db: db).expireUnjoined(createdAtOrBeforeMs: cutoff, nowMs: now, reason: Self.notJoinedReason)
-        }) { [self] result in
+        store.expireUnjoinedCalls(createdAtOrBeforeMs: cutoff, nowMs: now, reason: Self.notJoinedReason) { [self] result in
             context.post { [self] in
                 sweepInFlight = false
                 switch result {

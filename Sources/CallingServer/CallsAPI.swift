@@ -16,7 +16,7 @@ final class CallsAPI: @unchecked Sendable {
     static let maxIdentifierBytes = IdentifierRule.maxBytes
 
     let context: ServiceContext
-    let store: ChatStore
+    let store: any CallPersistence
     let config: ServerConfig
     let logger: Logger
     /// STUN/TURN for `ice_servers`: the one `GET /v1/ice` serves, installed by `ServerApp`.
@@ -28,7 +28,7 @@ final class CallsAPI: @unchecked Sendable {
     init(context: ServiceContext, book: CallBook, logger: Logger) {
         self.context = context
         self.book = book
-        self.store = context.store
+        self.store = context.calls
         self.config = context.config
         self.logger = logger
     }
@@ -81,15 +81,10 @@ final class CallsAPI: @unchecked Sendable {
         let record = CallRecord(
             call: call, room: room, agentID: agent, metadata: metadata.map(JSONWriter.string),
             dynamicVariables: variables.map(JSONWriter.string), meterLimitS: meterLimit, meterWarningS: meterWarning,
-            createdMs: now, expiresMs: expiresAt * 1_000, maxPeers: maxPeers)
+            createdMs: now, expiresMs: expiresAt * 1_000, maxPeers: maxPeers, node: context.nodeID)
         let ice = ice.answer(for: peer, now: Self.date(now))["ice_servers"] ?? .array([])
-        store.perform({ db in
-            try db.transaction(.immediate) {
-                try CallRepository(db: db).insert(record)
-                // A new call in the room starts any consultation meter afresh.
-                try MeterRepository(db: db).delete(room: room)
-            }
-        }) { [context, logger] result in
+        // A new call in the room starts any consultation meter afresh (`createCall` forgets it).
+        store.createCall(record) { [context, logger] result in
             context.post {
                 switch result {
                 case .success:
@@ -115,7 +110,7 @@ final class CallsAPI: @unchecked Sendable {
     func getCall(_ route: RouteRequest, _ respond: @escaping RouteResponder) {
         let call = CallID(route.parameter("call_id"))
         let joinWindowMs = joinWindowMs
-        store.perform({ db in try CallRepository(db: db).find(call) }) { [context] result in
+        store.call(call) { [context] result in
             context.post {
                 switch result {
                 case .success(let record?): respond(.json(200, .object(record.json(joinWindowMs: joinWindowMs))))
@@ -139,14 +134,13 @@ final class CallsAPI: @unchecked Sendable {
     func getStats(_ route: RouteRequest, _ respond: @escaping RouteResponder) {
         let call = CallID(route.parameter("call_id"))
         book.flushStats()
-        store.perform({ db -> (CallRecord?, CallStatsReport) in
-            (try CallRepository(db: db).find(call), try CallStatsRepository(db: db).report(call: call))
-        }) { [context] result in
+        store.callStats(call) { [context] result in
             context.post {
                 switch result {
-                case .success((nil, let report)) where report.overall.samples == 0:
+                case .success(let page) where page.call == nil && page.report.overall.samples == 0:
                     respond(Self.callNotFound(call))
-                case .success((_, let report)):
+                case .success(let page):
+                    let report = page.report
                     respond(.json(200, report.json))
                 case .failure:
                     context.metrics.storeFailures += 1
@@ -197,7 +191,7 @@ final class CallsAPI: @unchecked Sendable {
             guard let room else { return respond(.problem(500, code: "internal_error", detail: "room_id was not read")) }
             return respond(issue(room, nil))
         }
-        store.perform({ db in try CallRepository(db: db).find(call) }) { [context] result in
+        store.call(call) { [context] result in
             context.post {
                 switch result {
                 case .success(let record?):

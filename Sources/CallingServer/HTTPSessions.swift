@@ -169,7 +169,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
         }
         let identity = PeerIdentity(claims: claims, room: room, call: call, defaultRole: "client", leewaySeconds: config.jwtLeewaySeconds)
         let expiresAt = Self.millis(claims.expiresAt.addingTimeInterval(config.jwtLeewaySeconds))
-        context.store.perform({ db in try CallRepository(db: db).find(call) }) { [context] result in
+        context.calls.call(call) { [context] result in
             context.post { [self] in
                 switch result {
                 case .success(let record?) where record.state != .ended && record.room == room:

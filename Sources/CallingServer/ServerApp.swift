@@ -21,6 +21,8 @@ public final class ServerApp: @unchecked Sendable {
     let chat: any ChatPersistence
     /// API keys and kicked tokens: the same store as `chat`.
     let access: any AccessPersistence
+    /// Calls, their stats and meters: the same store as `chat`.
+    let callStore: any CallPersistence
     let transport: WebSocketServer
     let webhooks: Webhooks
     let context: ServiceContext
@@ -72,19 +74,20 @@ public final class ServerApp: @unchecked Sendable {
         let shared = try Self.openShared(config: config, logger: logger)
         chat = shared ?? store
         access = shared ?? store
+        callStore = shared ?? store
         let transport = WebSocketServer(settings: config.transport, logger: logger.labeled("transport"))
         self.transport = transport
         let issuer = try TokenIssuer(hs256Secret: secret)
         let staticFiles = try Self.loadStaticFiles(config: config, logger: logger)
         let now = ServiceContext.systemNow
         webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"), now: now)
+        let nodeID = config.clusterRedisURL.map { _ in config.nodeID ?? "node-" + UUID().uuidString.prefix(8).lowercased() }
         context = ServiceContext(config: config, logger: logger.labeled("signaling"), now: now,
                                  post: { [transport] work in transport.post(work) }, store: store, chat: chat, access: access,
-                                 webhooks: webhooks, issuer: issuer, verifier: verifier, ice: ice)
+                                 calls: callStore, nodeID: nodeID, webhooks: webhooks, issuer: issuer, verifier: verifier, ice: ice)
         let localRouter = LocalRouter(sink: transport, metrics: context.metrics)
         var clusterRouter: ClusterRouter?
-        if let url = config.clusterRedisURL {
-            let node = config.nodeID ?? "node-" + UUID().uuidString.prefix(8).lowercased()
+        if let url = config.clusterRedisURL, let node = nodeID {
             let settings = RedisClusterDriver.Settings(endpoint: try RedisEndpoint(url: url), node: node,
                                                        heartbeatMs: config.clusterHeartbeatMs, nodeTTLMs: config.clusterNodeTTLMs,
                                                        timeoutMs: config.clusterRedisTimeoutMs)

@@ -19,12 +19,17 @@ final class ServiceContext: @unchecked Sendable {
     let metrics: Metrics
     let now: @Sendable () -> Millis
     let post: ServicePost
-    /// The SQLite store: calls, meters, stats and webhooks (through `perform`).
+    /// The SQLite store: the webhook outbox (through `perform`), and everything else without `database_url`.
     let store: ChatStore
     /// Chat history and every chat's `seq`: `store` itself, or PostgreSQL when `database_url` is set.
     let chat: any ChatPersistence
     /// API keys and kicked tokens: `store` itself, or PostgreSQL when `database_url` is set.
     let access: any AccessPersistence
+    /// Calls, their stats and the rooms' meters: `store` itself, or PostgreSQL when `database_url` is set.
+    let calls: any CallPersistence
+    /// This node's id in a cluster (`node_id` or the random one), written into the calls it
+    /// creates so that their meter runs here; nil outside a cluster.
+    let nodeID: String?
     /// The webhook sender (Webhooks.swift); `emit` is all the service thread calls.
     let webhooks: Webhooks
     /// Signs tokens the server hands out itself (calls, presence `accepted`).
@@ -35,7 +40,7 @@ final class ServiceContext: @unchecked Sendable {
 
     init(config: ServerConfig, logger: Logger, metrics: Metrics = Metrics(), now: @escaping @Sendable () -> Millis,
          post: @escaping ServicePost, store: ChatStore, chat: (any ChatPersistence)? = nil,
-         access: (any AccessPersistence)? = nil, webhooks: Webhooks, issuer: TokenIssuer, verifier: TokenVerifier,
+         access: (any AccessPersistence)? = nil, calls: (any CallPersistence)? = nil, nodeID: String? = nil, webhooks: Webhooks, issuer: TokenIssuer, verifier: TokenVerifier,
          ice: ICEService)
     {
         self.config = config
@@ -46,6 +51,8 @@ final class ServiceContext: @unchecked Sendable {
         self.store = store
         self.chat = chat ?? store
         self.access = access ?? store
+        self.calls = calls ?? store
+        self.nodeID = nodeID
         self.webhooks = webhooks
         self.issuer = issuer
         self.verifier = verifier

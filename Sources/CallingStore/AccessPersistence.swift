@@ -37,19 +37,36 @@ public protocol AccessPersistence: AnyObject, Sendable {
 }
 
 extension AccessPersistence {
-    /// Runs one operation and waits for its completion: for the CLI and tests, never the service thread.
+    /// Runs one operation and waits for its completion: for the CLI, start-up and tests, never the
+    /// service thread.
     public func wait<Value: Sendable>(
         _ operation: (@escaping @Sendable (Result<Value, StoreError>) -> Void) -> Void
     ) throws -> Value {
-        let done = DispatchSemaphore(value: 0)
-        let box = Locked<Result<Value, StoreError>?>(nil)
-        operation { result in
-            box.withLock { $0 = result }
-            done.signal()
-        }
-        done.wait()
-        return try box.withLock { $0! }.get()
+        try waitForCompletion(operation)
     }
+}
+
+extension CallPersistence {
+    /// Runs one operation and waits for its completion: for tests, never the service thread.
+    public func wait<Value: Sendable>(
+        _ operation: (@escaping @Sendable (Result<Value, StoreError>) -> Void) -> Void
+    ) throws -> Value {
+        try waitForCompletion(operation)
+    }
+}
+
+/// `operation` with a completion that wakes the caller, and its result.
+func waitForCompletion<Value: Sendable>(
+    _ operation: (@escaping @Sendable (Result<Value, StoreError>) -> Void) -> Void
+) throws -> Value {
+    let done = DispatchSemaphore(value: 0)
+    let box = Locked<Result<Value, StoreError>?>(nil)
+    operation { result in
+        box.withLock { $0 = result }
+        done.signal()
+    }
+    done.wait()
+    return try box.withLock { $0! }.get()
 }
 
 extension ChatStore: AccessPersistence {

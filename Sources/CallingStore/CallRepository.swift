@@ -27,11 +27,14 @@ public struct CallRecord: Sendable, Hashable {
     public var endedMs: Int64?
     /// Seat limit of the call's room for the call's tokens (0 = unlimited); nil means the server default.
     public var maxPeers: Int64?
+    /// The cluster node that created the call, in a shared store (`database_url`): the room's
+    /// consultation meter runs there. Not kept by SQLite (one node's store), where it reads nil.
+    public var node: String?
 
     public init(call: CallID, room: RoomID, agentID: String? = nil, metadata: String? = nil, dynamicVariables: String? = nil,
                 meterLimitS: Int64? = nil, meterWarningS: Int64? = nil, state: CallState = .registered,
                 endReason: String? = nil, createdMs: Int64, expiresMs: Int64, joinedMs: Int64? = nil, endedMs: Int64? = nil,
-                maxPeers: Int64? = nil)
+                maxPeers: Int64? = nil, node: String? = nil)
     {
         self.call = call
         self.room = room
@@ -47,6 +50,7 @@ public struct CallRecord: Sendable, Hashable {
         self.joinedMs = joinedMs
         self.endedMs = endedMs
         self.maxPeers = maxPeers
+        self.node = node
     }
 }
 

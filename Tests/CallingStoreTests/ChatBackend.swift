@@ -79,6 +79,14 @@ final class StoreUnderTest: Sendable {
         }
     }
 
+    /// The same store as `CallPersistence` (calls, stats, meters).
+    var calls: any CallPersistence {
+        switch location {
+        case .sqlite(_, let store, _): store
+        case .postgres(_, let store): store
+        }
+    }
+
     /// The same database opened again by a new store (the old one should be closed).
     func reopen() throws -> StoreUnderTest {
         switch location {

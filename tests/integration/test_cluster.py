@@ -499,16 +499,22 @@ def test_presence_is_shared_a_dashboard_sees_an_agent_on_another_node_and_an_acc
     run(body(), timeout=40)
 
 
-def test_a_consultation_meter_runs_once_on_the_call_s_node_for_peers_on_other_nodes(start_server, redis):
+@pytest.mark.parametrize("shared", [False, True], ids=["sqlite", "database_url"])
+def test_a_consultation_meter_runs_once_on_the_call_s_node_for_peers_on_other_nodes(start_server, redis, postgres, shared):
+    """With each node's SQLite the call is only in a's store; with `database_url` every node reads it,
+    and the meter still runs once, on a, which created it."""
     import http.client
 
     from support import BINARY
 
-    nodes = [start_node(start_server, redis, name, meter_interval_seconds=1) for name in ("node-a", "node-b", "node-c")]
+    url = postgres.create_database() if shared else None
+    extra = {"database_url": url} if shared else {}
+    nodes = [start_node(start_server, redis, name, meter_interval_seconds=1, **extra) for name in ("node-a", "node-b", "node-c")]
     for node in nodes:
         wait_for(lambda: health(node)["cluster"]["synced"], what="synced")
     a, b, c = nodes
-    created = subprocess.run([str(BINARY), "apikey", "create", "--name", "calls", "--scope", "calls", "--data-dir", str(a.data_dir)],
+    created = subprocess.run([str(BINARY), "apikey", "create", "--name", "calls", "--scope", "calls", "--data-dir", str(a.data_dir)]
+                             + (["--database-url", url] if shared else []),
                              capture_output=True, text=True, timeout=10, env=a.env)
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()
@@ -1370,3 +1376,52 @@ def test_with_database_url_a_kick_through_one_node_refuses_the_token_on_every_no
     late = start_node(start_server, redis, "node-d", database_url=url)
     status, _, raw = raw_upgrade(late.port, f"/v1/ws?token={bob_token}")
     assert status == 403 and json.loads(raw)["code"] == "kicked", raw
+
+
+def test_with_database_url_a_call_created_through_one_node_is_read_joined_and_ended_through_the_others(shared_cluster):
+    nodes, url = shared_cluster
+    a, b, c = nodes
+    created = apikey(a, url, "create", "--name", "backend", "--scope", "calls")
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    status, call = request(a, "POST", "/v1/calls", key, {"room_id": "consult-1", "peer_id": "patient", "metadata": {"order": 7}})
+    assert status == 201, call
+    call_id = call["call_id"]
+    for node in (b, c):
+        status, read = request(node, "GET", f"/v1/calls/{call_id}", key)
+        assert status == 200, read
+        assert (read["room_id"], read["state"], read["metadata"]) == ("consult-1", "registered", {"order": 7})
+    # A token for the call through c (the call lookup reads the shared store).
+    status, doctor = request(c, "POST", "/v1/tokens", key, {"call_id": call_id, "peer_id": "doctor", "role": "agent"})
+    assert status == 201, doctor
+
+    async def body():
+        patient = await Peer.connect(b, call["access_token"], "patient-on-b")
+
+        def ongoing():
+            status, read = request(c, "GET", f"/v1/calls/{call_id}", key)
+            return status == 200 and read["state"] == "ongoing" and read
+
+        read = await asyncio.get_running_loop().run_in_executor(None, lambda: wait_for(ongoing, what="call ongoing on c"))
+        assert read["joined_ms"] is not None
+        await patient.send({"type": "stats", "payload": {"rtt_ms": 42}})
+        doctor_peer = await Peer.connect(c, doctor["token"], "doctor-on-c")
+        await patient.close()
+        await doctor_peer.close()
+
+    run(body(), timeout=20)
+
+    def ended():
+        status, read = request(a, "GET", f"/v1/calls/{call_id}", key)
+        return status == 200 and read["state"] == "ended" and read
+
+    read = wait_for(ended, what="call ended after its last peer left")
+    assert read["end_reason"] == "last_peer_left", read
+    # b, the patient's node, writes its stats samples with its next tick; c reads them.
+    def stats():
+        status, stats = request(c, "GET", f"/v1/calls/{call_id}/stats", key)
+        return status == 200 and stats["aggregate"]["samples"] == 1 and stats
+    assert wait_for(stats, what="the sample sent through b, read through c")["peers"][0]["peer_id"] == "patient"
+    # An ended call takes no new tokens, on any node.
+    status, refused = request(b, "POST", "/v1/tokens", key, {"call_id": call_id, "peer_id": "late"})
+    assert (status, refused["code"]) == (409, "call_ended"), refused
