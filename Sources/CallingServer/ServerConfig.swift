@@ -361,7 +361,7 @@ public struct ServerConfig: Sendable, Equatable {
               \.sqliteQuickCheckAtStart),
         .double("store_failure_log_seconds", "seconds between two log lines of one kind of store failure (disk_full, read_only, …); the ones between are counted in the next",
                 \.storeFailureLogSeconds, 0...86_400),
-        Key(name: "database_url", help: "postgres:// URL of a PostgreSQL 15 database for chat history, shared by all nodes; empty = SQLite",
+        Key(name: "database_url", help: "postgres:// URL of a PostgreSQL 15 database for chat history, API keys, kicked tokens and calls, shared by all nodes; empty = SQLite",
             apply: { config, value in
                 let trimmed = value.trimmingCharacters(in: .whitespaces)
                 if !trimmed.isEmpty, !trimmed.hasPrefix("postgres://"), !trimmed.hasPrefix("postgresql://") {
