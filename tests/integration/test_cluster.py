@@ -1425,3 +1425,42 @@ def test_with_database_url_a_call_created_through_one_node_is_read_joined_and_en
     # An ended call takes no new tokens, on any node.
     status, refused = request(b, "POST", "/v1/tokens", key, {"call_id": call_id, "peer_id": "late"})
     assert (status, refused["code"]) == (409, "call_ended"), refused
+
+
+def test_with_database_url_a_session_post_for_a_call_created_on_one_node_is_answered_through_another(shared_cluster):
+    """The session API's call lookup (`/webrtc-proxy/{call_id}/…`) reads the shared store: node b
+    answers for a call only node a's SQLite would have known, with an agent seated on c."""
+    import http.client
+
+    nodes, url = shared_cluster
+    a, b, c = nodes
+    created = apikey(a, url, "create", "--name", "backend", "--scope", "calls")
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    status, call = request(a, "POST", "/v1/calls", key, {"room_id": "consult-2", "peer_id": "patient"})
+    assert status == 201, call
+    status, agent_token = request(b, "POST", "/v1/tokens", key, {"call_id": call["call_id"], "peer_id": "ann", "role": "agent"})
+    assert status == 201, agent_token
+
+    def post_session():
+        conn = http.client.HTTPConnection("127.0.0.1", b.port, timeout=10)
+        conn.request("POST", f"/webrtc-proxy/{call['call_id']}/v1/webrtc/sessions", body=json.dumps({"identity": "client", "sdp": OFFER}),
+                     headers={"Authorization": f"Bearer {call['access_token']}", "Content-Type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+        return response.status, json.loads(raw)
+
+    async def body():
+        agent = await Peer.connect(c, agent_token["token"], "agent-on-c")
+        await wait_remote(nodes, [1, 1, 0])
+        posting = asyncio.get_running_loop().run_in_executor(None, post_session)
+        offer = await agent.recv_type("offer", timeout=5, skip=("peer-joined",))
+        assert offer["from"] == "patient"
+        await agent.send({"type": "answer", "to": "patient", "payload": {"sdp": ANSWER, "type": "answer",
+                                                                        "session_id": offer["payload"]["session_id"]}})
+        status, answer = await posting
+        assert status == 201, answer
+        assert "a=ice-ufrag:ansU" in answer["sdp"]
+
+    run(body(), timeout=20)
