@@ -1352,23 +1352,29 @@ def test_with_database_url_a_kick_through_one_node_refuses_the_token_on_every_no
     bob_token = a.token("r1", "bob")
     other_token = a.token("r1", "bob")  # another jti, same peer
 
+    carol_token = c.token("r1", "carol")
+
     async def body():
         alice = await Peer.connect(b, b.token("r1", "alice"), "alice")
         bob = await Peer.connect(a, bob_token, "bob")
-        await alice.recv_type("peer-joined")
-        status, answer = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: request(a, "POST", "/v1/admin/rooms/r1/peers/bob/kick", key))
-        assert status == 200, answer
-        assert (await bob.wait_closed(5))[0] == 4403
+        carol = await Peer.connect(c, carol_token, "carol")
+        await wait_remote(nodes, [2, 2, 2])
+        # bob is on a, carol on c (a's kick of her is carried out by c): both through a.
+        for peer, victim in ((bob, "bob"), (carol, "carol")):
+            status, answer = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: request(a, "POST", f"/v1/admin/rooms/r1/peers/{victim}/kick", key))
+            assert status == 200, answer
+            assert (await peer.wait_closed(5))[0] == 4403
         await alice.close()
 
     run(body(), timeout=20)
-    # b and c read the ban within database_ban_sync_ms; the token is refused there before its upgrade.
+    # Each node reads the bans within database_ban_sync_ms; the tokens are refused there before their upgrade.
     for node in (a, b, c):
-        def refused(node=node):
-            status, _, raw = raw_upgrade(node.port, f"/v1/ws?token={bob_token}")
-            return status == 403 and json.loads(raw)["code"] == "kicked"
-        wait_for(refused, timeout=3, what=f"the kicked token refused on {node.port}")
+        for token in (bob_token, carol_token):
+            def refused(node=node, token=token):
+                status, _, raw = raw_upgrade(node.port, f"/v1/ws?token={token}")
+                return status == 403 and json.loads(raw)["code"] == "kicked"
+            wait_for(refused, timeout=3, what=f"a kicked token refused on {node.port}")
     status, _, raw = raw_upgrade(c.port, f"/v1/ws?token={other_token}")
     assert status == 101, raw
 
