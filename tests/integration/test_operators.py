@@ -361,3 +361,27 @@ def test_an_unknown_log_level_lists_the_valid_ones(tmp_path):
     assert result.returncode == 78, result
     assert "log_level: unknown level 'verbose'; use one of trace, debug, info, notice, warning, error, critical" \
         in result.stderr, result.stderr
+
+
+def test_a_kicked_token_stays_refused_after_a_restart(server):
+    """The ban of a kicked token is in the store (`token_bans`), not only in the hub: a restarted
+    server refuses it (docs/protocol.md, "Admin API")."""
+    import asyncio
+
+    key = run("apikey", "create", "--name", "ops", "--scope", "admin", "--data-dir", str(server.data_dir)).stdout.strip()
+    token = server.token("r1", "bob")
+
+    async def body():
+        bob = await support.Peer.connect(server, token, "bob")
+        status, _, raw = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: server.http("POST", "/v1/admin/rooms/r1/peers/bob/kick", headers={"X-API-Key": key}))
+        assert status == 200, raw
+        assert (await bob.wait_closed(5))[0] == 4403
+
+    support.run(body(), timeout=15)
+    server.kill()
+    server.start()
+    status, _, raw = support.raw_upgrade(server.port, f"/v1/ws?token={token}")
+    assert status == 403 and json.loads(raw)["code"] == "kicked", raw
+    status, _, _ = support.raw_upgrade(server.port, f"/v1/ws?token={server.token('r1', 'bob')}")
+    assert status == 101, "another token of the same peer"
