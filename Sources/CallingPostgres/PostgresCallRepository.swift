@@ -73,19 +73,21 @@ public struct PostgresCallRepository {
         try end(room: room, nowMs: nowMs, reason: reason, states: "state <> 'ended'")
     }
 
-    /// `CallRepository.endOngoing`.
-    public func endOngoing(room: RoomID, nowMs: Int64, reason: String) throws -> [CallID] {
-        try end(room: room, nowMs: nowMs, reason: reason, states: "state = 'ongoing'")
+    /// `CallRepository.endOngoing`, of the calls `node` created (nil: any node's).
+    public func endOngoing(room: RoomID, nowMs: Int64, reason: String, createdBy node: String? = nil) throws -> [CallID] {
+        guard let node else { return try end(room: room, nowMs: nowMs, reason: reason, states: "state = 'ongoing'") }
+        return try end(room: room, nowMs: nowMs, reason: reason, states: "state = 'ongoing' AND node_id = $4", node)
     }
 
-    private func end(room: RoomID, nowMs: Int64, reason: String, states: String) throws -> [CallID] {
+    private func end(room: RoomID, nowMs: Int64, reason: String, states: String, _ node: String? = nil) throws -> [CallID] {
         try db.query(
             """
             UPDATE calls SET state = 'ended', end_reason = $3, ended_ms = $2::bigint
             WHERE room_id = $1 AND \(states)
             RETURNING call_id
             """,
-            [room.rawValue, String(nowMs), reason]).rows.map { CallID($0[0] ?? "") }.sorted { $0.rawValue < $1.rawValue }
+            [room.rawValue, String(nowMs), reason] + (node.map { [$0] } ?? [])).rows.map { CallID($0[0] ?? "") }
+            .sorted { $0.rawValue < $1.rawValue }
     }
 
     // MARK: stats
@@ -222,9 +224,9 @@ extension PostgresChatStore: CallPersistence {
         submit(completion) { try PostgresCallRepository(db: $0).markJoined(room: room, nowMs: nowMs, createdAfterMs: createdAfterMs) }
     }
 
-    public func endOngoingCalls(room: RoomID, nowMs: Int64, reason: String,
+    public func endOngoingCalls(room: RoomID, nowMs: Int64, reason: String, createdBy node: String?,
                                 completion: @escaping @Sendable (Result<[CallID], StoreError>) -> Void) {
-        submit(completion) { try PostgresCallRepository(db: $0).endOngoing(room: room, nowMs: nowMs, reason: reason) }
+        submit(completion) { try PostgresCallRepository(db: $0).endOngoing(room: room, nowMs: nowMs, reason: reason, createdBy: node) }
     }
 
     public func endLiveCalls(room: RoomID, nowMs: Int64, reason: String,

@@ -69,7 +69,9 @@ final class CallBook: @unchecked Sendable {
     /// server): its ongoing calls end, so `GET /v1/calls/{id}` says `ended` and a session POST with
     /// the call's token answers 404 `call_not_found` instead of waiting for an agent. Service thread.
     func roomEmptied(_ room: RoomID, now: Millis) {
-        store.endOngoingCalls(room: room, nowMs: now, reason: Self.lastPeerLeftReason) { [context, logger] result in
+        // Every node sees the last leave of a room spanning several; the call's node ends it.
+        store.endOngoingCalls(room: room, nowMs: now, reason: Self.lastPeerLeftReason, createdBy: context.nodeID) {
+            [context, logger] result in
             switch result {
             case .success(let ended):
                 for call in ended {

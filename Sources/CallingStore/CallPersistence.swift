@@ -34,8 +34,11 @@ public protocol CallPersistence: AnyObject, Sendable {
     func markCallsJoined(room: RoomID, nowMs: Int64, createdAfterMs: Int64,
                          completion: @escaping @Sendable (Result<[CallID], StoreError>) -> Void)
 
-    /// `CallRepository.endOngoing` (the room's last peer left).
-    func endOngoingCalls(room: RoomID, nowMs: Int64, reason: String,
+    /// `CallRepository.endOngoing` (the room's last peer left), of the calls `node` created (nil:
+    /// any node's). Every node of a cluster sees the last leave; only the call's node ends it, after
+    /// what its own store queue holds before (a meter's end), as when the call was in its SQLite.
+    /// A store that does not record nodes (SQLite, one node's) ends them all.
+    func endOngoingCalls(room: RoomID, nowMs: Int64, reason: String, createdBy node: String?,
                          completion: @escaping @Sendable (Result<[CallID], StoreError>) -> Void)
 
     /// `CallRepository.endLive` (an admin ended the room).
@@ -95,7 +98,7 @@ extension ChatStore: CallPersistence {
                 completion: completion)
     }
 
-    public func endOngoingCalls(room: RoomID, nowMs: Int64, reason: String,
+    public func endOngoingCalls(room: RoomID, nowMs: Int64, reason: String, createdBy node: String?,
                                 completion: @escaping @Sendable (Result<[CallID], StoreError>) -> Void) {
         perform({ try CallRepository(db: $0).endOngoing(room: room, nowMs: nowMs, reason: reason) }, completion: completion)
     }

@@ -29,7 +29,7 @@ struct CallPersistenceTests {
     }
 
     @Test(arguments: ChatBackend.allCases)
-    func testTheCreatingNodeIsKeptByTheSharedStoreOnly(_ backend: ChatBackend) throws {
+    func testTheCreatingNodeIsKeptByTheSharedStoreOnlyAndEndsItsCallsOnLastLeave(_ backend: ChatBackend) throws {
         let sut = try backend.open()
         defer { sut.close() }
         let store = sut.calls
@@ -38,6 +38,13 @@ struct CallPersistenceTests {
         try store.wait { store.createCall(stored, completion: $0) }
         // SQLite is one node's store: which node made a call goes without saying there.
         #expect(try store.wait { store.call("c1", completion: $0) }?.node == (backend == .postgres ? "node-a" : nil))
+        _ = try store.wait { store.markCallsJoined(room: "r1", nowMs: 2_000, createdAfterMs: 0, completion: $0) }
+        // Another node's last leave ends another node's call only where the store does not know nodes.
+        let byOther = try store.wait { store.endOngoingCalls(room: "r1", nowMs: 3_000, reason: "x", createdBy: "node-b", completion: $0) }
+        #expect(byOther == (backend == .postgres ? [] : ["c1"]))
+        if backend == .postgres {
+            #expect(try store.wait { store.endOngoingCalls(room: "r1", nowMs: 3_000, reason: "x", createdBy: "node-a", completion: $0) } == ["c1"])
+        }
     }
 
     @Test(arguments: ChatBackend.allCases)
@@ -64,7 +71,7 @@ struct CallPersistenceTests {
         try store.wait { store.createCall(call("live", createdMs: 1_000), completion: $0) }
         _ = try store.wait { store.markCallsJoined(room: "r1", nowMs: 2_000, createdAfterMs: 0, completion: $0) }
         try store.wait { store.createCall(call("later", createdMs: 3_000), completion: $0) }
-        #expect(try store.wait { store.endOngoingCalls(room: "r1", nowMs: 4_000, reason: "last_peer_left", completion: $0) } == ["live"])
+        #expect(try store.wait { store.endOngoingCalls(room: "r1", nowMs: 4_000, reason: "last_peer_left", createdBy: nil, completion: $0) } == ["live"])
         let ended = try store.wait { store.call("live", completion: $0) }
         #expect(ended?.state == .ended)
         #expect(ended?.endReason == "last_peer_left")
