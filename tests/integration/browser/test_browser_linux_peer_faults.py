@@ -14,6 +14,10 @@ but does not follow).
   the server gets a reset; media, on UDP, is not touched). It reconnects and resumes within the
   server's seat grace; the other side sees `peer-reconnecting`/`peer-resumed`; neither side hangs
   up, and both count more than 75 new audio packets across the blip.
+- test_server_restart_keeps_the_call (SIGTERM, SIGKILL): the server restarts mid-call on the same
+  data dir and port (RestartableServer); both SDKs reconnect and resume on the restored seats
+  (docs/protocol.md "Across a server restart"), one side hears the other's `peer-resumed`, neither
+  hangs up, and both count more than 75 new audio packets across the restart.
 - test_a_3_s_cut_is_survived: every packet to and from host A (Chromium) is dropped for 3 s on the
   router between the hosts (`Lab.silence_a`: neither peer's own sends fail, as on a Wi-Fi that goes
   silent); media comes back on both sides without a hangup. The time from the end of the cut until
@@ -33,6 +37,7 @@ but does not follow).
 from __future__ import annotations
 
 import re
+import signal
 import time
 
 import pytest
@@ -120,6 +125,46 @@ def test_signaling_blip_keeps_the_call(blab, caller, blip):
     since = peer.output()[mark:]
     for line in ("hangup ", "call-failed", "peer-left", "ending reason"):
         assert f"\n{line}" not in since, f"the Linux peer: {line!r} after the blip:\n{since[-3000:]}"
+    assert peer.running(), peer.tail()
+
+
+@CALLERS
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_server_restart_keeps_the_call(blab, caller, how):
+    """A server that forgets its seats on a restart lists neither peer to the one back first: it
+    reconciles the call away (`peer-left`) and this test fails."""
+    page, peer = call(blab, caller, f"restart-{caller}")
+    before = {"chromium": inbound(page, "linux")["packets"], "linux": received_packets(peer)}
+    mark = len(peer.output())
+    # The seats table is written once per tick_ms: the call's seats are in by now (call() waited
+    # for audio both ways).
+    server = blab.server
+    if how == signal.SIGTERM:
+        server.signal(signal.SIGTERM)
+        assert server.wait(8) == 0, server.stderr_text()
+    server.restart()  # SIGKILL (a no-op after the SIGTERM's exit), same data dir and port
+    assert "seats restored" in server.stderr_text()
+
+    peer.wait_for_output(r"^state connected .*resumed=true", 12)
+    page.wait(lambda b: any(p.get("resumed") for p in events(b, "connected")), 12,
+              f"Chromium resumed on the restarted server; {timeline(page)}")
+    # The one back first hears the other's return; never a peer-left.
+    deadline = time.monotonic() + 5
+    while not (events(page, "peer-resumed") or re.search(r"^peer-resumed chromium", peer.output()[mark:], re.M)):
+        assert time.monotonic() < deadline, f"no peer-resumed on either side; {timeline(page)}; Linux:\n{peer.tail()}"
+        time.sleep(0.05)
+    time.sleep(2)  # media keeps flowing after the restart
+    wait_received_packets(peer, before["linux"] + 75, 3, "75 more packets after the restart")
+
+    after = inbound(page, "linux")
+    assert after is not None, f"Chromium's call is gone: {events(page)}"
+    gained = after["packets"] - before["chromium"]
+    assert gained > 75, f"Chromium got {gained} audio packets across the restart ({before}, {after})"
+    assert after["state"] == "connected", after
+    assert events(page, "hangup") == [] and events(page, "peer-left") == [], events(page)
+    since = peer.output()[mark:]
+    for line in ("hangup ", "call-failed", "peer-left", "ending reason"):
+        assert f"\n{line}" not in since, f"the Linux peer: {line!r} after the restart:\n{since[-3000:]}"
     assert peer.running(), peer.tail()
 
 
