@@ -133,3 +133,16 @@ def postgres():
         yield pg
     finally:
         pg.stop()
+
+
+@pytest.fixture(scope="session")
+def package() -> dict:
+    """`swift package describe --type json` of this repository (the targets, their dependencies
+    and sources), for the tests that hold docs and layering against the manifest."""
+    import json
+    swift = shutil.which("swift")
+    if swift is None:
+        pytest.skip("no swift toolchain")
+    out = subprocess.run([swift, "package", "describe", "--type", "json"], cwd=Path(__file__).resolve().parents[2],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    return json.loads(out[out.index("{"):])

@@ -13,9 +13,7 @@ Needs only the toolchain (no build, no server).
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,16 +25,6 @@ DOC = REPO / "docs" / "architecture.md"
 ROW = re.compile(r"^\| ([^|]+) \| ([^|]+) \|", re.MULTILINE)
 TICKED = re.compile(r"`([^`]+)`")
 FILE = re.compile(r"(?<![\w/.+-])((?:[\w.-]+/)*[\w.+-]+\.(?:swift|py|mjs|js|md|yaml|c|h|modulemap|sh))(?![\w/])")
-
-
-@pytest.fixture(scope="module")
-def package() -> dict:
-    swift = shutil.which("swift")
-    if swift is None:
-        pytest.skip("no swift toolchain")
-    out = subprocess.run([swift, "package", "describe", "--type", "json"], cwd=REPO, check=True,
-                         capture_output=True, text=True, timeout=120).stdout
-    return json.loads(out[out.index("{"):])
 
 
 def module_table(text: str, names: set[str]) -> dict[str, set[str]]:

@@ -13,10 +13,7 @@ Needs only the toolchain (no build, no server).
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,16 +35,6 @@ TOOLCHAIN_MODULES = {"Foundation", "FoundationNetworking", "Dispatch", "Glibc", 
 
 IMPORT = re.compile(r"^\s*(?:@\w+\s+)*(?:public\s+|package\s+|internal\s+)?import\s+(?:struct\s+|enum\s+|class\s+|func\s+)?(\w+)",
                     re.MULTILINE)
-
-
-@pytest.fixture(scope="module")
-def package() -> dict:
-    swift = shutil.which("swift")
-    if swift is None:
-        pytest.skip("no swift toolchain")
-    out = subprocess.run([swift, "package", "describe", "--type", "json"], cwd=REPO, check=True,
-                         capture_output=True, text=True, timeout=120).stdout
-    return json.loads(out[out.index("{"):])
 
 
 def targets(package: dict) -> dict[str, dict]:
