@@ -1175,8 +1175,8 @@ public enum RelayRoute: Sendable, Equatable {
     /// the same `"`, `\` and control characters, none of which a decomposition produces.
     case deliver(from: PeerID, to: ConnectionID, plainIDs: Bool)
     /// An `error` frame (`peer_not_found`) back to the sender. Indirect: a `Frame` inline made
-    /// every route 152 bytes, moved with `memcpy` five times per relayed frame (~150
-    /// instructions under callgrind); the box is allocated only for this rare answer.
+    /// every route several times larger, and routes are moved with `memcpy` several times per
+    /// relayed frame; the box is allocated only for this rare answer.
     indirect case answer(Frame, to: ConnectionID)
 }
 

@@ -44,8 +44,8 @@ public struct ScannedRelay: Sendable, Equatable {
 /// An addressed relay's `to` and payload as bytes, lent for one call: straight from the frame
 /// they arrived in (`ScannedRelay.withParts(in:_:)`), or from a decoded relay's values
 /// (`with(_:to:payload:_:)`). The relay path finds the target and writes the relayed frame from
-/// these: a `String` for `to` and a slice of the frame for its payload were ~250 of the ~4,800
-/// instructions of a relayed frame (docs/benchmarks.md, "Instructions per relayed frame").
+/// these: a `String` for `to` and a slice of the frame for its payload were a measurable share of
+/// a relayed frame's instructions (docs/benchmarks.md, "Instructions per relayed frame").
 /// Valid only inside the call that lends it.
 public struct RelayParts {
     /// Which relayed type the frame is.

@@ -41,8 +41,8 @@ public struct RosterEntry: Sendable, Equatable {
 /// The payload of `welcome`, the first frame of every joined socket (docs/protocol.md, "welcome").
 ///
 /// Typed, as a chat's payload is (`Frame.chat`): every join sends one, and its eleven to thirteen
-/// members built into a dictionary (each key hashed), then sorted and written, cost about a tenth
-/// of a join's instructions on the service thread. `Frame.welcome(_:)` keeps these fields and
+/// members built into a dictionary (each key hashed), then sorted and written, were a sizeable
+/// share of a join's work on the service thread. `Frame.welcome(_:)` keeps these fields and
 /// writes them in sorted key order; `Frame.payload` builds the JSON value only when it is read.
 public struct WelcomePayload: Sendable, Equatable {
     /// The joiner's own id.

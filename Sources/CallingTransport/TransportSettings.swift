@@ -41,8 +41,8 @@ public struct TransportSettings: Sendable {
     /// The socket budget's ceiling: the soft open-file limit is set to this plus
     /// `reservedFileDescriptors` (at least 1,024) where the hard limit is higher; 0 takes the hard
     /// limit. lws sizes
-    /// its descriptor tables by that limit and scans one of them on every close: ~6 instructions per
-    /// descriptor (120k at 20,000; ~6M at the 1,048,576 a container's hard limit often is).
+    /// its descriptor tables by that limit and scans one of them on every close, so the cost of a
+    /// close grows with the limit (a container's hard limit is often 1,048,576).
     public var maxSockets = 65_536
     /// Sockets of the socket budget kept for `/healthz`: once the others are in use, any other
     /// request gets 503 and the oldest socket still waiting for its request is dropped.

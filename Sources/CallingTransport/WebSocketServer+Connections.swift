@@ -62,7 +62,7 @@ extension WebSocketServer {
                 // The whole message in one callback, as nearly every one arrives: lent from lws's
                 // buffer for the delegate's call, which copies only what it keeps (a relayed frame
                 // is written from it into its target's pending bytes; copying it into an array
-                // first was ~150 of the instructions of a relayed frame).
+                // first was a large share of a relayed frame's cost).
                 if !conn.rx.isEmpty { conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 65_536) }
                 conn.rxDiscarded = 0
                 if LWS.isBinaryFrame(wsi) {

@@ -132,7 +132,7 @@ public final class WebSocketServer: @unchecked Sendable {
     /// server: the cycle lasts as long as the loop.
     /// Not weak: every retain and release of an object that was ever weakly referenced goes through
     /// its side table, and the delegate is called for every inbound frame (a weak load and a slow
-    /// release, ~130 instructions per relayed frame under callgrind).
+    /// release on every relayed frame).
     @exclusivity(unchecked) public var delegate: (any WebSocketServerDelegate)?
     let logger: Logger
 
@@ -206,7 +206,7 @@ public final class WebSocketServer: @unchecked Sendable {
                 _ input: UnsafeMutableRawPointer?, _ length: Int, delegate: (any WebSocketServerDelegate)?) -> Int32
     {
         // A pattern, not `!=`: the enum's `==` is another module's synthesized conformance, called
-        // through the Equatable witness (~20 instructions) on every callback. A load and a store,
+        // through the Equatable witness on every callback. A load and a store,
         // not `add`: this thread is the counter's only writer, so a locked read-modify-write on
         // every callback (one per inbound frame) would buy nothing.
         if case .eventWaitCancelled = reason {} else {
@@ -288,8 +288,8 @@ final class ServiceRun: LWSServerHandler {
 ///
 /// `@exclusivity(unchecked)` on the properties touched once or more per delivered frame: each
 /// access to a class's stored property is otherwise checked at run time for overlapping access
-/// (`swift_beginAccess`/`swift_endAccess`, a thread-local lookup each), ~370 instructions per
-/// fan-out delivery under callgrind. They are only touched on the service thread, and no access to
+/// (`swift_beginAccess`/`swift_endAccess`, a thread-local lookup each), several per fan-out
+/// delivery. They are only touched on the service thread, and no access to
 /// them is held across a call that could reach them again (delegate calls happen after the
 /// lookup returns), so there is nothing for the check to find.
 final class ServiceState {

@@ -47,8 +47,8 @@ public final class OutboundMessage: @unchecked Sendable {
     }
 
     /// `malloc`, not `UnsafeMutableRawBufferPointer.allocate`: on Linux the Swift runtime serves
-    /// every raw allocation through `posix_memalign` (its "default alignment" path), ~100
-    /// instructions more per message than malloc, whose 16-byte alignment is all lws needs.
+    /// every raw allocation through `posix_memalign` (its "default alignment" path), slower per
+    /// message than malloc, whose 16-byte alignment is all lws needs.
     private static func allocate(_ byteCount: Int) -> UnsafeMutableRawBufferPointer {
         guard let base = malloc(byteCount) else { fatalError("out of memory for a \(byteCount)-byte frame") }
         return UnsafeMutableRawBufferPointer(start: base, count: byteCount)

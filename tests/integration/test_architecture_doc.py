@@ -7,6 +7,8 @@
   module folder such as `CallingStore/ChatPersistence.swift`) or by a bare Swift/Python file name
   exists in the repository.
 * It does not cite documents the repository does not have.
+* No Swift source outside `Sources/CallingBench` and `Sources/calling-bench` carries an
+  instruction count in a comment: figures live in docs/benchmarks.md and the callgrind tests.
 
 Needs only the toolchain (no build, no server).
 """
@@ -80,3 +82,27 @@ def test_it_cites_no_document_outside_the_repository() -> None:
     text = DOC.read_text()
     assert "design.md" not in text, "docs/architecture.md cites a design.md the repository does not have"
     assert "../shared" not in text
+
+
+INSTRUCTION_COUNT = re.compile(r"[0-9][0-9,.]*k?\s+instructions|[0-9]\s+instr")
+BENCH_MODULES = ("CallingBench", "calling-bench")
+
+
+def comment_text(source: str) -> str:
+    """The file's `//` comments, consecutive lines joined with a space, so that a figure wrapped
+    onto the next line is still read as one phrase."""
+    comments = []
+    for line in source.splitlines():
+        at = line.find("//")
+        comments.append(line[at:].lstrip("/") if at >= 0 else "\n")
+    return " ".join(comments)
+
+
+def test_no_swift_comment_outside_the_benchmarks_carries_an_instruction_count() -> None:
+    found = []
+    for path in sorted((REPO / "Sources").rglob("*.swift")):
+        if path.relative_to(REPO / "Sources").parts[0] in BENCH_MODULES:
+            continue
+        for match in INSTRUCTION_COUNT.finditer(comment_text(path.read_text())):
+            found.append(f"{path.relative_to(REPO)}: {match.group(0)!r}")
+    assert not found, f"instruction counts in source comments (they belong in docs/benchmarks.md): {found}"
