@@ -940,11 +940,13 @@ public struct Hub: Sendable {
     /// Where an addressed relay (`offer`, `answer`, `candidate`, `data` with `to`) from
     /// `connection` goes: the one connection seated as `to`, with the sender's peer id the relayed
     /// frame stamps as `from`; or an `error` (`peer_not_found`) for the sender when `to` is not in
-    /// the room (or is the sender); nil when `connection` holds no seat. The service calls this
-    /// for the most frequent frame of all (ICE candidates) and writes the frame from the parts it
-    /// already holds: a decision holding the frame's parts (`relay`) was built, copied and
-    /// destroyed per relayed frame (each part retained and released), and an effect array and its one-element target array were two allocations.
-    public func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID) -> RelayRoute? {
+    /// the room (or is the sender); nil when `connection` holds no seat. Internal: the service
+    /// routes every relay through `route(_:from:seat:)` and writes the frame from the parts it
+    /// already holds (a decision holding the frame's parts, `relay`, was built, copied and
+    /// destroyed per relayed frame, each part retained and released, and an effect array and its
+    /// one-element target array were two allocations); `handle`'s `relay(_:to:payload:from:)` and
+    /// the tests use this one.
+    func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID) -> RelayRoute? {
         guard let slot = connections[connection] else { return nil }
         return route(kind, to: to, from: connection, seat: Seat(slot: slot))
     }
@@ -952,7 +954,8 @@ public struct Hub: Sendable {
     /// `route(_:to:from:)` for a connection whose seat the caller has just found with
     /// `seat(of:)`, with nothing changing the hub in between. Should the seat be stale after all,
     /// its room no longer seats `connection` and the answer is nil, as for any unseated sender.
-    public func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID, seat: Seat) -> RelayRoute? {
+    /// Internal: what `route(_:from:seat:)` falls back on when the bytes of `to` do not settle it.
+    func route(_ kind: RelayKind, to: PeerID, from connection: ConnectionID, seat: Seat) -> RelayRoute? {
         // The room is found by its slot, not by hashing its id, and sender and target are read
         // from it without copying the room or either member.
         guard let (peer, target, plainIDs, reconnecting) = rooms[slot: seat.slot].members.route(from: connection, to: to)
@@ -974,9 +977,13 @@ public struct Hub: Sendable {
         Frame.error(.peerReconnecting, "peer '\(to.rawValue.prefix(128))' is reconnecting; send again after peer-resumed", inReplyTo: type)
     }
 
-    /// `route(_:to:from:seat:)` for a relay whose `to` is lent as bytes (`RelayParts`), as the
-    /// room endpoint has it straight from the frame: the same answer, without a `String` made for
-    /// `to` unless the room is indexed or no member's id has exactly its bytes.
+    /// The hub's one public entry for an addressed relay (`offer`, `answer`, `candidate`, `data`
+    /// with `to`) from `connection`, seated at `seat` (found with `seat(of:)`, the hub unchanged
+    /// since): the one connection seated as `to`, with the sender's peer id the relayed frame
+    /// stamps as `from`; or an `error` (`peer_not_found`, `peer_reconnecting`) for the sender; nil
+    /// when the seat does not hold `connection`. `to` is lent as bytes (`RelayParts`), as the room
+    /// endpoint has it straight from the frame: no `String` is made for it unless the room is
+    /// indexed or no member's id has exactly its bytes (then `route(_:to:from:seat:)` answers).
     public func route(_ parts: RelayParts, from connection: ConnectionID, seat: Seat) -> RelayRoute? {
         if let (peer, target, plainIDs) = rooms[slot: seat.slot].members.route(from: connection, toUTF8: parts.to) {
             return .deliver(from: peer, to: target, plainIDs: plainIDs)
@@ -998,8 +1005,8 @@ public struct Hub: Sendable {
 
     /// An addressed relay from `connection` as one decision: `route`'s, with the relayed frame's
     /// parts. The same decision `handle(.message(connection, .relay(kind, to: to, payload:
-    /// payload)))` makes, as one `.send` effect.
-    public func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
+    /// payload)))` makes, as one `.send` effect. Internal: `handle` and the tests call it.
+    func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
         switch route(kind, to: to, from: connection) {
         case .deliver(let from, let target, _)?: return .deliver(RelayedFrame(kind, from: from, to: to, payload: payload), to: target)
         case .answer(let frame, let sender)?: return .answer(frame, to: sender)

@@ -105,13 +105,14 @@ final class SignalingService: @unchecked Sendable {
     }
 
     /// An addressed relay from `connection`: what `handle(.message(connection, .relay(kind, to:
-    /// to, payload: payload)))` does. The hub finds the target without the effect arrays
-    /// (`Hub.route`), and the router writes the relayed frame from the parts this call was given,
-    /// without copying them into a value first.
+    /// to, payload: payload)))` does, for a relay decoded into values (one whose `to` has escapes,
+    /// one that waited for its sender's join, an HTTP session's). Lent as parts to the same path
+    /// as a relay straight from the frame (`relay(_:from:seat:)`): the hub finds the target without
+    /// the effect arrays (`Hub.route(_:from:seat:)`), and the router writes the relayed frame from
+    /// the parts, without copying them into a value first. An unseated sender gets nothing.
     func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) {
-        let route = Self.inPlace(&hub) { $0.route(kind, to: to, from: connection) }
-        guard case .deliver(let from, let target, let plainIDs)? = route else { return answer(route) }
-        RelayParts.with(kind, to: to, payload: payload) { router.deliverRelay($0, from: from, target: target, plainIDs: plainIDs) }
+        guard let seat = self.seat(of: connection) else { return }
+        RelayParts.with(kind, to: to, payload: payload) { relay($0, from: connection, seat: seat) }
     }
 
     /// `relay(_:to:payload:from:)` for the parts of a relay lent straight from the frame they

@@ -1,4 +1,4 @@
-import CallingCore
+@testable import CallingCore
 import XCTest
 
 /// The hub as its users see it: which frames each connection receives and what is persisted.
