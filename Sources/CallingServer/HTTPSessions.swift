@@ -85,7 +85,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     /// The rooms the sessions join (seats, joins, leaves, relayed frames).
     let rooms: SignalingService
     /// Frames and closes for the sessions' virtual connections arrive through it (`attach`).
-    let router: any Router
+    let router: any FrameDelivery
     let config: ServerConfig
     let logger: Logger
     private var nextVirtual: UInt64 = 0
@@ -100,7 +100,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     /// Outcomes by name (created_http, created_whip, replaced, answer_timeout, rate_limited…), for tests and logs.
     private(set) var counters: [String: Int] = [:]
 
-    init(context: ServiceContext, rooms: SignalingService, router: any Router, logger: Logger) {
+    init(context: ServiceContext, rooms: SignalingService, router: any FrameDelivery, logger: Logger) {
         self.context = context
         self.rooms = rooms
         self.router = router

@@ -32,7 +32,7 @@ final class PresenceEndpoint: WebSocketEndpoint {
     }
 
     private let context: ServiceContext
-    private let router: any Router
+    private let router: any FrameDelivery
     private let gate: FrameGate
     private let relay: ClusterRelay?
     private var hub: PresenceHub
@@ -47,7 +47,7 @@ final class PresenceEndpoint: WebSocketEndpoint {
     private var remoteByOrigin: [String: ConnectionID] = [:]
     private var nextRemote: UInt64 = 0
 
-    init(context: ServiceContext, router: any Router, gate: FrameGate, relay: ClusterRelay? = nil) {
+    init(context: ServiceContext, router: any FrameDelivery, gate: FrameGate, relay: ClusterRelay? = nil) {
         self.context = context
         self.router = router
         self.gate = gate

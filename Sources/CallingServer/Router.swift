@@ -2,12 +2,17 @@ import CallingCore
 import CallingTransport
 
 /// What the room service's decisions do outside the process's state machines: frames handed to
-/// connections, connections closed, and room membership as the rest of the deployment sees it.
-/// Every method runs on the service thread.
+/// connections, connections closed (`FrameDelivery`), and room membership as the rest of the
+/// deployment sees it (`RoomMembership`). Every method runs on the service thread. The room
+/// service needs both; the endpoints that only write frames and close connections (presence,
+/// the frame gate, HTTP sessions) hold a `FrameDelivery`.
 ///
 /// `LocalRouter` is the single-node implementation: sockets and HTTP sessions of this process,
-/// and a membership table that mirrors the hub's.
-protocol Router: AnyObject {
+/// and a membership table that mirrors the hub's. `ClusterRouter` wraps it for a cluster.
+typealias Router = FrameDelivery & RoomMembership
+
+/// Frames handed to connections and connections closed, on the service thread.
+protocol FrameDelivery: AnyObject {
     /// Encodes `frame` once and hands it to each target (a socket's queue, or the virtual
     /// connection attached under that id).
     func deliver(_ frame: Frame, to targets: [ConnectionID])
@@ -31,6 +36,11 @@ protocol Router: AnyObject {
     /// `.httpSession` space: `ConnectionID.Space`), until `detach`.
     func attach(_ connection: ConnectionID, to handler: any VirtualConnection)
     func detach(_ connection: ConnectionID)
+}
+
+/// Room membership as the rest of the deployment sees it, and the cluster's hooks around a seat
+/// and a stored chat, on the service thread.
+protocol RoomMembership: AnyObject {
     /// The hub seated `identity` on `connection`; `takeover` when it replaced the peer's previous
     /// connection (the room saw no leave or join).
     func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool)
@@ -50,7 +60,7 @@ protocol Router: AnyObject {
     func abandonAdmission(_ identity: PeerIdentity)
 }
 
-extension Router {
+extension RoomMembership {
     func committed(_ message: ChatMessage) {}
 
     /// One node: its own check is the whole answer.
@@ -59,7 +69,9 @@ extension Router {
     }
 
     func abandonAdmission(_ identity: PeerIdentity) {}
+}
 
+extension FrameDelivery {
     func deliver(_ frame: Frame, to target: ConnectionID) { deliver(frame, to: [target]) }
 
     func deliverRelay(_ relay: RelayParts, from: PeerID, target: ConnectionID, plainIDs: Bool) {

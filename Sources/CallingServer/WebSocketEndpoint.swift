@@ -46,11 +46,11 @@ struct EndpointTicket: Sendable {
 final class FrameGate {
     let config: ServerConfig
     let metrics: Metrics
-    let router: any Router
+    let router: any FrameDelivery
     /// The limiter's clock: any monotonic milliseconds (`ServiceContext.floodClock` in the server).
     let now: @Sendable () -> Millis
 
-    init(config: ServerConfig, metrics: Metrics, router: any Router, now: @escaping @Sendable () -> Millis) {
+    init(config: ServerConfig, metrics: Metrics, router: any FrameDelivery, now: @escaping @Sendable () -> Millis) {
         self.config = config
         self.metrics = metrics
         self.router = router
