@@ -38,10 +38,8 @@ public struct LogRateLimiter: Sendable, Equatable {
 }
 
 /// A `Logger` behind a `LogRateLimiter`, usable from any thread.
-public final class RateLimitedLogger: @unchecked Sendable {
-    // @unchecked Sendable: `limiter` is only touched while `lock` is held.
-    private let lock = NSLock()
-    private var limiter: LogRateLimiter
+public final class RateLimitedLogger: Sendable {
+    private let limiter: Locked<LogRateLimiter>
     private let logger: Logger
     private let clock: @Sendable () -> Double
 
@@ -50,7 +48,7 @@ public final class RateLimitedLogger: @unchecked Sendable {
                 clock: @escaping @Sendable () -> Double = { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 })
     {
         self.logger = logger
-        self.limiter = LogRateLimiter(interval: interval)
+        self.limiter = Locked(LogRateLimiter(interval: interval))
         self.clock = clock
     }
 
@@ -58,9 +56,7 @@ public final class RateLimitedLogger: @unchecked Sendable {
     /// the last line), unless a line of `kind` was logged less than the interval ago.
     public func log(_ level: Logger.Level, kind: String, _ message: String, _ metadata: Logger.Metadata) {
         let now = clock()
-        lock.lock()
-        let decision = limiter.admit(kind: kind, now: now)
-        lock.unlock()
+        let decision = limiter.withLock { $0.admit(kind: kind, now: now) }
         guard case .log(let suppressed) = decision else { return }
         var metadata = metadata
         metadata["suppressed"] = String(suppressed)

@@ -118,15 +118,14 @@ public struct StderrLogHandler: LogHandler {
 }
 
 /// Keeps records in memory so tests can assert on what was logged.
-/// An NSLock (a pthread mutex), not `Mutex`: ThreadSanitizer does not see the futex `Mutex` uses
-/// on Linux, and reported the concurrent loggers of LoggerTests as a race (`make test-tsan`).
-public final class MemoryLogHandler: LogHandler, @unchecked Sendable {
-    private let lock = NSLock()
-    nonisolated(unsafe) private var records: [LogRecord] = []
+/// `Locked` (NSLock), not `Mutex`: ThreadSanitizer does not see the futex `Mutex` uses on Linux,
+/// and reported the concurrent loggers of LoggerTests as a race (`make test-tsan`).
+public final class MemoryLogHandler: LogHandler, Sendable {
+    private let records = Locked<[LogRecord]>([])
 
     public init() {}
 
-    public func log(_ record: LogRecord) { lock.withLock { records.append(record) } }
+    public func log(_ record: LogRecord) { records.withLock { $0.append(record) } }
 
-    public var all: [LogRecord] { lock.withLock { records } }
+    public var all: [LogRecord] { records.withLock { $0 } }
 }

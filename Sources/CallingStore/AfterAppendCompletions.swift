@@ -1,3 +1,5 @@
+import CallingLogging
+
 /// The body a chat store runs on its queue after each batch's append completions
 /// (`ChatPersistence.afterAppendCompletions`), shared by the SQLite and PostgreSQL stores.
 ///

@@ -1,3 +1,4 @@
+import CallingLogging
 import Dispatch
 
 /// The admission half of group commit, shared by the SQLite and PostgreSQL chat stores.

@@ -1,3 +1,4 @@
+import CallingLogging
 import CallingStore
 import XCTest
 
