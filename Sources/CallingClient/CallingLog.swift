@@ -19,18 +19,25 @@ public enum CallingLogLevel: Int, Sendable, Comparable, CaseIterable {
 /// handler, both go to it (at or above `level`) and nothing to stderr. Process-wide, like
 /// libwebsockets' own log.
 public enum CallingLog {
-    private static let state = NSLock()
-    nonisolated(unsafe) private static var handler: (@Sendable (CallingLogLevel, String) -> Void)?
-    nonisolated(unsafe) private static var level = CallingLogLevel.warning
+    /// The handler and its level, in a class so that the lock guards a reference, not a closure
+    /// (see `Locked`).
+    private final class Route: Sendable {
+        let handler: (@Sendable (CallingLogLevel, String) -> Void)?
+        let level: CallingLogLevel
+        init(_ handler: (@Sendable (CallingLogLevel, String) -> Void)?, _ level: CallingLogLevel) {
+            self.handler = handler
+            self.level = level
+        }
+    }
+
+    private static let route = Locked(Route(nil, .warning))
 
     /// Sends log lines at or above `level` to `handler`; nil restores the default.
     public static func setHandler(level: CallingLogLevel = .warning,
                                   _ handler: (@Sendable (_ level: CallingLogLevel, _ line: String) -> Void)?)
     {
-        state.withLock {
-            Self.handler = handler
-            Self.level = level
-        }
+        let replacement = Route(handler, level)
+        route.withLock { $0 = replacement }
         install()
     }
 
@@ -48,7 +55,8 @@ public enum CallingLog {
     #endif
 
     static func write(_ level: CallingLogLevel, _ line: String, fromLibrary: Bool) {
-        let (handler, minimum) = state.withLock { (Self.handler, Self.level) }
+        let current = route.withLock { $0 }
+        let (handler, minimum) = (current.handler, current.level)
         if let handler {
             if level >= minimum { handler(level, line) }
         } else if !fromLibrary, level >= .warning {

@@ -1,4 +1,5 @@
 import CallingEndpoints
+import CallingLogging
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -223,17 +224,22 @@ final class URLSessionWebSocketTransport: ClientTransport, @unchecked Sendable {
 /// One `URLSessionWebSocketTask` as a `TransportSocket`. Its events come from the transport's
 /// delegate and its receive loop, both on the transport's serial delegate queue.
 final class URLSessionTransportSocket: TransportSocket, @unchecked Sendable {
-    // @unchecked: every `var` is touched only under `lock`; `task` and `onEvent` are immutable.
-    private let lock = NSLock()
+    // @unchecked: `task` (not Sendable on every platform) is immutable and URLSession's tasks are
+    // thread-safe; the mutable state is in `state`.
     private let task: URLSessionWebSocketTask?
     private let onEvent: @Sendable (TransportEvent) -> Void
-    private var opened = false
-    private var finished = false
-    private var readPaused = false
-    private var receiving = false
-    private var aborted = false
-    /// The close we sent; reported when the task completes without the server's close frame.
-    private var sentClose: (UInt16, String)?
+
+    private struct State {
+        var opened = false
+        var finished = false
+        var readPaused = false
+        var receiving = false
+        var aborted = false
+        /// The close we sent; reported when the task completes without the server's close frame.
+        var sentClose: (UInt16, String)?
+    }
+
+    private let state = Locked(State())
 
     init(task: URLSessionWebSocketTask?, onEvent: @escaping @Sendable (TransportEvent) -> Void) {
         self.task = task
@@ -241,15 +247,15 @@ final class URLSessionTransportSocket: TransportSocket, @unchecked Sendable {
     }
 
     func send(text: String) {
-        guard let task, lock.withLock({ !finished && sentClose == nil && !aborted }) else { return }
+        guard let task, state.withLock({ !$0.finished && $0.sentClose == nil && !$0.aborted }) else { return }
         // A failed send ends the task; its completion reports the drop.
         task.send(.string(text)) { _ in }
     }
 
     func close(code: UInt16, reason: String) {
-        let first = lock.withLock { () -> Bool in
-            guard !finished, sentClose == nil, !aborted else { return false }
-            sentClose = (code, reason)
+        let first = state.withLock { state -> Bool in
+            guard !state.finished, state.sentClose == nil, !state.aborted else { return false }
+            state.sentClose = (code, reason)
             return true
         }
         guard first, let task else { return }
@@ -257,9 +263,9 @@ final class URLSessionTransportSocket: TransportSocket, @unchecked Sendable {
     }
 
     func abort() {
-        let first = lock.withLock { () -> Bool in
-            guard !finished, !aborted else { return false }
-            aborted = true
+        let first = state.withLock { state -> Bool in
+            guard !state.finished, !state.aborted else { return false }
+            state.aborted = true
             return true
         }
         guard first else { return }
@@ -267,20 +273,20 @@ final class URLSessionTransportSocket: TransportSocket, @unchecked Sendable {
     }
 
     func pauseReading() {
-        lock.withLock { readPaused = true }
+        state.withLock { $0.readPaused = true }
     }
 
     func resumeReading() {
-        lock.withLock { readPaused = false }
+        state.withLock { $0.readPaused = false }
         receiveNext()
     }
 
     // MARK: delegate queue
 
     func didOpen() {
-        let first = lock.withLock { () -> Bool in
-            guard !finished, !opened else { return false }
-            opened = true
+        let first = state.withLock { state -> Bool in
+            guard !state.finished, !state.opened else { return false }
+            state.opened = true
             return true
         }
         guard first else { return }
@@ -294,7 +300,7 @@ final class URLSessionTransportSocket: TransportSocket, @unchecked Sendable {
     }
 
     func didComplete(error: (any Error)?, response: HTTPURLResponse?) {
-        let (wasOpened, wasAborted, sent) = lock.withLock { (opened, aborted, sentClose) }
+        let (wasOpened, wasAborted, sent) = state.withLock { ($0.opened, $0.aborted, $0.sentClose) }
         if !wasOpened {
             finish(wasAborted ? .failed(status: nil, code: nil, message: "aborted")
                               : URLSessionWebSocketTransport.refusal(status: response?.statusCode,
@@ -308,9 +314,9 @@ final class URLSessionTransportSocket: TransportSocket, @unchecked Sendable {
 
     /// Delivers the one terminal event; later ones are dropped.
     func finish(_ event: TransportEvent) {
-        let first = lock.withLock { () -> Bool in
-            guard !finished else { return false }
-            finished = true
+        let first = state.withLock { state -> Bool in
+            guard !state.finished else { return false }
+            state.finished = true
             return true
         }
         if first { onEvent(event) }
@@ -319,30 +325,28 @@ final class URLSessionTransportSocket: TransportSocket, @unchecked Sendable {
     /// One `receive` at a time, and none while paused (URLSession reads only when asked to).
     private func receiveNext() {
         guard let task else { return }
-        let start = lock.withLock { () -> Bool in
-            guard opened, !finished, !readPaused, !receiving else { return false }
-            receiving = true
+        let start = state.withLock { state -> Bool in
+            guard state.opened, !state.finished, !state.readPaused, !state.receiving else { return false }
+            state.receiving = true
             return true
         }
         guard start else { return }
         task.receive { [weak self] result in
             guard let self else { return }
-            lock.withLock { receiving = false }
+            state.withLock { $0.receiving = false }
             guard case .success(let message) = result else { return }  // the task's completion reports the end
-            if case .string(let text) = message, lock.withLock({ !finished }) { onEvent(.text(text)) }
+            if case .string(let text) = message, state.withLock({ !$0.finished }) { onEvent(.text(text)) }
             receiveNext()
         }
     }
 
     /// A flag that one of several racing completions claims.
-    final class Once: @unchecked Sendable {
-        // @unchecked: `claimed` is touched only under `lock`.
-        private let lock = NSLock()
-        private var claimed = false
+    final class Once: Sendable {
+        private let claimed = Locked(false)
 
         /// True for the first caller only.
         func claim() -> Bool {
-            lock.withLock {
+            claimed.withLock { claimed in
                 defer { claimed = true }
                 return !claimed
             }
@@ -352,17 +356,15 @@ final class URLSessionTransportSocket: TransportSocket, @unchecked Sendable {
 
 /// The transport's URLSession delegate: routes each task's WebSocket callbacks to its socket,
 /// and returns redirects as answers (as the lws transport does) instead of following them.
-private final class SessionDelegate: NSObject, URLSessionWebSocketDelegate, @unchecked Sendable {
-    // @unchecked: `sockets` is touched only under `lock`.
-    private let lock = NSLock()
-    private var sockets: [Int: URLSessionTransportSocket] = [:]
+private final class SessionDelegate: NSObject, URLSessionWebSocketDelegate, Sendable {
+    private let sockets = Locked<[Int: URLSessionTransportSocket]>([:])
 
     func register(_ socket: URLSessionTransportSocket, for task: Int) {
-        lock.withLock { sockets[task] = socket }
+        sockets.withLock { $0[task] = socket }
     }
 
     private func socket(_ task: URLSessionTask, remove: Bool = false) -> URLSessionTransportSocket? {
-        lock.withLock { remove ? sockets.removeValue(forKey: task.taskIdentifier) : sockets[task.taskIdentifier] }
+        sockets.withLock { remove ? $0.removeValue(forKey: task.taskIdentifier) : $0[task.taskIdentifier] }
     }
 
     func urlSession(_ session: URLSession, webSocketTask: URLSessionWebSocketTask, didOpenWithProtocol protocol: String?) {

@@ -1,4 +1,5 @@
 import CallingEndpoints
+import CallingLogging
 import CallingProtocol
 import Foundation
 
@@ -30,17 +31,19 @@ public struct WebCallOptions: Sendable {
 /// Refusals throw `CallingError` `http(status:code:detail:)` with the problem `code`
 /// (`isRetryable` for 429, 502, 503); network failures throw `network(host:port:reason:)`. The
 /// `Retry-After` of the last refusal is in `retryAfter`; the client never retries on its own.
-public final class WebCallClient: @unchecked Sendable {
-    // @unchecked: the `var`s are touched only under `lock`; the `let`s are immutable and
-    // the client loop is thread-safe.
-    private let lock = NSLock()
-    private var currentSessionID: String?
-    private var lastRetryAfter: TimeInterval?
-    /// Bumped by every POST and every hangup: a POST whose answer arrives after a later POST or
-    /// hangup must not overwrite the session (docs/protocol.md, "Call and session rules": hanging
-    /// up mid-connect).
-    private var generation = 0
-    private var latestPostGeneration = 0
+public final class WebCallClient: Sendable {
+    /// What requests on several tasks share.
+    private struct State {
+        var currentSessionID: String?
+        var lastRetryAfter: TimeInterval?
+        /// Bumped by every POST and every hangup: a POST whose answer arrives after a later POST or
+        /// hangup must not overwrite the session (docs/protocol.md, "Call and session rules": hanging
+        /// up mid-connect).
+        var generation = 0
+        var latestPostGeneration = 0
+    }
+
+    private let state = Locked(State())
 
     /// `{base}/webrtc-proxy/{call_id}/v1/webrtc/sessions`; internal for tests.
     let sessionsURL: URL?
@@ -69,13 +72,13 @@ public final class WebCallClient: @unchecked Sendable {
 
     /// The live session's id (from the last successful `start`/`reconnect`), nil before and after `hangup`.
     public var sessionID: String? {
-        lock.withLock { currentSessionID }
+        state.withLock { $0.currentSessionID }
     }
 
     /// The `Retry-After` seconds of the most recent refused request (e.g. 2 on 503
     /// `no_answering_peer`), nil when it had none. Reset by every request.
     public var retryAfter: TimeInterval? {
-        lock.withLock { lastRetryAfter }
+        state.withLock { $0.lastRetryAfter }
     }
 
     // MARK: requests
@@ -123,14 +126,14 @@ public final class WebCallClient: @unchecked Sendable {
     /// session it does nothing, and a session or call that is already gone (404) counts as done.
     /// A `start`/`reconnect` still in flight is abandoned: its session is deleted when it arrives.
     public func hangup() async throws {
-        let id: String? = lock.withLock {
-            generation += 1
-            return currentSessionID
+        let id: String? = state.withLock { state in
+            state.generation += 1
+            return state.currentSessionID
         }
         guard let id else { return }
         try await delete(id)
-        lock.withLock {
-            if currentSessionID == id { currentSessionID = nil }
+        state.withLock { state in
+            if state.currentSessionID == id { state.currentSessionID = nil }
         }
     }
 
@@ -142,10 +145,10 @@ public final class WebCallClient: @unchecked Sendable {
     }
 
     private func post(offerSDP: String) async throws -> String {
-        let mine: Int = lock.withLock {
-            generation += 1
-            latestPostGeneration = generation
-            return generation
+        let mine: Int = state.withLock { state in
+            state.generation += 1
+            state.latestPostGeneration = state.generation
+            return state.generation
         }
         let body = JSONWriter.bytes(["identity": "client", "sdp": .string(offerSDP)])
         let (status, data) = try await send("POST", sessionID: nil, contentType: "application/json", body: Data(body),
@@ -154,10 +157,10 @@ public final class WebCallClient: @unchecked Sendable {
         guard let id = json?["session_id"]?.stringValue, let answer = json?["sdp"]?.stringValue else {
             throw CallingError(.http(status: status, code: nil, detail: "answer without session_id or sdp"))
         }
-        let (current, hungUp): (Bool, Bool) = lock.withLock {
-            let current = generation == mine
-            if current { currentSessionID = id }
-            return (current, !current && latestPostGeneration == mine)  // only a hangup came after this POST
+        let (current, hungUp): (Bool, Bool) = state.withLock { state in
+            let current = state.generation == mine
+            if current { state.currentSessionID = id }
+            return (current, !current && state.latestPostGeneration == mine)  // only a hangup came after this POST
         }
         if current { return answer }
         if hungUp { try? await delete(id) }
@@ -187,7 +190,7 @@ public final class WebCallClient: @unchecked Sendable {
         let status = response.status
         let data = Data(response.body)
         let retryAfter = response.headers["retry-after"].flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }
-        lock.withLock { lastRetryAfter = expect.contains(status) ? nil : retryAfter }
+        state.withLock { $0.lastRetryAfter = expect.contains(status) ? nil : retryAfter }
         guard expect.contains(status) else {
             let problem = try? JSONParser.parse([UInt8](data))
             let detail = problem?["detail"]?.stringValue ?? problem?["title"]?.stringValue ?? "HTTP \(status)"

@@ -1,4 +1,5 @@
 import CGStreamer
+import CallingLogging
 import Foundation
 
 /// Why the media engine could not do something.
@@ -110,22 +111,20 @@ enum GStreamer {
 
     /// Owned by the promise (released by its destroy notify): a promise freed without ever
     /// changing state still resumes whoever waits for it.
-    private final class PromiseHandler: @unchecked Sendable {
-        // @unchecked: `lock` guards `answered`; `body` is immutable.
+    private final class PromiseHandler: Sendable {
         private let body: @Sendable (PromiseReply) -> Void
-        private let lock = NSLock()
-        private var answered = false
+        private let answered = Locked(false)
         init(_ body: @escaping @Sendable (PromiseReply) -> Void) { self.body = body }
 
         func answer(_ reply: PromiseReply) {
-            guard lock.withLock({ () -> Bool in
+            guard answered.withLock({ answered -> Bool in
                 defer { answered = true }
                 return !answered
             }) else { return }
             body(reply)
         }
 
-        deinit { if !answered { body(.dropped) } }
+        deinit { if !answered.withLock({ $0 }) { body(.dropped) } }
     }
 
     /// Emits an action that answers a promise with a session description under `field` and

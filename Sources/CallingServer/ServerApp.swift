@@ -42,6 +42,8 @@ public final class ServerApp: @unchecked Sendable {
     /// Every route (Routes/Routes.swift), which the front door and the upgrades are routed by.
     let routeTable: RouteTable
     private var heartbeat: Thread?
+    /// A condition variable, not a `Locked`: the heartbeat thread sleeps on it for a tick and
+    /// `stop()` must wake it at once, which a plain lock cannot do. It guards `stopRequested`.
     private let stopping = NSCondition()
     private var stopRequested = false
 

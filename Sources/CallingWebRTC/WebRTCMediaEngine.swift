@@ -14,6 +14,8 @@ import WebRTC
 /// the delegates on its signaling thread. The state below is behind one lock.
 public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
     // @unchecked: every `var` is touched only under `lock`; WebRTC's objects are thread-safe.
+    // A bare NSLock rather than the project's `Locked`: `calls` holds WebRTC's objects, which are
+    // not Sendable, and `Locked` takes Sendable values only (docs/architecture.md, "Locks").
     private let lock = NSLock()
     private let factory: RTCPeerConnectionFactory
     private let configuresAudioSession: Bool

@@ -1,4 +1,5 @@
 import CLibWebSockets
+import CallingLogging
 import Foundation
 
 /// Creates lws contexts that use TLS so that OpenSSL's per-process setup happens once.
@@ -18,23 +19,20 @@ import Foundation
 /// its *context* has the flag (`lws_ssl_destroy`), so each later context leaks its SSL_CTX (a few
 /// KiB) when destroyed. Servers and SDK loops live for the process, so that is tests only.
 package enum TLSContextFactory {
-    private static let lock = NSLock()
-    // nonisolated(unsafe): only read and written under `lock`, which also serialises the
-    // lws_create_context calls that reassign the indexes.
-    nonisolated(unsafe) private static var globalInitDone = false
+    /// Whether a context did the global init. Its lock also serialises the lws_create_context
+    /// calls, which reassign the indexes (the one `Locked` whose body calls a C library on purpose).
+    private static let globalInitDone = Locked(false)
 
     /// Service thread of the new context. `info` describes the context and its default vhost.
     package static func createContext(_ info: lws_context_creation_info) -> OpaquePointer? {
-        lock.lock()
-        defer { lock.unlock() }
-        var withInit = info
-        withInit.options |= cs_lws_option_do_ssl_global_init()
-        if !globalInitDone {
-            let context = lws_create_context(&withInit)
-            if context != nil { globalInitDone = true }
-            return context
-        }
-        do {
+        globalInitDone.withLock { globalInitDone -> OpaquePointer? in
+            var withInit = info
+            withInit.options |= cs_lws_option_do_ssl_global_init()
+            if !globalInitDone {
+                let context = lws_create_context(&withInit)
+                if context != nil { globalInitDone = true }
+                return context
+            }
             var contextOnly = info
             contextOnly.options |= cs_lws_option_explicit_vhosts()
             guard let context = lws_create_context(&contextOnly) else { return nil }

@@ -272,7 +272,7 @@ public final class WebSocketClientLoop: @unchecked Sendable {
     }
 
     /// The routed sink, in a class so that the lock guards a reference. Kept as an optional closure
-    /// in `PthreadLocked` and read with `withLock { $0 }`, the closure went through the generic
+    /// in a `Locked` and read with `withLock { $0 }`, the closure went through the generic
     /// `inout` in its most general form and was written back wrapped in two more reabstraction
     /// thunks on every read: every log line called the sink through a longer chain and kept three
     /// more allocations.
@@ -281,7 +281,7 @@ public final class WebSocketClientLoop: @unchecked Sendable {
         init(_ deliver: @escaping @Sendable (Bool, String) -> Void) { self.deliver = deliver }
     }
 
-    private static let librarySink = PthreadLocked<LibrarySink?>(nil)
+    private static let librarySink = Locked<LibrarySink?>(nil)
 
     /// Queues `command` for the service thread; false once the loop no longer accepts work.
     /// Any thread.
@@ -910,10 +910,14 @@ private func clientCallback(
     return loop.handle(wsi, reason, user, input, length)
 }
 
-/// A value behind a pthread mutex (NSLock). Not `Synchronization.Mutex`: on Linux its contended
-/// path locks inside the uninstrumented runtime, so ThreadSanitizer misses the ordering and
-/// reports every contended `withLock` as a race (measured with Swift 6.3), which would bury real
-/// reports in a component whose whole job is handing work between threads.
+/// A value behind a pthread mutex (NSLock): the project's `Locked` (CallingLogging) without its
+/// `Value: Sendable` bound, which this loop cannot meet. What it guards is not Sendable (the lws
+/// context pointer, the service thread's `pthread_t`, commands holding connection state) and is
+/// used under the lock only, or only on the service thread; `Locked` would have to be unchecked
+/// for every caller to admit it. Not `Synchronization.Mutex`, for the reason `Locked` gives: on
+/// Linux ThreadSanitizer does not see its contended path and reports every contended `withLock`
+/// as a race, which would bury real reports in a component whose whole job is handing work
+/// between threads.
 private final class PthreadLocked<Value>: @unchecked Sendable {
     // @unchecked: `value` is only read or written inside `withLock`, under `lock`. Values that are
     // not Sendable (the context pointer) are used under the lock only, or only on the service thread.
