@@ -17,23 +17,17 @@ public struct TimedOut: Error, CustomStringConvertible {
 }
 
 /// Thread-safe list the completions append to.
-public final class Collector<Element: Sendable>: @unchecked Sendable {
-    // @unchecked Sendable: `items` is only touched while `lock` is held.
-    private let lock = NSLock()
-    private var items: [Element] = []
+public final class Collector<Element: Sendable>: Sendable {
+    private let items = Locked<[Element]>([])
 
     public init() {}
 
     public func append(_ item: Element) {
-        lock.lock()
-        items.append(item)
-        lock.unlock()
+        items.withLock { $0.append(item) }
     }
 
     public var all: [Element] {
-        lock.lock()
-        defer { lock.unlock() }
-        return items
+        items.withLock { $0 }
     }
 }
 

@@ -217,10 +217,10 @@ private enum InboxItem {
 /// A buffer between the pump task and the test: messages queue here until asked for, and a
 /// waiter is woken by the next push or by a Dispatch timer at its deadline — no polling, and no
 /// cancellation of the underlying stream.
-private final class EventInbox: @unchecked Sendable {
-    // @unchecked: `current` is only touched inside `withState`, under `lock`. An NSLock rather than
-    // `Synchronization.Mutex`, whose contended path ThreadSanitizer cannot see on Linux (it then
-    // reports false races in every test run under `--sanitize=thread`).
+private final class EventInbox: Sendable {
+    // `Locked` (an NSLock) rather than `Synchronization.Mutex`, whose contended path
+    // ThreadSanitizer cannot see on Linux (it then reports false races in every test run under
+    // `--sanitize=thread`).
     private struct State {
         var events: [WebSocketClientEvent] = []
         var head = 0
@@ -229,13 +229,10 @@ private final class EventInbox: @unchecked Sendable {
         var nextWaiter: UInt64 = 0
     }
 
-    private let lock = NSLock()
-    private var current = State()
+    private let current = Locked(State())
 
     private func withState<T>(_ body: (inout State) -> T) -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(&current)
+        current.withLock(body)
     }
 
     /// Called by the pump: an event, or nil when the stream finished.

@@ -1,3 +1,4 @@
+import CallingLogging
 import Foundation
 
 /// A throwaway PostgreSQL server for tests: `initdb` in a fresh temporary folder and `postgres`
@@ -170,23 +171,14 @@ public final class TestPostgres: @unchecked Sendable {
 
     private static let registry: Registry = {
         atexit { TestPostgres.stopAll() }
-        return Registry()
+        return Registry([])
     }()
 
     private static func stopAll() {
         for server in registry.withLock({ $0 }) { server.stop() }
     }
 
-    private final class Registry: @unchecked Sendable {
-        // @unchecked Sendable: `servers` only under `lock`.
-        private let lock = NSLock()
-        private var servers: [TestPostgres] = []
-        func withLock<T>(_ body: (inout [TestPostgres]) -> T) -> T {
-            lock.lock()
-            defer { lock.unlock() }
-            return body(&servers)
-        }
-    }
+    private typealias Registry = Locked<[TestPostgres]>
 
     /// The user to run the server as: nil when not root (run as the caller).
     private static func serverUser() -> String? {
