@@ -16,7 +16,7 @@ import Synchronization
 /// Channels: `bus` (membership events, one order for every node), `node:<node>` (frames and closes
 /// for that node's peers).
 final class RedisClusterDriver: @unchecked Sendable {
-    // @unchecked: `outbox` is under its lock; `thread`-only state (connections, timers) is touched
+    // @unchecked: `outbox` is a `Locked`; `thread`-only state (connections, timers) is touched
     // only by the driver thread; the counters are atomics.
     struct Settings: Sendable {
         var endpoint: RedisEndpoint
@@ -92,9 +92,8 @@ final class RedisClusterDriver: @unchecked Sendable {
     let settings: Settings
     private let logger: Logger
     private let post: ServicePost
-    private let outboxLock = NSLock()
-    private var outbox: [Command] = []
-    private var stopped = false
+    /// Commands for the driver thread, and whether `stop` was called.
+    private let outbox = Locked<(commands: [Command], stopped: Bool)>(([], false))
     private var thread: Thread?
     private let wakeRead: Int32
     private let wakeWrite: Int32
@@ -142,18 +141,17 @@ final class RedisClusterDriver: @unchecked Sendable {
     /// Queues commands for the driver thread. Any thread.
     func submit(_ commands: [Command]) {
         guard !commands.isEmpty else { return }
-        outboxLock.lock()
-        let wasEmpty = outbox.isEmpty
-        outbox += commands
-        outboxLock.unlock()
+        let wasEmpty = outbox.withLock { outbox in
+            let wasEmpty = outbox.commands.isEmpty
+            outbox.commands += commands
+            return wasEmpty
+        }
         if wasEmpty { wake() }
     }
 
     /// Stops the thread (waits up to 2 s for it).
     func stop() {
-        outboxLock.lock()
-        stopped = true
-        outboxLock.unlock()
+        outbox.withLock { $0.stopped = true }
         wake()
         let deadline = Date().addingTimeInterval(2)
         while thread?.isFinished == false, Date() < deadline { usleep(5_000) }
@@ -165,9 +163,7 @@ final class RedisClusterDriver: @unchecked Sendable {
     }
 
     private var isStopped: Bool {
-        outboxLock.lock()
-        defer { outboxLock.unlock() }
-        return stopped
+        outbox.withLock { $0.stopped }
     }
 
     // MARK: the driver thread
@@ -198,11 +194,11 @@ final class RedisClusterDriver: @unchecked Sendable {
                 }
                 // What was queued for a Redis we cannot reach is dropped: registering again after
                 // the reconnect replaces this node's seat list wholesale.
-                outboxLock.lock()
-                droppedCount.add(outbox.count, ordering: .relaxed)
-                let lost = outbox
-                outbox = []
-                outboxLock.unlock()
+                let lost = outbox.withLock { outbox -> [Command] in
+                    droppedCount.add(outbox.commands.count, ordering: .relaxed)
+                    defer { outbox.commands = [] }
+                    return outbox.commands
+                }
                 Self.answerUnchecked(lost)
                 failures += 1
                 reconnecting = true
@@ -260,11 +256,10 @@ final class RedisClusterDriver: @unchecked Sendable {
                 while let more = try subscriber.bufferedReply() { collect(more, into: &events) }
             }
             drainWake()
-            outboxLock.lock()
-            let due = outbox
-            outbox = []
-            let stop = stopped
-            outboxLock.unlock()
+            let (due, stop) = outbox.withLock { outbox -> ([Command], Bool) in
+                defer { outbox.commands = [] }
+                return (outbox.commands, outbox.stopped)
+            }
             // What the stop itself queued (the leaves of the peers it closed) goes out first.
             if !due.isEmpty {
                 do throws(RedisError) {
