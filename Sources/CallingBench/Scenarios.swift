@@ -1,3 +1,4 @@
+import CallingLogging
 import CallingStore
 import CallingTesting
 import Foundation
@@ -867,13 +868,17 @@ final class Scenarios {
 /// `GET path` on a fresh connection every 100 ms from a thread of its own, each answer's latency
 /// recorded (µs); one not answered within 5 s counts as a failure.
 final class HTTPProbe: @unchecked Sendable {
-    // @unchecked: `stopped` and the results are behind `lock`; the thread is joined in `stop`.
+    // @unchecked: `thread` is set in `start`, before `stop` reads it; the thread is joined in `stop`.
+    // The stop flag and the results are in `state`.
     private let port: Int
     private let path: String
-    private let lock = NSLock()
-    private var stopped = false
-    private var results: [Double] = []
-    private var failed = 0
+    private struct State {
+        var stopped = false
+        var results: [Double] = []
+        var failed = 0
+    }
+
+    private let state = Locked(State())
     private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
 
@@ -884,7 +889,7 @@ final class HTTPProbe: @unchecked Sendable {
 
     func start() {
         let thread = Thread { [self] in
-            while !lock.withLock({ stopped }) {
+            while !state.withLock({ $0.stopped }) {
                 let began = LoadEngine.now()
                 let answered: Bool
                 if let client = try? HTTPClient(port: port, timeoutSeconds: 5), let (status, _) = try? client.get(path) {
@@ -893,7 +898,7 @@ final class HTTPProbe: @unchecked Sendable {
                     answered = false
                 }
                 let latency = Double(LoadEngine.now() - began) / 1e3
-                lock.withLock { if answered { results.append(latency) } else { failed += 1 } }
+                state.withLock { if answered { $0.results.append(latency) } else { $0.failed += 1 } }
                 let rest = 100_000 - min(100_000, Int(latency))
                 if rest > 0 { usleep(UInt32(rest)) }
             }
@@ -905,15 +910,16 @@ final class HTTPProbe: @unchecked Sendable {
 
     /// Stops the thread and waits for its last probe (idempotent).
     func stop() {
-        let wasRunning = lock.withLock { () -> Bool in
-            defer { stopped = true }
-            return !stopped && thread != nil
+        let started = thread != nil
+        let wasRunning = state.withLock { state -> Bool in
+            defer { state.stopped = true }
+            return !state.stopped && started
         }
         if wasRunning { finished.wait() }
     }
 
-    var latencies: [Double] { lock.withLock { results } }
-    var failures: Int { lock.withLock { failed } }
+    var latencies: [Double] { state.withLock { $0.results } }
+    var failures: Int { state.withLock { $0.failed } }
 }
 
 /// A blocking HTTP/1.1 client on one keep-alive connection (bodies with content-length).
