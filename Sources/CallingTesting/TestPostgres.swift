@@ -20,6 +20,8 @@ public final class TestPostgres: @unchecked Sendable {
     public let user = "calling"
     private var process: Process
     private let runAs: String?
+    /// A bare NSLock, not `Locked`: it is held across the server's stop and restart, which wait
+    /// for processes, and it guards a `Process`, which is not Sendable.
     private let lock = NSLock()
     private var stopped = false
 
