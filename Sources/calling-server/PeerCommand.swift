@@ -187,7 +187,8 @@ actor PeerSession {
     private var calls = Set<PeerID>()
     private var hadCall = false
     private var callCount = 0
-    private var welcomes = 0
+    /// Set by the `reconnecting` state, cleared by the welcome that ends it.
+    private var reconnecting = false
     private var calling = false
     private var lastStats: [PeerID: PeerMediaStats] = [:]
     private var dataReceived: [String] = []
@@ -239,8 +240,12 @@ actor PeerSession {
         self.engine = engine
         installSignalHandlers()
 
-        let signalingEvents = Task { for await event in client.events { await self.handle(event) } }
-        let mediaEvents = Task { for await event in engine.events { await self.handle(event) } }
+        // The streams are taken here, before connect(): a stream only carries events from when it
+        // is first asked for, and a task started now may run after the first welcome.
+        let signalingStream = client.events
+        let mediaStream = engine.events
+        let signalingEvents = Task { for await event in signalingStream { await self.handle(event) } }
+        let mediaEvents = Task { for await event in mediaStream { await self.handle(event) } }
         let ticker = Task { await self.tick() }
         do {
             let welcome = try await client.connect()
@@ -322,14 +327,17 @@ actor PeerSession {
         case .iceRestart(let peer, let attempt):
             log("ice-restart peer=\(peer) attempt=\(attempt)")
         case .connected(let welcome):
-            // The first welcome is logged by run(); later ones are reconnects.
-            welcomes += 1
-            if welcomes > 1 { log("state connected peer=\(welcome.peerID) room=\(welcome.roomID) resumed=\(welcome.resumed)") }
+            // The first welcome is logged by run(); a reconnect's welcome follows a `reconnecting` state.
+            if reconnecting {
+                reconnecting = false
+                log("state connected peer=\(welcome.peerID) room=\(welcome.roomID) resumed=\(welcome.resumed)")
+            }
             if welcome.resumed {
                 let peers = welcome.peers.map { $0.peerID.rawValue + ($0.reconnecting ? "(reconnecting)" : "") }
                 log("resumed peers=\(peers.joined(separator: ","))")
             }
         case .stateChanged(.reconnecting(let attempt)):
+            reconnecting = true
             log("state reconnecting attempt=\(attempt)")
         case .stateChanged(.failed(let error)):
             log("state failed \(error)")
