@@ -34,8 +34,7 @@ public struct Frame: Sendable, Equatable {
             case .chatAck(let clientID, let seq, let timestamp):
                 return ["client_id": .string(clientID), "seq": .int(seq), "ts": .int(timestamp)]
             case .chat(let clientID, let meta, let seq, let text, let timestamp):
-                return ["client_id": .string(clientID), "meta": meta ?? .null, "seq": .int(seq), "text": .string(text),
-                        "ts": .int(timestamp)]
+                return ChatJSON(clientID: clientID, meta: meta, seq: seq, text: text, timestamp: timestamp).json
             case .welcome(let welcome):
                 return welcome.json
             case .roster(let entry):
@@ -544,17 +543,9 @@ public struct Frame: Sendable, Equatable {
             JSONWriter.writeInteger(timestamp, into: &out)
             JSONWriter.writeRaw("},", into: &out)
         case .chat(let clientID, let meta, let seq, let text, let timestamp):
-            JSONWriter.writeRaw(#""payload":{"client_id":"#, into: &out)
-            JSONWriter.writeString(clientID, into: &out)
-            JSONWriter.writeRaw(#","meta":"#, into: &out)
-            JSONWriter.write(meta ?? .null, into: &out)
-            JSONWriter.writeRaw(#","seq":"#, into: &out)
-            JSONWriter.writeInteger(seq, into: &out)
-            JSONWriter.writeRaw(#","text":"#, into: &out)
-            JSONWriter.writeString(text, into: &out)
-            JSONWriter.writeRaw(#","ts":"#, into: &out)
-            JSONWriter.writeInteger(timestamp, into: &out)
-            JSONWriter.writeRaw("},", into: &out)
+            JSONWriter.writeRaw(#""payload":"#, into: &out)
+            ChatJSON(clientID: clientID, meta: meta, seq: seq, text: text, timestamp: timestamp).write(into: &out)
+            out.append(UInt8(ascii: ","))
         case .welcome(let welcome):
             JSONWriter.writeRaw(#""payload":"#, into: &out)
             welcome.write(into: &out)

@@ -499,11 +499,9 @@ final class SignalingService: @unchecked Sendable {
         metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- chat.received)
         if case .stored(let message, _, false) = chat.outcome, webhooks.wants(.chatMessage) {
             let room = chat.room
-            webhooks.emit(.chatMessage, key: room.rawValue, [
-                "room_id": .string(room.rawValue), "seq": .int(message.seq), "from": .string(message.from.rawValue),
-                "client_id": .string(message.clientID), "text": .string(message.text), "meta": message.meta ?? .null,
-                "ts": .int(message.timestamp),
-            ])
+            var data = message.chatJSON.fields
+            data["room_id"] = .string(room.rawValue)
+            webhooks.emit(.chatMessage, key: room.rawValue, data)
         }
     }
 

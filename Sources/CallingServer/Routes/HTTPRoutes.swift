@@ -151,7 +151,7 @@ extension HTTPRoutes {
         JSONWriter.writeRaw(#","messages":["#, into: &out)
         for (offset, record) in page.messages.enumerated() {
             if offset > 0 { out.append(UInt8(ascii: ",")) }
-            ChatMessage(record: record).writeHistoryJSON(into: &out)
+            ChatMessage(record: record).chatJSON.write(into: &out)
         }
         JSONWriter.writeRaw(#"],"next_since_seq":"#, into: &out)
         JSONWriter.writeInteger(page.nextSinceSeq, into: &out)
@@ -165,7 +165,7 @@ extension HTTPRoutes {
     static func historyJSON(_ page: HistoryPage, limit: Int) -> JSONValue {
         [
             "room_id": .string(page.room.rawValue),
-            "messages": .array(page.messages.map { ChatMessage(record: $0).historyJSON }),
+            "messages": .array(page.messages.map { ChatMessage(record: $0).chatJSON.json }),
             "next_since_seq": .int(page.nextSinceSeq),
             "has_more": .bool(page.hasMore),
             "last_seq": .int(page.lastSeq),
@@ -175,26 +175,9 @@ extension HTTPRoutes {
 }
 
 extension ChatMessage {
-    /// A message as listed by the history API: the chat frame's payload plus `from`.
-    var historyJSON: JSONValue {
-        ["seq": .int(seq), "from": .string(from.rawValue), "client_id": .string(clientID), "text": .string(text),
-         "meta": meta ?? .null, "ts": .int(timestamp)]
-    }
-
-    /// `JSONWriter.write(historyJSON)`'s bytes (keys sorted), written directly.
-    func writeHistoryJSON(into out: inout [UInt8]) {
-        JSONWriter.writeRaw(#"{"client_id":"#, into: &out)
-        JSONWriter.writeString(clientID, into: &out)
-        JSONWriter.writeRaw(#","from":"#, into: &out)
-        JSONWriter.writeString(from.rawValue, into: &out)
-        JSONWriter.writeRaw(#","meta":"#, into: &out)
-        JSONWriter.write(meta ?? .null, into: &out)
-        JSONWriter.writeRaw(#","seq":"#, into: &out)
-        JSONWriter.writeInteger(seq, into: &out)
-        JSONWriter.writeRaw(#","text":"#, into: &out)
-        JSONWriter.writeString(text, into: &out)
-        JSONWriter.writeRaw(#","ts":"#, into: &out)
-        JSONWriter.writeInteger(timestamp, into: &out)
-        out.append(UInt8(ascii: "}"))
+    /// The message with its sender, as the history API lists it and the `chat_message` webhook
+    /// sends it: the chat frame's payload plus `from`.
+    var chatJSON: ChatJSON {
+        ChatJSON(clientID: clientID, from: from.rawValue, meta: meta, seq: seq, text: text, timestamp: timestamp)
     }
 }
