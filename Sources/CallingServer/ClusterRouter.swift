@@ -1,4 +1,5 @@
 import CallingCore
+import CallingStore
 import CallingTransport
 import Foundation
 
@@ -13,9 +14,11 @@ import Foundation
 /// With a shared chat store (`database_url`), `ChatCatchUp` (CallingCore) follows which chat seqs
 /// each local peer has: a forwarded chat a peer already has is not handed to it again, and the
 /// history behind a gap (a chat forwarded before its seat was known, or dropped while Redis was
-/// down) is read from the store and delivered (`readHistory`, installed by `ClusterLink`).
+/// down) is read from the store and delivered (`readHistory`).
 /// Service thread.
-final class ClusterRouter: Router {
+// @unchecked Sendable: every method runs on the service thread; a history read's completion
+// (store queue) captures the router only to hop back through `post`.
+final class ClusterRouter: Router, @unchecked Sendable {
     let local: LocalRouter
     let driver: RedisClusterDriver
     private(set) var membership: ClusterMembership
@@ -28,18 +31,24 @@ final class ClusterRouter: Router {
     /// forwarded chats not handed over because the peer had them already.
     private(set) var chatsFilled = 0
     private(set) var chatsDeduplicated = 0
-    /// Reads a room's history for `catchUp` and answers with `historyRead`; set by `ClusterLink`.
-    var readHistory: ((RoomID, Int64, Int) -> Void)?
+    /// Where `catchUp` reads the history behind a gap: the shared chat store.
+    private let history: any ChatPersistence
+    /// How a history read's answer comes back to the service thread.
+    private let post: ServicePost
     private let now: @Sendable () -> Millis
 
     private static let nodeLocalTypes: Set<String> = [FrameType.welcome.rawValue, FrameType.peerJoined.rawValue,
                                                        FrameType.peerLeft.rawValue]
 
-    init(local: LocalRouter, driver: RedisClusterDriver, catchUp: ChatCatchUp? = nil, now: @escaping @Sendable () -> Millis) {
+    init(local: LocalRouter, driver: RedisClusterDriver, catchUp: ChatCatchUp? = nil, history: any ChatPersistence,
+         post: @escaping ServicePost, now: @escaping @Sendable () -> Millis)
+    {
         self.local = local
         self.driver = driver
         self.membership = ClusterMembership(node: driver.settings.node)
         self.catchUp = catchUp
+        self.history = history
+        self.post = post
         self.now = now
     }
 
@@ -109,8 +118,6 @@ final class ClusterRouter: Router {
     func committed(_ message: ChatMessage) {
         catchUp?.committed(room: message.room, seq: message.seq, now: now())
     }
-
-    func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? { local.connection(of: peer, in: room) }
 
     /// The room's count in Redis (`RoomSeats`); while Redis is down the node's own check stands.
     func admitAcrossNodes(_ identity: PeerIdentity, limit: Int, answer: @escaping @Sendable (SeatAdmission) -> Void) {
@@ -202,6 +209,21 @@ final class ClusterRouter: Router {
         perform(catchUp?.busRestored() ?? [])
     }
 
+    /// Reads `room`'s history after `sinceSeq` for `catchUp`, answered by `historyRead` on the
+    /// service thread. Weak: a stopped server must not be kept alive by a read in flight.
+    private func readHistory(room: RoomID, sinceSeq: Int64, limit: Int) {
+        history.history(room: room, sinceSeq: sinceSeq, limit: limit) { [weak self, post] result in
+            post { [weak self] in
+                switch result {
+                case .success(let page):
+                    self?.historyRead(room: room, .success(page.messages.map(ChatMessage.init(record:))), hasMore: page.hasMore)
+                case .failure:
+                    self?.historyRead(room: room, .failure(HistoryReadFailure()), hasMore: false)
+                }
+            }
+        }
+    }
+
     /// The answer to a `readHistory`.
     func historyRead(room: RoomID, _ result: Result<[ChatMessage], HistoryReadFailure>, hasMore: Bool) {
         switch result {
@@ -216,7 +238,7 @@ final class ClusterRouter: Router {
         for effect in effects {
             switch effect {
             case .fetch(let room, let sinceSeq, let limit):
-                if let readHistory { readHistory(room, sinceSeq, limit) } else { catchUp?.fetchFailed(room: room, now: now()) }
+                readHistory(room: room, sinceSeq: sinceSeq, limit: limit)
             case .deliver(let message, let targets):
                 chatsFilled += targets.count
                 local.deliver(message.frame, to: targets)
@@ -296,21 +318,6 @@ final class ClusterLink: @unchecked Sendable {
     }
 
     func start() {
-        // Weak: the router keeps this closure, and the link keeps the router.
-        router.readHistory = { [weak self] room, sinceSeq, limit in
-            guard let self else { return }
-            rooms.chats.history(room: room, sinceSeq: sinceSeq, limit: limit) { [weak self] result in
-                self?.rooms.context.post { [weak self] in
-                    guard let router = self?.router else { return }
-                    switch result {
-                    case .success(let page):
-                        router.historyRead(room: room, .success(page.messages.map(ChatMessage.init(record:))), hasMore: page.hasMore)
-                    case .failure:
-                        router.historyRead(room: room, .failure(ClusterRouter.HistoryReadFailure()), hasMore: false)
-                    }
-                }
-            }
-        }
         router.driver.start { [self] events in handle(events) }
     }
 

@@ -46,8 +46,6 @@ protocol RoomMembership: AnyObject {
     func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool)
     /// The hub let `identity`'s seat on `connection` go (leave, kick, room closed).
     func left(_ identity: PeerIdentity, from connection: ConnectionID)
-    /// The connection seated as `peer` in `room` on this node, if any.
-    func connection(of peer: PeerID, in room: RoomID) -> ConnectionID?
     /// Whether `connection` is this node's (a socket or an HTTP session) rather than a seat
     /// standing for a peer on another node. Webhooks and call bookkeeping follow local seats only.
     func isLocal(_ connection: ConnectionID) -> Bool
@@ -110,16 +108,18 @@ final class LocalRouter: Router {
     private struct WeakHandler { weak var handler: (any VirtualConnection)? }
     private var virtuals: [ConnectionID: WeakHandler] = [:]
     private var seats: [RoomID: [PeerID: ConnectionID]] = [:]
-    /// When set, where `connection(of:in:)` reads seats from instead of `seats`, which then stays
-    /// empty: a single node's hub seats exactly its connections (ServerApp). A cluster's local
-    /// router keeps its own table, since its hub also seats other nodes' peers.
-    var seatSource: ((PeerID, RoomID) -> ConnectionID?)?
+    /// Whether `joined`/`left` fill `seats`, for `connection(of:in:)`. Only a cluster's local
+    /// router needs the table (`ClusterRouter` asks it which local connection a peer has, since
+    /// its hub also seats other nodes' peers); alone, the hub seats exactly this node's
+    /// connections and is asked directly, so the router keeps no copy (a dictionary per room).
+    private let keepsSeats: Bool
     /// Scratch space `deliver` encodes each frame into.
     private var encodeBuffer: [UInt8] = []
 
-    init(sink: any ConnectionSink, metrics: Metrics) {
+    init(sink: any ConnectionSink, metrics: Metrics, keepsSeats: Bool = true) {
         self.sink = sink
         self.metrics = metrics
+        self.keepsSeats = keepsSeats
     }
 
     func deliver(_ frame: Frame, to targets: [ConnectionID]) {
@@ -232,19 +232,20 @@ final class LocalRouter: Router {
     }
 
     func joined(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool) {
-        guard seatSource == nil else { return }
+        guard keepsSeats else { return }
         seats[identity.room, default: [:]][identity.peer] = connection
     }
 
     func left(_ identity: PeerIdentity, from connection: ConnectionID) {
-        guard seatSource == nil, seats[identity.room]?[identity.peer] == connection else { return }
+        guard keepsSeats, seats[identity.room]?[identity.peer] == connection else { return }
         seats[identity.room]?[identity.peer] = nil
         if seats[identity.room]?.isEmpty == true { seats[identity.room] = nil }
     }
 
+    /// The connection seated as `peer` in `room` on this node, if any; nil for every peer when
+    /// the router keeps no seats (`keepsSeats`).
     func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? {
-        if let seatSource { return seatSource(peer, room) }
-        return seats[room]?[peer]
+        seats[room]?[peer]
     }
 
     func isLocal(_ connection: ConnectionID) -> Bool { true }

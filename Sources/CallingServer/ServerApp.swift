@@ -36,8 +36,8 @@ public final class ServerApp: @unchecked Sendable {
     let httpSessions: HTTPSessions
     let roomEndpoint: RoomEndpoint
     let presence: PresenceEndpoint
-    /// The transport's delegate. The transport holds it only while its service loop runs
-    /// (WebSocketServer `delegate`), so the app keeps it from before `start` to after `stop`.
+    /// The transport's delegate. The transport holds it strongly from `init` until its service
+    /// loop ends (WebSocketServer `delegate`); the app keeps it too, from before `start` to after `stop`.
     let endpoints: WebSocketEndpoints
     /// Every route (Routes/Routes.swift), which the front door and the upgrades are routed by.
     let routeTable: RouteTable
@@ -87,7 +87,9 @@ public final class ServerApp: @unchecked Sendable {
         context = ServiceContext(config: config, logger: logger.labeled("signaling"), now: now,
                                  post: { [transport] work in transport.post(work) }, store: store, chat: chat, access: access,
                                  calls: callStore, nodeID: nodeID, webhooks: webhooks, issuer: issuer, verifier: verifier, ice: ice)
-        let localRouter = LocalRouter(sink: transport, metrics: context.metrics)
+        // One node: the hub seats exactly this node's connections, so the router keeps no table
+        // that mirrors it (a dictionary per room); a cluster's hub also seats other nodes' peers.
+        let localRouter = LocalRouter(sink: transport, metrics: context.metrics, keepsSeats: config.clusterRedisURL != nil)
         var clusterRouter: ClusterRouter?
         if let url = config.clusterRedisURL, let node = nodeID {
             let settings = RedisClusterDriver.Settings(endpoint: try RedisEndpoint(url: url), node: node,
@@ -96,7 +98,8 @@ public final class ServerApp: @unchecked Sendable {
             let driver = RedisClusterDriver(settings: settings, logger: logger.labeled("cluster"), post: context.post)
             // Seqs are cluster-wide only in a shared store; with each node's SQLite they are not comparable.
             let catchUp = config.databaseURL.isEmpty ? nil : ChatCatchUp(settings: ChatCatchUp.Settings(gapMs: Int64(config.clusterChatGapMs)))
-            clusterRouter = ClusterRouter(local: localRouter, driver: driver, catchUp: catchUp, now: context.now)
+            clusterRouter = ClusterRouter(local: localRouter, driver: driver, catchUp: catchUp, history: chat,
+                                          post: context.post, now: context.now)
             logger.info("cluster mode", ["node": node, "redis": settings.endpoint.description])
         }
         router = clusterRouter ?? localRouter
@@ -113,11 +116,6 @@ public final class ServerApp: @unchecked Sendable {
         // Tokens kicked before this start (here, or on any node sharing the database) stay refused.
         let accessStore = access
         rooms.imposeBans(try accessStore.wait { accessStore.tokenBans(activeAt: now(), completion: $0) })
-        if clusterRouter == nil {
-            // One node: the hub seats exactly this node's connections, so the router reads seats
-            // there instead of keeping a table that mirrors it (a dictionary per room).
-            localRouter.seatSource = { [unowned rooms] peer, room in rooms.connection(of: peer, in: room) }
-        }
         httpSessions = HTTPSessions(context: context, rooms: rooms, router: router, logger: logger.labeled("sessions"))
         let admin = AdminAPI(context: context, rooms: rooms, httpSessions: httpSessions, logger: logger.labeled("admin"))
         roomEndpoint = RoomEndpoint(context: context, rooms: rooms, gate: gate, router: router)

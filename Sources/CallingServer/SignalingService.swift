@@ -82,10 +82,8 @@ final class SignalingService: @unchecked Sendable {
     @inline(__always)
     private static func inPlace<T>(_ hub: inout Hub, _ body: (inout Hub) -> T) -> T { body(&hub) }
 
-    /// The connection seated as `peer` in `room`, if any (local or standing for another node's).
-    func connection(of peer: PeerID, in room: RoomID) -> ConnectionID? { hub.connection(of: peer, in: room) }
-
-    /// `connection(of:in:)`, and whether the seat is in its reconnect grace (its connection gone).
+    /// The connection seated as `peer` in `room`, if any (local or standing for another node's),
+    /// and whether the seat is in its reconnect grace (its connection gone).
     func seat(of peer: PeerID, in room: RoomID) -> (connection: ConnectionID, reconnecting: Bool)? {
         Self.inPlace(&hub) { hub in hub.seat(of: peer, in: room).map { ($0.connection, $0.reconnecting) } }
     }
