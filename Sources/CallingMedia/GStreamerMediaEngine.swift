@@ -1,6 +1,7 @@
 import CGStreamer
 import CallingAuth
 import CallingClient
+import CallingLogging
 import Dispatch
 import Foundation
 
@@ -21,8 +22,8 @@ import Foundation
 /// `control` channel (docs/protocol.md, "The control channel"): `status connected` when it opens,
 /// `pong` to `ping`, `mute` honoured, `hangup` ends the call, `status ended`/`replaced` when this
 /// side ends it.
-public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
-    // @unchecked: `connections` and `feed` are guarded by `lock`; the rest is immutable.
+public final class GStreamerMediaEngine: MediaEngine, Sendable {
+    // What changes is in `state`, a `Locked`; the rest is immutable.
 
     /// Every `MediaEvent`, in order. One consumer; buffered without limit.
     public let events: AsyncStream<MediaEvent>
@@ -31,19 +32,38 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     private let continuation: AsyncStream<MediaEvent>.Continuation
     private let certificate: DTLSCertificateValue
-    private let lock = NSLock()
-    private var connections: [PeerID: PeerConnection] = [:]
-    /// Servers `SignalingClient` fetched for the next connection with a peer (`useIceServers`).
-    private var callIceServers: [PeerID: [IceServer]] = [:]
-    /// What the next call to a peer sends (`useMedia`).
-    private var callMedia: [PeerID: CallMedia] = [:]
-    private var muted = false
-    private var trackHandler: (@Sendable (PeerID, RemoteTrack) -> Void)?
-    private var recordings = 0
-    private var feed: PCMFeed
-    private var pacer: (any DispatchSourceTimer)?
-    private var prewarming: Task<Void, Never>?
-    private var watchdog: Task<Void, Never>?
+    private let state: Locked<State>
+    /// Whether the input needs the pacer (`PCMFeed.needsPacing`, fixed by the options).
+    private let needsPacing: Bool
+
+    private struct State {
+        var connections: [PeerID: PeerConnection] = [:]
+        /// Servers `SignalingClient` fetched for the next connection with a peer (`useIceServers`).
+        var callIceServers: [PeerID: [IceServer]] = [:]
+        /// What the next call to a peer sends (`useMedia`).
+        var callMedia: [PeerID: CallMedia] = [:]
+        var muted = false
+        /// The app's handler, in a class: no closure as a `Locked` value (docs/architecture.md, "Locks").
+        var trackHandler: TrackHandler?
+        var recordings = 0
+        /// The pacer's position in the input; its `frame(for:shared:)` also moves the connection's
+        /// `wavPosition`, which is why that runs under this lock.
+        var feed: PCMFeed
+        var pacer: Pacer?
+        var prewarming: Task<Void, Never>?
+        var watchdog: Task<Void, Never>?
+    }
+
+    private final class TrackHandler: Sendable {
+        let call: @Sendable (PeerID, RemoteTrack) -> Void
+        init(_ call: @escaping @Sendable (PeerID, RemoteTrack) -> Void) { self.call = call }
+    }
+
+    /// The pacer's timer. `@unchecked Sendable`: a dispatch source may be used from any thread
+    /// (libdispatch objects are thread-safe), but its Swift protocol does not say so.
+    private struct Pacer: @unchecked Sendable {
+        let timer: any DispatchSourceTimer
+    }
     /// State changes of GStreamer pipelines wait for their streaming threads: never on those
     /// threads, never on the cooperative pool.
     private let teardownQueue = DispatchQueue(label: "calling-media.teardown")
@@ -63,16 +83,19 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
         self.sessionCaller = sessionCaller
         let certificate = try DTLSCertificate.generate()
         self.certificate = DTLSCertificateValue(pem: certificate.pem, fingerprint: certificate.sha256Fingerprint)
-        feed = try PCMFeed(input: options.input)
+        let feed = try PCMFeed(input: options.input)
+        needsPacing = feed.needsPacing
+        state = Locked(State(feed: feed))
         (events, continuation) = AsyncStream.makeStream(of: MediaEvent.self)
         prewarm()
     }
 
     deinit {
-        pacer?.cancel()
+        let (pacer, watchdog, connections) = state.withLock { ($0.pacer, $0.watchdog, Array($0.connections.values)) }
+        pacer?.timer.cancel()
         watchdog?.cancel()
         // An app that drops the engine without hanging up must not leave pipelines streaming.
-        for connection in connections.values {
+        for connection in connections {
             teardownQueue.async { connection.tearDown() }
         }
         continuation.finish()
@@ -104,13 +127,13 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
                 }
             }
         }
-        lock.withLock { prewarming = task }
+        state.withLock { $0.prewarming = task }
     }
 
     /// Returns once the start-up work of `init` is done (see `prewarm`): an app that calls right
     /// after starting can wait here so its first call connects as fast as later ones.
     public func warmUp() async {
-        await lock.withLock { prewarming }?.value
+        await state.withLock { $0.prewarming }?.value
     }
 
     // MARK: MediaEngine
@@ -120,17 +143,17 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
                                      onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
     {
         close(peer: peer)
-        let pcmFormat = lock.withLock { feed.format }
-        let recording = lock.withLock { () -> URL? in
+        let pcmFormat = state.withLock { $0.feed.format }
+        let recording = state.withLock { state -> URL? in
             guard case .wav(let url) = options.output else { return nil }
-            defer { recordings += 1 }
-            guard recordings > 0 else { return url }
+            defer { state.recordings += 1 }
+            guard state.recordings > 0 else { return url }
             let stem = url.deletingPathExtension().lastPathComponent
             return url.deletingLastPathComponent().appendingPathComponent("\(stem)-\(peer.rawValue).wav")
         }
         var connectionOptions = options
-        let (servers, muted, media) = lock.withLock {
-            (callIceServers.removeValue(forKey: peer), self.muted, callMedia.removeValue(forKey: peer))
+        let (servers, muted, media) = state.withLock {
+            ($0.callIceServers.removeValue(forKey: peer), $0.muted, $0.callMedia.removeValue(forKey: peer))
         }
         if let servers { connectionOptions.iceServers = servers }
         var settings = PeerConnection.Settings(options: connectionOptions, certificate: certificate, recording: recording,
@@ -143,9 +166,9 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
             onCandidate: onCandidate, onStateChange: onStateChange,
             onEvent: { [weak self, continuation] event in
                 continuation.yield(event)
-                if case .track(let peer, let track) = event { self?.lock.withLock { self?.trackHandler }?(peer, track) }
+                if case .track(let peer, let track) = event { self?.state.withLock { $0.trackHandler }?.call(peer, track) }
             })
-        lock.withLock { connections[peer] = connection }
+        state.withLock { $0.connections[peer] = connection }
         startPacerIfNeeded()
         startWatchdogIfNeeded()
     }
@@ -183,31 +206,32 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     /// The next connection with `peer` uses these servers instead of `MediaOptions.iceServers`.
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {
-        lock.withLock { callIceServers[peer] = servers }
+        state.withLock { $0.callIceServers[peer] = servers }
     }
 
     /// Reports each received audio stream to `handler` (also `MediaEvent.track`).
     public func observeTracks(_ handler: @escaping @Sendable (PeerID, RemoteTrack) -> Void) {
-        lock.withLock { trackHandler = handler }
+        let handler = TrackHandler(handler)
+        state.withLock { $0.trackHandler = handler }
     }
 
     /// What the next offer to `peer` sends.
     public func useMedia(_ media: CallMedia, for peer: PeerID) {
-        lock.withLock { callMedia[peer] = media }
+        state.withLock { $0.callMedia[peer] = media }
     }
 
     /// Mutes (or unmutes) the input of every connection, present and later ones.
     public func setMuted(_ muted: Bool) {
-        let all = lock.withLock { () -> [PeerConnection] in
-            self.muted = muted
-            return Array(connections.values)
+        let all = state.withLock { state -> [PeerConnection] in
+            state.muted = muted
+            return Array(state.connections.values)
         }
         for connection in all { connection.setMuted(muted) }
     }
 
     /// Closes the connection, telling an HTTP session's caller `status ended` or `replaced` first.
     public func close(peer: PeerID, reason: CallEndReason) {
-        guard let connection = lock.withLock({ connections.removeValue(forKey: peer) }) else { return }
+        guard let connection = state.withLock({ $0.connections.removeValue(forKey: peer) }) else { return }
         // A `status` on the control channel needs a moment on the wire before SCTP goes away.
         let announced = connection.announceEnd(replaced: reason == .replaced)
         teardownQueue.asyncAfter(deadline: .now() + (announced ? 0.2 : 0)) { connection.tearDown() }
@@ -215,7 +239,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     /// Worst RTT and jitter, summed bitrate and overall loss over every connection; nil without one.
     public func stats() async -> StatsSample? {
-        let all = lock.withLock { Array(connections.values) }
+        let all = state.withLock { Array($0.connections.values) }
         guard !all.isEmpty else { return nil }
         var sample = StatsSample()
         var lost = 0
@@ -236,7 +260,7 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     /// Everything one peer connection measured so far, or nil when there is none with `peer`.
     public func stats(for peer: PeerID) async -> PeerMediaStats? {
-        guard let connection = lock.withLock({ connections[peer] }) else { return nil }
+        guard let connection = state.withLock({ $0.connections[peer] }) else { return nil }
         return await connection.stats()
     }
 
@@ -247,20 +271,20 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     /// Labels of the data channels open with `peer`.
     public func openDataChannels(with peer: PeerID) -> [String] {
-        lock.withLock { connections[peer] }?.openChannelLabels ?? []
+        state.withLock { $0.connections[peer] }?.openChannelLabels ?? []
     }
 
     /// Queues 48 kHz mono PCM for `AudioInput.pcm`: it is sent to every peer at real-time pace.
     /// At most 10 s are kept; older samples are dropped first.
     public func push(pcm samples: [Int16]) {
-        lock.withLock { feed.push(samples) }
+        state.withLock { $0.feed.push(samples) }
     }
 
     /// SHA-256 fingerprint of this engine's DTLS certificate, as its SDP carries it (for tests).
     var certificateFingerprint: String { certificate.fingerprint }
 
     private func connection(_ peer: PeerID) throws -> PeerConnection {
-        guard let connection = lock.withLock({ connections[peer] }) else { throw MediaError.noPeerConnection(peer.rawValue) }
+        guard let connection = state.withLock({ $0.connections[peer] }) else { throw MediaError.noPeerConnection(peer.rawValue) }
         return connection
     }
 
@@ -270,14 +294,14 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
     private func startWatchdogIfNeeded() {
         let stall = options.mediaStallTimeout
         guard stall > 0 else { return }
-        lock.withLock {
-            guard watchdog == nil else { return }
-            watchdog = Task.detached { [weak self] in
+        state.withLock { state in
+            guard state.watchdog == nil else { return }
+            state.watchdog = Task.detached { [weak self] in
                 var flow: [ObjectIdentifier: (packets: Int, progress: DispatchTime, stalled: Bool)] = [:]
                 while !Task.isCancelled {
                     try? await Task.sleep(nanoseconds: 250_000_000)
                     guard let self else { return }
-                    let live = self.lock.withLock { Array(self.connections.values) }
+                    let live = self.state.withLock { Array($0.connections.values) }
                     let now = DispatchTime.now()
                     var seen = Set<ObjectIdentifier>()
                     for connection in live {
@@ -310,25 +334,25 @@ public final class GStreamerMediaEngine: MediaEngine, @unchecked Sendable {
 
     /// Inputs fed through `appsrc` (WAV, PCM, echo) need someone to push 20 ms every 20 ms.
     private func startPacerIfNeeded() {
-        guard feed.needsPacing else { return }
-        lock.withLock {
-            guard pacer == nil else { return }
+        guard needsPacing else { return }
+        state.withLock { state in
+            guard state.pacer == nil else { return }
             let timer = DispatchSource.makeTimerSource(flags: .strict, queue: pacerQueue)
             timer.schedule(deadline: .now(), repeating: .milliseconds(PCMFeed.frameMilliseconds), leeway: .milliseconds(2))
             timer.setEventHandler { [weak self] in self?.pace() }
-            pacer = timer
+            state.pacer = Pacer(timer: timer)
             timer.resume()
         }
     }
 
     private func pace() {
-        let (all, shared) = lock.withLock { (Array(connections.values), feed.nextSharedFrame()) }
+        let (all, shared) = state.withLock { (Array($0.connections.values), $0.feed.nextSharedFrame()) }
         for connection in all {
             // Not before its appsrc plays (see `playingPCMSource`): a frame pushed while the
             // pipeline starts can stall what the connection sends for the whole call. The WAV
             // position and the echo stay where they are until then.
             guard let source = connection.playingPCMSource else { continue }
-            let frame = lock.withLock { feed.frame(for: connection, shared: shared) }
+            let frame = state.withLock { $0.feed.frame(for: connection, shared: shared) }
             PCMFeed.push(frame, to: source)
         }
     }

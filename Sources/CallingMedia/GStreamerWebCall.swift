@@ -1,4 +1,5 @@
 import CallingClient
+import CallingLogging
 import Foundation
 
 /// What a `GStreamerWebCall` reports, in order.
@@ -55,7 +56,8 @@ public enum WebCallEvent: Sendable, Equatable {
 /// await call.hangup()                     // control hangup, then DELETE
 /// ```
 public final class GStreamerWebCall: @unchecked Sendable {
-    // @unchecked: `ended` and `pings` only under `lock`; the rest is immutable or thread-safe.
+    // @unchecked: what changes during the call is in `call` (a `Locked`); the rest is immutable,
+    // but for the public settings below, which an app sets before `start`.
     /// Every event, in order, for one consumer.
     public let events: AsyncStream<WebCallEvent>
     /// The HTTP side (session id, `retryAfter`).
@@ -64,27 +66,30 @@ public final class GStreamerWebCall: @unchecked Sendable {
     public let engine: GStreamerMediaEngine
 
     private let continuation: AsyncStream<WebCallEvent>.Continuation
-    private let lock = NSLock()
-    private var ended = false
-    private var forwarding: Task<Void, Never>?
-    /// Numbers the peer connections; state reports of a replaced one are ignored.
-    private var generation = 0
-    /// The connection of the current generation, and the one it is taking over (closed once the
-    /// new offer is answered, so the agent's `status replaced` can still reach it).
-    private var current = PeerID("session-0")
-    private var previous: PeerID?
-    private var probe: Task<Void, Never>?
-    private var reconnecting = false
-    /// When the current connection reported `disconnected`/`failed`; nil while it is fine.
-    private var droppedAt: DispatchTime?
-    /// The current connection reported `failed`: it reports nothing more, so only a new session helps.
-    private var currentFailed = false
-    /// Milliseconds from the last drop to `connected` again on the same connection.
-    private var recoveredAfter: Int64?
-    /// When the last `pong` arrived (liveness of a connection that receives no RTP).
-    private var lastPong: DispatchTime?
-    /// Set when the call ends: the connection's last statistics, read before it is closed.
-    private var closing: Task<PeerMediaStats?, Never>?
+    private let call = Locked(CallState())
+
+    private struct CallState {
+        var ended = false
+        var forwarding: Task<Void, Never>?
+        /// Numbers the peer connections; state reports of a replaced one are ignored.
+        var generation = 0
+        /// The connection of the current generation, and the one it is taking over (closed once the
+        /// new offer is answered, so the agent's `status replaced` can still reach it).
+        var current = PeerID("session-0")
+        var previous: PeerID?
+        var probe: Task<Void, Never>?
+        var reconnecting = false
+        /// When the current connection reported `disconnected`/`failed`; nil while it is fine.
+        var droppedAt: DispatchTime?
+        /// The current connection reported `failed`: it reports nothing more, so only a new session helps.
+        var currentFailed = false
+        /// Milliseconds from the last drop to `connected` again on the same connection.
+        var recoveredAfter: Int64?
+        /// When the last `pong` arrived (liveness of a connection that receives no RTP).
+        var lastPong: DispatchTime?
+        /// Set when the call ends: the connection's last statistics, read before it is closed.
+        var closing: Task<PeerMediaStats?, Never>?
+    }
     /// How long a `ping` on the control channel may wait for its `pong` once the connection
     /// reported `disconnected` (docs/media.md "Reconnect"): a pong means the transport is alive (an
     /// agent that sends no audio for a while), none means a reconnect. 0 reconnects at once.
@@ -109,6 +114,7 @@ public final class GStreamerWebCall: @unchecked Sendable {
     }
 
     deinit {
+        let (forwarding, probe, current, previous) = call.withLock { ($0.forwarding, $0.probe, $0.current, $0.previous) }
         forwarding?.cancel()
         probe?.cancel()
         engine.close(peer: current)
@@ -121,9 +127,10 @@ public final class GStreamerWebCall: @unchecked Sendable {
     public func start() async throws {
         await engine.warmUp()
         let media = engine.events
-        forwarding = Task { [weak self] in
+        let forwarding = Task { [weak self] in
             for await event in media { self?.forward(event) }
         }
+        call.withLock { $0.forwarding = forwarding }
         do {
             try await negotiate(first: true)
         } catch {
@@ -135,12 +142,12 @@ public final class GStreamerWebCall: @unchecked Sendable {
     /// A new peer connection, its offer posted (`start` the first time, `reconnect` after). A
     /// reconnect posts while the old connection is still open and closes it after the answer.
     private func negotiate(first: Bool, attempt: Int = 0) async throws {
-        let (mine, peer) = lock.withLock { () -> (Int, PeerID) in
-            generation += 1
-            if !first, previous == nil { previous = current }
-            current = PeerID("session-\(generation)")
-            currentFailed = false
-            return (generation, current)
+        let (mine, peer) = call.withLock { call -> (Int, PeerID) in
+            call.generation += 1
+            if !first, call.previous == nil { call.previous = call.current }
+            call.current = PeerID("session-\(call.generation)")
+            call.currentFailed = false
+            return (call.generation, call.current)
         }
         do {
             try await engine.createPeerConnection(for: peer, onCandidate: { _ in }, onStateChange: { [weak self] state in
@@ -159,31 +166,31 @@ public final class GStreamerWebCall: @unchecked Sendable {
             engine.close(peer: peer)
             throw error
         }
-        let old = lock.withLock { () -> PeerID? in
-            droppedAt = nil
-            defer { previous = nil }
-            return previous
+        let old = call.withLock { call -> PeerID? in
+            call.droppedAt = nil
+            defer { call.previous = nil }
+            return call.previous
         }
         if let old { engine.close(peer: old) }
     }
 
     /// Milliseconds since the current connection reported `disconnected` or `failed`.
     private func sinceDrop() -> Int64 {
-        lock.withLock { droppedAt }.map { Int64((DispatchTime.now().uptimeNanoseconds - $0.uptimeNanoseconds) / 1_000_000) } ?? 0
+        call.withLock { $0.droppedAt }.map { Int64((DispatchTime.now().uptimeNanoseconds - $0.uptimeNanoseconds) / 1_000_000) } ?? 0
     }
 
     /// The transport was lost: first an ICE restart on the same session (`restartOnSession`),
     /// then new peer connections with backoff until one is answered.
     private func reconnect() async {
-        guard lock.withLock({ () -> Bool in
-            defer { reconnecting = true }
-            return !reconnecting && !ended
+        guard call.withLock({ call -> Bool in
+            defer { call.reconnecting = true }
+            return !call.reconnecting && !call.ended
         }) else { return }
-        defer { lock.withLock { reconnecting = false } }
+        defer { call.withLock { $0.reconnecting = false } }
         if await restartOnSession() { return }
         for (index, delay) in reconnectDelays.enumerated() {
             if delay > 0 { try? await Task.sleep(nanoseconds: UInt64(delay * 1e9)) }
-            guard !lock.withLock({ ended }) else { return }
+            guard !call.withLock({ $0.ended }) else { return }
             do {
                 try await negotiate(first: false, attempt: index + 1)
                 return
@@ -204,8 +211,8 @@ public final class GStreamerWebCall: @unchecked Sendable {
     /// media returns this way only on the path it had; a new path needs the new session.
     private func restartOnSession() async -> Bool {
         let window = sessionRestartWindow
-        let (peer, mine) = lock.withLock { (current, generation) }
-        guard window > 0, client.sessionID != nil, !lock.withLock({ ended || currentFailed }) else { return false }
+        let (peer, mine) = call.withLock { ($0.current, $0.generation) }
+        guard window > 0, client.sessionID != nil, !call.withLock({ $0.ended || $0.currentFailed }) else { return false }
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(window * 1e9)
         continuation.yield(.restarting(sinceDropMilliseconds: sinceDrop()))
         do {
@@ -223,10 +230,10 @@ public final class GStreamerWebCall: @unchecked Sendable {
             return false
         }
         while DispatchTime.now().uptimeNanoseconds < deadline {
-            let (over, back) = lock.withLock { (ended, generation == mine && droppedAt == nil) }
+            let (over, back) = call.withLock { ($0.ended, $0.generation == mine && $0.droppedAt == nil) }
             if over { return true }
             if back {
-                continuation.yield(.restarted(sinceDropMilliseconds: lock.withLock { recoveredAfter } ?? 0))
+                continuation.yield(.restarted(sinceDropMilliseconds: call.withLock { $0.recoveredAfter } ?? 0))
                 return true
             }
             try? await Task.sleep(nanoseconds: 20_000_000)
@@ -254,7 +261,7 @@ public final class GStreamerWebCall: @unchecked Sendable {
     /// Ends the call: `hangup` on the control channel (given a moment to leave before the peer
     /// connection closes), then `DELETE` of the session. Idempotent.
     public func hangup() async {
-        guard !lock.withLock({ ended }) else { return }
+        guard !call.withLock({ $0.ended }) else { return }
         if (try? control(.hangup)) != nil { try? await Task.sleep(nanoseconds: 200_000_000) }
         try? await client.hangup()
         finish("hangup")
@@ -263,17 +270,17 @@ public final class GStreamerWebCall: @unchecked Sendable {
     /// Statistics of the call's peer connection (packets, audio levels, the tone heard); after
     /// the call ended, what it had measured when it ended.
     public func stats() async -> PeerMediaStats? {
-        if let closing = lock.withLock({ closing }) { return await closing.value }
-        return await engine.stats(for: lock.withLock { current })
+        if let closing = call.withLock({ $0.closing }) { return await closing.value }
+        return await engine.stats(for: call.withLock { $0.current })
     }
 
     private func control(_ message: ControlMessage) throws {
-        try engine.send(message.text, label: "control", to: lock.withLock { current })
+        try engine.send(message.text, label: "control", to: call.withLock { $0.current })
     }
 
     private func forward(_ event: MediaEvent) {
         guard case .control(let peer, let message) = event else { return }
-        guard peer == lock.withLock({ current }) else {
+        guard peer == call.withLock({ $0.current }) else {
             // The connection a reconnect is taking over: the agent's `replaced` proves the order.
             if case .status("replaced") = message { continuation.yield(.previousConnectionReplaced) }
             return
@@ -283,7 +290,7 @@ public final class GStreamerWebCall: @unchecked Sendable {
             continuation.yield(.status(state))
             if state == "ended" || state == "replaced" { finish(state) }
         case .pong(let ts):
-            lock.withLock { lastPong = .now() }
+            call.withLock { $0.lastPong = .now() }
             continuation.yield(.pong(rttMilliseconds: max(0, Int64(Date().timeIntervalSince1970 * 1000) - ts)))
         default:
             break
@@ -295,31 +302,31 @@ public final class GStreamerWebCall: @unchecked Sendable {
     /// `ping` on the control channel is answered within `livenessWindow`, since an agent may be
     /// silent without sending RTP while its connection is fine. Audio levels play no part.
     private func stateChanged(_ state: PeerConnectionState, generation: Int) {
-        guard lock.withLock({ generation == self.generation && !ended }) else { return }
+        guard call.withLock({ generation == $0.generation && !$0.ended }) else { return }
         continuation.yield(.connectionState(state))
         switch state {
         case .connected:
-            lock.withLock {
-                probe?.cancel()
-                probe = nil
-                if let dropped = droppedAt {
-                    recoveredAfter = Int64((DispatchTime.now().uptimeNanoseconds - dropped.uptimeNanoseconds) / 1_000_000)
+            call.withLock { call in
+                call.probe?.cancel()
+                call.probe = nil
+                if let dropped = call.droppedAt {
+                    call.recoveredAfter = Int64((DispatchTime.now().uptimeNanoseconds - dropped.uptimeNanoseconds) / 1_000_000)
                 }
-                droppedAt = nil
+                call.droppedAt = nil
             }
         case .disconnected:
             let window = livenessWindow
-            lock.withLock {
-                if droppedAt == nil { droppedAt = .now() }
-                probe?.cancel()
-                probe = Task { [weak self] in await self?.probeLiveness(window: window) }
+            call.withLock { call in
+                if call.droppedAt == nil { call.droppedAt = .now() }
+                call.probe?.cancel()
+                call.probe = Task { [weak self] in await self?.probeLiveness(window: window) }
             }
         case .failed:
-            lock.withLock {
-                if droppedAt == nil { droppedAt = .now() }
-                currentFailed = true
-                probe?.cancel()
-                probe = nil
+            call.withLock { call in
+                if call.droppedAt == nil { call.droppedAt = .now() }
+                call.currentFailed = true
+                call.probe?.cancel()
+                call.probe = nil
             }
             Task { [weak self] in await self?.reconnect() }
         default:
@@ -335,7 +342,7 @@ public final class GStreamerWebCall: @unchecked Sendable {
             guard window > 0, (try? ping()) != nil else { break }
             try? await Task.sleep(nanoseconds: UInt64(window * 1e9))
             guard !Task.isCancelled else { return }
-            guard let pong = lock.withLock({ lastPong }), pong >= sent else { break }
+            guard let pong = call.withLock({ $0.lastPong }), pong >= sent else { break }
             try? await Task.sleep(nanoseconds: UInt64(window * 1e9))
         }
         guard !Task.isCancelled else { return }
@@ -344,23 +351,23 @@ public final class GStreamerWebCall: @unchecked Sendable {
     }
 
     private func finish(_ reason: String) {
-        guard lock.withLock({ () -> Bool in
-            defer { ended = true }
-            return !ended
+        guard call.withLock({ call -> Bool in
+            defer { call.ended = true }
+            return !call.ended
         }) else { return }
         // Closing the connection discards its statistics, and an app asks for them once the
         // call is over (`.ended`): read them first, then close.
         let engine = engine
-        let (peer, old) = lock.withLock { (current, previous) }
+        let (peer, old) = call.withLock { ($0.current, $0.previous) }
         let closing = Task { () -> PeerMediaStats? in
             let last = await engine.stats(for: peer)
             engine.close(peer: peer)
             if let old { engine.close(peer: old) }
             return last
         }
-        lock.withLock {
-            probe?.cancel()
-            self.closing = closing
+        call.withLock { call in
+            call.probe?.cancel()
+            call.closing = closing
         }
         continuation.yield(.ended(reason: reason))
     }

@@ -67,7 +67,10 @@ enum WAVFile {
     /// recording cut short by a crash still has every sample (readers take a zero size as
     /// "until the end" only sometimes; the header is rewritten every second too).
     final class Writer: @unchecked Sendable {
-        // @unchecked: `lock` guards every field.
+        // @unchecked: `lock` guards every field. An NSLock, not a `Locked`: it is held across the
+        // file writes, which must stay in order (a header rewrite seeks back to the start, writes,
+        // and seeks to the end between two appends), and a `Locked` body must not block on I/O
+        // (docs/architecture.md, "Locks").
         private let lock = NSLock()
         private let handle: FileHandle
         private var dataBytes = 0

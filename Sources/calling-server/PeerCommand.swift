@@ -1,4 +1,5 @@
 import CallingClient
+import CallingLogging
 import CallingMedia
 import CallingProtocol
 import CallingServer
@@ -653,6 +654,9 @@ actor WebCallSession {
 /// killed peer loses none. `summary {json}` is the last line, as `--help` and docs/media.md
 /// promise: events still arriving from the signaling and media tasks after it are not printed.
 enum PeerOutput {
+    // An NSLock, not a `Locked`: it is held across the write to standard output, which orders
+    // the lines (none after the summary) and may block on a full pipe; a `Locked` body must not
+    // block (docs/architecture.md, "Locks"). It guards `summarized`.
     nonisolated(unsafe) private static var summarized = false
     private static let lock = NSLock()
 
@@ -674,7 +678,9 @@ enum PeerOutput {
 
 /// Keeps signal sources alive for the life of the process.
 enum SignalSources {
-    nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
-    private static let lock = NSLock()
-    static func keep(_ source: any DispatchSourceSignal) { lock.withLock { sources.append(source) } }
+    /// `@unchecked Sendable`: a dispatch source may be used from any thread (libdispatch objects
+    /// are thread-safe), but its Swift protocol does not say so; these are only kept, never used.
+    private struct Kept: @unchecked Sendable { let source: any DispatchSourceSignal }
+    private static let sources = Locked<[Kept]>([])
+    static func keep(_ source: any DispatchSourceSignal) { sources.withLock { $0.append(Kept(source: source)) } }
 }
