@@ -57,7 +57,7 @@ let package = Package(
         // Shared chat history in PostgreSQL (`database_url`), behind CallingStore's ChatPersistence.
         .target(name: "CallingPostgres", dependencies: ["CPostgres", "CallingStore", "CallingCore"]),
         // CallingProtocol for its JSON parser, which reads token headers and claims (no second parser).
-        .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingValues", "CallingProtocol"]),
+        .target(name: "CallingAuth", dependencies: ["CJWT", "COpenSSL", "CallingValues", "CallingProtocol", "CallingLogging"]),
         // What a client connection is given and reports without naming a transport: URL endpoints,
         // TLS options, failure codes, HTTP answers. Pure Swift, so the SDK has them without lws.
         .target(name: "CallingEndpoints"),

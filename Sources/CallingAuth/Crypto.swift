@@ -1,5 +1,5 @@
 import COpenSSL
-import Synchronization
+import CallingLogging
 
 // Small libcrypto (OpenSSL 3) helpers shared by the verifier, TURN credentials and API keys.
 // They use only non-deprecated one-shot calls (HMAC, EVP_Digest, RAND_bytes, CRYPTO_memcmp), so
@@ -109,7 +109,7 @@ enum Crypto {
 /// copy the template, and the spares they leave behind are kept up to `maximumSpares`.
 final class HMACKey: @unchecked Sendable {
     private let template: OpaquePointer
-    private let spares = Mutex<[Context]>([])
+    private let spares = Locked<[Context]>([])
     /// A context in `spares`: owned by the list while it is in it, by one `mac(_:)` call while not.
     private struct Context: @unchecked Sendable { let pointer: OpaquePointer }
     /// As many as threads that verify at the same moment, in practice; the rest are freed.

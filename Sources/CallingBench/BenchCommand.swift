@@ -2,7 +2,6 @@ import CallingCore
 import CallingServer
 import CallingTransport
 import Foundation
-import Synchronization
 
 /// The `calling-bench` command line (bench/README.md).
 public enum BenchCommand {
@@ -56,7 +55,7 @@ public enum BenchCommand {
             CallingCommand.printError("bad bench flags: \(problems.joined(separator: ", "))")
             return 64
         }
-        let result = Mutex<Result<ChatBenchmark.Report, any Error>?>(nil)
+        let result = Locked<Result<ChatBenchmark.Report, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         Task {
             do {

@@ -5,7 +5,6 @@ import CallingServer
 import CallingStore
 import CallingTransport
 import Foundation
-import Synchronization
 
 /// `calling-server bench chat`: acked chat messages per second and ack latency, measured with
 /// real WebSocket clients against a real server (in-process, on a fresh SQLite file) over loopback.
@@ -204,15 +203,24 @@ public enum ChatBenchmark {
     /// One benchmark client. Its events are handled on the client loop's thread as they arrive
     /// (no task hop per message), so the client costs as little as possible next to the server.
     final class Sender: @unchecked Sendable {
-        // @unchecked: every mutable field is guarded by `lock`.
+        // @unchecked: `connection` is set once, in `init`; the rest is `state` (a `Locked`) or
+        // immutable. A chat is sent after the lock is let go, with the id decided under it.
         let name: String
         private(set) var connection: WebSocketClientConnection!
-        private let lock = NSLock()
-        private var counter = 0
-        private var phase = Phase.connecting
-        private var failure: String?
-        private var welcomed = DispatchSemaphore(value: 0)
+        private let state = Locked(State())
+        private let welcomed = DispatchSemaphore(value: 0)
         private let finished = DispatchSemaphore(value: 0)
+
+        private struct State {
+            var counter = 0
+            var phase = Phase.connecting
+            var failure: String?
+
+            mutating func nextID(_ name: String) -> String {
+                counter += 1
+                return "\(name)-\(counter)"
+            }
+        }
 
         private enum Phase {
             case connecting, idle
@@ -230,21 +238,21 @@ public enum ChatBenchmark {
         private func handle(_ event: WebSocketClientEvent) {
             switch event {
             case .text(let text):
-                lock.lock()
-                defer { lock.unlock() }
-                if case .connecting = phase {
-                    phase = .idle
+                let welcome = state.withLock { state -> Bool in
+                    guard case .connecting = state.phase else { return false }
+                    state.phase = .idle
+                    return true
+                }
+                if welcome {
                     welcomed.signal()
                     return
                 }
                 // Server frames have sorted keys, so an ack ends with its type.
                 guard text.hasSuffix(#""type":"chat-ack"}"#), let frame = try? JSONParser.parse(text),
                       let id = frame["payload"]?["client_id"]?.stringValue else { return }
-                acknowledge(id)
+                if let next = acknowledge(id) { sendChat(next) }
             case .closed, .failed:
-                lock.lock()
-                failure = "\(name): \(event)"
-                lock.unlock()
+                state.withLock { $0.failure = "\(name): \(event)" }
                 welcomed.signal()
                 finished.signal()
             default:
@@ -252,31 +260,32 @@ public enum ChatBenchmark {
             }
         }
 
-        /// Called with `lock` held, on the client loop's thread.
-        private func acknowledge(_ id: String) {
-            switch phase {
-            case .saturating(let deadline, var inFlight, var acked):
-                acked += 1
-                if Date() < deadline {
-                    sendChat(nextID())
-                } else {
-                    inFlight -= 1
+        /// On the client loop's thread: counts the ack, and returns the id of the chat to send next
+        /// (saturation keeps its window full until the deadline).
+        private func acknowledge(_ id: String) -> String? {
+            let (next, done) = state.withLock { state -> (String?, Bool) in
+                switch state.phase {
+                case .saturating(let deadline, var inFlight, var acked):
+                    acked += 1
+                    var next: String?
+                    if Date() < deadline {
+                        next = state.nextID(name)
+                    } else {
+                        inFlight -= 1
+                    }
+                    state.phase = .saturating(deadline: deadline, inFlight: inFlight, acked: acked)
+                    return (next, inFlight == 0)
+                case .pacing(let total, var sentAt, var latencies):
+                    let now = DispatchTime.now().uptimeNanoseconds
+                    if let sent = sentAt.removeValue(forKey: id) { latencies.append(Double(now - sent) / 1e6) }
+                    state.phase = .pacing(total: total, sentAt: sentAt, latencies: latencies)
+                    return (nil, latencies.count == total)
+                default:
+                    return (nil, false)
                 }
-                phase = .saturating(deadline: deadline, inFlight: inFlight, acked: acked)
-                if inFlight == 0 { finished.signal() }
-            case .pacing(let total, var sentAt, var latencies):
-                let now = DispatchTime.now().uptimeNanoseconds
-                if let sent = sentAt.removeValue(forKey: id) { latencies.append(Double(now - sent) / 1e6) }
-                phase = .pacing(total: total, sentAt: sentAt, latencies: latencies)
-                if latencies.count == total { finished.signal() }
-            default:
-                break
             }
-        }
-
-        private func nextID() -> String {
-            counter += 1
-            return "\(name)-\(counter)"
+            if done { finished.signal() }
+            return next
         }
 
         private func sendChat(_ id: String) {
@@ -285,9 +294,7 @@ public enum ChatBenchmark {
 
         private func wait(_ semaphore: DispatchSemaphore, seconds: Double, what: String) throws {
             if semaphore.wait(timeout: .now() + seconds) == .timedOut { throw BenchError.timedOut("\(name): \(what)") }
-            lock.lock()
-            defer { lock.unlock() }
-            if let failure { throw BenchError.connectionEnded(failure) }
+            if let failure = state.withLock({ $0.failure }) { throw BenchError.connectionEnded(failure) }
         }
 
         func waitForWelcome() async throws {
@@ -295,21 +302,22 @@ public enum ChatBenchmark {
         }
 
         func saturate(window: Int, until deadline: Date) async throws -> Int {
-            lock.withLock {
-                phase = .saturating(deadline: deadline, inFlight: window, acked: 0)
-                for _ in 0..<window { sendChat(nextID()) }
+            let ids = state.withLock { state in
+                state.phase = .saturating(deadline: deadline, inFlight: window, acked: 0)
+                return (0..<window).map { _ in state.nextID(name) }
             }
+            for id in ids { sendChat(id) }
             try wait(finished, seconds: deadline.timeIntervalSinceNow + 30, what: "saturation acks")
-            return lock.withLock {
-                guard case .saturating(_, _, let acked) = phase else { return 0 }
-                phase = .idle
+            return state.withLock { state in
+                guard case .saturating(_, _, let acked) = state.phase else { return 0 }
+                state.phase = .idle
                 return acked
             }
         }
 
         func paced(rate: Double, seconds: Double) async throws -> [Double] {
             let total = Int(rate * seconds)
-            lock.withLock { phase = .pacing(total: total, sentAt: [:], latencies: []) }
+            state.withLock { $0.phase = .pacing(total: total, sentAt: [:], latencies: []) }
             let interval = 1.0 / rate
             let start = DispatchTime.now().uptimeNanoseconds
             for index in 0..<total {
@@ -317,20 +325,20 @@ public enum ChatBenchmark {
                 let now = DispatchTime.now().uptimeNanoseconds
                 if due > now { try await Task.sleep(nanoseconds: due - now) }
                 // Stamp before sending: the ack can arrive before this task runs again.
-                let id = lock.withLock {
-                    let id = nextID()
-                    if case .pacing(let total, var sentAt, let latencies) = phase {
+                let id = state.withLock { state in
+                    let id = state.nextID(name)
+                    if case .pacing(let total, var sentAt, let latencies) = state.phase {
                         sentAt[id] = DispatchTime.now().uptimeNanoseconds
-                        phase = .pacing(total: total, sentAt: sentAt, latencies: latencies)
+                        state.phase = .pacing(total: total, sentAt: sentAt, latencies: latencies)
                     }
                     return id
                 }
                 sendChat(id)
             }
             try wait(finished, seconds: 30, what: "paced acks")
-            return lock.withLock {
-                guard case .pacing(_, _, let latencies) = phase else { return [] }
-                phase = .idle
+            return state.withLock { state in
+                guard case .pacing(_, _, let latencies) = state.phase else { return [] }
+                state.phase = .idle
                 return latencies
             }
         }

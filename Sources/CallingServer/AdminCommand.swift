@@ -3,7 +3,6 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import Synchronization
 
 /// `calling-server admin …`: the admin API (`/v1/admin/…`) from a shell. The key comes from the
 /// environment (`CALLING_ADMIN_KEY`) or a file (`--key-file`), never from a flag value, which
@@ -126,7 +125,7 @@ enum AdminCommand {
                 request.setValue("application/json", forHTTPHeaderField: "Content-Type")
                 request.httpBody = Data(JSONWriter.bytes(body))
             }
-            let outcome = Mutex<(Data?, Int, String?)?>(nil)
+            let outcome = Locked<(Data?, Int, String?)?>(nil)
             let done = DispatchSemaphore(value: 0)
             URLSession.shared.dataTask(with: request) { data, response, error in
                 outcome.withLock { $0 = (data, (response as? HTTPURLResponse)?.statusCode ?? 0, error.map { "\($0.localizedDescription)" }) }

@@ -1,6 +1,5 @@
 import CallingCore
 import CallingStore
-import Synchronization
 
 /// The rooms' live seats as the `seats` table remembers them (single node; a cluster keeps its
 /// seats in Redis): the service thread records each seat that starts or ends, and the changes are
@@ -11,7 +10,7 @@ final class SeatJournal: Sendable {
     private let logger: Logger
     /// Changes not yet handed to the store, in order. Behind a lock because the stop flushes the
     /// last ones from the main thread once the service loop is done (or given up on).
-    private let pending = Mutex<[SeatChange]>([])
+    private let pending = Locked<[SeatChange]>([])
 
     init(store: ChatStore, logger: Logger) {
         self.store = store

@@ -216,7 +216,7 @@ struct WebhookCounters: Sendable {
 /// only calls `emit`, which appends to a locked list and, when the list was empty, schedules one
 /// drain on the webhook queue.
 // @unchecked Sendable: `machine`, `requests`, `timer`, `stopped` and `lastDropLog` are touched only on
-// `queue`; `inbox` and `counters` are Mutexes; the rest is immutable.
+// `queue`; `inbox` and `counters` are `Locked`; the rest is immutable.
 final class Webhooks: @unchecked Sendable {
     struct Event: Sendable {
         var type: WebhookEventType
@@ -241,8 +241,8 @@ final class Webhooks: @unchecked Sendable {
     private var lastDropLog: Millis = 0
     private var droppedSinceLog = 0
 
-    private let inbox = Mutex<(events: [Event], scheduled: Bool)>(([], false))
-    private let counters = Mutex(WebhookCounters())
+    private let inbox = Locked<(events: [Event], scheduled: Bool)>(([], false))
+    private let counters = Locked(WebhookCounters())
     /// Set when the server begins its graceful stop: rooms emptied by it end with `server_shutdown`.
     let stopping = Atomic<Bool>(false)
 

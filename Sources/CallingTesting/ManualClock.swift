@@ -1,12 +1,12 @@
-import Synchronization
+import CallingCore
 
 /// A clock tests move by hand, so time-dependent behaviour (rate limits, token expiry, idle
 /// timeouts) is asserted without sleeping. Milliseconds, like the rest of CallingCore.
 public final class ManualClock: Sendable {
-    private let milliseconds: Mutex<Int64>
+    private let milliseconds: Locked<Int64>
 
     public init(now: Int64 = 1_700_000_000_000) {
-        milliseconds = Mutex(now)
+        milliseconds = Locked(now)
     }
 
     /// The current time in milliseconds.
