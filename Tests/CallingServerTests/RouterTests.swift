@@ -220,4 +220,11 @@ final class RouterTests: XCTestCase {
         XCTAssertNil(router.connection(of: "alice", in: "r"))
         XCTAssertNil(router.connection(of: "alice", in: "other"))
     }
+
+    /// A lone node's router keeps no seat table (its hub is asked instead): joins leave no entry.
+    func test_a_router_built_without_seats_keeps_none() {
+        let router = LocalRouter(sink: Sockets(), metrics: Metrics(), keepsSeats: false)
+        router.joined(PeerIdentity(peer: "alice", room: "r"), on: ConnectionID(1), takeover: false)
+        XCTAssertNil(router.connection(of: "alice", in: "r"))
+    }
 }
