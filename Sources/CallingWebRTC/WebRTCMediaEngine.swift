@@ -1,4 +1,5 @@
 import CallingClient
+import CallingLogging
 import Foundation
 import WebRTC
 
@@ -13,19 +14,27 @@ import WebRTC
 /// Threading: `SignalingClient` calls it from tasks, never concurrently for one peer; WebRTC calls
 /// the delegates on its signaling thread. The state below is behind one lock.
 public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
-    // @unchecked: every `var` is touched only under `lock`; WebRTC's objects are thread-safe.
-    // A bare NSLock rather than the project's `Locked`: `calls` holds WebRTC's objects, which are
-    // not Sendable, and `Locked` takes Sendable values only (docs/architecture.md, "Locks").
-    private let lock = NSLock()
+    // @unchecked: what changes is in `state` (a `Locked`); `factory` is WebRTC's, which is
+    // thread-safe but not marked Sendable.
     private let factory: RTCPeerConnectionFactory
     private let configuresAudioSession: Bool
-    private var calls: [PeerID: Call] = [:]
-    private var iceServers: [PeerID: [IceServer]] = [:]
-    private var media: [PeerID: CallMedia] = [:]
-    private var trackHandler: (@Sendable (PeerID, RemoteTrack) -> Void)?
-    private var muted = false
-    private var statsBaseline: WebRTCStats.Baseline?
-    private var audioSessionReady = false
+    private let state = Locked(State())
+
+    private struct State {
+        var calls: [PeerID: Call] = [:]
+        var iceServers: [PeerID: [IceServer]] = [:]
+        var media: [PeerID: CallMedia] = [:]
+        /// The app's handler, in a class: no closure as a `Locked` value (docs/architecture.md, "Locks").
+        var trackHandler: TrackHandler?
+        var muted = false
+        var statsBaseline: WebRTCStats.Baseline?
+        var audioSessionReady = false
+    }
+
+    private final class TrackHandler: Sendable {
+        let call: @Sendable (PeerID, RemoteTrack) -> Void
+        init(_ call: @escaping @Sendable (PeerID, RemoteTrack) -> Void) { self.call = call }
+    }
 
     /// With `configuresAudioSession` (the default) the engine sets the shared `RTCAudioSession` to
     /// voice-chat mode before the first call; pass false when the app (or CallKit's
@@ -39,28 +48,29 @@ public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
     // MARK: MediaEngine
 
     public func useIceServers(_ servers: [IceServer], for peer: PeerID) {
-        lock.withLock { iceServers[peer] = servers }
+        state.withLock { $0.iceServers[peer] = servers }
     }
 
     public func useMedia(_ media: CallMedia, for peer: PeerID) {
-        lock.withLock { self.media[peer] = media }
+        state.withLock { $0.media[peer] = media }
     }
 
     public func observeTracks(_ handler: @escaping @Sendable (PeerID, RemoteTrack) -> Void) {
-        lock.withLock { trackHandler = handler }
+        let handler = TrackHandler(handler)
+        state.withLock { $0.trackHandler = handler }
     }
 
     public func createPeerConnection(for peer: PeerID, onCandidate: @escaping @Sendable (IceCandidate) -> Void,
                                      onStateChange: @escaping @Sendable (PeerConnectionState) -> Void) async throws
     {
         try prepareAudioSession()
-        let (servers, callMedia, isMuted) = lock.withLock { (iceServers[peer] ?? [], media[peer] ?? .standard, muted) }
+        let (servers, callMedia, isMuted) = state.withLock { ($0.iceServers[peer] ?? [], $0.media[peer] ?? .standard, $0.muted) }
         let configuration = RTCConfiguration()
         configuration.iceServers = servers.map(Self.rtcServer)
         configuration.sdpSemantics = .unifiedPlan
         configuration.continualGatheringPolicy = .gatherContinually
         let delegate = PeerDelegate(peer: peer, onCandidate: onCandidate, onStateChange: onStateChange,
-                                    onTrack: { [weak self] track in self?.lock.withLock { self?.trackHandler }?(peer, track) })
+                                    onTrack: { [weak self] track in self?.state.withLock { $0.trackHandler }?.call(peer, track) })
         let created: RTCPeerConnection? = factory.peerConnection(with: configuration, constraints: Self.noConstraints,
                                                                   delegate: delegate)
         guard let connection = created else { throw CallingError(.media("WebRTC could not create a peer connection")) }
@@ -79,8 +89,8 @@ public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
         case .none:
             break
         }
-        let previous = lock.withLock { calls.updateValue(Call(connection: connection, delegate: delegate, localTrack: localTrack),
-                                                         forKey: peer) }
+        let call = Call(connection: connection, delegate: delegate, localTrack: localTrack)
+        let previous = state.withLock { $0.calls.updateValue(call, forKey: peer) }
         previous?.connection.close()
     }
 
@@ -115,10 +125,10 @@ public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
         let remote = RTCSessionDescription(type: description.kind == .offer ? .offer : .answer, sdp: description.sdp)
         try await Self.complete { done in call.connection.setRemoteDescription(remote, completionHandler: done) }
         // Candidates that arrived before the description now have somewhere to go.
-        let queued = lock.withLock { () -> [IceCandidate] in
-            defer { call.pending = [] }
-            call.remoteSet = true
-            return call.pending
+        let queued = call.candidates.withLock { candidates -> [IceCandidate] in
+            defer { candidates.pending = [] }
+            candidates.remoteSet = true
+            return candidates.pending
         }
         for candidate in queued { try await add(candidate, to: call.connection) }
     }
@@ -126,33 +136,33 @@ public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
     public func addCandidate(_ candidate: IceCandidate, for peer: PeerID) async throws {
         guard !candidate.candidate.isEmpty else { return }  // end of candidates: nothing to hand over
         let call = try call(peer)
-        let queued = lock.withLock { () -> Bool in
-            guard !call.remoteSet else { return false }
-            call.pending.append(candidate)
+        let queued = call.candidates.withLock { candidates -> Bool in
+            guard !candidates.remoteSet else { return false }
+            candidates.pending.append(candidate)
             return true
         }
         if !queued { try await add(candidate, to: call.connection) }
     }
 
     public func close(peer: PeerID) {
-        let ended = lock.withLock { () -> Call? in
-            iceServers[peer] = nil
-            media[peer] = nil
-            return calls.removeValue(forKey: peer)
+        let ended = state.withLock { state -> Call? in
+            state.iceServers[peer] = nil
+            state.media[peer] = nil
+            return state.calls.removeValue(forKey: peer)
         }
         ended?.connection.close()
     }
 
     public func setMuted(_ muted: Bool) {
-        let tracks = lock.withLock { () -> [RTCAudioTrack] in
-            self.muted = muted
-            return calls.values.compactMap(\.localTrack)
-        }
+        let tracks = state.withLock { state -> [Call] in
+            state.muted = muted
+            return Array(state.calls.values)
+        }.compactMap(\.localTrack)
         for track in tracks { track.isEnabled = !muted }
     }
 
     public func stats() async -> StatsSample? {
-        let connections = lock.withLock { calls.values.map(\.connection) }
+        let connections = state.withLock { Array($0.calls.values) }.map(\.connection)
         guard !connections.isEmpty else { return nil }
         var entries: [WebRTCStatEntry] = []
         for connection in connections {
@@ -160,23 +170,30 @@ public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
                 connection.statistics { report in continuation.resume(returning: Self.entries(report)) }
             }
         }
-        return lock.withLock { () -> StatsSample in
-            let (sample, baseline) = WebRTCStats.sample(entries, previous: statsBaseline)
-            statsBaseline = baseline
+        return state.withLock { state -> StatsSample in
+            let (sample, baseline) = WebRTCStats.sample(entries, previous: state.statsBaseline)
+            state.statsBaseline = baseline
             return sample
         }
     }
 
     // MARK: internals
 
-    /// One peer's connection and what the engine keeps beside it; its `var`s under the engine's lock.
+    /// One peer's connection and what the engine keeps beside it.
+    /// `@unchecked Sendable`: WebRTC's objects are thread-safe but not marked Sendable, and what
+    /// changes is in `candidates`.
     private final class Call: @unchecked Sendable {
         let connection: RTCPeerConnection
         /// WebRTC holds its delegate weakly.
         let delegate: PeerDelegate
         let localTrack: RTCAudioTrack?
-        var remoteSet = false
-        var pending: [IceCandidate] = []
+        /// Remote candidates that arrived before the remote description, and whether it is set.
+        let candidates = Locked(CandidateQueue())
+
+        struct CandidateQueue {
+            var remoteSet = false
+            var pending: [IceCandidate] = []
+        }
 
         init(connection: RTCPeerConnection, delegate: PeerDelegate, localTrack: RTCAudioTrack?) {
             self.connection = connection
@@ -188,13 +205,13 @@ public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
     private static var noConstraints: RTCMediaConstraints { RTCMediaConstraints(mandatoryConstraints: nil, optionalConstraints: nil) }
 
     private func call(_ peer: PeerID) throws -> Call {
-        guard let call = lock.withLock({ calls[peer] }) else { throw CallingError(.media("no peer connection with \(peer)")) }
+        guard let call = state.withLock({ $0.calls[peer] }) else { throw CallingError(.media("no peer connection with \(peer)")) }
         return call
     }
 
     /// Voice-chat mode (echo cancellation, the receiver or headset route), once.
     private func prepareAudioSession() throws {
-        guard configuresAudioSession, !lock.withLock({ audioSessionReady }) else { return }
+        guard configuresAudioSession, !state.withLock({ $0.audioSessionReady }) else { return }
         #if os(iOS) || WEBRTC_STUB
         let session = RTCAudioSession.sharedInstance()
         let configuration = RTCAudioSessionConfiguration.webRTC()
@@ -204,7 +221,7 @@ public final class WebRTCMediaEngine: MediaEngine, @unchecked Sendable {
         defer { session.unlockForConfiguration() }
         try session.setConfiguration(configuration, active: true)
         #endif
-        lock.withLock { audioSessionReady = true }
+        state.withLock { $0.audioSessionReady = true }
     }
 
     private func add(_ candidate: IceCandidate, to connection: RTCPeerConnection) async throws {
