@@ -282,10 +282,17 @@ public struct HubSettings: Sendable, Equatable {
     /// How long a seat whose socket ended without a clean leave stays held for its peer to
     /// reconnect (`HubInput.connectionLost`); 0 = no grace, the seat ends at once.
     public var reconnectGraceMs: Int64
+    /// Largest RPC payload (a request's `payload`, a response's `payload`, or its error's
+    /// `message` and `data` together), in UTF-8 bytes (docs/protocol.md, "RPC").
+    public var rpcMaxPayloadBytes: Int
+    /// Longest RPC method name and request id, in UTF-8 bytes.
+    public var rpcMaxNameBytes: Int
 
     public init(pingIntervalMs: Int64 = 25_000, typingTTLMs: Int64 = 6_000, chatMaxTextBytes: Int = 4_096,
                 chatMaxMetaBytes: Int = 2_048, maxPeersPerRoom: Int = 0, seatHoldMs: Int64 = 30_000,
-                reconnectGraceMs: Int64 = 15_000) {
+                reconnectGraceMs: Int64 = 15_000, rpcMaxPayloadBytes: Int = 15_360, rpcMaxNameBytes: Int = 128) {
+        self.rpcMaxPayloadBytes = rpcMaxPayloadBytes
+        self.rpcMaxNameBytes = rpcMaxNameBytes
         self.reconnectGraceMs = reconnectGraceMs
         self.pingIntervalMs = pingIntervalMs
         self.typingTTLMs = typingTTLMs
@@ -985,6 +992,7 @@ public struct Hub: Sendable {
     /// endpoint has it straight from the frame: no `String` is made for it unless the room is
     /// indexed or no member's id has exactly its bytes (then `route(_:to:from:seat:)` answers).
     public func route(_ parts: RelayParts, from connection: ConnectionID, seat: Seat) -> RelayRoute? {
+        if parts.kind.isRPC { return routeRPC(parts, from: connection, seat: seat) }
         if let (peer, target, plainIDs) = rooms[slot: seat.slot].members.route(from: connection, toUTF8: parts.to) {
             return .deliver(from: peer, to: target, plainIDs: plainIDs)
         }
@@ -1007,7 +1015,14 @@ public struct Hub: Sendable {
     /// parts. The same decision `handle(.message(connection, .relay(kind, to: to, payload:
     /// payload)))` makes, as one `.send` effect. Internal: `handle` and the tests call it.
     func relay(_ kind: RelayKind, to: PeerID, payload: RawJSON?, from connection: ConnectionID) -> RelayDecision? {
-        switch route(kind, to: to, from: connection) {
+        let route: RelayRoute?
+        if kind.isRPC {
+            guard let seat = seat(of: connection) else { return nil }
+            route = RelayParts.with(kind, to: to, payload: payload) { routeRPC($0, from: connection, seat: seat) }
+        } else {
+            route = self.route(kind, to: to, from: connection)
+        }
+        switch route {
         case .deliver(let from, let target, _)?: return .deliver(RelayedFrame(kind, from: from, to: to, payload: payload), to: target)
         case .answer(let frame, let sender)?: return .answer(frame, to: sender)
         case nil: return nil

@@ -27,6 +27,17 @@ public enum ClientMessage: Sendable, Equatable {
 
 public enum RelayKind: String, Sendable, Equatable {
     case offer, answer, candidate, data
+    /// The RPC frames (docs/protocol.md, "RPC"): addressed relays whose payload the hub checks
+    /// (`Hub.rpcRefusal`) before routing them as it routes `data`.
+    case rpcRequest = "rpc-request", rpcAck = "rpc-ack", rpcResponse = "rpc-response"
+
+    /// Whether this is one of the RPC frames, which always need `to`.
+    public var isRPC: Bool {
+        switch self {
+        case .rpcRequest, .rpcAck, .rpcResponse: return true
+        case .offer, .answer, .candidate, .data: return false
+        }
+    }
 
     public var frameType: FrameType {
         switch self {
@@ -34,6 +45,9 @@ public enum RelayKind: String, Sendable, Equatable {
         case .answer: return .answer
         case .candidate: return .candidate
         case .data: return .data
+        case .rpcRequest: return .rpcRequest
+        case .rpcAck: return .rpcAck
+        case .rpcResponse: return .rpcResponse
         }
     }
 
@@ -45,6 +59,9 @@ public enum RelayKind: String, Sendable, Equatable {
         case .answer: return "answer"
         case .candidate: return "candidate"
         case .data: return "data"
+        case .rpcRequest: return "rpc-request"
+        case .rpcAck: return "rpc-ack"
+        case .rpcResponse: return "rpc-response"
         }
     }
 }
@@ -253,7 +270,7 @@ public enum ClientFrameDecoder {
         // client meant for one peer, so it is refused instead.
         if to != nil {
             switch type {
-            case .offer, .answer, .candidate, .data: break
+            case .offer, .answer, .candidate, .data, .rpcRequest, .rpcAck, .rpcResponse: break
             default: throw invalid("\(typeName) cannot be addressed; remove 'to'")
             }
         }
@@ -279,6 +296,12 @@ public enum ClientFrameDecoder {
             return .relay(.candidate, to: to, payload: payload.map(RawJSON.init))
         case .data:
             return .relay(.data, to: to, payload: payload.map(RawJSON.init))
+        case .rpcRequest, .rpcAck, .rpcResponse:
+            // The payload's members are the hub's to check (`Hub.rpcRefusal`): its refusals name
+            // the request id, which a decoding error could not always.
+            guard let to else { throw invalid("\(typeName) needs 'to'") }
+            let kind: RelayKind = type == .rpcRequest ? .rpcRequest : type == .rpcAck ? .rpcAck : .rpcResponse
+            return .relay(kind, to: to, payload: payload.map(RawJSON.init))
         case .chat:
             guard let body = payload?.objectValue else { throw invalid("chat payload must be an object") }
             guard let clientID = body["client_id"]?.stringValue, !clientID.isEmpty,
@@ -395,6 +418,9 @@ public enum ClientFrameDecoder {
             }
         case .data:
             break
+        case .rpcRequest, .rpcAck, .rpcResponse:
+            // Rare next to the others: the general path checks `to` and keeps the payload.
+            return false
         }
         return true
     }

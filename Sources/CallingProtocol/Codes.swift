@@ -36,6 +36,9 @@ public enum ErrorCode: Int, Sendable, CaseIterable, CustomStringConvertible {
     case internalError = 500
     /// A dependency (the store) is unavailable; retry later.
     case unavailable = 503
+    /// An RPC frame's payload (or its error's message and data) is larger than
+    /// `rpc_max_payload_bytes`; the frame was not relayed (docs/protocol.md, "RPC").
+    case rpcPayloadTooLarge = 460
 
     /// Whether retrying the same frame later can succeed.
     public var isTemporary: Bool {
@@ -65,6 +68,7 @@ public enum ErrorCode: Int, Sendable, CaseIterable, CustomStringConvertible {
         case .conflict: return "conflict"
         case .internalError: return "internal_error"
         case .unavailable: return "unavailable"
+        case .rpcPayloadTooLarge: return "rpc_payload_too_large"
         }
     }
 

@@ -681,10 +681,17 @@ public enum FrameType: String, Sendable, CaseIterable {
     case peerResumed = "peer-resumed"
     /// From a client: its seat ends now (a deliberate hang-up), not after a reconnect grace.
     case leave
+    /// A remote procedure call to the peer in `to` (docs/protocol.md, "RPC"), relayed like `data`.
+    case rpcRequest = "rpc-request"
+    /// The callee's SDK received an `rpc-request` and has a handler running for it.
+    case rpcAck = "rpc-ack"
+    /// The callee's answer to an `rpc-request`: its result or its error.
+    case rpcResponse = "rpc-response"
 
     public var isClientSendable: Bool {
         switch self {
-        case .offer, .answer, .candidate, .data, .chat, .typing, .read, .stats, .ping, .leave: return true
+        case .offer, .answer, .candidate, .data, .chat, .typing, .read, .stats, .ping, .leave, .rpcRequest, .rpcAck, .rpcResponse:
+            return true
         default: return false
         }
     }

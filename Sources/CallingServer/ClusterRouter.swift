@@ -194,7 +194,9 @@ final class ClusterRouter: Router, @unchecked Sendable {
               let sender = seat(PeerID(from)), !sender.reconnecting
         else { return }
         relaysRefused += 1
-        deliver(Hub.reconnectingRefusal(to: peer, type: type), to: [sender.connection])
+        // An RPC frame's refusal names its request id, as the hub's own does (`Hub.routeRPC`).
+        let rpcID = RelayKind(rawValue: type)?.isRPC == true ? frame["payload"]?["id"]?.stringValue : nil
+        deliver(Hub.naming(rpcID, in: Hub.reconnectingRefusal(to: peer, type: type)), to: [sender.connection])
     }
 
     /// Every `tick_ms`: gaps open for `cluster_chat_gap_ms` read the history behind them.

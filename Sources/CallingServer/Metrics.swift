@@ -12,7 +12,7 @@ import CallingTransport
 /// small strings per count instead of a hash. `/metrics` sees one map either way.
 struct FrameCounts {
     private static let types = FrameType.allCases
-    private var known = InlineArray<19, Int>(repeating: 0)
+    private var known = InlineArray<22, Int>(repeating: 0)
     private var other: [(name: String, count: Int)] = []
     private var last = 0
 
@@ -45,6 +45,9 @@ struct FrameCounts {
         case .peerReconnecting: return 16
         case .peerResumed: return 17
         case .leave: return 18
+        case .rpcRequest: return 19
+        case .rpcAck: return 20
+        case .rpcResponse: return 21
         }
     }
 

@@ -74,6 +74,8 @@ public struct ServerConfig: Sendable, Equatable {
     public var reconnectGraceMs = 15_000
     public var chatMaxTextBytes = 4_096
     public var chatMaxMetaBytes = 2_048
+    public var rpcMaxPayloadBytes = 15_360
+    public var rpcMaxNameBytes = 128
     public var replayCap = 500
     public var historyDefaultLimit = 50
     public var historyMaxLimit = 200
@@ -248,7 +250,8 @@ public struct ServerConfig: Sendable, Equatable {
 
     public var hub: HubSettings {
         HubSettings(pingIntervalMs: Int64(pingIntervalMs), typingTTLMs: Int64(typingTTLMs), chatMaxTextBytes: chatMaxTextBytes,
-                    chatMaxMetaBytes: chatMaxMetaBytes, maxPeersPerRoom: maxPeersPerRoom, reconnectGraceMs: Int64(reconnectGraceMs))
+                    chatMaxMetaBytes: chatMaxMetaBytes, maxPeersPerRoom: maxPeersPerRoom, reconnectGraceMs: Int64(reconnectGraceMs),
+                    rpcMaxPayloadBytes: rpcMaxPayloadBytes, rpcMaxNameBytes: rpcMaxNameBytes)
     }
 
     /// One entry per key: its JSON name, a one-line meaning, and how to read and write it.
@@ -349,6 +352,9 @@ public struct ServerConfig: Sendable, Equatable {
              \.reconnectGraceMs, 0...600_000),
         .int("chat_max_text_bytes", "longest chat text", \.chatMaxTextBytes, 1...1_048_576),
         .int("chat_max_meta_bytes", "largest chat meta object (serialized)", \.chatMaxMetaBytes, 2...1_048_576),
+        .int("rpc_max_payload_bytes", "largest RPC payload, or RPC error message and data together (rpc-request, rpc-response)",
+             \.rpcMaxPayloadBytes, 1...1_048_576),
+        .int("rpc_max_name_bytes", "longest RPC method name and request id", \.rpcMaxNameBytes, 8...1_024),
         .int("replay_cap", "messages replayed on resume before saying recovered=false", \.replayCap, 0...100_000),
         .int("history_default_limit", "GET …/messages default limit", \.historyDefaultLimit, 1...10_000),
         .int("history_max_limit", "GET …/messages largest limit", \.historyMaxLimit, 1...10_000),
