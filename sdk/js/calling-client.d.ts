@@ -210,6 +210,61 @@ export type CallingSdkErrorCode =
  * `origin_not_allowed`, `no_answering_peer`, …), the numeric frame error code (422, 440, …), or
  * one of the SDK's own, {@link CallingSdkErrorCode}.
  */
+/** What an RPC handler is given. */
+export interface RpcInvocationData {
+  /** The caller's request id. */
+  requestId: string;
+  /** The caller's peer id. */
+  callerId: string;
+  /** The request's payload ("" when it had none). */
+  payload: string;
+  /** How long the caller waits for the response, in ms. */
+  responseTimeoutMs: number;
+}
+
+/** A registered RPC method: returns the response payload, or throws. */
+export type RpcHandler = (data: RpcInvocationData) => string | Promise<string>;
+
+/**
+ * Why an RPC call failed: one of the static codes (LiveKit's numbers, docs/protocol.md "RPC") or
+ * a code the callee's handler threw.
+ */
+export class RpcError extends Error {
+  static readonly UNSUPPORTED_METHOD: 1400;
+  static readonly RECIPIENT_NOT_FOUND: 1401;
+  static readonly REQUEST_PAYLOAD_TOO_LARGE: 1402;
+  static readonly APPLICATION_ERROR: 1500;
+  static readonly CONNECTION_TIMEOUT: 1501;
+  static readonly RESPONSE_TIMEOUT: 1502;
+  static readonly RECIPIENT_DISCONNECTED: 1503;
+  static readonly RESPONSE_PAYLOAD_TOO_LARGE: 1504;
+  static readonly SEND_FAILED: 1505;
+  constructor(code: number, message: string, data?: string | null);
+  readonly code: number;
+  /** Extra detail: the handler's, or the server's error name for a refused request (e.g. `peer_reconnecting`). */
+  readonly data: string | null;
+}
+
+/** @internal The RPC calls of one client, as caller and callee (timeouts, matching, handlers). */
+export class _RpcCalls {
+  constructor(options: {
+    timers: Timers;
+    send: (type: string, payload: object, to: string) => boolean;
+    newId: () => string;
+    ackTimeoutMs?: number;
+    maxPayloadBytes?: number;
+  });
+  readonly pendingCount: number;
+  perform(to: string, method: string, payload: string, timeoutMs: number, connected: boolean): Promise<string>;
+  register(method: string, handler: RpcHandler): void;
+  unregister(method: string): void;
+  receive(type: string, from: string | null, payload: any): void;
+  /** True when the error was about a call of ours (which it fails). */
+  refused(error: CallingError, payload: any): boolean;
+  peerLeft(peerId: string): void;
+  failAll(message: string): void;
+}
+
 export class CallingError extends Error {
   constructor(message: string, init: CallingErrorInit);
   readonly code: CallingSdkErrorCode | (string & {}) | number;
@@ -264,6 +319,10 @@ export interface CallingClientOptions {
   iceRestartRetryMs?: number;
   /** Frames held per peer in its reconnect grace; beyond it a frame is dropped (`relay_overflow`). Default 100. */
   heldRelayLimit?: number;
+  /** How long `performRpc` waits for the callee's `rpc-ack` (or the call's timeout if shorter). Default 7000. */
+  rpcAckTimeoutMs?: number;
+  /** Largest RPC payload sent or answered, in UTF-8 bytes; keep it ≤ the server's `rpc_max_payload_bytes`. Default 15360. */
+  rpcMaxPayloadBytes?: number;
   /** Source of `pagehide` and `online` (default `window`); null ignores them. */
   window?: EventTarget | null;
   /** Source of network `change` events (default `navigator.connection`); null ignores them. */
@@ -320,6 +379,15 @@ export class CallingClient {
   connection(peerId: string): RTCPeerConnection | undefined;
   /** `data` to one peer, or to every other peer. */
   sendData(payload: unknown, to?: string): void;
+  /**
+   * Asks `to` to run `method` with `payload`; resolves with the handler's result or rejects with an
+   * `RpcError` (docs/protocol.md "RPC"). Default `timeoutMs` 10000.
+   */
+  performRpc(to: string, method: string, payload?: string, timeoutMs?: number): Promise<string>;
+  /** Answers `rpc-request`s for `method`; a thrown `RpcError` goes to the caller as it is, anything else as 1500. */
+  registerRpcMethod(method: string, handler: RpcHandler): void;
+  /** Stops answering `method` (later requests get 1400). */
+  unregisterRpcMethod(method: string): void;
   /** Sends a chat; resolves with its ack. Retries with the same client_id after timeouts and reconnects. */
   sendChat(text: string, options?: { meta?: Record<string, unknown> | null; clientId?: string }): Promise<ChatAck>;
   /** Typing indicator; only changes are sent; true turns itself off after typingTimeoutMs. */

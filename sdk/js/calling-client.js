@@ -1527,6 +1527,218 @@ class ReconnectingSocket extends ClientBase {
 }
 
 // ---------------------------------------------------------------------------------------------
+// RPC (docs/protocol.md "RPC"; the same API and codes in every SDK, docs/sdk.md "RPC")
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * Why an RPC call failed: `code`, `message`, `data` (a string or null). The codes the SDKs raise
+ * are LiveKit's numbers, as static members (`RpcError.RESPONSE_TIMEOUT` …, docs/protocol.md
+ * "RPC"); a handler may throw an `RpcError` with a code of its own, which the caller gets as thrown.
+ */
+export class RpcError extends Error {
+  static UNSUPPORTED_METHOD = 1400;
+  static RECIPIENT_NOT_FOUND = 1401;
+  static REQUEST_PAYLOAD_TOO_LARGE = 1402;
+  static APPLICATION_ERROR = 1500;
+  static CONNECTION_TIMEOUT = 1501;
+  static RESPONSE_TIMEOUT = 1502;
+  static RECIPIENT_DISCONNECTED = 1503;
+  static RESPONSE_PAYLOAD_TOO_LARGE = 1504;
+  static SEND_FAILED = 1505;
+
+  /**
+   * @param {number} code
+   * @param {string} message
+   * @param {string|null} [data]
+   */
+  constructor(code, message, data = null) {
+    super(message);
+    this.name = "RpcError";
+    this._code = code;
+    this._data = data ?? null;
+  }
+
+  /** The error's code. */
+  get code() {
+    return this._code;
+  }
+
+  /** Extra detail (the handler's, or the server's error name for a refused request), or null. */
+  get data() {
+    return this._data;
+  }
+}
+
+const RpcErrorCode = RpcError;
+
+const RPC_TYPES = new Set(["rpc-request", "rpc-ack", "rpc-response"]);
+
+/**
+ * Internal. The RPC calls of one client, as caller and as callee: pending calls with their ack and
+ * response timers, and the registered handlers. The server keeps nothing per call, so everything
+ * that needs a call's lifetime is here: timeouts, matching a response to its request (and to the
+ * peer it went to), failing the calls to a peer that left.
+ */
+export class _RpcCalls {
+  /**
+   * @param {{timers: object, send: (type: string, payload: object, to: string) => boolean, newId: () => string,
+   *   ackTimeoutMs?: number, maxPayloadBytes?: number}} options
+   */
+  constructor(options) {
+    this._timers = options.timers;
+    this._sendFrame = options.send;
+    this._newId = options.newId;
+    this.ackTimeoutMs = options.ackTimeoutMs ?? 7000;
+    this.maxPayloadBytes = options.maxPayloadBytes ?? 15360;
+    /** id → {to, resolve, reject, ackTimer, responseTimer} */
+    this._pending = new Map();
+    /** method → handler */
+    this._handlers = new Map();
+  }
+
+  /** Calls still waiting for their response. */
+  get pendingCount() {
+    return this._pending.size;
+  }
+
+  perform(to, method, payload, timeoutMs, connected) {
+    if (typeof to !== "string" || to === "") return Promise.reject(invalidArgument("performRpc needs a peer id"));
+    if (typeof method !== "string" || method === "") return Promise.reject(invalidArgument("performRpc needs a method name"));
+    if (typeof payload !== "string") return Promise.reject(invalidArgument("an RPC payload is a string"));
+    if (!(timeoutMs > 0)) return Promise.reject(invalidArgument("an RPC timeout is a positive number of ms"));
+    if (utf8Length(payload) > this.maxPayloadBytes) {
+      return Promise.reject(new RpcError(RpcErrorCode.REQUEST_PAYLOAD_TOO_LARGE, "request payload too large"));
+    }
+    if (!connected) return Promise.reject(new RpcError(RpcErrorCode.SEND_FAILED, "not connected"));
+    const id = this._newId();
+    const timeout = Math.round(timeoutMs);
+    return new Promise((resolve, reject) => {
+      const entry = { to, resolve, reject, ackTimer: null, responseTimer: null };
+      this._pending.set(id, entry);
+      entry.ackTimer = this._timers.setTimeout(
+        () => this._fail(id, new RpcError(RpcErrorCode.CONNECTION_TIMEOUT, "no ack from the peer")),
+        Math.min(this.ackTimeoutMs, timeout),
+      );
+      entry.responseTimer = this._timers.setTimeout(
+        () => this._fail(id, new RpcError(RpcErrorCode.RESPONSE_TIMEOUT, "no response from the peer")),
+        timeout,
+      );
+      if (!this._sendFrame("rpc-request", { id, method, payload, timeout_ms: timeout }, to)) {
+        this._fail(id, new RpcError(RpcErrorCode.SEND_FAILED, "not connected"));
+      }
+    });
+  }
+
+  register(method, handler) {
+    if (typeof method !== "string" || method === "") throw invalidArgument("registerRpcMethod needs a method name");
+    if (typeof handler !== "function") throw invalidArgument("registerRpcMethod needs a handler function");
+    this._handlers.set(method, handler);
+  }
+
+  unregister(method) {
+    this._handlers.delete(method);
+  }
+
+  /** An inbound `rpc-request`, `rpc-ack` or `rpc-response` from `from`. */
+  receive(type, from, payload) {
+    if (!from || !payload || typeof payload.id !== "string") return;
+    if (type === "rpc-request") this._request(from, payload);
+    else if (type === "rpc-ack") this._ack(from, payload.id);
+    else if (type === "rpc-response") this._response(from, payload);
+  }
+
+  /**
+   * A server `error` that names an RPC frame: true when it was about a call of ours (which it
+   * fails), false otherwise (the client reports it as any error).
+   */
+  refused(error, payload) {
+    if (!payload || payload.type !== "rpc-request" || typeof payload.id !== "string") return false;
+    if (!this._pending.has(payload.id)) return false;
+    let rpcError;
+    if (error.code === 404) rpcError = new RpcError(RpcErrorCode.RECIPIENT_NOT_FOUND, error.message);
+    else if (error.code === 460) rpcError = new RpcError(RpcErrorCode.REQUEST_PAYLOAD_TOO_LARGE, error.message);
+    else rpcError = new RpcError(RpcErrorCode.SEND_FAILED, error.message, errorName(error.code));
+    this._fail(payload.id, rpcError);
+    return true;
+  }
+
+  /** `peer-left`: the calls to that peer cannot be answered any more. */
+  peerLeft(peerId) {
+    for (const [id, entry] of [...this._pending]) {
+      if (entry.to === peerId) this._fail(id, new RpcError(RpcErrorCode.RECIPIENT_DISCONNECTED, `peer '${peerId}' left`));
+    }
+  }
+
+  /** The client is closed: every open call fails. */
+  failAll(message) {
+    for (const id of [...this._pending.keys()]) this._fail(id, new RpcError(RpcErrorCode.SEND_FAILED, message));
+  }
+
+  _fail(id, error) {
+    const entry = this._take(id);
+    if (entry) entry.reject(error);
+  }
+
+  _take(id) {
+    const entry = this._pending.get(id);
+    if (!entry) return null;
+    this._pending.delete(id);
+    this._timers.clearTimeout(entry.ackTimer);
+    this._timers.clearTimeout(entry.responseTimer);
+    return entry;
+  }
+
+  _ack(from, id) {
+    const entry = this._pending.get(id);
+    if (!entry || entry.to !== from || entry.ackTimer === null) return;
+    this._timers.clearTimeout(entry.ackTimer);
+    entry.ackTimer = null;
+  }
+
+  _response(from, payload) {
+    const entry = this._pending.get(payload.id);
+    if (!entry || entry.to !== from) return; // late, duplicated, or not from the callee: dropped
+    this._take(payload.id);
+    const error = payload.error;
+    if (error && typeof error === "object") {
+      entry.reject(new RpcError(Number(error.code) || RpcErrorCode.APPLICATION_ERROR, String(error.message ?? ""),
+        typeof error.data === "string" ? error.data : null));
+    } else {
+      entry.resolve(typeof payload.payload === "string" ? payload.payload : "");
+    }
+  }
+
+  async _request(from, payload) {
+    const id = payload.id;
+    this._sendFrame("rpc-ack", { id }, from);
+    const handler = this._handlers.get(payload.method);
+    const respond = (body) => this._sendFrame("rpc-response", { id, ...body }, from);
+    const fail = (code, message, data) => respond({ error: data == null ? { code, message } : { code, message, data } });
+    if (!handler) return fail(RpcErrorCode.UNSUPPORTED_METHOD, `method '${payload.method}' not supported`);
+    let result;
+    try {
+      result = await handler({
+        requestId: id,
+        callerId: from,
+        payload: typeof payload.payload === "string" ? payload.payload : "",
+        responseTimeoutMs: typeof payload.timeout_ms === "number" ? payload.timeout_ms : 10000,
+      });
+    } catch (error) {
+      if (error instanceof RpcError) return fail(error.code, error.message, error.data);
+      return fail(RpcErrorCode.APPLICATION_ERROR, error instanceof Error ? error.message : String(error));
+    }
+    const text = result == null ? "" : String(result);
+    if (utf8Length(text) > this.maxPayloadBytes) return fail(RpcErrorCode.RESPONSE_PAYLOAD_TOO_LARGE, "response payload too large");
+    respond({ payload: text });
+  }
+}
+
+/** The server's name of a frame error code, for `RpcError.data` of a refused request. */
+function errorName(code) {
+  return { 480: "peer_reconnecting", 429: "rate_limited", 422: "invalid_payload" }[code] ?? String(code);
+}
+
+// ---------------------------------------------------------------------------------------------
 // CallingClient
 // ---------------------------------------------------------------------------------------------
 
@@ -1590,6 +1802,13 @@ export class CallingClient extends ReconnectingSocket {
     this._awaitingPong = false;
     /** Relays to peers in their reconnect grace (peer-reconnecting … peer-resumed). */
     this._relays = new _RelayHold({ limit: options.heldRelayLimit ?? 100 });
+    this._rpc = new _RpcCalls({
+      timers: this._timers,
+      send: (type, payload, to) => this._send(type, payload, to),
+      newId: () => newClientId(Math.random),
+      ackTimeoutMs: options.rpcAckTimeoutMs,
+      maxPayloadBytes: options.rpcMaxPayloadBytes,
+    });
     this._ice = {
       windowMs: options.iceRestartWindowMs ?? 15000,
       debounceMs: options.iceDisconnectedDebounceMs ?? 2000,
@@ -1718,6 +1937,39 @@ export class CallingClient extends ReconnectingSocket {
   }
 
   /**
+   * Asks `to` to run `method` with `payload` (a string); resolves with the handler's result (a
+   * string) or rejects with an `RpcError` (docs/protocol.md "RPC"): 1401 not in the room, 1402
+   * payload too large, 1501 no ack within `rpcAckTimeoutMs`, 1502 no response within `timeoutMs`,
+   * 1503 the peer left, 1505 not connected or refused, 1400 no such method there, or the handler's
+   * own error.
+   * @param {string} to
+   * @param {string} method
+   * @param {string} [payload]
+   * @param {number} [timeoutMs]
+   * @returns {Promise<string>}
+   */
+  performRpc(to, method, payload = "", timeoutMs = 10000) {
+    return this._rpc.perform(to, method, payload, timeoutMs, this._state === "connected");
+  }
+
+  /**
+   * Answers `rpc-request`s for `method` with `handler({requestId, callerId, payload,
+   * responseTimeoutMs})`, whose result (a string, or a Promise of one) is the response. A thrown
+   * `RpcError` goes to the caller as it is; anything else thrown as 1500 with its message.
+   * Registering a method again replaces its handler.
+   * @param {string} method
+   * @param {(data: {requestId: string, callerId: string, payload: string, responseTimeoutMs: number}) => string|Promise<string>} handler
+   */
+  registerRpcMethod(method, handler) {
+    this._rpc.register(method, handler);
+  }
+
+  /** Stops answering `method`: later requests for it get 1400. */
+  unregisterRpcMethod(method) {
+    this._rpc.unregister(method);
+  }
+
+  /**
    * Sends a chat message; resolves with its ack `{seq, client_id, ts}` once committed. Without an
    * ack within `chatAckTimeoutMs` the same client_id is sent again (up to `chatRetries` times);
    * after a reconnect every pending message is sent again (free). A failed ack rejects at once
@@ -1803,6 +2055,7 @@ export class CallingClient extends ReconnectingSocket {
     this._endAllCalls("disconnect");
     this._relays.clear();
     this._chats.rejectAll(error);
+    this._rpc.failAll(error ? error.message : "disconnected");
     this._unlistenToPage();
   }
 
@@ -1863,7 +2116,11 @@ export class CallingClient extends ReconnectingSocket {
       // calls whose peer is still here and end (with a hangup event) those whose peer is not.
       const after = new Set(roster.map((p) => p.peer_id));
       const had = new Set(before.map((p) => p.peer_id));
-      for (const gone of before) if (!after.has(gone.peer_id)) this._events.emit("peer-left", { peer_id: gone.peer_id });
+      for (const gone of before) {
+        if (after.has(gone.peer_id)) continue;
+        this._rpc.peerLeft(gone.peer_id);
+        this._events.emit("peer-left", { peer_id: gone.peer_id });
+      }
       for (const joined of roster) if (!had.has(joined.peer_id)) this._events.emit("peer-joined", joined);
       const { ended, cancelled, kept } = _reconcileCalls(this._calls.keys(), this._offers.keys(), roster);
       for (const id of cancelled) this._cancelOffer(id);
@@ -1888,6 +2145,7 @@ export class CallingClient extends ReconnectingSocket {
     switch (type) {
       case "error": {
         const error = this._frameError(json, payload);
+        if (RPC_TYPES.has(error.frameType) && this._rpc.refused(error, payload)) return;
         if (error.code === PEER_RECONNECTING && RELAY_TYPES.has(error.frameType)) {
           // Sent again on peer-resumed, dropped on peer-left: nothing for the app to do. The error
           // names the refused type only; _RelayHold finds the frame by the order of our sends.
@@ -1943,6 +2201,7 @@ export class CallingClient extends ReconnectingSocket {
         this._peers = this._peers.filter((p) => p.peer_id !== id);
         this._relays.drop(id);
         this._peerGone(id);
+        this._rpc.peerLeft(id);
         this._events.emit("peer-left", { peer_id: id });
         return;
       }
@@ -1981,6 +2240,11 @@ export class CallingClient extends ReconnectingSocket {
         return;
       case "data":
         if (from) this._handleData(from, payload);
+        return;
+      case "rpc-request":
+      case "rpc-ack":
+      case "rpc-response":
+        this._rpc.receive(type, from, payload);
         return;
       case "meter":
         this._events.emit("meter", payload || {});
