@@ -43,6 +43,12 @@ public struct SignalingOptions: Sendable {
     /// Frames held per peer while it is reconnecting (`peer-reconnecting`); one more is dropped
     /// with an `error` event.
     public var heldRelayLimit = 100
+    /// How long `performRpc` waits for the callee's `rpc-ack` (or the call's timeout if shorter)
+    /// before throwing `RpcError.connectionTimeout` (docs/protocol.md "RPC").
+    public var rpcAckTimeout: TimeInterval = 7
+    /// Largest RPC payload sent or answered, in UTF-8 bytes; keep it at or below the server's
+    /// `rpc_max_payload_bytes`.
+    public var rpcMaxPayloadBytes = 15_360
     /// Interval of app-level `ping` frames while connected; nil uses `welcome.ping_interval_ms`
     /// (25 s), 0 disables. A `ping` still unanswered at the next tick means the connection is
     /// dead (half-open TCP): it is dropped and the client reconnects.
@@ -123,6 +129,8 @@ public final class SignalingClient: @unchecked Sendable {
     private var mediaTasks: [PeerID: (number: UInt64, task: Task<Void, Never>)] = [:]
     private var mediaTaskCount: UInt64 = 0
     private var mutedStorage = false
+    /// The registered RPC handlers by method (the session knows only their names).
+    private var rpcHandlers: [String: RpcHandler] = [:]
 
     /// `url` is `ws://host:port` or `wss://host[:port]` (a path other than `/` replaces `/v1/ws`);
     /// `token` is a peer JWT. `wss://` (and `https://`) verify the server's certificate as
@@ -155,6 +163,8 @@ public final class SignalingClient: @unchecked Sendable {
         settings.iceDisconnectedDebounce = options.iceDisconnectedDebounce
         settings.iceRestartRetry = options.iceRestartRetry
         settings.heldRelayLimit = options.heldRelayLimit
+        settings.rpcAckTimeout = options.rpcAckTimeout
+        settings.rpcMaxPayloadBytes = options.rpcMaxPayloadBytes
         settings.pingInterval = options.pingInterval
         settings.hasMediaEngine = options.mediaEngine != nil
         settings.hasTokenProvider = options.tokenProvider != nil
@@ -295,6 +305,58 @@ public final class SignalingClient: @unchecked Sendable {
     /// True after `setMuted(true)` until `setMuted(false)`.
     public var isMuted: Bool { driver.withLock { mutedStorage } }
 
+    // MARK: RPC
+
+    /// Asks `peer` to run `method` with `payload` and returns its handler's result
+    /// (docs/protocol.md "RPC"). Throws `RpcError`: `recipientNotFound`, `requestPayloadTooLarge`,
+    /// `connectionTimeout` (no ack within `rpcAckTimeout`), `responseTimeout` (none within
+    /// `timeout`), `recipientDisconnected` (the peer left), `sendFailed` (not connected, or
+    /// refused), `unsupportedMethod`, or the handler's own error.
+    public func performRpc(to peer: PeerID, method: String, payload: String = "", timeout: TimeInterval = 10) async throws -> String {
+        guard !method.isEmpty, timeout > 0 else { throw CallingError(.invalidState("performRpc needs a method name and a positive timeout")) }
+        let id = UUID().uuidString.lowercased()
+        guard case .rpc(let result) = try await driver.wait({
+            $0.handle(.performRpc(id: id, to: peer, method: method, payload: payload, timeout: timeout, waiter: $1))
+        }) else {
+            throw CallingError(.invalidState("performRpc resumed without a response"))
+        }
+        return try result.get()
+    }
+
+    /// Answers `rpc-request`s for `method` with `handler`; registering a method again replaces its
+    /// handler. The request is acked at once; the handler's result is the response, a thrown
+    /// `RpcError` goes to the caller as it is, anything else as `applicationError`.
+    public func registerRpcMethod(_ method: String, handler: @escaping RpcHandler) {
+        driver.withLock { rpcHandlers[method] = handler }
+        try? command(.registerRpcMethod(method))
+    }
+
+    /// Stops answering `method`: later requests for it get `unsupportedMethod`.
+    public func unregisterRpcMethod(_ method: String) {
+        driver.withLock { rpcHandlers[method] = nil }
+        try? command(.unregisterRpcMethod(method))
+    }
+
+    /// Runs the handler of an `invokeRpc` in a task; its outcome goes back to the session. Under
+    /// the driver's lock.
+    private func runRpcHandler(_ method: String, _ invocation: RpcInvocationData) {
+        guard let handler = rpcHandlers[method] else {
+            submit(.rpcHandled(invocation, .failure(RpcError(code: RpcError.unsupportedMethod, message: "method '\(method)' not supported"))))
+            return
+        }
+        Task { [weak self] in
+            let result: Result<String, RpcError>
+            do {
+                result = .success(try await handler(invocation))
+            } catch let error as RpcError {
+                result = .failure(error)
+            } catch {
+                result = .failure(RpcError(code: RpcError.applicationError, message: "\(error)"))
+            }
+            self?.submit(.rpcHandled(invocation, result))
+        }
+    }
+
     // MARK: chat
 
     /// Sends a chat message and returns its ack (the committed `seq`). Without an ack within
@@ -419,6 +481,8 @@ public final class SignalingClient: @unchecked Sendable {
             }
         case .media(let command):
             if let engine = options.mediaEngine { runMedia(command, engine) }
+        case .invokeRpc(let method, let invocation):
+            runRpcHandler(method, invocation)
         }
     }
 
@@ -566,7 +630,7 @@ extension SignalingSession: ClientSession {
         case .resume(let waiter, let result): .resume(waiter, result)
         case .emit(let event): .emit(event)
         case .refreshToken(let attempt): .refreshToken(attempt: attempt)
-        case .fetchGap, .collectStats, .media: nil
+        case .fetchGap, .collectStats, .media, .invokeRpc: nil
         }
     }
 }

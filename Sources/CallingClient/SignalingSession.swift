@@ -8,6 +8,8 @@ typealias Waiter = UInt64
 enum WaiterOutcome: Sendable, Equatable {
     case welcome(Welcome)
     case chatAck(ChatAck)
+    /// A `performRpc`: the response's payload, or why the call failed.
+    case rpc(Result<String, RpcError>)
     case done
 }
 
@@ -38,6 +40,10 @@ enum SessionTimer: Hashable, Sendable {
     case iceDebounce(PeerID)
     /// The next ICE restart while the window is open (`iceRestartRetry`).
     case iceRetry(PeerID)
+    /// An RPC call waiting for its `rpc-ack`, by request id.
+    case rpcAck(String)
+    /// An RPC call waiting for its `rpc-response`, by request id.
+    case rpcResponse(String)
 
     init(_ timer: ConnectionLifecycle.Timer) {
         switch timer {
@@ -87,6 +93,8 @@ enum SessionAction: Sendable, Equatable {
     /// Ask the engine for a stats sample: `.statsCollected`.
     case collectStats
     case media(MediaCommand)
+    /// Run the handler registered for `method`: `.rpcHandled` with its outcome.
+    case invokeRpc(method: String, RpcInvocationData)
 }
 
 /// What happens to the session: API calls, socket events, timer fires, and the results of work
@@ -120,6 +128,10 @@ enum SessionInput: Sendable {
     /// Our ICE-restart offer, or our answer to a renewed offer, on `connection`.
     case mediaRenewed(PeerID, connection: UInt64, SessionDescription)
     case mediaRenewFailed(PeerID, connection: UInt64, String)
+    /// `performRpc`: `id` is the request id the driver picked.
+    case performRpc(id: String, to: PeerID, method: String, payload: String, timeout: TimeInterval, waiter: Waiter)
+    /// A handler of an `invokeRpc` finished.
+    case rpcHandled(RpcInvocationData, Result<String, RpcError>)
 }
 
 /// Synchronous API calls; they throw instead of resuming a waiter.
@@ -131,6 +143,8 @@ enum SessionCommand: Sendable {
     case relay(FrameType, to: PeerID, payload: JSONValue)
     case setTyping(Bool)
     case markRead(Int64)
+    case registerRpcMethod(String)
+    case unregisterRpcMethod(String)
 }
 
 /// The decision logic of `SignalingClient`, with no sockets, threads or clocks (like
@@ -157,6 +171,8 @@ struct SignalingSession {
         var iceDisconnectedDebounce: TimeInterval = 2
         var iceRestartRetry: TimeInterval = 5
         var heldRelayLimit = 100
+        var rpcAckTimeout: TimeInterval = 7
+        var rpcMaxPayloadBytes = 15_360
         var hasMediaEngine = false
         var hasTokenProvider = false
     }
@@ -186,6 +202,8 @@ struct SignalingSession {
     private var calls: CallTable
     /// Relays to peers in their reconnect grace.
     private var relays: RelayHold
+    /// Open RPC calls and the registered methods (Rpc.swift).
+    private var rpc: RpcLedger
     private var statsRunning = false
     /// The keep-alive while it runs (from `welcome` to the socket's end).
     private var keepAlive: KeepAlive?
@@ -210,6 +228,7 @@ struct SignalingSession {
                           ice: CallTable.IceTiming(window: settings.iceRestartWindow, debounce: settings.iceDisconnectedDebounce,
                                                    retry: settings.iceRestartRetry))
         relays = RelayHold(limit: settings.heldRelayLimit)
+        rpc = RpcLedger(ackTimeout: settings.rpcAckTimeout, maxPayloadBytes: settings.rpcMaxPayloadBytes)
         lifecycle = ConnectionLifecycle(token: token, settings: ConnectionLifecycle.Settings(
             host: settings.host, port: settings.port, connectTimeout: settings.connectTimeout,
             reconnectDelays: settings.reconnectDelays, maxReconnectAttempts: settings.maxReconnectAttempts,
@@ -266,6 +285,12 @@ struct SignalingSession {
         case .mediaRenewFailed(_, _, let message):
             // The restart is asked again while the window is open; the window ends the call.
             emit(.error(CallingError(.media(message))))
+        case .performRpc(let id, let to, let method, let payload, let timeout, let waiter):
+            out += rpc.perform(id: id, to: to, method: method, payload: payload, timeout: timeout, waiter: waiter,
+                               connected: state == .connected)
+        case .rpcHandled(let invocation, let result):
+            // A response while the socket is down is lost: the caller's timeout covers it.
+            if state == .connected { out += rpc.handled(invocation, result) }
         }
         return routed(out)
     }
@@ -292,6 +317,8 @@ struct SignalingSession {
         case .markRead(let seq):
             try requireConnected()
             send(Frame(.read, payload: ["seq": .int(seq)]))
+        case .registerRpcMethod(let method): rpc.register(method)
+        case .unregisterRpcMethod(let method): rpc.unregister(method)
         }
         return routed(out)
     }
@@ -397,6 +424,7 @@ struct SignalingSession {
             out += calls.endAll(notify: false)
             relays.clear()
             out += chat.rejectAll(error)
+            out += rpc.failAll(error.description)
             setState(.failed(error))
             if let waiter = connectWaiter {
                 connectWaiter = nil
@@ -406,6 +434,7 @@ struct SignalingSession {
             // The app's `disconnect()` completed (or raced the socket's end).
             stopTimers()
             out += chat.rejectAll(CallingError.notConnected)
+            out += rpc.failAll("disconnected")
             if let waiter = connectWaiter {
                 connectWaiter = nil
                 out.append(.resume(waiter, .failure(CallingError.notConnected)))
@@ -450,6 +479,8 @@ struct SignalingSession {
             out += calls.mediaGraceEnded(peer, connected: state == .connected)
         case .iceWindow, .iceDebounce, .iceRetry:
             out += calls.iceTimerFired(timer, connected: state == .connected)
+        case .rpcAck, .rpcResponse:
+            out += rpc.timedOut(timer)
         }
     }
 
@@ -482,6 +513,7 @@ struct SignalingSession {
             peers.removeAll { $0.peerID == id }
             relays.drop(id)
             out += calls.peerGone(id)
+            out += rpc.peerLeft(id)
             emit(.peerLeft(id))
         case "peer-reconnecting":
             // The peer's socket dropped and the server holds its seat: its call stays up (media
@@ -516,6 +548,12 @@ struct SignalingSession {
                                     remainingSeconds: payload?["remaining_s"]?.int64Value, raw: payload ?? .null)
             emit(.meter(meter))
             if meter.state == "ended" { emit(.consultationEnded(meter)) }
+        case "rpc-request":
+            if let payload { out += rpc.request(from: from, payload) }
+        case "rpc-ack":
+            if let id = payload?["id"]?.stringValue { out += rpc.ack(from: from, id: id) }
+        case "rpc-response":
+            if let payload { out += rpc.response(from: from, payload) }
         case "pong":
             keepAlive?.awaitingPong = false
         default:
@@ -560,6 +598,7 @@ struct SignalingSession {
             let after = Set(welcome.peers.map(\.peerID))
             for gone in calls.peersInCalls.union(before).sorted(by: { $0.rawValue < $1.rawValue }) where !after.contains(gone) {
                 out += calls.peerGone(gone)
+                out += rpc.peerLeft(gone)
                 if before.contains(gone) { emit(.peerLeft(gone)) }
             }
             for held in relays.heldPeers where !after.contains(held) { relays.drop(held) }
@@ -590,6 +629,12 @@ struct SignalingSession {
             // The first connect refused: `connect()` throws it, nothing is retried.
             emit(.error(error))
             run(.refused(error))
+            return
+        }
+        // A refused `rpc-request` of ours fails its call (the error names the request id).
+        if let code = error.serverCode, let failed = rpc.refused(code: code, message: json["error"]?["message"]?.stringValue ?? "",
+                                                                payload: payload) {
+            out += failed
             return
         }
         if error.serverCode == ErrorCode.peerReconnecting.rawValue, let type = payload?["type"]?.stringValue,
