@@ -81,6 +81,9 @@ class CallingClient(
     @Volatile var state: ConnectionState = ConnectionState.IDLE
         private set
 
+    /** The registered RPC handlers by method (the session knows only their names). */
+    private val rpcHandlers = java.util.concurrent.ConcurrentHashMap<String, suspend (RpcInvocationData) -> String>()
+
     init {
         driver.start({ step(it) }, { if (it is CallTimer) CallInput.TimerFired(it) else SessionInput.TimerFired(it as SessionTimer) })
     }
@@ -113,6 +116,38 @@ class CallingClient(
      * the app calls this from its own `PeerConnection.getStats`.
      */
     fun sendStats(sample: StatsSample) { post(SessionInput.SendStats(sample)) }
+
+    /**
+     * Asks [to] to run [method] with [payload] and returns its handler's result (docs/protocol.md
+     * "RPC"). Throws [RpcError]: `RECIPIENT_NOT_FOUND`, `REQUEST_PAYLOAD_TOO_LARGE`,
+     * `CONNECTION_TIMEOUT` (no ack within `rpcAckTimeoutMs`), `RESPONSE_TIMEOUT` (none within
+     * [timeoutMs]), `RECIPIENT_DISCONNECTED` (the peer left), `SEND_FAILED` (not connected, or
+     * refused), `UNSUPPORTED_METHOD`, or the handler's own error.
+     */
+    suspend fun performRpc(to: String, method: String, payload: String = "", timeoutMs: Long = 10_000): String {
+        if (method.isEmpty() || timeoutMs <= 0) throw CallingError.invalidState("performRpc needs a method name and a positive timeout")
+        val id = UUID.randomUUID().toString()
+        return when (val outcome = call { SessionInput.PerformRpc(it, id, to, method, payload, timeoutMs) }) {
+            is RpcError -> throw outcome
+            else -> outcome as String
+        }
+    }
+
+    /**
+     * Answers `rpc-request`s for [method] with [handler]; registering a method again replaces its
+     * handler. The request is acked at once; the handler's result is the response, a thrown
+     * [RpcError] goes to the caller as it is, anything else as `APPLICATION_ERROR`.
+     */
+    fun registerRpcMethod(method: String, handler: suspend (RpcInvocationData) -> String) {
+        rpcHandlers[method] = handler
+        post(SessionInput.RegisterRpcMethod(method))
+    }
+
+    /** Stops answering [method]: later requests for it get `UNSUPPORTED_METHOD`. */
+    fun unregisterRpcMethod(method: String) {
+        rpcHandlers.remove(method)
+        post(SessionInput.UnregisterRpcMethod(method))
+    }
 
     /** Calls [peerId] through the `mediaEngine`: ICE servers for this call, a peer connection, the offer. A call already up with that peer is replaced. */
     fun call(peerId: String) { postCall(CallInput.Call(peerId)) }
@@ -195,6 +230,23 @@ class CallingClient(
                     post(SessionInput.GapFailed(action.generation, e))
                 } catch (e: Exception) {
                     post(SessionInput.GapFailed(action.generation, CallingError("closed", "history page failed: ${e.message}", isRetryable = true)))
+                }
+            }
+            is SessionAction.InvokeRpc -> {
+                val handler = rpcHandlers[action.method]
+                if (handler == null) {
+                    post(SessionInput.RpcHandled(action.data, null, RpcError(RpcError.UNSUPPORTED_METHOD, "method '${action.method}' not supported")))
+                } else {
+                    driver.scope.launch {
+                        val handled = try {
+                            SessionInput.RpcHandled(action.data, handler(action.data), null)
+                        } catch (e: RpcError) {
+                            SessionInput.RpcHandled(action.data, null, e)
+                        } catch (e: Exception) {
+                            SessionInput.RpcHandled(action.data, null, RpcError(RpcError.APPLICATION_ERROR, e.message ?: e.toString()))
+                        }
+                        post(handled)
+                    }
                 }
             }
             is SessionAction.Arm -> driver.arm(action.timer, action.afterMs)

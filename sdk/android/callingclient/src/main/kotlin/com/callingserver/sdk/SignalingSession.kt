@@ -9,6 +9,10 @@ sealed class SessionTimer {
     object Typing : SessionTimer() { override fun toString() = "Typing" }
     /** The keep-alive tick: sends a `ping`, or drops the socket when the last one is unanswered. */
     object Ping : SessionTimer() { override fun toString() = "Ping" }
+    /** An RPC call waiting for its `rpc-ack`, by request id. */
+    data class RpcAck(val id: String) : SessionTimer()
+    /** An RPC call waiting for its `rpc-response`, by request id. */
+    data class RpcResponse(val id: String) : SessionTimer()
 }
 
 /** What the session asks of its driver, in order. */
@@ -31,6 +35,8 @@ sealed class SessionAction {
      * back as [SessionInput.GapPage] or [SessionInput.GapFailed] with the same [generation].
      */
     data class FetchGap(val sinceSeq: Long, val generation: Long) : SessionAction()
+    /** Run the handler registered for [method] and hand its outcome back as [SessionInput.RpcHandled]. */
+    data class InvokeRpc(val method: String, val data: RpcInvocationData) : SessionAction()
 }
 
 /** Everything that can happen to a session: the app's calls, socket events, timers. */
@@ -55,6 +61,13 @@ sealed class SessionInput {
     /** A page of the gap fill numbered [generation] ([SessionAction.FetchGap]). */
     data class GapPage(val generation: Long, val page: MessagesPage) : SessionInput()
     data class GapFailed(val generation: Long, val error: CallingError) : SessionInput()
+    /** `performRpc`; [id] is the request id the driver picked. The waiter gets the response's text or an [RpcError]. */
+    data class PerformRpc(val waiter: Long, val id: String, val to: String, val method: String, val payload: String,
+                          val timeoutMs: Long) : SessionInput()
+    /** A handler of an [SessionAction.InvokeRpc] finished with [result] or [error]. */
+    data class RpcHandled(val data: RpcInvocationData, val result: String?, val error: RpcError?) : SessionInput()
+    data class RegisterRpcMethod(val method: String) : SessionInput()
+    data class UnregisterRpcMethod(val method: String) : SessionInput()
 }
 
 /**
@@ -81,7 +94,11 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
          * (25 s when absent), 0 disables. A `ping` still unanswered at the next tick means the
          * connection is dead (half-open TCP): the socket is dropped (close 4000) and reconnected.
          */
-        val pingIntervalMs: Long? = null
+        val pingIntervalMs: Long? = null,
+        /** How long `performRpc` waits for the callee's `rpc-ack` (or the call's timeout if shorter). */
+        val rpcAckTimeoutMs: Long = 7_000,
+        /** Largest RPC payload sent or answered, in UTF-8 bytes; keep it at or below the server's `rpc_max_payload_bytes`. */
+        val rpcMaxPayloadBytes: Int = 15_360
     )
 
     companion object {
@@ -90,6 +107,8 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
     }
 
     private val lifecycle = ConnectionLifecycle(token, settings.lifecycle)
+    /** Open RPC calls and the registered methods (Rpc.kt). */
+    private val rpc = RpcLedger(settings.rpcAckTimeoutMs, settings.rpcMaxPayloadBytes)
     private var out = ArrayList<SessionAction>()
 
     var state: ConnectionState = ConnectionState.IDLE
@@ -154,6 +173,12 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             is SessionInput.TimerFired -> timerFired(input.timer)
             is SessionInput.TokenRefreshed -> run(ConnectionLifecycle.Input.TokenRefreshed(input.attempt, input.token, input.error))
             is SessionInput.GapPage -> gapPage(input.generation, input.page)
+            is SessionInput.PerformRpc -> out.addAll(rpc.perform(input.id, input.to, input.method, input.payload, input.timeoutMs,
+                input.waiter, state == ConnectionState.CONNECTED))
+            // A response while the socket is down is lost: the caller's timeout covers it.
+            is SessionInput.RpcHandled -> if (state == ConnectionState.CONNECTED) out.addAll(rpc.handled(input.data, input.result, input.error))
+            is SessionInput.RegisterRpcMethod -> rpc.register(input.method)
+            is SessionInput.UnregisterRpcMethod -> rpc.unregister(input.method)
             is SessionInput.GapFailed -> if (input.generation == gapGeneration) {
                 // Reported once; a reconnect resumes from the gap's cursor.
                 gapGeneration = null
@@ -262,6 +287,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
 
     /** The session is over: pending chats throw [error], held relays are dropped. */
     private fun endSession(error: CallingError) {
+        out.addAll(rpc.failAll(error.message ?: "disconnected"))
         for ((id, chat) in pending) {
             out.add(SessionAction.Cancel(SessionTimer.ChatAck(id)))
             out.add(SessionAction.Resolve(chat.waiter, null, error))
@@ -274,6 +300,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
     private fun timerFired(timer: SessionTimer) {
         when (timer) {
             is SessionTimer.Lifecycle -> run(ConnectionLifecycle.Input.TimerFired(timer.timer))
+            is SessionTimer.RpcAck, is SessionTimer.RpcResponse -> out.addAll(rpc.timedOut(timer))
             is SessionTimer.ChatAck -> {
                 val chat = pending[timer.clientId] ?: return
                 if (chat.sends >= settings.chatMaxSends) {
@@ -335,6 +362,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
                 val id = payload?.let { stringOrNull(it, "peer_id") } ?: from ?: return
                 peers = peers.filter { it.peerId != id }
                 held.remove(id)
+                out.addAll(rpc.peerLeft(id))
                 emit(CallingEvent.PeerLeft(id))
             }
             "peer-reconnecting" -> {
@@ -354,6 +382,9 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
                 val raw = if (json.has("payload") && !json.isNull("payload")) json.get("payload").toString() else null
                 emit(CallingEvent.Data(from, raw))
             }
+            "rpc-request" -> if (payload != null) out.addAll(rpc.request(from, payload))
+            "rpc-ack" -> payload?.let { stringOrNull(it, "id") }?.let { out.addAll(rpc.ack(from, it)) }
+            "rpc-response" -> if (payload != null) out.addAll(rpc.response(from, payload))
             "meter" -> emit(CallingEvent.Meter(payload?.optString("state", "") ?: "", payload?.toString() ?: "null"))
             "pong" -> {
                 awaitingPong = false
@@ -389,6 +420,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             val before = peers.map { it.peerId }.toSet()
             for (gone in peers) if (gone.peerId !in after) {
                 held.remove(gone.peerId)
+                out.addAll(rpc.peerLeft(gone.peerId))
                 emit(CallingEvent.PeerLeft(gone.peerId))
             }
             for (joined in welcome.peers) if (joined.peerId !in before) emit(CallingEvent.PeerJoined(joined))
@@ -466,6 +498,8 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             run(ConnectionLifecycle.Input.Refused(error))
             return
         }
+        // A refused `rpc-request` of ours fails its call (the error names the request id).
+        rpc.refused(error.serverCode ?: 0, wire?.optString("message", "") ?: "", payload)?.let { out.addAll(it); return }
         if (error.serverCode == 480 && frameType != null) {
             val index = recentAddressed.indexOfFirst { it.type == frameType && held.containsKey(it.to) }
             if (index >= 0) {

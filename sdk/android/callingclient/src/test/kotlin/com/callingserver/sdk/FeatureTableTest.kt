@@ -18,7 +18,8 @@ class FeatureTableTest {
         ConnectionLifecycle.Settings::class.java, CallingError::class.java, Welcome::class.java, ChatMessage::class.java,
         ChatAck::class.java, MessagesPage::class.java, PresenceClient::class.java, PresenceListener::class.java,
         PresenceSession.Settings::class.java, PresenceSnapshot::class.java, AgentPresence::class.java,
-        IceServer::class.java, StatsSample::class.java, AcceptedCall::class.java, RingingRequest::class.java)
+        IceServer::class.java, StatsSample::class.java, AcceptedCall::class.java, RingingRequest::class.java,
+        RpcError::class.java, RpcInvocationData::class.java)
 
     /** Public method names, plus Kotlin property names for getters (`getRoomId` -> `roomId`). */
     private fun apiNames(): Set<String> {
