@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { CallingClient, _buildFrame, _candidatePayload, _clampStats } from "../../sdk/js/calling-client.js";
+import { CallingClient, RpcError, _RpcCalls, _buildFrame, _candidatePayload, _clampStats } from "../../sdk/js/calling-client.js";
 import { FakeTimers, connectWith, flush, makeFetch, makePeerConnectionClass, makeToken, makeWebSocketClass } from "./fakes.mjs";
 
 const vectors = JSON.parse(readFileSync(new URL("../vectors/client-frames.json", import.meta.url), "utf8"));
@@ -42,6 +42,23 @@ async function frameOf({ op, args }) {
     case "signal": return _buildFrame(args.type, args.payload, args.to);
     case "candidate": return _buildFrame("candidate", _candidatePayload(args.candidate === null ? null : args), args.to);
     case "stats": return _buildFrame("stats", _clampStats(args));
+    case "rpc-request": case "rpc-ack": case "rpc-response": {
+      // The client's own RPC calls (`CallingClient._rpc` is one), with the vector's request id.
+      const sent = [];
+      const rpc = new _RpcCalls({ timers: new FakeTimers().api(), send: (type, payload, to) => sent.push(_buildFrame(type, payload, to)),
+        newId: () => args.id });
+      if (op === "rpc-request") {
+        rpc.perform(args.to, args.method, args.payload, args.timeout_ms, true).catch(() => {});
+        return sent[0];
+      }
+      rpc.register("m", () => {
+        if (args.error) throw new RpcError(args.error.code, args.error.message, args.error.data);
+        return args.result;
+      });
+      rpc.receive("rpc-request", args.from, { id: args.id, method: "m" });
+      await flush();
+      return op === "rpc-ack" ? sent[0] : sent[1];
+    }
     default: throw new Error(`unknown op ${op}`);
   }
 }

@@ -28,6 +28,19 @@ class WireVectorsTest {
                 if (args.isNull("candidate")) candidatePayload(null, null, null)
                 else candidatePayload(args.getString("candidate"), args.getString("sdpMid"), args.getInt("sdpMLineIndex")))
             "stats" -> SessionInput.SendStats(StatsSample(num("rtt_ms"), num("jitter_ms"), num("packet_loss"), num("bitrate_kbps")))
+            "rpc-request" -> SessionInput.PerformRpc(2, args.getString("id"), args.getString("to"), args.getString("method"),
+                args.getString("payload"), args.getLong("timeout_ms"))
+            "rpc-ack", "rpc-response" -> {
+                session.handle(SessionInput.RegisterRpcMethod("m"))
+                val request = JSONObject().put("type", "rpc-request").put("from", args.getString("from"))
+                    .put("payload", JSONObject().put("id", args.getString("id")).put("method", "m"))
+                val ack = session.handle(SessionInput.SocketText(session.currentSocketForTest(), request.toString()))
+                if (op == "rpc-ack") return ack.filterIsInstance<SessionAction.Send>().single().text
+                val data = ack.filterIsInstance<SessionAction.InvokeRpc>().single().data
+                val error = args.optJSONObject("error")
+                if (error != null) SessionInput.RpcHandled(data, null, RpcError(error.getInt("code"), error.getString("message"), error.optString("data")))
+                else SessionInput.RpcHandled(data, args.getString("result"), null)
+            }
             else -> throw AssertionError("unknown op $op")
         }
         return session.handle(input).filterIsInstance<SessionAction.Send>().single().text
