@@ -7,7 +7,9 @@
 //   VOICE_GREETING=greeting.wav \
 //     swift run VoiceAgent
 //
-// Without VOICE_GREETING it plays a 440 Hz tone. The calls survive short network drops (the SDK
+// Without VOICE_GREETING it plays a 440 Hz tone. With VOICE_ASK="<peer> <method> [payload]" it asks
+// that peer's front end by RPC once the peer is in the room and prints the answer (docs/sdk.md
+// "RPC"); the front end can ask the agent `agent-state` the same way. The calls survive short network drops (the SDK
 // gives a lost connection 5 s to come back, docs/sdk.md "Media") and the room connection
 // reconnects on its own; Ctrl-C hangs up and leaves. Built with the package (target VoiceAgent).
 import CallingClient
@@ -51,6 +53,27 @@ options.maxReconnectAttempts = 20
 let client = SignalingClient(url: url, token: token, options: options)
 let events = client.events
 
+// The front end may ask what the agent is doing; a real agent would report its pipeline's state.
+client.registerRpcMethod("agent-state") { _ in #"{"state":"listening"}"# }
+
+/// VOICE_ASK: whom to ask what by RPC, once that peer is in the room.
+let ask: (peer: PeerID, method: String, payload: String)? = environment["VOICE_ASK"].flatMap { text in
+    let parts = text.split(separator: " ", maxSplits: 2).map(String.init)
+    return parts.count >= 2 ? (PeerID(parts[0]), parts[1], parts.count > 2 ? parts[2] : "") : nil
+}
+
+func askIfPresent(_ peers: [PeerID]) {
+    guard let ask, peers.contains(ask.peer) else { return }
+    Task {
+        do {
+            let answer = try await client.performRpc(to: ask.peer, method: ask.method, payload: ask.payload, timeout: 10)
+            say("rpc \(ask.peer) \(ask.method): \(answer)")
+        } catch let error as RpcError {
+            say("rpc \(ask.peer) \(ask.method) failed: \(error.code) \(error.message)")
+        }
+    }
+}
+
 signal(SIGINT, SIG_IGN)
 let interrupt = DispatchSource.makeSignalSource(signal: SIGINT)
 interrupt.setEventHandler {
@@ -74,6 +97,7 @@ Task {
 do {
     let welcome = try await client.connect()
     say("agent \(welcome.peerID) in \(welcome.roomID), waiting for calls")
+    askIfPresent(welcome.peers.map(\.peerID))
 } catch let error as CallingError {
     FileHandle.standardError.write(Data("cannot join: \(error.localizedDescription)\n".utf8))
     exit(error.isRetryable ? 75 : 77)
@@ -88,6 +112,8 @@ for await event in events {
         } catch {
             say("could not answer \(call.from): \(error)")
         }
+    case .peerJoined(let info):
+        askIfPresent([info.peerID])
     case .connectionState(let peer, let state):
         say("\(peer): media \(state.rawValue)")
     case .callFailed(let peer, let error):
