@@ -66,3 +66,21 @@ def test_refusals_name_the_request_and_reach_only_the_caller(start_server):
         assert metrics.get('calling_frames_in_total{type="rpc-request"}', 0) >= 5, metrics
 
     run(body())
+
+
+def test_rpc_frames_count_against_the_frame_rate_limit_like_data(start_server):
+    server = start_server(max_frames_per_second=5, frame_burst=5, flood_close_after=20)
+
+    async def body():
+        agent = await Peer.connect(server, server.token("r1", "agent"), "agent")
+        page = await Peer.connect(server, server.token("r1", "page"), "page")
+        await agent.recv_type("peer-joined")
+        for i in range(7):
+            await agent.send({"type": "rpc-request", "to": "page", "payload": {"id": f"r{i}", "method": "m"}})
+        error = await agent.recv_type("error")
+        assert error["error"]["code"] == 429, error
+        ids = [(await page.recv_type("rpc-request"))["payload"]["id"] for _ in range(5)]
+        assert ids == ["r0", "r1", "r2", "r3", "r4"], ids
+        await page.assert_silent(0.3)  # r5 and r6 were dropped; the caller's SDK times them out
+
+    run(body())
