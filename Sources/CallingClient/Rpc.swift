@@ -133,10 +133,16 @@ struct RpcLedger {
         }
     }
 
-    /// A server `error` naming an `rpc-request` of ours (`payload.id`); nil when it is not about one.
+    /// A server `error` naming an `rpc-request` of ours (`payload.id`), or our ack or response to a
+    /// caller who left (404) or is reconnecting (480), which that caller's SDK settles itself: the
+    /// actions (none for the latter); nil when the error is for the app.
     mutating func refused(code: Int, message: String, payload: JSONValue?) -> [SessionAction]? {
-        guard payload?["type"]?.stringValue == FrameType.rpcRequest.rawValue, let id = payload?["id"]?.stringValue,
-              pending[id] != nil else { return nil }
+        guard let type = payload?["type"]?.stringValue, let id = payload?["id"]?.stringValue else { return nil }
+        guard type == FrameType.rpcRequest.rawValue else {
+            let callerGone = code == ErrorCode.peerNotFound.rawValue || code == ErrorCode.peerReconnecting.rawValue
+            return callerGone && RelayKind(rawValue: type)?.isRPC == true ? [] : nil
+        }
+        guard pending[id] != nil else { return nil }
         let error: RpcError
         switch code {
         case ErrorCode.peerNotFound.rawValue: error = RpcError(code: RpcError.recipientNotFound, message: message)

@@ -128,6 +128,12 @@ final class RpcSessionTests: XCTestCase {
         guard case .failure(let reconnecting)? = result(waiters[3]) else { return XCTFail() }
         XCTAssertEqual(reconnecting.data, "peer_reconnecting")
         XCTAssertTrue(timers.keys.allSatisfy { if case .rpcAck = $0 { false } else if case .rpcResponse = $0 { false } else { true } })
+        // Our answer to a caller who left: nothing for the app; a malformed one is the app's error.
+        XCTAssertEqual(server(["type": "error", "error": ["code": 404, "message": "no peer"], "payload": ["type": "rpc-response", "id": "x1"]]), [])
+        let bad = server(["type": "error", "error": ["code": 422, "message": "bad"], "payload": ["type": "rpc-response", "id": "x2"]])
+        XCTAssertEqual(bad.count, 1)
+        guard case .emit(.error(let error))? = bad.first else { return XCTFail("\(bad)") }
+        XCTAssertEqual(error.serverCode, 422)
     }
 
     func test_local_refusals_and_disconnect() {

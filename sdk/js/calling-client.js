@@ -1649,10 +1649,14 @@ export class _RpcCalls {
 
   /**
    * A server `error` that names an RPC frame: true when it was about a call of ours (which it
-   * fails), false otherwise (the client reports it as any error).
+   * fails) or about our answer to a caller who is gone, false otherwise (the client reports it as
+   * any error).
    */
   refused(error, payload) {
-    if (!payload || payload.type !== "rpc-request" || typeof payload.id !== "string") return false;
+    if (!payload || typeof payload.id !== "string") return false;
+    // Our ack or response to a caller who left (404) or is reconnecting (480): it no longer waits
+    // for it (its own SDK fails or times out the call), and there is nothing for the app to do.
+    if (payload.type !== "rpc-request") return error.code === 404 || error.code === 480;
     if (!this._pending.has(payload.id)) return false;
     let rpcError;
     if (error.code === 404) rpcError = new RpcError(RpcErrorCode.RECIPIENT_NOT_FOUND, error.message);

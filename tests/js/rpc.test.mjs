@@ -100,6 +100,12 @@ test("the callee's error response, the server's 404/460/480 and peer-left each f
   assert.equal(errors[0].data, "d");
   assert.equal(errors[3].data, "peer_reconnecting");
   assert.equal(env.clock.pending, timers);
+  // Our answer to a caller who left is refused with 404: nothing for the app to do, no error event.
+  const errors2 = [];
+  env.client.on("error", (e) => errors2.push(e));
+  ws.receive({ type: "error", error: { code: 404, message: "no peer" }, payload: { type: "rpc-response", id: "x1" } });
+  ws.receive({ type: "error", error: { code: 422, message: "bad" }, payload: { type: "rpc-response", id: "x2" } });
+  assert.deepEqual(errors2.map((e) => e.code), [422]);
 });
 
 test("local checks: not connected, payload too large, bad arguments; disconnect fails open calls", async () => {

@@ -91,10 +91,18 @@ internal class RpcLedger(private val ackTimeoutMs: Long, private val maxPayloadB
         else -> emptyList()
     }
 
-    /** A server `error` naming an `rpc-request` of ours (`payload.id`); null when it is not about one. */
+    /**
+     * A server `error` naming an `rpc-request` of ours (`payload.id`), or our ack or response to a
+     * caller who left (404) or is reconnecting (480), which that caller's SDK settles itself: the
+     * actions (none for the latter); null when the error is for the app.
+     */
     fun refused(code: Int, message: String, payload: JSONObject?): List<SessionAction>? {
-        if (payload == null || stringOrNull(payload, "type") != "rpc-request") return null
+        if (payload == null) return null
+        val type = stringOrNull(payload, "type") ?: return null
         val id = stringOrNull(payload, "id") ?: return null
+        if (type != "rpc-request") {
+            return if ((code == 404 || code == 480) && (type == "rpc-ack" || type == "rpc-response")) emptyList() else null
+        }
         if (!pending.containsKey(id)) return null
         val error = when (code) {
             404 -> RpcError(RpcError.RECIPIENT_NOT_FOUND, message)

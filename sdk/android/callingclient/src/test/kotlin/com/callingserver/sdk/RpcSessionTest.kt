@@ -56,6 +56,10 @@ class RpcSessionTest {
         assertEquals(RpcError(2001, "no map", "d"),
             outcome(frame("""{"type":"rpc-response","from":"page","payload":{"id":"r5","error":{"code":2001,"message":"no map","data":"d"}}}""")))
         assertEquals(RpcError.RECIPIENT_DISCONNECTED, code(frame("""{"type":"peer-left","payload":{"peer_id":"page"}}""")))
+        // Our answer to a caller who left: nothing for the app; a malformed one is the app's error.
+        assertTrue(frame("""{"type":"error","error":{"code":404,"message":"no peer"},"payload":{"type":"rpc-response","id":"x1"}}""").isEmpty())
+        val bad = frame("""{"type":"error","error":{"code":422,"message":"bad"},"payload":{"type":"rpc-response","id":"x2"}}""")
+        assertEquals(422, ((bad.single() as SessionAction.Emit).event as CallingEvent.Error).error.serverCode)
     }
 
     @Test fun localRefusalsAndDisconnect() {
