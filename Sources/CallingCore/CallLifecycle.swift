@@ -12,6 +12,18 @@ public struct CallLifecycle: Sendable {
         public var call: CallID?
         public var startedAt: Millis
         var peers: Int
+
+        /// A room's call as a shared store keeps it (`SharedCallLifecycle`), which counts its seats itself.
+        public init(room: RoomID, call: CallID?, startedAt: Millis) {
+            self.init(room: room, call: call, startedAt: startedAt, peers: 0)
+        }
+
+        init(room: RoomID, call: CallID?, startedAt: Millis, peers: Int) {
+            self.room = room
+            self.call = call
+            self.startedAt = startedAt
+            self.peers = peers
+        }
     }
 
     public enum Event: Sendable, Equatable {

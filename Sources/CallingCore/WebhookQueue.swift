@@ -113,6 +113,10 @@ public enum WebhookQueueInput: Sendable {
     case stored([WebhookDelivery])
     /// The store could not persist `count` admitted drafts: they are lost, their room is released.
     case storeFailed(count: Int)
+    /// `count` admitted drafts were written to a shared outbox, where whichever node claims their
+    /// lane's head sends them: their room here is released, and they come back as `.restore`d
+    /// deliveries when this node claims them.
+    case handedOff(count: Int)
     /// An attempt ended: `nil` for a 2xx answer, else why it failed.
     case completed(seq: Int64, attempt: Int, WebhookFailure?)
     /// Time passed: timeouts and due retries.
@@ -215,7 +219,7 @@ public struct WebhookQueue: Sendable {
         case .stored(let deliveries):
             reserved = max(0, reserved - deliveries.count)
             for delivery in deliveries { insert(delivery) }
-        case .storeFailed(let count):
+        case .storeFailed(let count), .handedOff(let count):
             reserved = max(0, reserved - count)
         case .completed(let seq, let attempt, let failure):
             effects += complete(seq: seq, attempt: attempt, failure: failure, now: now)

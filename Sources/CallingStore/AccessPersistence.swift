@@ -55,8 +55,9 @@ extension CallPersistence {
     }
 }
 
-/// `operation` with a completion that wakes the caller, and its result.
-func waitForCompletion<Value: Sendable>(
+/// `operation` with a completion that wakes the caller, and its result: for start-up, the CLI and
+/// tests, never the service thread.
+public func waitForCompletion<Value: Sendable>(
     _ operation: (@escaping @Sendable (Result<Value, StoreError>) -> Void) -> Void
 ) throws -> Value {
     let done = DispatchSemaphore(value: 0)

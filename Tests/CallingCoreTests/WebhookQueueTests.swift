@@ -64,6 +64,18 @@ final class WebhookQueueTests: XCTestCase {
         XCTAssertNil(queue.nextDeadline)
     }
 
+    func test_drafts_handed_off_to_a_shared_outbox_free_their_room_and_come_back_when_claimed() {
+        var queue = makeQueue(WebhookQueueSettings(maxQueued: 2, retryBaseMs: 1_000, retryMaxMs: 8_000, timeoutMs: 5_000, maxInFlight: 8))
+        let admitted = queue.handle(.offer([draft("e1"), draft("e2")]), now: now)
+        XCTAssertEqual(admitted.count, 1)
+        XCTAssertEqual(queue.depth, 2)
+        XCTAssertEqual(queue.handle(.handedOff(count: 2), now: now), [])
+        XCTAssertEqual(queue.depth, 0, "the rows wait in the shared outbox, not here")
+        let claimed = [draft("e1").delivery(seq: 7)]
+        XCTAssertEqual(sent(queue.handle(.restore(claimed), now: now)), ["e1"])
+        XCTAssertEqual(queue.handle(.restore(claimed), now: now), [], "a head claimed again is not sent twice")
+    }
+
     func test_rooms_and_urls_are_independent_lanes() {
         var queue = makeQueue()
         let effects = offer(&queue, [draft("a1", key: "room-a"), draft("b1", key: "room-b"), draft("a2", key: "room-a"),

@@ -51,13 +51,14 @@ final class PostgresConnectionTests: XCTestCase {
     func testMigrateAppliesTheSharedSchemaOnceAndRecordsItsVersion() throws {
         let db = try PostgresConnection(url: try SharedPostgres.database())
         let migrator = try Migrator.bundled(.postgres)
-        XCTAssertEqual(migrator.migrations.map(\.name), ["001_chat", "002_access", "003_calls"])
+        XCTAssertEqual(migrator.migrations.map(\.name), ["001_chat", "002_access", "003_calls", "004_webhooks"])
         XCTAssertEqual(try db.schemaVersion(), 0)
-        XCTAssertEqual(try migrator.migrate(db), ["001_chat", "002_access", "003_calls"])
-        XCTAssertEqual(try db.schemaVersion(), 3)
+        XCTAssertEqual(try migrator.migrate(db), ["001_chat", "002_access", "003_calls", "004_webhooks"])
+        XCTAssertEqual(try db.schemaVersion(), 4)
         XCTAssertEqual(try migrator.migrate(db), [], "already current")
         let tables = try db.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename").rows.map { $0[0] }
-        XCTAssertEqual(tables, ["api_keys", "call_stats", "calling_schema_version", "calls", "chat_messages", "meters", "read_markers", "rooms", "token_bans"])
+        XCTAssertEqual(tables, ["api_keys", "call_stats", "calling_schema_version", "calls", "chat_messages", "meters", "read_markers", "rooms", "token_bans",
+                                "webhook_calls", "webhook_outbox", "webhook_seats"])
     }
 
     func testServersMigratingAtOnceApplyEachMigrationExactlyOnce() throws {
@@ -72,7 +73,7 @@ final class PostgresConnectionTests: XCTestCase {
             }
         }
         XCTAssertEqual(failures.all, [])
-        XCTAssertEqual(applied.all.flatMap { $0 }.sorted(), ["001_chat", "002_access", "003_calls"], "each applied by one of the four, found applied by the others")
+        XCTAssertEqual(applied.all.flatMap { $0 }.sorted(), ["001_chat", "002_access", "003_calls", "004_webhooks"], "each applied by one of the four, found applied by the others")
     }
 
     func testADatabaseMigratedByANewerBuildIsRefused() throws {
@@ -80,7 +81,7 @@ final class PostgresConnectionTests: XCTestCase {
         try Migrator.bundled(.postgres).migrate(db)
         try db.execute("UPDATE calling_schema_version SET version = 99")
         XCTAssertThrowsError(try Migrator.bundled(.postgres).migrate(db)) {
-            XCTAssertEqual($0 as? MigrationError, .databaseNewer(databaseVersion: 99, latestKnown: 3))
+            XCTAssertEqual($0 as? MigrationError, .databaseNewer(databaseVersion: 99, latestKnown: 4))
         }
     }
 }

@@ -87,6 +87,14 @@ final class StoreUnderTest: Sendable {
         }
     }
 
+    /// The same store as `WebhookOutbox` (the webhook deliveries still to be sent).
+    var outbox: any WebhookOutbox {
+        switch location {
+        case .sqlite(_, let store, _): store
+        case .postgres(_, let store): store
+        }
+    }
+
     /// The same database opened again by a new store (the old one should be closed).
     func reopen() throws -> StoreUnderTest {
         switch location {

@@ -207,7 +207,7 @@ final class MigrationsTests: XCTestCase {
 
         let store = try ChatStore.open(path: path)
         defer { store.close() }
-        XCTAssertEqual(store.migrationsAppliedAtOpen, ["006_chat_room_numbers", "007_calls_by_room_newest", "008_seats", "009_token_bans"])
+        XCTAssertEqual(store.migrationsAppliedAtOpen, ["006_chat_room_numbers", "007_calls_by_room_newest", "008_seats", "009_token_bans", "010_webhook_claims"])
         try store.sync { db in
             XCTAssertEqual(try chatRows(db), before, "every row and column kept")
             XCTAssertEqual(try db.query("SELECT room_id, room_no FROM rooms ORDER BY room_id") { "\($0.text(0))=\($0.int64(1))" },
