@@ -304,6 +304,8 @@ final class ClusterLink: @unchecked Sendable {
     private var lastError: String?
     /// Redis was lost since the last complete resync.
     private var lostBus = false
+    /// A dead node's seats are being ended in the shared store (`endSeatsOfDeadNodes`).
+    private var endingSeats = false
 
     init(router: ClusterRouter, rooms: SignalingService, presence: PresenceEndpoint, logger: Logger) {
         self.router = router
@@ -353,6 +355,7 @@ final class ClusterLink: @unchecked Sendable {
             case .liveness(let registered, let alive):
                 apply(router.handle(.liveness(registered: registered, alive: alive)))
                 presence.nodesAlive(alive)
+                endSeatsOfDeadNodes(alive: alive)
             case .presenceLeader(let node, let resumed):
                 presence.leaderChanged(to: node, resuming: resumed.map(PresenceEndpoint.decode))
             case .delivery(.presenceFrame(let connection, let bytes)):
@@ -372,6 +375,25 @@ final class ClusterLink: @unchecked Sendable {
             case .delivery(let delivery):
                 presence.arrived(delivery)
             }
+        }
+    }
+
+    /// With a shared store: the seats a dead node held there end, with their `peer_left` (and the
+    /// `call_ended` of rooms that empties), decided by the store so that one node sends them
+    /// however many notice the death. Asked at every liveness check, one at a time, so seats of a
+    /// node that died while the store was unreachable end once it is back.
+    private func endSeatsOfDeadNodes(alive: Set<String>) {
+        let webhooks = rooms.context.webhooks
+        guard webhooks.sharing?.lifecycle != nil, !endingSeats else { return }
+        endingSeats = true
+        webhooks.endSeats(ofNodesNotIn: alive) { [self, logger] result in
+            switch result {
+            case .success(let nodes) where !nodes.isEmpty:
+                logger.log(.notice, "seats of dead nodes ended", ["nodes": nodes.joined(separator: ",")])
+            case .success: break
+            case .failure(let error): logger.error("seats of dead nodes not ended", ["error": "\(error)"])
+            }
+            rooms.context.post { [self] in endingSeats = false }
         }
     }
 

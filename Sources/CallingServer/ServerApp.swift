@@ -82,8 +82,17 @@ public final class ServerApp: @unchecked Sendable {
         let issuer = try TokenIssuer(hs256Secret: secret)
         let staticFiles = try Self.loadStaticFiles(config: config, logger: logger)
         let now = ServiceContext.systemNow
-        webhooks = Webhooks(config: config, signer: webhookSigner, store: store, logger: logger.labeled("webhooks"), now: now)
         let nodeID = config.clusterRedisURL.map { _ in config.nodeID ?? "node-" + UUID().uuidString.prefix(8).lowercased() }
+        // With database_url the webhook outbox is shared: this node claims what it sends, under its
+        // node id (a random one per start without node_id, whose claims then wait out their lease
+        // after a restart). In a cluster the rooms' calls are counted there too.
+        let sharing = shared.map { shared in
+            Webhooks.Sharing(node: nodeID ?? config.nodeID ?? "node-" + UUID().uuidString.prefix(8).lowercased(),
+                             leaseMs: Int64(config.webhookLeaseMs), pollMs: config.webhookPollMs,
+                             lifecycle: config.clusterRedisURL == nil ? nil : shared)
+        }
+        webhooks = Webhooks(config: config, signer: webhookSigner, store: shared ?? store, sharing: sharing,
+                            logger: logger.labeled("webhooks"), now: now)
         context = ServiceContext(config: config, logger: logger.labeled("signaling"), now: now,
                                  post: { [transport] work in transport.post(work) }, store: store, chat: chat, access: access,
                                  calls: callStore, nodeID: nodeID, webhooks: webhooks, issuer: issuer, verifier: verifier, ice: ice)
@@ -196,6 +205,13 @@ public final class ServerApp: @unchecked Sendable {
     public func start() throws {
         // Before the transport: what a previous run left queued goes out ahead of anything new.
         try webhooks.start()
+        // Before the transport: seats a previous run under this node id held in the shared store
+        // ended with it (a cluster node seats nobody again after a restart).
+        if webhooks.sharing?.lifecycle != nil {
+            let webhooks = self.webhooks
+            let ended = try waitForCompletion { webhooks.endSeats(ofNodesNotIn: nil, completion: $0) }
+            if !ended.isEmpty { logger.info("seats of this node's previous run ended", ["node": ended.joined(separator: ",")]) }
+        }
         // Before the transport: the seats of the previous run are held before anyone can join.
         if let journal = rooms.seatJournal {
             let remembered = try journal.remembered()

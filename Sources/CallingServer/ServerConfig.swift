@@ -146,6 +146,12 @@ public struct ServerConfig: Sendable, Equatable {
     public var webhookMaxAttempts = 12
     public var webhookQueueMax = 10_000
     public var webhookMaxInFlight = 8
+    /// With `database_url`: how long a node's claim on a queued delivery holds without renewal;
+    /// after a node's death its deliveries wait this long before another node sends them.
+    public var webhookLeaseMs = 15_000
+    /// With `database_url`: how often a node looks for deliveries nobody holds (another node's
+    /// death, a lane another node wrote to) besides right after its own writes and deliveries.
+    public var webhookPollMs = 500
 
     /// Cluster mode (docs/operations.md, "Running a cluster"): the Redis every node shares,
     /// `redis://[[user]:password@]host[:port][/db]`; nil runs this node alone.
@@ -420,6 +426,10 @@ public struct ServerConfig: Sendable, Equatable {
         .int("webhook_queue_max", "deliveries queued at most (persisted); newer events are dropped", \.webhookQueueMax,
              1...10_000_000),
         .int("webhook_max_in_flight", "webhook requests in flight at once (one per room and URL)", \.webhookMaxInFlight, 1...1_024),
+        .int("webhook_lease_ms", "with database_url: a node's claim on a queued delivery lasts this long unrenewed (a dead node's deliveries wait it out)",
+             \.webhookLeaseMs, 1_000...3_600_000),
+        .int("webhook_poll_ms", "with database_url: how often a node looks for queued deliveries no live node holds", \.webhookPollMs,
+             10...60_000),
         Key(name: "cluster_redis_url", help: "redis:// URL of the Redis shared by the nodes of a cluster; unset runs one node alone",
             apply: { config, value in
                 config.clusterRedisURL = value.isEmpty ? nil : value

@@ -193,9 +193,23 @@ final class SignalingService: @unchecked Sendable {
         let current = now()
         var joined: [(PeerIdentity, ConnectionID, Bool)] = []
         var left: [(PeerIdentity, ConnectionID)] = []
-        // Webhook events follow this node's seats only: in a cluster every node reports its own peers.
+        // Webhook events follow this node's seats only. In a cluster with a shared store the store
+        // counts every node's seats and decides the events (`Webhooks.recordSeats`); without one
+        // every node reports its own peers.
         let hooks = webhooks.isEnabled
         var events: [CallLifecycle.Event] = []
+        let shared = webhooks.sharing?.lifecycle != nil
+        var changes: [LifecycleSeatChange] = []
+        func started(_ identity: PeerIdentity, on connection: ConnectionID, takeover: Bool) -> [CallLifecycle.Event] {
+            guard shared else { return lifecycle.joined(identity, takeover: takeover, now: current) }
+            changes.append(.joined(identity, transport: connection.isHTTPSession ? "http" : "websocket"))
+            return []
+        }
+        func ended(_ identity: PeerIdentity, reason: String) -> [CallLifecycle.Event] {
+            guard shared else { return lifecycle.left(identity, reason: reason, now: current) }
+            changes.append(.left(identity, reason: reason))
+            return []
+        }
         // Tokens a kick or an ended room refuses from now on: stored, for the other nodes and a restart.
         var bans: [TokenBan] = []
         let effects: [HubEffect]
@@ -207,7 +221,7 @@ final class SignalingService: @unchecked Sendable {
             if hub.identity(of: connection) != nil {
                 joined.append((identity, connection, previous != nil))
                 if hooks, router.isLocal(connection) {
-                    events = lifecycle.joined(identity, takeover: previous.map(router.isLocal) ?? false, now: current)
+                    events = started(identity, on: connection, takeover: previous.map(router.isLocal) ?? false)
                 }
             }
         case .disconnect(let connection), .connectionLost(let connection):
@@ -220,7 +234,7 @@ final class SignalingService: @unchecked Sendable {
             // router (the cluster keeps it announced) until `.graceExpired` ends it.
             if let identity, hub.seat(of: identity.peer, in: identity.room)?.connection != connection {
                 left.append((identity, connection))
-                if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: reason, now: current) }
+                if hooks, router.isLocal(connection) { events = ended(identity, reason: reason) }
             }
         case .graceExpired(let timer):
             let seat = hub.seat(of: timer.peer, in: timer.room)
@@ -228,7 +242,7 @@ final class SignalingService: @unchecked Sendable {
             if let seat, seat.reconnecting, hub.seat(of: timer.peer, in: timer.room) == nil {
                 left.append((seat.identity, seat.connection))
                 if hooks, router.isLocal(seat.connection) {
-                    events = lifecycle.left(seat.identity, reason: webhooks.isStopping ? "server_shutdown" : "last_peer_left", now: current)
+                    events = ended(seat.identity, reason: webhooks.isStopping ? "server_shutdown" : "last_peer_left")
                 }
             }
         case .kick(let room, let peer):
@@ -239,7 +253,7 @@ final class SignalingService: @unchecked Sendable {
             if let (connection, identity) = seat {
                 bans.append(contentsOf: Hub.ban(of: identity).map { [$0] } ?? [])
                 left.append((identity, connection))
-                if hooks, router.isLocal(connection) { events = lifecycle.left(identity, reason: "kicked", now: current) }
+                if hooks, router.isLocal(connection) { events = ended(identity, reason: "kicked") }
             }
         case .endRoom(let room):
             let seated = hub.identities(in: room).compactMap { identity in
@@ -249,13 +263,14 @@ final class SignalingService: @unchecked Sendable {
             for (connection, identity) in seated {
                 bans.append(contentsOf: Hub.ban(of: identity).map { [$0] } ?? [])
                 left.append((identity, connection))
-                if hooks, router.isLocal(connection) { events += lifecycle.left(identity, reason: "room_closed", now: current) }
+                if hooks, router.isLocal(connection) { events += ended(identity, reason: "room_closed") }
             }
         default:
             effects = hub.handle(input, now: current)
         }
         if let seatJournal { remember(joined: joined, left: left, in: seatJournal, now: current) }
         for event in events { emit(event, connection: input) }
+        if !changes.isEmpty { webhooks.recordSeats(changes) }
         if !bans.isEmpty { storeBans(bans) }
         // A room that lost its last seat ends its ongoing calls; an admin end already ended them,
         // and a stopping server's peers come back to the restarted one.
@@ -345,35 +360,11 @@ final class SignalingService: @unchecked Sendable {
     }
 
     private func emit(_ event: CallLifecycle.Event, connection input: HubInput) {
-        func base(_ call: CallLifecycle.Call) -> [String: JSONValue] {
-            ["room_id": .string(call.room.rawValue), "call_id": call.call.map { .string($0.rawValue) } ?? .null,
-             "started_at": .int(call.startedAt)]
-        }
-        func peer(_ identity: PeerIdentity, _ call: CallLifecycle.Call) -> [String: JSONValue] {
-            var data = base(call)
-            data["peer_id"] = .string(identity.peer.rawValue)
-            data["role"] = .string(identity.role)
-            data["name"] = identity.name.map(JSONValue.string) ?? .null
-            var transport = "websocket"
-            if case .join(let connection, _, _) = input, connection.isHTTPSession { transport = "http" }
-            if case .disconnect(let connection) = input, connection.isHTTPSession { transport = "http" }
-            data["transport"] = .string(transport)
-            return data
-        }
-        switch event {
-        case .callStarted(let call):
-            webhooks.emit(.callStarted, key: call.room.rawValue, base(call))
-        case .peerJoined(let identity, let call):
-            webhooks.emit(.peerJoined, key: call.room.rawValue, peer(identity, call))
-        case .peerLeft(let identity, let call):
-            webhooks.emit(.peerLeft, key: call.room.rawValue, peer(identity, call))
-        case .callEnded(let call, let endedAt, let reason):
-            var data = base(call)
-            data["ended_at"] = .int(endedAt)
-            data["duration_ms"] = .int(endedAt - call.startedAt)
-            data["reason"] = .string(reason)
-            webhooks.emit(.callEnded, key: call.room.rawValue, data)
-        }
+        var transport = "websocket"
+        if case .join(let connection, _, _) = input, connection.isHTTPSession { transport = "http" }
+        if case .disconnect(let connection) = input, connection.isHTTPSession { transport = "http" }
+        let (type, key, data) = Webhooks.lifecycleEvent(event, transport: transport)
+        webhooks.emit(type, key: key, data)
     }
 
     private func isEndRoom(_ input: HubInput) -> Bool {

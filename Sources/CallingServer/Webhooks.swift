@@ -78,6 +78,11 @@ extension ServerConfig {
         if webhookRetryBaseMs > webhookRetryMaxMs {
             problems.append("webhook_retry_base_ms must not exceed webhook_retry_max_ms")
         }
+        // A claim renewed every third of its lease must outlast an attempt, or another node could
+        // send the same delivery while the first attempt is still out.
+        if !databaseURL.isEmpty, webhookLeaseMs < 2 * webhookTimeoutMs {
+            problems.append("webhook_lease_ms must be at least twice webhook_timeout_ms")
+        }
         return problems
     }
 
@@ -225,10 +230,22 @@ final class Webhooks: @unchecked Sendable {
         var at: Millis
     }
 
+    /// A cluster's shared outbox (`database_url`): which node this is and how long its claims last.
+    struct Sharing: Sendable {
+        var node: String
+        var leaseMs: Int64
+        var pollMs: Int
+        /// The rooms' calls across the cluster; nil on a node alone, which counts them in memory.
+        var lifecycle: (any SharedCallLifecycle)?
+    }
+
     private let urls: [(text: String, url: URL)]
     private let mask: UInt32
     private let signer: WebhookSigner?
-    private let store: ChatStore
+    private let store: any WebhookOutbox
+    /// Set with `database_url`: deliveries are claimed from the shared outbox rather than held
+    /// from the moment they are written.
+    let sharing: Sharing?
     private let transport: any WebhookTransport
     private let logger: Logger
     private let now: @Sendable () -> Millis
@@ -237,6 +254,11 @@ final class Webhooks: @unchecked Sendable {
     private var machine: WebhookQueue
     private var requests: [Int64: (attempt: Int, request: any WebhookRequest)] = [:]
     private var timer: DispatchSourceTimer?
+    /// Shared outbox only: the poll and renewal timer, and whether a claim is out (and another asked for).
+    private var pollTimer: DispatchSourceTimer?
+    private var claiming = false
+    private var claimAgain = false
+    private var lastRenew: Millis = 0
     private var stopped = false
     private var lastDropLog: Millis = 0
     private var droppedSinceLog = 0
@@ -246,9 +268,10 @@ final class Webhooks: @unchecked Sendable {
     /// Set when the server begins its graceful stop: rooms emptied by it end with `server_shutdown`.
     let stopping = Atomic<Bool>(false)
 
-    init(config: ServerConfig, signer: WebhookSigner?, store: ChatStore, logger: Logger,
+    init(config: ServerConfig, signer: WebhookSigner?, store: any WebhookOutbox, sharing: Sharing? = nil, logger: Logger,
          transport: (any WebhookTransport)? = nil, now: @escaping @Sendable () -> Millis)
     {
+        self.sharing = sharing
         urls = config.webhookURLList.compactMap { text in URL(string: text).map { (text, $0) } }
         mask = urls.isEmpty || signer == nil ? 0 : config.webhookEventMask
         self.signer = signer
@@ -295,25 +318,37 @@ final class Webhooks: @unchecked Sendable {
 
     /// Loads what a previous run left queued and starts sending it. Deliveries for URLs that are no
     /// longer configured are discarded (and counted in the log line). Start-up only: waits on the store.
+    ///
+    /// With a shared outbox nothing is loaded: this node claims lane heads as it goes, and lets go
+    /// at once of what a previous run under the same node id held.
     func start() throws {
         guard isEnabled else { return }
         let configured = Set(urls.map(\.text))
-        let (kept, discarded) = try store.sync { db -> ([WebhookDelivery], Int) in
-            let repository = WebhookRepository(db: db)
-            let all = try repository.all()
-            let stale = all.filter { !configured.contains($0.url) }
-            try repository.delete(seqs: stale.map(\.seq))
-            return (all.filter { configured.contains($0.url) }, stale.count)
-        }
+        let store = self.store
+        let discarded = try store.wait { store.discardWebhooks(keepingURLs: configured, completion: $0) }
         if discarded > 0 {
             logger.warning("webhook deliveries for URLs no longer configured discarded", ["count": "\(discarded)"])
         }
-        if !kept.isEmpty { logger.info("webhook deliveries restored", ["count": "\(kept.count)"]) }
+        var kept: [WebhookDelivery] = []
+        if let sharing {
+            let released = try store.wait { store.releaseWebhookClaims(node: sharing.node, completion: $0) }
+            if released > 0 { logger.info("webhook claims of this node's previous run released", ["count": "\(released)"]) }
+        } else {
+            kept = try store.wait { store.pendingWebhooks(completion: $0) }
+            if !kept.isEmpty { logger.info("webhook deliveries restored", ["count": "\(kept.count)"]) }
+        }
         queue.sync {
             let timer = DispatchSource.makeTimerSource(queue: queue)
             timer.setEventHandler { [self] in run(.tick) }
             timer.resume()
             self.timer = timer
+            if let sharing {
+                let poll = DispatchSource.makeTimerSource(queue: queue)
+                poll.schedule(deadline: .now(), repeating: .milliseconds(sharing.pollMs))
+                poll.setEventHandler { [self] in pollShared() }
+                poll.resume()
+                pollTimer = poll
+            }
             run(.restore(kept))
         }
     }
@@ -349,6 +384,8 @@ final class Webhooks: @unchecked Sendable {
             requests = [:]
             timer?.cancel()
             timer = nil
+            pollTimer?.cancel()
+            pollTimer = nil
         }
         (transport as? URLSessionWebhookTransport)?.invalidate()
     }
@@ -385,9 +422,14 @@ final class Webhooks: @unchecked Sendable {
         for effect in effects {
             switch effect {
             case .persist(let drafts):
-                store.perform({ db in try WebhookRepository(db: db).insert(drafts) }) { [self] result in
+                let shared = sharing != nil
+                store.enqueueWebhooks(drafts) { [self] result in
                     queue.async { [self] in
                         switch result {
+                        case .success(let deliveries) where shared:
+                            // Written for whichever node claims their lanes; most often this one, now.
+                            run(.handedOff(count: deliveries.count))
+                            claimShared()
                         case .success(let deliveries):
                             run(.stored(deliveries))
                         case .failure(let error):
@@ -424,9 +466,7 @@ final class Webhooks: @unchecked Sendable {
                     logger.info("webhook attempt failed", metadata)
                     let seq = delivery.seq
                     let attempts = delivery.attempts
-                    store.perform({ db in
-                        try WebhookRepository(db: db).reschedule(seq: seq, attempts: attempts, nextAttemptMs: retryAt)
-                    }) { [logger] result in
+                    store.rescheduleWebhook(seq: seq, attempts: attempts, nextAttemptMs: retryAt) { [logger] result in
                         if case .failure(let error) = result { logger.error("webhook retry not recorded", ["error": "\(error)"]) }
                     }
                 } else {
@@ -438,8 +478,11 @@ final class Webhooks: @unchecked Sendable {
         }
         if !deletes.isEmpty {
             let seqs = deletes
-            store.perform({ db in try WebhookRepository(db: db).delete(seqs: seqs) }) { [logger] result in
+            let shared = sharing != nil
+            store.removeWebhooks(seqs: seqs) { [self] result in
                 if case .failure(let error) = result { logger.error("webhook delivery not removed", ["error": "\(error)"]) }
+                // A removed head lets its lane's next row be claimed, by this node or another.
+                if shared { queue.async { [self] in claimShared() } }
             }
         }
         let depth = machine.depth
@@ -452,6 +495,128 @@ final class Webhooks: @unchecked Sendable {
             timer?.schedule(deadline: .now() + .milliseconds(Int(max(1, min(deadline - current, 86_400_000)))))
         } else {
             timer?.schedule(deadline: .distantFuture)
+        }
+    }
+
+    // MARK: shared outbox, on `queue`
+
+    /// The poll timer: renews this node's claims every third of their lease, then claims.
+    private func pollShared() {
+        guard let sharing, !stopped else { return }
+        let current = now()
+        if current - lastRenew >= sharing.leaseMs / 3 {
+            lastRenew = current
+            store.renewWebhookClaims(node: sharing.node, nowMs: current, leaseMs: sharing.leaseMs) { [logger] result in
+                if case .failure(let error) = result { logger.error("webhook claims not renewed", ["error": "\(error)"]) }
+            }
+        }
+        claimShared()
+    }
+
+    /// Claims the lane heads no live node holds, up to what this node may hold (`webhook_queue_max`,
+    /// at most a hundred at a time), and starts sending them. One claim out at a time; a request
+    /// meanwhile runs one more after it.
+    private func claimShared() {
+        guard let sharing, !stopped else { return }
+        if claiming {
+            claimAgain = true
+            return
+        }
+        let limit = min(100, machine.settings.maxQueued - machine.depth)
+        guard limit > 0 else { return }
+        claiming = true
+        store.claimWebhooks(node: sharing.node, nowMs: now(), leaseMs: sharing.leaseMs, limit: limit) { [self] result in
+            queue.async { [self] in
+                claiming = false
+                switch result {
+                case .success(let claimed):
+                    if !claimed.isEmpty { run(.restore(claimed)) }
+                    // A full page may have left more behind it.
+                    if claimAgain || claimed.count == limit {
+                        claimAgain = false
+                        claimShared()
+                    }
+                case .failure(let error):
+                    claimAgain = false
+                    logger.error("webhook deliveries not claimed", ["error": "\(error)"])
+                }
+            }
+        }
+    }
+
+    /// With a cluster's shared lifecycle: records seats that started or ended on this node; the
+    /// store decides the events (`call_started` once per room across nodes, …) and writes their
+    /// deliveries in the same transaction. Service thread or any; never blocks.
+    func recordSeats(_ changes: [LifecycleSeatChange]) {
+        guard isEnabled, let sharing, let lifecycle = sharing.lifecycle, !changes.isEmpty else { return }
+        lifecycle.recordSeats(changes, node: sharing.node, nowMs: now(), drafts: lifecycleDrafts) { [self] result in
+            switch result {
+            case .success: queue.async { [self] in claimShared() }
+            case .failure(let error):
+                counters.withLock { $0.dropped += changes.count }
+                logger.error("seat changes not recorded: their webhook events are lost", ["count": "\(changes.count)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// With a cluster's shared lifecycle: ends the seats of the nodes not in `alive` (dead), or of
+    /// this node's previous run (nil), once across the cluster, with their `peer_left` and the
+    /// `call_ended` of rooms this empties (reason `node_lost`). `completion` gets the nodes whose
+    /// seats were ended, on the store's queue.
+    func endSeats(ofNodesNotIn alive: Set<String>?, completion: @escaping @Sendable (Result<[String], StoreError>) -> Void) {
+        guard isEnabled, let sharing, let lifecycle = sharing.lifecycle else { return completion(.success([])) }
+        lifecycle.endSeats(ofNodesNotIn: alive, node: sharing.node, nowMs: now(), reason: "node_lost", drafts: lifecycleDrafts) { [self] result in
+            if case .success(let nodes) = result, !nodes.isEmpty { queue.async { [self] in claimShared() } }
+            completion(result)
+        }
+    }
+
+    /// The drafts of decided lifecycle events: the events this server sends, one per URL. Pure;
+    /// runs on the store's queue.
+    private var lifecycleDrafts: LifecycleDrafts {
+        { [urls, mask] events, at in
+            var drafts: [WebhookDraft] = []
+            for shared in events {
+                let (type, key, data) = Self.lifecycleEvent(shared.event, transport: shared.transport)
+                guard mask & type.bit != 0 else { continue }
+                let id = Self.eventID()
+                let body = JSONWriter.bytes(["id": .string(id), "type": .string(type.rawValue), "timestamp": .int(at), "data": .object(data)])
+                for url in urls {
+                    drafts.append(WebhookDraft(id: id, url: url.text, key: key, eventType: type.rawValue, body: body, createdAt: at))
+                }
+            }
+            return drafts
+        }
+    }
+
+    /// A room's lifecycle event as a webhook: its type, ordering key and `data`
+    /// (docs/operations.md, "Webhooks").
+    static func lifecycleEvent(_ event: CallLifecycle.Event, transport: String) -> (WebhookEventType, String, [String: JSONValue]) {
+        func base(_ call: CallLifecycle.Call) -> [String: JSONValue] {
+            ["room_id": .string(call.room.rawValue), "call_id": call.call.map { .string($0.rawValue) } ?? .null,
+             "started_at": .int(call.startedAt)]
+        }
+        func peer(_ identity: PeerIdentity, _ call: CallLifecycle.Call) -> [String: JSONValue] {
+            var data = base(call)
+            data["peer_id"] = .string(identity.peer.rawValue)
+            data["role"] = .string(identity.role)
+            data["name"] = identity.name.map(JSONValue.string) ?? .null
+            data["transport"] = .string(transport)
+            return data
+        }
+        switch event {
+        case .callStarted(let call):
+            return (.callStarted, call.room.rawValue, base(call))
+        case .peerJoined(let identity, let call):
+            return (.peerJoined, call.room.rawValue, peer(identity, call))
+        case .peerLeft(let identity, let call):
+            return (.peerLeft, call.room.rawValue, peer(identity, call))
+        case .callEnded(let call, let endedAt, let reason):
+            var data = base(call)
+            data["ended_at"] = .int(endedAt)
+            data["duration_ms"] = .int(endedAt - call.startedAt)
+            data["reason"] = .string(reason)
+            return (.callEnded, call.room.rawValue, data)
         }
     }
 

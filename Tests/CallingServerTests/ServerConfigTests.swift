@@ -113,6 +113,21 @@ final class ServerConfigTests: XCTestCase {
         ])
     }
 
+    func test_a_shared_outbox_lease_must_outlast_two_attempt_timeouts() throws {
+        let shared = ["database_url": "postgres://127.0.0.1/calling", "webhook_timeout_ms": "5000"]
+        guard case .failure(let problems) = ServerConfig.load(file: nil, environment: [:], flags: shared.merging(["webhook_lease_ms": "9999"]) { $1 })
+        else { return XCTFail("a lease shorter than two timeouts must be refused with database_url") }
+        XCTAssertEqual(problems.problems, ["webhook_lease_ms must be at least twice webhook_timeout_ms"])
+        let fine = try ServerConfig.load(file: nil, environment: [:], flags: shared.merging(["webhook_lease_ms": "10000", "webhook_poll_ms": "50"]) { $1 }).get()
+        XCTAssertEqual(fine.webhookLeaseMs, 10_000)
+        XCTAssertEqual(fine.webhookPollMs, 50)
+        XCTAssertEqual(try ServerConfig.load(file: nil, environment: [:], flags: ["webhook_lease_ms": "1000", "webhook_timeout_ms": "5000"]).get()
+                        .webhookLeaseMs, 1_000, "without database_url there are no claims to check")
+        guard case .failure = ServerConfig.load(file: nil, environment: [:], flags: ["webhook_poll_ms": "5"]) else {
+            return XCTFail("webhook_poll_ms below 10 must be refused")
+        }
+    }
+
     func test_webhook_events_select_what_is_sent() throws {
         var config = ServerConfig()
         XCTAssertEqual(config.webhookEventMask & WebhookEventType.chatMessage.bit, 0, "chat_message is off by default")
