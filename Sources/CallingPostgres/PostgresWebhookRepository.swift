@@ -132,7 +132,8 @@ public struct PostgresWebhookRepository {
                 let row = try db.query(
                     """
                     INSERT INTO webhook_calls (room_id, call_id, started_ms) VALUES ($1, $2, $3::bigint)
-                    ON CONFLICT (room_id) DO UPDATE SET call_id = coalesce(webhook_calls.call_id, excluded.call_id)
+                    ON CONFLICT (room_id) DO UPDATE SET call_id = coalesce(webhook_calls.call_id, excluded.call_id),
+                        empty_since_ms = NULL, end_reason = NULL
                     RETURNING call_id, started_ms, (xmax = 0)
                     """, [identity.room.rawValue, identity.call?.rawValue, String(nowMs)]).rows[0]
                 let call = CallLifecycle.Call(room: identity.room, call: row[0].map { CallID($0) }, startedAt: Int64(row[1] ?? "") ?? nowMs)
@@ -180,19 +181,44 @@ public struct PostgresWebhookRepository {
         return (nodes, events)
     }
 
-    /// `peer_left` of each removed seat, and `call_ended` when the room has no seat left.
+    /// `peer_left` of each removed seat; a room left without seats is marked empty since now, with
+    /// `reason`, for `endSettled` (its `call_ended`).
     private func ended(_ identities: [PeerIdentity], transports: [String], in room: RoomID, nowMs: Int64, reason: String)
         throws -> [SharedLifecycleEvent]
     {
         let row = try db.query("SELECT call_id, started_ms FROM webhook_calls WHERE room_id = $1", [room.rawValue]).rows.first
         let call = CallLifecycle.Call(room: room, call: row?[0].map { CallID($0) } ?? identities.lazy.compactMap(\.call).first,
                                       startedAt: row.flatMap { Int64($0[1] ?? "") } ?? nowMs)
-        var events = zip(identities, transports).map { SharedLifecycleEvent(.peerLeft($0, call), transport: $1) }
         if try db.query("SELECT 1 FROM webhook_seats WHERE room_id = $1 LIMIT 1", [room.rawValue]).isEmpty {
-            try db.query("DELETE FROM webhook_calls WHERE room_id = $1", [room.rawValue])
-            events.append(SharedLifecycleEvent(.callEnded(call, endedAt: nowMs, reason: reason), transport: transports.last ?? "websocket"))
+            try db.query("UPDATE webhook_calls SET empty_since_ms = $2::bigint, end_reason = $3 WHERE room_id = $1",
+                         [room.rawValue, String(nowMs), reason])
         }
-        return events
+        return zip(identities, transports).map { SharedLifecycleEvent(.peerLeft($0, call), transport: $1) }
+    }
+
+    /// `SharedCallLifecycle.endSettledCalls` in the caller's transaction: the `call_ended` of rooms
+    /// empty since `settleMs` or longer, dated when they emptied, at most 100 at a time.
+    public func endSettled(nowMs: Int64, settleMs: Int64) throws -> [SharedLifecycleEvent] {
+        let due = String(nowMs - settleMs)
+        let rooms = try db.query(
+            "SELECT room_id FROM webhook_calls WHERE empty_since_ms <= $1::bigint ORDER BY empty_since_ms, room_id LIMIT 100",
+            [due]).rows.compactMap { $0[0] }
+        guard !rooms.isEmpty else { return [] }
+        try lock(keys: rooms)
+        // After the locks: a join recorded meanwhile cleared empty_since_ms, and another node that
+        // ended a room first has deleted its row.
+        return try db.query(
+            """
+            DELETE FROM webhook_calls c WHERE c.room_id = ANY($1::text[]) AND c.empty_since_ms <= $2::bigint
+              AND NOT EXISTS (SELECT 1 FROM webhook_seats s WHERE s.room_id = c.room_id)
+            RETURNING room_id, call_id, started_ms, empty_since_ms, end_reason
+            """, [Self.textArray(rooms), due]).rows
+            .sorted { (Int64($0[3] ?? "") ?? 0, $0[0] ?? "") < (Int64($1[3] ?? "") ?? 0, $1[0] ?? "") }
+            .map { row in
+                let call = CallLifecycle.Call(room: RoomID(row[0] ?? ""), call: row[1].map { CallID($0) }, startedAt: Int64(row[2] ?? "") ?? 0)
+                return SharedLifecycleEvent(.callEnded(call, endedAt: Int64(row[3] ?? "") ?? nowMs, reason: row[4] ?? "last_peer_left"),
+                                            transport: "websocket")
+            }
     }
 
     /// A seat row's identity: `seat` is (role, name, call_id, transport).
@@ -251,6 +277,18 @@ extension PostgresChatStore: WebhookOutbox {
 }
 
 extension PostgresChatStore: SharedCallLifecycle {
+    public func endSettledCalls(nowMs: Int64, settleMs: Int64, drafts: @escaping LifecycleDrafts,
+                                completion: @escaping @Sendable (Result<Int, StoreError>) -> Void) {
+        submit(completion, mayRepeat: false) { db in
+            try db.transaction {
+                let repository = PostgresWebhookRepository(db: db)
+                let events = try repository.endSettled(nowMs: nowMs, settleMs: settleMs)
+                _ = try repository.insert(drafts(events, nowMs))
+                return events.count
+            }
+        }
+    }
+
     public func recordSeats(_ changes: [LifecycleSeatChange], node: String, nowMs: Int64, drafts: @escaping LifecycleDrafts,
                             completion: @escaping @Sendable (Result<[WebhookDelivery], StoreError>) -> Void) {
         // Not repeated after a lost connection: the seats and their events may have committed.

@@ -89,6 +89,7 @@ public final class ServerApp: @unchecked Sendable {
         let sharing = shared.map { shared in
             Webhooks.Sharing(node: nodeID ?? config.nodeID ?? "node-" + UUID().uuidString.prefix(8).lowercased(),
                              leaseMs: Int64(config.webhookLeaseMs), pollMs: config.webhookPollMs,
+                             callEndSettleMs: Int64(config.webhookCallEndSettleMs),
                              lifecycle: config.clusterRedisURL == nil ? nil : shared)
         }
         webhooks = Webhooks(config: config, signer: webhookSigner, store: shared ?? store, sharing: sharing,

@@ -152,6 +152,9 @@ public struct ServerConfig: Sendable, Equatable {
     /// With `database_url`: how often a node looks for deliveries nobody holds (another node's
     /// death, a lane another node wrote to) besides right after its own writes and deliveries.
     public var webhookPollMs = 500
+    /// In a cluster with `database_url`: how long a room stays without seats before its
+    /// `call_ended` (a join recorded meanwhile by a slower node continues the call).
+    public var webhookCallEndSettleMs = 1_000
 
     /// Cluster mode (docs/operations.md, "Running a cluster"): the Redis every node shares,
     /// `redis://[[user]:password@]host[:port][/db]`; nil runs this node alone.
@@ -430,6 +433,8 @@ public struct ServerConfig: Sendable, Equatable {
              \.webhookLeaseMs, 1_000...3_600_000),
         .int("webhook_poll_ms", "with database_url: how often a node looks for queued deliveries no live node holds", \.webhookPollMs,
              10...60_000),
+        .int("webhook_call_end_settle_ms", "in a cluster with database_url: a room without seats this long ends its call (call_ended)",
+             \.webhookCallEndSettleMs, 0...600_000),
         Key(name: "cluster_redis_url", help: "redis:// URL of the Redis shared by the nodes of a cluster; unset runs one node alone",
             apply: { config, value in
                 config.clusterRedisURL = value.isEmpty ? nil : value

@@ -235,6 +235,8 @@ final class Webhooks: @unchecked Sendable {
         var node: String
         var leaseMs: Int64
         var pollMs: Int
+        /// How long a room stays without seats before its call ends (`SharedCallLifecycle`).
+        var callEndSettleMs: Int64
         /// The rooms' calls across the cluster; nil on a node alone, which counts them in memory.
         var lifecycle: (any SharedCallLifecycle)?
     }
@@ -259,6 +261,7 @@ final class Webhooks: @unchecked Sendable {
     private var claiming = false
     private var claimAgain = false
     private var lastRenew: Millis = 0
+    private var endingCalls = false
     private var stopped = false
     private var lastDropLog: Millis = 0
     private var droppedSinceLog = 0
@@ -500,10 +503,23 @@ final class Webhooks: @unchecked Sendable {
 
     // MARK: shared outbox, on `queue`
 
-    /// The poll timer: renews this node's claims every third of their lease, then claims.
+    /// The poll timer: renews this node's claims every third of their lease, ends the calls of
+    /// rooms that stayed empty (one ask at a time), then claims.
     private func pollShared() {
         guard let sharing, !stopped else { return }
         let current = now()
+        if let lifecycle = sharing.lifecycle, !endingCalls {
+            endingCalls = true
+            lifecycle.endSettledCalls(nowMs: current, settleMs: sharing.callEndSettleMs, drafts: lifecycleDrafts) { [self] result in
+                queue.async { [self] in
+                    endingCalls = false
+                    switch result {
+                    case .success(let ended): if ended > 0 { claimShared() }
+                    case .failure(let error): logger.error("settled calls not ended", ["error": "\(error)"])
+                    }
+                }
+            }
+        }
         if current - lastRenew >= sharing.leaseMs / 3 {
             lastRenew = current
             store.renewWebhookClaims(node: sharing.node, nowMs: current, leaseMs: sharing.leaseMs) { [logger] result in
@@ -560,8 +576,8 @@ final class Webhooks: @unchecked Sendable {
     }
 
     /// With a cluster's shared lifecycle: ends the seats of the nodes not in `alive` (dead), or of
-    /// this node's previous run (nil), once across the cluster, with their `peer_left` and the
-    /// `call_ended` of rooms this empties (reason `node_lost`). `completion` gets the nodes whose
+    /// this node's previous run (nil), once across the cluster, with their `peer_left`; a room this
+    /// empties ends (reason `node_lost`) once it has stayed empty for the settle time. `completion` gets the nodes whose
     /// seats were ended, on the store's queue.
     func endSeats(ofNodesNotIn alive: Set<String>?, completion: @escaping @Sendable (Result<[String], StoreError>) -> Void) {
         guard isEnabled, let sharing, let lifecycle = sharing.lifecycle else { return completion(.success([])) }

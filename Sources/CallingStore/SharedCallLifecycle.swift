@@ -26,7 +26,12 @@ public typealias LifecycleDrafts = @Sendable ([SharedLifecycleEvent], _ nowMs: I
 /// The rooms' calls for webhooks across a cluster (`database_url` with `cluster_redis_url`): which
 /// seats are held on which node, so that `call_started` goes out once when a room's first seat
 /// starts on any node and `call_ended` once when its last one ends anywhere, and the seats of a
-/// node that died are ended (their `peer_left`) by exactly one other node. Each decision is one
+/// node that died are ended (their `peer_left`) by exactly one other node.
+///
+/// Each node records its seats' changes from its own store queue, so one node's join can reach
+/// the store after another node's leave that really came later. A room's call therefore ends
+/// only once it has stayed without seats for a settle time (`endSettledCalls`): a join recorded
+/// within it continues the call, with no second `call_started`. Each decision is one
 /// transaction that also writes the events' rows to the outbox (`WebhookOutbox`), serialized per
 /// room with the outbox's writers, so the rows of one room are in the order of the decisions.
 ///
@@ -43,6 +48,12 @@ public protocol SharedCallLifecycle: AnyObject, Sendable {
     /// Two nodes doing so at once end each seat once. Returns the nodes whose seats were ended.
     func endSeats(ofNodesNotIn alive: Set<String>?, node: String, nowMs: Int64, reason: String, drafts: @escaping LifecycleDrafts,
                   completion: @escaping @Sendable (Result<[String], StoreError>) -> Void)
+
+    /// Ends the calls of rooms without seats since `nowMs - settleMs` or earlier: their
+    /// `call_ended`, dated when the room emptied, with the reason of its last leave. Once per room
+    /// however many nodes ask at once. Returns how many ended.
+    func endSettledCalls(nowMs: Int64, settleMs: Int64, drafts: @escaping LifecycleDrafts,
+                         completion: @escaping @Sendable (Result<Int, StoreError>) -> Void)
 }
 
 extension SharedCallLifecycle {

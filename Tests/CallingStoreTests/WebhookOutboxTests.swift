@@ -133,10 +133,30 @@ struct SharedWebhookTests {
             _ = try store.wait { store.recordSeats([.left(peer(id), reason: "last_peer_left")], node: node, nowMs: 2_000, drafts: Self.drafts,
                                                   completion: $0) }
         }
+        // A join that node b records late (after the room's last leave, within the settle time)
+        // continues the call: no second call_started, no call_ended in between.
+        #expect(try store.wait { store.endSettledCalls(nowMs: 2_999, settleMs: 1_000, drafts: Self.drafts, completion: $0) } == 0)
+        _ = try store.wait { store.recordSeats([.joined(peer("p4"), transport: "websocket")], node: "b", nowMs: 2_500, drafts: Self.drafts,
+                                              completion: $0) }
+        #expect(try store.wait { store.endSettledCalls(nowMs: 9_000, settleMs: 1_000, drafts: Self.drafts, completion: $0) } == 0)
+        _ = try store.wait { store.recordSeats([.left(peer("p4"), reason: "kicked")], node: "b", nowMs: 3_000, drafts: Self.drafts,
+                                              completion: $0) }
+        #expect(try store.wait { store.endSettledCalls(nowMs: 3_999, settleMs: 1_000, drafts: Self.drafts, completion: $0) } == 0)
+        // Two nodes asking at once end it once.
+        let other = try sut.reopen()
+        defer { other.close() }
+        let stores = [store, lifecycle(other)]
+        let ended = Locked<[Int]>([])
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            let target = stores[index]
+            let count = (try? target.wait { target.endSettledCalls(nowMs: 4_000, settleMs: 1_000, drafts: Self.drafts, completion: $0) }) ?? -1
+            ended.withLock { $0.append(count) }
+        }
+        #expect(ended.withLock { $0 }.sorted() == [0, 1])
         let outbox = sut.outbox
         #expect(try outbox.wait { outbox.pendingWebhooks(completion: $0) }.map(\.eventType) == [
             "call_started", "peer_joined:p1", "peer_joined:p2", "peer_joined:p3", "peer_left:p1", "peer_left:p2", "peer_left:p3",
-            "call_ended:last_peer_left",
+            "peer_joined:p4", "peer_left:p4", "call_ended:kicked",
         ])
     }
 
@@ -161,6 +181,7 @@ struct SharedWebhookTests {
         }
         #expect(results.withLock { $0 }.sorted { $0.count < $1.count } == [[], ["dead"]])
         let outbox = sut.outbox
+        #expect(try store.wait { store.endSettledCalls(nowMs: 3_000, settleMs: 0, drafts: Self.drafts, completion: $0) } == 1)
         let types = try outbox.wait { outbox.pendingWebhooks(completion: $0) }.map(\.eventType)
         #expect(types == ["call_started", "peer_joined:p1", "peer_joined:p2", "call_started", "peer_joined:q1", "peer_joined:p3",
                           "peer_left:p1", "peer_left:p2", "peer_left:q1", "call_ended:node_lost"])

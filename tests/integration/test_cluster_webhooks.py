@@ -15,13 +15,15 @@ from test_cluster import HEARTBEAT_MS, NODE_TTL_MS, SECRET, health, redis, wait_
 from test_webhooks import ENV as WEBHOOK_ENV, Receiver, once_each_in_order, summary
 
 LEASE_MS = 3000
+CALL_END_SETTLE_MS = 300
 
 
 def start_nodes(start_server, redis, url: str, receiver: Receiver, names=("node-a", "node-b", "node-c"), **flags):
     nodes = [start_server(env={"CALLING_JWT_SECRET": SECRET, **WEBHOOK_ENV}, cluster_redis_url=redis.url, node_id=name,
                           cluster_heartbeat_ms=HEARTBEAT_MS, cluster_node_ttl_ms=NODE_TTL_MS, database_url=url,
                           webhook_urls=receiver.url, webhook_poll_ms=100, webhook_lease_ms=LEASE_MS, webhook_timeout_ms=1000,
-                          webhook_retry_base_ms=100, webhook_retry_max_ms=300, webhook_max_attempts=1000, **flags)
+                          webhook_retry_base_ms=100, webhook_retry_max_ms=300, webhook_max_attempts=1000,
+                          webhook_call_end_settle_ms=CALL_END_SETTLE_MS, **flags)
              for name in names]
     for node in nodes:
         wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")

@@ -47,8 +47,15 @@ CREATE TABLE webhook_seats (
 CREATE INDEX webhook_seats_by_node ON webhook_seats (node_id);
 
 -- A room's live call: when it started and the call_id of the first joiner whose token named one.
+-- empty_since_ms: when its last seat ended (with end_reason); the call ends (`call_ended`) once it
+-- has stayed empty for the settle time, so a join that one node records after another node
+-- recorded the room's last leave continues the call rather than starting a second one.
 CREATE TABLE webhook_calls (
-    room_id    text   NOT NULL PRIMARY KEY,
-    call_id    text   NULL,
-    started_ms bigint NOT NULL
+    room_id        text   NOT NULL PRIMARY KEY,
+    call_id        text   NULL,
+    started_ms     bigint NOT NULL,
+    empty_since_ms bigint NULL,
+    end_reason     text   NULL
 );
+
+CREATE INDEX webhook_calls_empty ON webhook_calls (empty_since_ms) WHERE empty_since_ms IS NOT NULL;
