@@ -23,6 +23,17 @@ every receiver must get every other sender's chat exactly once with seqs 1..N. T
 (`websockets`), which costs more than the server: the figures compare same-node with cross-node,
 they are not the server's limits (bench/README.md has those). Prints a Markdown table for
 docs/benchmarks.md. Everything started is killed at the end.
+
+    python bench/cluster.py --webhooks 200 [--binary …]
+
+measures webhooks of a cluster with a shared PostgreSQL instead (docs/operations.md, "Webhooks in
+a cluster"): three nodes, one redis-server, one throwaway PostgreSQL and a loopback HTTP receiver.
+Delivery latency: `--webhooks` rooms, each with one peer joining on one node and one on the next,
+then both leaving (6 events per room, rooms one after another): from each event's `timestamp`
+(the server's clock when it happened) to its arrival at the receiver (the same machine's clock),
+every event counted once by `webhook-id`. Then node C is killed (SIGKILL) with 20 peers of its own
+in rooms shared with node A: the time from the kill to each of their `peer_left` arrivals, with
+the cluster's default heartbeat (1 s) and node TTL (3 s).
 """
 
 from __future__ import annotations
@@ -279,11 +290,135 @@ def chat_main(args, redis_binary: str) -> int:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+class HookReceiver:
+    """Records each webhook's arrival time (monotonic wall clock in ms) and body; answers 200."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.lock = threading.Lock()
+        self.events: list[tuple[float, str, dict]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                arrived = time.time() * 1000
+                with receiver.lock:
+                    receiver.events.append((arrived, self.headers.get("webhook-id"), json.loads(body)))
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hooks"
+
+    def snapshot(self) -> list[tuple[float, str, dict]]:
+        with self.lock:
+            return list(self.events)
+
+
+def webhooks_main(args, redis_binary: str) -> int:
+    folder = Path(tempfile.mkdtemp(prefix="calling-cluster-hooks-bench-"))
+    port = free_port()
+    redis = subprocess.Popen([redis_binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                              "--dir", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    postgres = support.PostgresServer().start()
+    receiver = HookReceiver()
+    nodes = []
+    try:
+        url = postgres.create_database()
+        flags = {"cluster_redis_url": f"redis://127.0.0.1:{port}", "database_url": url, "log_level": "warning",
+                 "webhook_urls": receiver.url}
+        env = {"CALLING_JWT_SECRET": SECRET, "CALLING_WEBHOOK_SECRET": "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3ODk="}
+        for name in ("node-a", "node-b", "node-c"):
+            (folder / name).mkdir()
+            node = support.Server(folder / name, flags={**flags, "node_id": name}, env=env)
+            nodes.append(node.start())
+        time.sleep(1.5)  # every node registered and synced
+        load = os.getloadavg()[0]
+
+        async def rooms():
+            for i in range(args.webhooks):
+                first = await join_room(nodes[i % 3], f"w{i}", "p")
+                second = await join_room(nodes[(i + 1) % 3], f"w{i}", "q")
+                await drain_until(first, "peer-joined")
+                await second.close()
+                await drain_until(first, "peer-left")
+                await first.close()
+
+        asyncio.run(rooms())
+        expected = 6 * args.webhooks
+        deadline = time.monotonic() + 60
+        while len(receiver.snapshot()) < expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        delivered = receiver.snapshot()
+        ids = [event_id for _, event_id, _ in delivered]
+        assert len(ids) == expected and len(set(ids)) == expected, (len(ids), len(set(ids)), expected)
+        for i in range(args.webhooks):
+            kinds = [body["type"] for _, _, body in delivered if body["data"]["room_id"] == f"w{i}"]
+            assert kinds[0] == "call_started" and kinds[-1] == "call_ended" and kinds.count("call_started") == 1, kinds
+        latency = [arrived - body["timestamp"] for arrived, _, body in delivered]
+        load_after = os.getloadavg()[0]
+
+        async def death():
+            watchers = []
+            for i in range(20):
+                watchers.append(await join_room(nodes[0], f"d{i}", "watcher"))
+                await join_room(nodes[2], f"d{i}", "doomed")
+            await asyncio.sleep(2.0)  # the joins' events out first
+            killed = time.time() * 1000
+            nodes[2].kill()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                left = [arrived for arrived, _, body in receiver.snapshot()
+                        if body["type"] == "peer_left" and body["data"]["peer_id"] == "doomed"]
+                if len(left) >= 20:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)
+            left = [arrived - killed for arrived, _, body in receiver.snapshot()
+                    if body["type"] == "peer_left" and body["data"]["peer_id"] == "doomed"]
+            for ws in watchers:
+                await ws.close()
+            return left
+
+        left = asyncio.run(death())
+        print(f"load before: {load:.2f}, after the rooms: {load_after:.2f}, after the kill: {os.getloadavg()[0]:.2f}")
+        print("| webhooks, 3 nodes, shared PostgreSQL outbox | p50 | p99 | max | events |")
+        print("| --- | --- | --- | --- | --- |")
+        print(f"| event timestamp → arrival at the receiver | {percentile(latency, 0.5):.1f} ms | {percentile(latency, 0.99):.1f} ms "
+              f"| {max(latency):.1f} ms | {len(latency)} (each once; per room 1 call_started first, 1 call_ended last) |")
+        if left:
+            print(f"| kill -9 of node C → `peer_left` of its 20 peers | {percentile(left, 0.5):.0f} ms | {percentile(left, 0.99):.0f} ms "
+                  f"| {max(left):.0f} ms | {len(left)} of 20 (each once: {len(left) == 20}) |")
+        return 0
+    finally:
+        for node in nodes:
+            node.kill()
+        support.kill_and_reap(redis)
+        postgres.stop()
+        receiver.httpd.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chat", type=int, default=0,
                         help="measure chat across three nodes with a shared PostgreSQL instead (this many chats)")
     parser.add_argument("--senders", type=int, default=4, help="--chat: concurrent senders per node")
+    parser.add_argument("--webhooks", type=int, default=0,
+                        help="measure webhook delivery across three nodes with a shared PostgreSQL instead (this many rooms)")
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--binary", default=str(ROOT / ".build/release/calling-server"))
@@ -298,6 +433,8 @@ def main() -> int:
     support.BINARY = Path(args.binary)
     if args.chat > 0:
         return chat_main(args, redis_binary)
+    if args.webhooks > 0:
+        return webhooks_main(args, redis_binary)
     folder = Path(tempfile.mkdtemp(prefix="calling-cluster-bench-"))
     port = free_port()
     redis = subprocess.Popen([redis_binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",

@@ -121,6 +121,12 @@ final class ServerConfigTests: XCTestCase {
         let fine = try ServerConfig.load(file: nil, environment: [:], flags: shared.merging(["webhook_lease_ms": "10000", "webhook_poll_ms": "50"]) { $1 }).get()
         XCTAssertEqual(fine.webhookLeaseMs, 10_000)
         XCTAssertEqual(fine.webhookPollMs, 50)
+        XCTAssertEqual(fine.webhookCallEndSettleMs, 1_000, "the default")
+        XCTAssertEqual(try ServerConfig.load(file: nil, environment: ["CALLING_WEBHOOK_CALL_END_SETTLE_MS": "0"], flags: [:]).get()
+                        .webhookCallEndSettleMs, 0)
+        guard case .failure = ServerConfig.load(file: nil, environment: [:], flags: ["webhook_call_end_settle_ms": "600001"]) else {
+            return XCTFail("webhook_call_end_settle_ms above 600000 must be refused")
+        }
         XCTAssertEqual(try ServerConfig.load(file: nil, environment: [:], flags: ["webhook_lease_ms": "1000", "webhook_timeout_ms": "5000"]).get()
                         .webhookLeaseMs, 1_000, "without database_url there are no claims to check")
         guard case .failure = ServerConfig.load(file: nil, environment: [:], flags: ["webhook_poll_ms": "5"]) else {
