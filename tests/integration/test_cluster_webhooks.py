@@ -12,6 +12,7 @@ import time
 
 from support import Peer, run
 from test_cluster import HEARTBEAT_MS, NODE_TTL_MS, SECRET, health, redis, wait_for  # noqa: F401 (redis: fixture)
+from test_cluster import pytestmark  # noqa: F401 (skipped, as test_cluster.py, without redis-server)
 from test_webhooks import ENV as WEBHOOK_ENV, Receiver, once_each_in_order, summary
 
 LEASE_MS = 3000
