@@ -83,7 +83,9 @@ def test_a_killed_node_s_undelivered_events_go_out_once_in_order_from_another_no
     receiver.plan = lambda record, attempt: (503, 0.0) if down[0] else (200, 0.0)
     try:
         url = postgres.create_database()
-        a, b, c = start_nodes(start_server, redis, url, receiver)
+        # a alone first: it writes and claims the events (any node may claim a head nobody holds);
+        # b and c start once a holds them.
+        (a,) = start_nodes(start_server, redis, url, receiver, names=("node-a",))
 
         async def body():
             alice = await Peer.connect(a, a.token("k1", "alice"), "alice")
@@ -96,6 +98,7 @@ def test_a_killed_node_s_undelivered_events_go_out_once_in_order_from_another_no
         # call_started, peer_joined ×2, peer_left(bob): written, held by a, refused by the receiver.
         wait_for(lambda: postgres.psql(url, "SELECT count(*) FROM webhook_outbox") == "4", what="four queued")
         receiver.wait_for(lambda r: len(r.all()) >= 2, 5, "a's failed attempts")
+        b, c = start_nodes(start_server, redis, url, receiver, names=("node-b", "node-c"))
         assert postgres.psql(url, "SELECT DISTINCT claimed_by FROM webhook_outbox WHERE claimed_by IS NOT NULL") == "node-a"
         a.kill()  # SIGKILL: its claims run out after webhook_lease_ms; alice's seat is a dead node's
         killed = time.monotonic()
