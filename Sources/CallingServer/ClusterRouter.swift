@@ -369,6 +369,7 @@ final class ClusterLink: @unchecked Sendable {
                 if code == Int(CloseCode.kicked.rawValue) {
                     rooms.handle(.kick(room, peer))
                 } else if let closeCode = CloseCode(rawValue: UInt16(code)) {
+                    if closeCode == .roomClosed { rooms.banSeatOfEndedRoom(room, peer) }
                     rooms.context.metrics.closes[closeCode.reason, default: 0] += 1
                     router.local.close(connection, code: closeCode)
                 }

@@ -334,6 +334,15 @@ final class SignalingService: @unchecked Sendable {
         }
     }
 
+    /// A room ended through another node, which knows no other node's credentials (they stay on
+    /// their node): this node's seat of `peer` is refused here from now on and stored for the other
+    /// nodes, as the ending node does for its own seats. Before the seat's 4404 close. Service thread.
+    func banSeatOfEndedRoom(_ room: RoomID, _ peer: PeerID) {
+        guard let identity = hub.seat(of: peer, in: room)?.identity, let ban = Hub.ban(of: identity) else { return }
+        imposeBans([ban])
+        storeBans([ban])
+    }
+
     /// Has the hub refuse `bans` (read from the store) as if they were kicked here. Service thread.
     func imposeBans(_ bans: [TokenBan]) {
         hub.impose(bans, now: now())
