@@ -57,6 +57,14 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
     private let counters = Locked(ChatStoreMetrics())
     /// Run on `queue` after each batch's completions (`afterAppendCompletions`).
     private let appendsCompleted = AfterAppendCompletions()
+    /// What the most recent operation learnt of the server, and when the one under way started:
+    /// written on `queue`, read by `/healthz` on the service thread.
+    private let health = Locked(Health())
+
+    private struct Health {
+        var unreachable: String?
+        var busySinceNs: UInt64?
+    }
 
     private struct PendingAppend: Sendable {
         var draft: ChatDraft
@@ -203,19 +211,55 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         queue.async { completion(self.run(mayRepeat: { _ in mayRepeat }, work)) }
     }
 
+    /// Whether the server answered: `nil` while the most recent operation reached it (a statement
+    /// it refused counts as an answer) and none under way has waited longer than `stallMs`; else
+    /// why not, naming PostgreSQL (libpq's message for a refused or lost connection; the wait for
+    /// one that hangs, as behind a partition or a stopped server, whose TCP connection stays open).
+    /// Any thread. Only as fresh as the last operation: a node with `database_url` runs one at
+    /// least every `database_ban_sync_ms`.
+    public func unreachable(stallMs: Int) -> String? {
+        let now = DispatchTime.now().uptimeNanoseconds
+        return health.withLock { state in
+            if let since = state.busySinceNs, now &- since > UInt64(stallMs) * 1_000_000 {
+                return "PostgreSQL has not answered for \((now &- since) / 1_000_000) ms"
+            }
+            return state.unreachable
+        }
+    }
+
+    private static let reconnectingMessage = "PostgreSQL unreachable; reconnecting"
+
+    /// On `queue`: `attempt`, timed and its outcome kept for `unreachable(stallMs:)`.
+    private func run<Value>(mayRepeat: (PostgresError) -> Bool = { _ in true },
+                            _ work: (PostgresConnection) throws -> Value) -> Result<Value, StoreError> {
+        health.withLock { $0.busySinceNs = DispatchTime.now().uptimeNanoseconds }
+        let result = attempt(mayRepeat: mayRepeat, work)
+        var lost: String?
+        if case .failure(.server(let error)) = result, error.code.isEmpty, error.isRetryable {
+            // No SQLSTATE and retryable: the connection failed or went (PostgresError.connectionLost).
+            lost = "PostgreSQL: \(error.message)"
+        }
+        health.withLock { state in
+            // A reconnect held back by `reconnectIntervalMs` knows nothing new: libpq's last word stays.
+            if lost == "PostgreSQL: \(Self.reconnectingMessage)", state.unreachable != nil { lost = state.unreachable }
+            state = Health(unreachable: lost, busySinceNs: nil)
+        }
+        return result
+    }
+
     /// On `queue`: `work` on a live connection, reconnecting first when the last call found it gone.
     ///
     /// A connection the server closed while it was idle (a restart) is noticed before use, from the
     /// socket (`PostgresConnection.checkConnection`, no round trip), and replaced. One that fails in
     /// use is reconnected at once and `work` runs again, once, when `mayRepeat` says that cannot
     /// apply it twice: reads and read markers may; an append may not.
-    private func run<Value>(mayRepeat: (PostgresError) -> Bool = { _ in true },
-                            _ work: (PostgresConnection) throws -> Value) -> Result<Value, StoreError> {
+    private func attempt<Value>(mayRepeat: (PostgresError) -> Bool,
+                                _ work: (PostgresConnection) throws -> Value) -> Result<Value, StoreError> {
         if appends.isClosed && !connection.isConnected { return .failure(.closed) }
         if !connection.checkConnection() {
             let now = DispatchTime.now().uptimeNanoseconds
             guard now &- lastReconnectNs >= UInt64(options.reconnectIntervalMs) * 1_000_000 else {
-                return .failure(PostgresError(sqlState: "", message: "PostgreSQL unreachable; reconnecting",
+                return .failure(PostgresError(sqlState: "", message: Self.reconnectingMessage,
                                               connectionLost: true).storeError)
             }
             lastReconnectNs = now

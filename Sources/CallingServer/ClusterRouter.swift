@@ -410,12 +410,21 @@ final class ClusterLink: @unchecked Sendable {
         }
     }
 
-    /// The `cluster` object of `/healthz`.
-    var healthJSON: JSONValue {
-        ["node_id": .string(router.node), "redis": .string(router.driver.isUp ? "up" : "down"), "synced": .bool(isSynced),
-         "presence_leader": presence.leader.map(JSONValue.string) ?? .null,
-         "remote_peers": .int(Int64(router.membership.remoteCount)), "local_peers": .int(Int64(router.membership.localCount)),
-         "error": lastError.map(JSONValue.string) ?? .null]
+    /// What `/healthz` says of the shared store (`database_url`).
+    struct DatabaseHealth {
+        /// Why PostgreSQL is not answering (`PostgresChatStore.unreachable`); nil while it is.
+        var unreachable: String?
+    }
+
+    /// The `cluster` object of `/healthz`: Redis's and PostgreSQL's reachability (`postgres` null
+    /// without `database_url`), and in `error` what failed, Redis first.
+    func healthJSON(postgres: DatabaseHealth?) -> JSONValue {
+        let errors = [lastError, postgres?.unreachable].compactMap { $0 }
+        return ["node_id": .string(router.node), "redis": .string(router.driver.isUp ? "up" : "down"),
+                "postgres": postgres.map { .string($0.unreachable == nil ? "up" : "down") } ?? .null, "synced": .bool(isSynced),
+                "presence_leader": presence.leader.map(JSONValue.string) ?? .null,
+                "remote_peers": .int(Int64(router.membership.remoteCount)), "local_peers": .int(Int64(router.membership.localCount)),
+                "error": errors.isEmpty ? .null : .string(errors.joined(separator: "; "))]
     }
 
     /// Prometheus lines appended to `/metrics`.

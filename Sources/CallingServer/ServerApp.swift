@@ -134,7 +134,8 @@ public final class ServerApp: @unchecked Sendable {
         self.presence = presence
         let clusterLogger = logger.labeled("cluster")
         cluster = clusterRouter.map { ClusterLink(router: $0, rooms: rooms, presence: presence, logger: clusterLogger) }
-        let service = ServiceAPI(context: context, rooms: rooms, httpSessions: httpSessions, transport: transport, cluster: cluster)
+        let service = ServiceAPI(context: context, rooms: rooms, httpSessions: httpSessions, transport: transport, cluster: cluster,
+                                 database: shared)
         let table = RouteTable.server(service: service, calls: calls, admin: admin, sessions: httpSessions,
                                       room: roomEndpoint, presence: presence)
         routeTable = table

@@ -98,6 +98,10 @@ public struct ServerConfig: Sendable, Equatable {
     public var databaseReconnectMs = 500
     /// With `database_url`: how often each node reads the tokens other nodes kicked.
     public var databaseBanSyncMs = 1_000
+    /// With `database_url`: a PostgreSQL operation under way longer than this makes `/healthz` say
+    /// PostgreSQL is down. A stopped or partitioned server keeps its TCP connection open, so nothing
+    /// fails: the wait is all there is to see.
+    public var databaseStallMs = 3_000
 
     /// Comma-separated `turn:`/`turns:` URLs handed out by `GET /v1/ice` with REST credentials.
     public var turnURLs = ""
@@ -389,6 +393,8 @@ public struct ServerConfig: Sendable, Equatable {
              \.databaseReconnectMs, 10...60_000),
         .int("database_ban_sync_ms", "with database_url: how often a node reads the tokens kicked through other nodes (refused here from then on)",
              \.databaseBanSyncMs, 10...600_000),
+        .int("database_stall_ms", "with database_url: /healthz reports PostgreSQL down while one of its operations has been under way this long",
+             \.databaseStallMs, 10...600_000),
         .optionalString("turn_urls", "comma-separated turn:/turns: URLs for GET /v1/ice", \.turnURLsOptional),
         .optionalString("stun_urls", "comma-separated stun: URLs for GET /v1/ice", \.stunURLsOptional),
         .optionalString("turn_secret_file", "file with coturn's static-auth-secret (or CALLING_TURN_SECRET)", \.turnSecretFile),

@@ -1,5 +1,6 @@
 import CallingAuth
 import CallingCore
+import CallingPostgres
 import CallingStore
 import CallingTransport
 import Foundation
@@ -20,8 +21,11 @@ final class ServiceAPI: @unchecked Sendable {
     let config: ServerConfig
     /// Cluster mode's state for `/healthz` and `/metrics`; nil on a node alone.
     let cluster: ClusterLink?
+    /// The shared store (`database_url`), whose reachability `/healthz` reports; nil without one.
+    let database: PostgresChatStore?
 
-    init(context: ServiceContext, rooms: SignalingService, httpSessions: HTTPSessions, transport: WebSocketServer, cluster: ClusterLink?) {
+    init(context: ServiceContext, rooms: SignalingService, httpSessions: HTTPSessions, transport: WebSocketServer, cluster: ClusterLink?,
+         database: PostgresChatStore?) {
         self.context = context
         self.rooms = rooms
         self.httpSessions = httpSessions
@@ -29,6 +33,7 @@ final class ServiceAPI: @unchecked Sendable {
         self.store = context.chat
         self.config = context.config
         self.cluster = cluster
+        self.database = database
     }
 
     /// `GET|HEAD /healthz`.
@@ -36,9 +41,11 @@ final class ServiceAPI: @unchecked Sendable {
         // Still 200 when degraded: the node's rooms and calls go on working, so a load balancer
         // keeps it; the status is for the operator's monitoring.
         let storeFailing = context.store.metrics.writesFailing || (store !== context.store && store.metrics.writesFailing)
-        guard let cluster else { return respond(.json(200, ["status": .string(storeFailing ? "degraded" : "ok")])) }
-        let healthy = cluster.router.driver.isUp && !storeFailing
-        respond(.json(200, ["status": .string(healthy ? "ok" : "degraded"), "cluster": cluster.healthJSON]))
+        let postgres = database.map { ClusterLink.DatabaseHealth(unreachable: $0.unreachable(stallMs: config.databaseStallMs)) }
+        let postgresDown = postgres?.unreachable != nil
+        guard let cluster else { return respond(.json(200, ["status": .string(storeFailing || postgresDown ? "degraded" : "ok")])) }
+        let healthy = cluster.router.driver.isUp && !storeFailing && !postgresDown
+        respond(.json(200, ["status": .string(healthy ? "ok" : "degraded"), "cluster": cluster.healthJSON(postgres: postgres)]))
     }
 
     /// `GET /metrics`.
