@@ -63,10 +63,12 @@ final class Scenarios {
         self.sizes = sizes
     }
 
-    static let names = ["idle", "rtt", "relay", "fanout", "chat", "chat-postgres", "join", "history", "keepalive"]
+    static let names = ["idle", "rtt", "relay", "fanout", "chat", "chat-postgres", "join", "history", "keepalive", "rest-cluster"]
     /// What `calling-bench suite` runs when no scenario is named: all but `keepalive`, which holds
-    /// its peers through three keep-alive rounds (a minute or more at full size) and runs when named.
-    static let defaultNames = names.filter { $0 != "keepalive" }
+    /// its peers through three keep-alive rounds (a minute or more at full size), and
+    /// `rest-cluster`, which compares cluster sizes rather than the server with the baseline; they
+    /// run when named.
+    static let defaultNames = names.filter { $0 != "keepalive" && $0 != "rest-cluster" }
 
     func run(_ name: String) -> ScenarioResult {
         var result = ScenarioResult(name: name, parameters: "")
@@ -83,6 +85,7 @@ final class Scenarios {
             case "join": try join(&result)
             case "history": try history(&result)
             case "keepalive": try keepalive(&result)
+            case "rest-cluster": try restCluster(&result)
             default: result.error = "unknown scenario"
             }
         } catch {
@@ -946,7 +949,19 @@ final class HTTPClient {
     deinit { close(fd) }
 
     func get(_ path: String) throws -> (status: Int, body: [UInt8]) {
-        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+        try request(Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+    }
+
+    /// `method path` with `headers` (each `name: value`) and `body` (JSON when not empty).
+    func send(_ method: String, _ path: String, headers: [String] = [], body: [UInt8] = []) throws -> (status: Int, body: [UInt8]) {
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        for header in headers { head += header + "\r\n" }
+        if !body.isEmpty { head += "Content-Type: application/json\r\nContent-Length: \(body.count)\r\n" }
+        return try request(Array((head + "\r\n").utf8) + body)
+    }
+
+    /// Writes `request` whole and reads one response (content-length bodies only).
+    private func request(_ request: [UInt8]) throws -> (status: Int, body: [UInt8]) {
         var sent = 0
         while sent < request.count {
             let n = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
