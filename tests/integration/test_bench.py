@@ -191,3 +191,22 @@ def test_the_keepalive_scenario_holds_its_peers_through_three_rounds(tmp_path):
     assert names == {"CPU per peer per round", "HTTP probe p99 during rounds", "probe peer ping p99 during rounds"}, names
     for figure in entry["figures"]:
         assert math.isfinite(figure["server"]) and figure.get("baseline") is not None, figure
+
+
+def test_rest_cluster_compares_one_node_with_three_and_checks_every_call(tmp_path):
+    """`rest-cluster` (run when named): 1 node and 3 nodes on one PostgreSQL and one Redis; every
+    call created through one node is read back through another (bench/README.md)."""
+    result = subprocess.run([str(session_bench()), "rest-cluster", "--smoke", "--server", str(support.BINARY), "--out", str(tmp_path),
+                             "--quiet", "true", "--baseline-source", str(REPO / "bench" / "lws-baseline.c")],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [summary] = list(tmp_path.glob("results-*.json"))
+    [entry] = json.loads(summary.read_text())["scenarios"]
+    assert "error" not in entry, entry.get("error")
+    assert sorted(entry["verified"]) == ["server 1 node: calls created and read back",
+                                         "server 3 nodes: calls created and read back through another node"], entry["verified"]
+    assert all(count > 0 for count in entry["verified"].values()), entry["verified"]
+    names = [figure["name"] for figure in entry["figures"]]
+    assert names == [f"{size}: {what}" for size in ("1 node", "3 nodes")
+                     for what in ("calls created and read back per second", "create + read p50", "create + read p99")], names
+    assert all(math.isfinite(figure["server"]) and figure["server"] > 0 for figure in entry["figures"]), entry["figures"]
