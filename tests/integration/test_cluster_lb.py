@@ -365,6 +365,9 @@ def test_healthz_reports_postgres_down_with_its_error_when_stopped_or_killed_and
         url = pg.create_database()
         node = start_server(env={"CALLING_JWT_SECRET": SECRET}, cluster_redis_url=redis.url, node_id="health-a",
                             database_url=url, database_ban_sync_ms=100, database_reconnect_ms=100, database_stall_ms=600)
+        # A node alone (no Redis) on the same database: its status says degraded too.
+        alone = start_server(env={"CALLING_JWT_SECRET": SECRET}, database_url=url, database_ban_sync_ms=100,
+                             database_reconnect_ms=100, database_stall_ms=600)
         schema = healthz_schema()
 
         def state(expect: str):
@@ -392,8 +395,10 @@ def test_healthz_reports_postgres_down_with_its_error_when_stopped_or_killed_and
         killed = state("down")
         assert killed["status"] == "degraded" and killed["cluster"]["error"].startswith("PostgreSQL: "), killed
         assert "Connection refused" in killed["cluster"]["error"] or "connect" in killed["cluster"]["error"], killed
+        assert wait_for(lambda: health(alone) == {"status": "degraded"}, timeout=5, what="the node alone degraded")
         pg.restart()
         again = state("up")
         assert again["status"] == "ok" and again["cluster"]["error"] is None, again
+        assert wait_for(lambda: health(alone) == {"status": "ok"}, timeout=5, what="the node alone ok again")
     finally:
         redis.stop()
