@@ -17,14 +17,11 @@ import hmac
 import json
 import os
 import signal
-import time
-import urllib.parse
 
 import pytest
 
-import support
 from cluster_lb import LoadBalancer
-from support import Peer, PostgresServer, Server, kill_and_reap, raw_upgrade, run
+from support import PostgresServer, Server, raw_upgrade, run
 from test_cluster import ANSWER, HEARTBEAT_MS, NODE_TTL_MS, OFFER, REDIS, SECRET, Redis, apikey, health, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists(REDIS), reason="redis-server is not installed (deploy/install-deps.sh --test)")
