@@ -1,7 +1,7 @@
-/// RFC 6455 §5.2 frame headers: the one place in the repository that writes them by hand. The
-/// server frames its text messages, its Close and its keep-alive PING with it (lws frames only
-/// what goes through its own WebSocket write modes), and the benchmark's raw clients frame their
-/// masked frames with it. Pure byte layout: no I/O, no allocation.
+/// RFC 6455 §5.2 frame headers, and the server's Close frame whole: the one place in the
+/// repository that writes them by hand. The server frames its text messages, its Close and its
+/// keep-alive PING with it (lws frames only what goes through its own WebSocket write modes), and
+/// the benchmark's raw clients frame their masked frames with it. Pure byte layout: no I/O, no allocation.
 package enum WebSocketFraming {
     /// The opcodes this repository writes (RFC 6455 §5.2, §11.8).
     package enum Opcode: UInt8, Sendable {
@@ -45,6 +45,26 @@ package enum WebSocketFraming {
         bytes[1] = 127
         for index in 0..<8 { bytes[2 + index] = UInt8((UInt64(length) >> (56 - 8 * UInt64(index))) & 0xFF) }
         return 10
+    }
+
+    /// The longest unmasked Close frame: its header and the 125 payload bytes a control frame may
+    /// carry at most (RFC 6455 §5.5).
+    package static let maxCloseFrameBytes = 2 + 125
+
+    /// Writes a whole, unmasked Close frame (RFC 6455 §5.5.1) into `pointer`, which has room for
+    /// `maxCloseFrameBytes`: the status code, big-endian, then as much of `reason`'s UTF-8 as the
+    /// control frame's payload holds. Returns the frame's size.
+    @_alwaysEmitIntoClient
+    package static func writeClose(code: UInt16, reason: String, into pointer: UnsafeMutableRawPointer) -> Int {
+        let reasonBytes = reason.utf8.prefix(123)
+        var length = writeHeader(.close, length: 2 + reasonBytes.count, into: pointer)
+        pointer.storeBytes(of: code.bigEndian, toByteOffset: length, as: UInt16.self)
+        length += 2
+        for byte in reasonBytes {
+            pointer.storeBytes(of: byte, toByteOffset: length, as: UInt8.self)
+            length += 1
+        }
+        return length
     }
 
     /// The same header masked with `mask` (a client's frames must be, §5.1): the mask bit set

@@ -3,15 +3,14 @@ import CallingProtocol
 import Foundation
 import Synchronization
 
-/// The service loop and its inbox: start and stop, the one thread that owns every connection's
-/// state, the work other threads post to it, the write flush it counts towards, and the
-/// keep-alive's tick.
+/// The service loop: start and stop, the one thread that owns every connection's state, the work
+/// other threads post to it (through `ServiceInbox`), and the keep-alive's ticker.
 extension WebSocketServer {
     // MARK: lifecycle
 
     /// Binds and starts the service thread; returns once the port is listening.
     public func start() throws {
-        if withLifecycle({ $0.running }) { throw TransportError.alreadyStarted }
+        if inbox.withLifecycle({ $0.running }) { throw TransportError.alreadyStarted }
         // The limit is the process's, set by every start: servers started in one process (tests,
         // the in-process chat benchmark) share the last one's. Never below 1,024: the process has
         // files open already, and lws allocates a table that large in any case.
@@ -27,14 +26,14 @@ extension WebSocketServer {
             logger.warning("open-file limit unknown (getrlimit failed), assuming 1024")
         }
         let cap = settings.maxSockets > 0 ? settings.maxSockets : Int.max
-        socketBudget = max(2, min(openFileLimit - reserved, cap))
-        capacity = max(1, socketBudget - settings.healthReservedSockets)
+        budget.limit = max(2, min(openFileLimit - reserved, cap))
+        budget.capacity = max(1, budget.limit - settings.healthReservedSockets)
         // lws's own notices go to stderr unformatted; keep only its warnings and errors, and turn
         // the few it reports only as log lines into state (shim.h).
         LWS.installLogHook()
         LWS.reserveSpareDescriptor()
         let ready = DispatchSemaphore(value: 0)
-        let outcome = Mutex<Result<Int, TransportError>?>(nil)
+        let outcome = Locked<Result<Int, TransportError>?>(nil)
         let thread = Thread { [self] in
             guard let context = createContext() else {
                 // With TLS the files were validated before this, so a NULL context is still most
@@ -52,7 +51,7 @@ extension WebSocketServer {
                 return
             }
             let port = LWS.listenPort(context) ?? settings.port
-            withLifecycle {
+            inbox.withLifecycle {
                 $0.context = context
                 $0.port = port
                 $0.running = true
@@ -63,7 +62,7 @@ extension WebSocketServer {
         }
         thread.name = "lws-service"
         thread.stackSize = 1 << 20
-        withLifecycle { $0.thread = thread }
+        inbox.withLifecycle { $0.thread = thread }
         thread.start()
         ready.wait()
         if case .failure(let error)? = outcome.withLock({ $0 }) { throw error }
@@ -81,61 +80,47 @@ extension WebSocketServer {
             Unmanaged<WebSocketServer>.fromOpaque(context).takeUnretainedValue().headerTableOverflowed()
         }
         defer { LWS.setHeaderOverflowHook(context: nil, nil) }
-        state.keepAlive = KeepAliveSchedule(pingAfter: Int64(settings.idlePingSeconds) * 1_000,
+        connections.keepAlive = KeepAliveSchedule(pingAfter: Int64(settings.idlePingSeconds) * 1_000,
                                             hangUpAfter: Int64(settings.idleHangupSeconds) * 1_000,
                                             resolution: Self.keepAliveResolution, now: Self.milliseconds(),
                                             seed: UInt64.random(in: 0...UInt64.max))
         let keepAliveTicker = startKeepAliveTicker()
         defer { keepAliveTicker.cancel() }
-        while withLifecycle({ $0.running }) {
+        while inbox.withLifecycle({ $0.running }) {
             // With the libev loop lws_service only returns once the loop is stopped by the first
             // stage of lws_context_destroy; with poll() it returns after each wakeup.
             if LWS.service(context) < 0 { break }
         }
-        withLifecycle { $0.context = nil }
+        inbox.withLifecycle { $0.context = nil }
         LWS.destroy(context)
         // Nothing calls them any more: the cycles they made with the server end here.
         contextResources.contextDestroyed()
-        withLifecycle { $0.running = false }
+        inbox.withLifecycle { $0.running = false }
         delegate = nil
     }
 
     /// Closes every WebSocket with 1001, waits up to `grace` for them to go, then stops the loop.
     /// Blocks the caller (a signal-handling thread, never the service thread).
     public func stop(grace: TimeInterval = 3) {
-        guard withLifecycle({ $0.running }) else { return }
+        guard inbox.withLifecycle({ $0.running }) else { return }
         let drained = DispatchSemaphore(value: 0)
-        post { [self] in
-            state.shuttingDown = true
-            state.onDrained = { drained.signal() }
-            if state.connections.isEmpty { drained.signal() }
-            for id in state.connections.storedKeys.sorted() { close(ConnectionID(id), code: .goingAway) }
-        }
+        post { [self] in connections.closeAll { drained.signal() } }
         _ = drained.wait(timeout: .now() + grace)
         post { [self] in
-            withLifecycle { $0.running = false }
+            inbox.withLifecycle { $0.running = false }
             // First stage from inside the loop: closes every socket and stops the event loop,
             // which makes lws_service return; runLoop then performs the final destroy.
-            if let context = withLifecycle({ $0.context }) { LWS.destroy(context) }
+            if let context = inbox.withLifecycle({ $0.context }) { LWS.destroy(context) }
         }
-        let thread = withLifecycle { $0.thread }
+        let thread = inbox.withLifecycle { $0.thread }
         let deadline = Date().addingTimeInterval(grace + 2)
-        while thread?.isFinished == false, withLifecycle({ $0.context != nil }), Date() < deadline {
+        while thread?.isFinished == false, inbox.withLifecycle({ $0.context != nil }), Date() < deadline {
             usleep(10_000)
         }
     }
 
     /// Runs `work` on the service thread, after the work posted before it.
-    public func post(_ work: @escaping @Sendable () -> Void) {
-        inboxLock.lock()
-        inbox.append(work)
-        let wasEmpty = inbox.count == 1
-        inboxLock.unlock()
-        guard wasEmpty else { return }  // a wake-up is already pending
-        withLifecycle { life in
-            if let context = life.context { LWS.cancelService(context) }
-        }
-    }
+    public func post(_ work: @escaping @Sendable () -> Void) { inbox.post(work) }
 
     /// Makes lws read the certificate and key files again (same paths) for connections accepted from
     /// now on; live connections keep the session they negotiated and are not touched. The files
@@ -143,15 +128,15 @@ extension WebSocketServer {
     /// loads a new certificate whose key does not match without complaint. Throws when lws serves
     /// no certificate afterwards. Blocks the caller (never call it on the service thread).
     public func reloadTLSCertificate() throws(TransportError) {
-        guard let tls = settings.tls, withLifecycle({ $0.running }) else { throw .notServingTLS }
+        guard let tls = settings.tls, inbox.withLifecycle({ $0.running }) else { throw .notServingTLS }
         let done = DispatchSemaphore(value: 0)
-        let result = Mutex<Int64?>(nil)
+        let result = Locked<Int64?>(nil)
         post { [self] in
             defer { done.signal() }
-            guard let context = withLifecycle({ $0.context }) else { return }
+            guard let context = inbox.withLifecycle({ $0.context }) else { return }
             LWS.certificateUpdated(context, certificateChainFile: tls.certificateChainFile, privateKeyFile: tls.privateKeyFile)
             let expiry = LWS.servedCertificateExpiry(context)
-            if expiry != nil { state.counters.tlsCertificateReloads += 1 }
+            if expiry != nil { certificateReloads += 1 }
             result.withLock { $0 = expiry }
         }
         guard done.wait(timeout: .now() + 10) == .success else { throw .tlsSetupFailed("the service loop did not answer") }
@@ -160,18 +145,14 @@ extension WebSocketServer {
 
     /// Records the served certificate's `notAfter` for /metrics. Any thread.
     public func setTLSCertificateExpiry(_ notAfter: Int64) {
-        post { [self] in state.counters.tlsCertificateNotAfter = notAfter }
+        post { [self] in certificateNotAfter = notAfter }
     }
 
     /// Wakes the loop without work: the watchdog's liveness probe.
-    func probe() {
-        withLifecycle { life in
-            if let context = life.context { LWS.cancelService(context) }
-        }
-    }
+    func probe() { inbox.wake() }
 
     /// Increments each time the service thread drains its inbox; the watchdog reads it.
-    public var progress: Int64 { loopProgress.load(ordering: .relaxed) }
+    public var progress: Int64 { inbox.progress.load(ordering: .relaxed) }
 
     /// lws callbacks handled other than wake-ups: socket events that did work. A loop that burns a
     /// core while this stands still is spinning (the watchdog reads both).
@@ -186,24 +167,18 @@ extension WebSocketServer {
         return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
+    /// LWS_CALLBACK_EVENT_WAIT_CANCELLED: runs what was posted, each piece counting towards the
+    /// flush as an inbound frame does.
     func drainInbox() {
-        loopProgress.add(1, ordering: .relaxed)
-        inboxLock.lock()
-        let work = inbox
-        inbox.removeAll(keepingCapacity: true)
-        inboxLock.unlock()
-        for item in work {
+        var items = drained
+        drained = []
+        inbox.take(into: &items)
+        for item in items {
             item()
-            countTowardsFlush()
+            writer.countTowardsFlush()
         }
-    }
-
-    /// One more event handled (an inbound frame, an upgrade, a posted piece of work) while the
-    /// loop may keep finding more: after `flushAfterFrames` of them, what they queued is written.
-    @inline(__always)
-    func countTowardsFlush() {
-        state.framesSinceFlush += 1
-        if state.framesSinceFlush > settings.flushAfterFrames, !state.flushList.isEmpty { flushDeferred() }
+        items.removeAll(keepingCapacity: true)
+        drained = items
     }
 
     // MARK: keep-alive (docs/protocol.md, "Keep-alive")
@@ -233,26 +208,8 @@ extension WebSocketServer {
         return timer
     }
 
-    /// Sends the PINGs that are due (each as the connection's next write, ahead of what is queued
-    /// for it: a control frame may come between messages, RFC 6455 §5.4) and drops the sockets that did not answer in time, without a close frame.
-    func keepAliveTick() {
-        guard state.keepAlive != nil else { return }
-        state.keepAliveActions.removeAll(keepingCapacity: true)
-        state.keepAlive!.advance(to: Self.milliseconds(), into: &state.keepAliveActions)
-        for action in state.keepAliveActions {
-            switch action {
-            case .ping(let id):
-                guard let conn = state.connections[id], conn.closeCode == nil else { continue }
-                conn.pingDue = true
-                requestWritable(conn)
-            case .hangUp(let id):
-                guard let conn = state.connections[id], !conn.closed else { continue }
-                // NOSTATUS from lws's timer processing: the same close lws's own idle policy made,
-                // no close frame (the peer is presumed gone).
-                LWS.killAsync(conn.wsi)
-            }
-        }
-    }
+    /// The keep-alive's PINGs and hang-ups that are due (`WebSocketConnections.keepAliveTick`).
+    func keepAliveTick() { connections.keepAliveTick(now: Self.milliseconds()) }
 
     // MARK: context
 
@@ -269,7 +226,7 @@ extension WebSocketServer {
         // open connection (a third of the service thread with 8,000 idle peers).
         var options = LWSServerOptions(
             host: settings.host, port: settings.port, bufferBytes: settings.maxFrameBytes + 1024,
-            headerTokenLimit: settings.maxHeaderBytes + 1, uriTokenLimit: effectiveURLLimit + 1,
+            headerTokenLimit: settings.maxHeaderBytes + 1, uriTokenLimit: http.effectiveURLLimit + 1,
             maxHeaderBytes: settings.maxHeaderBytes, httpTimeoutSeconds: settings.httpTimeoutSeconds,
             fdLimitPerThread: max(1024, openFileLimit),
             libev: settings.eventLoop == .libev, tls: tls)

@@ -122,13 +122,20 @@ public struct HTTPResponder: Sendable {
 /// else (`send`, `close`, `counters`, the delegate) belongs to the service thread. Other threads
 /// reach it only through `post`, which queues a closure and wakes the loop with
 /// `lws_cancel_service`, the one lws call that is safe from another thread.
+///
+/// Cut by concern (docs/architecture.md, "The transport"), each a type with its own state that
+/// the server owns: the inbox other threads post to (`ServiceInbox`), the socket budget's
+/// decisions (`SocketBudget`), HTTP exchanges (`HTTPExchanges`), WebSocket connections
+/// (`WebSocketConnections`) and their writer (`ConnectionWriter`). The lws callback switch
+/// (`handle`) hands each event to one of them; the server itself keeps the loop's lifecycle
+/// (WebSocketServer+ServiceLoop.swift) and the budget's driver (+SocketBudget).
 public final class WebSocketServer: @unchecked Sendable {
-    // @unchecked: mutable state is split in two. `inbox`/`lifecycle` are lock-protected and
-    // touched from any thread; `state` is only ever touched on the service thread.
+    // @unchecked: `inbox` is the part other threads touch (locked inside); every other concern,
+    // and the variables below, are only ever touched on the service thread (or set before it starts).
     public let settings: TransportSettings
     /// Set before `start`: the loop calls the delegate it had when it started (`ServiceRun`).
-    /// Read on the service thread, so unchecked for exclusivity (see `ServiceState`). Held
-    /// strongly, and let go when the service loop ends (`stop`), so a delegate may hold the
+    /// Read on the service thread, so unchecked for exclusivity (see `WebSocketConnections`).
+    /// Held strongly, and let go when the service loop ends (`stop`), so a delegate may hold the
     /// server: the cycle lasts as long as the loop.
     /// Not weak: every retain and release of an object that was ever weakly referenced goes through
     /// its side table, and the delegate is called for every inbound frame (a weak load and a slow
@@ -136,28 +143,26 @@ public final class WebSocketServer: @unchecked Sendable {
     @exclusivity(unchecked) public var delegate: (any WebSocketServerDelegate)?
     let logger: Logger
 
-    // An NSLock (pthread mutex) rather than `Mutex`: ThreadSanitizer does not see the futex
-    // `Synchronization.Mutex` uses on Linux and reported every post/drain pair as a race, which
-    // kept `make test-tsan` from being clean.
-    let inboxLock = NSLock()
-    nonisolated(unsafe) var inbox: [@Sendable () -> Void] = []
-    let lifecycleLock = NSLock()
-    var lifecycleState = Lifecycle()
-    let state = ServiceState()
-    /// Runs `flushDeferred` after the callbacks of a wake-up (see `requestWritable`).
-    lazy var flushCall = LWSDeferredCall { [unowned self] in flushDeferred() }
-    let loopProgress = Atomic<Int64>(0)
+    /// The service loop's inbox and lifecycle: the part of the server other threads touch.
+    let inbox = ServiceInbox()
+    /// The socket budget's bookkeeping and decisions.
+    let budget = SocketBudget<OpaquePointer>()
+    /// What is queued for each connection, and its writes.
+    let writer: ConnectionWriter
+    /// Open WebSockets, their inbound messages, the keep-alive, their end.
+    let connections: WebSocketConnections
+    /// HTTP requests and their answers, the upgrade's checks.
+    let http: HTTPExchanges
+
+    /// What the service thread took from the inbox last, kept for its storage (`drainInbox`).
+    var drained: [@Sendable () -> Void] = []
     /// A keep-alive tick is posted and has not run yet (`startKeepAliveTicker`).
     let keepAliveTickQueued = Atomic<Bool>(false)
     let loopCallbacks = Atomic<Int64>(0)
     let serviceClock = Atomic<Int32>(-1)
-
-    struct Lifecycle {
-        var context: OpaquePointer?
-        var port = 0
-        var running = false
-        var thread: Thread?
-    }
+    /// The served certificate's `notAfter` and its reloads, for `counters`. Service thread.
+    var certificateNotAfter: Int64?
+    var certificateReloads = 0
 
     /// What the lws context points into (CallingWebSocket's binding); lives as long as the server.
     let contextResources = LWSServerContextResources()
@@ -165,43 +170,92 @@ public final class WebSocketServer: @unchecked Sendable {
     /// Accepted sockets of every kind (HTTP, WebSocket, not yet known) this process allows at
     /// once: the open-file limit minus `reservedFileDescriptors`, at most `maxSockets`. Beyond it
     /// new connections are closed at accept, so lws never runs into EMFILE.
-    public internal(set) var socketBudget = 0
+    public var socketBudget: Int { budget.limit }
 
     /// The soft open-file limit set at start, which lws's descriptor table is sized to.
     var openFileLimit = 1_024
 
     /// Peers (and ordinary requests) this process takes: the socket budget minus
     /// `healthReservedSockets`, which only `/healthz` may use.
-    public internal(set) var capacity = 0
+    public var capacity: Int { budget.capacity }
 
     public init(settings: TransportSettings, logger: Logger) {
         self.settings = settings
         self.logger = logger
-    }
-
-    func withLifecycle<T>(_ body: (inout Lifecycle) -> T) -> T {
-        lifecycleLock.lock()
-        defer { lifecycleLock.unlock() }
-        return body(&lifecycleState)
+        writer = ConnectionWriter(settings: settings, logger: logger)
+        connections = WebSocketConnections(settings: settings, writer: writer, budget: budget)
+        http = HTTPExchanges(settings: settings, logger: logger, budget: budget, connections: connections)
     }
 
     /// The bound port (useful with port 0).
-    public var port: Int { withLifecycle { $0.port } }
+    public var port: Int { inbox.withLifecycle { $0.port } }
 
     // MARK: service-thread API
 
     /// Counters for /metrics. Service thread only.
-    public var counters: TransportCounters { state.counters }
+    public var counters: TransportCounters {
+        var counters = TransportCounters()
+        counters.accepted = connections.accepted
+        counters.oversizeMessages = connections.oversizeMessages
+        counters.closedSlowConsumer = writer.closedSlowConsumer
+        counters.framesOut = writer.framesOut
+        counters.bytesOut = writer.bytesOut
+        counters.writesFlushed = writer.writesFlushed
+        counters.writesOnWriteable = writer.writesOnWriteable
+        counters.socketsRefused = budget.refusedCount
+        counters.socketsEvicted = budget.evictedCount
+        counters.tlsHandshakeFailures = budget.tlsHandshakeFailures
+        counters.rejectedAtCapacity = http.rejectedAtCapacity
+        counters.requestsRejected = http.requestsRejected
+        counters.requestsTimedOut = http.requestsTimedOut
+        counters.tlsCertificateNotAfter = certificateNotAfter
+        counters.tlsCertificateReloads = certificateReloads
+        return counters
+    }
 
     /// Open WebSocket connections. Service thread only.
-    public var connectionCount: Int { state.connections.count }
+    public var connectionCount: Int { connections.table.count }
+
+    /// Queues `message` for `connection`. A connection whose queue passes `maxQueueBytes` is closed
+    /// as a slow consumer from its own WRITEABLE callback (docs/architecture.md, "The lws #2889 guards").
+    public func send(_ message: OutboundMessage, to connection: ConnectionID) {
+        guard let conn = connections.table[connection.rawValue] else { return }
+        writer.send(message, to: conn, connection)
+    }
+
+    /// Queues one frame of `count` bytes for `connection` alone (an addressed relay), which `write`
+    /// puts in place: framed straight into the connection's pending bytes, so no message is
+    /// allocated, queued and copied per frame (`ConnectionWriter.send(count:to:_:writing:)`).
+    public func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
+        // Borrowed from the table, not copied out of it (a retain and a release per relayed
+        // frame): nothing below removes a connection from the table.
+        guard let entry = connections.table.unretained(for: connection.rawValue) else { return }
+        entry._withUnsafeGuaranteedRef { conn in
+            writer.send(count: count, to: conn, connection, writing: write)
+        }
+    }
+
+    /// Closes after the frames already queued have been written.
+    public func close(_ connection: ConnectionID, code: CloseCode) {
+        guard let conn = connections.table[connection.rawValue] else { return }
+        writer.close(conn, code: code)
+    }
+
+    /// Closes the sockets whose client is late with its request head, or idle on a keep-alive
+    /// socket for longer than `httpKeepAliveTimeoutSeconds`. Service thread only; called on every
+    /// tick. lws arms timers for both, but under its libev loop (lws 4.1.6) a timer armed while
+    /// its loop timer waits for a later one fires only with that later one, seconds or minutes late.
+    public func expireHTTPDeadlines() { http.expireDeadlines() }
+
+    func respond(exchangeID: UInt64, _ response: HTTPResponse) { http.respond(exchangeID: exchangeID, response) }
 
     // MARK: callback (service thread)
 
-    /// One lws callback, handed to the concern it belongs to: the service loop
-    /// (WebSocketServer+ServiceLoop.swift), the socket budget (+SocketBudget), HTTP exchanges
-    /// (+HTTP), WebSocket connections (+Connections) and their writer (+Writer). `delegate`: the
-    /// run's (`ServiceRun`), borrowed for the call.
+    /// One lws callback, handed to the concern it belongs to: the service loop and its inbox
+    /// (WebSocketServer+ServiceLoop.swift), the socket budget (`SocketBudget`, driven from
+    /// +SocketBudget), HTTP exchanges (`HTTPExchanges`), WebSocket connections
+    /// (`WebSocketConnections`) and their writer (`ConnectionWriter`). `delegate`: the run's
+    /// (`ServiceRun`), borrowed for the call.
     func handle(_ wsi: OpaquePointer, _ reason: LWSServerEvent, _ user: UnsafeMutableRawPointer?,
                 _ input: UnsafeMutableRawPointer?, _ length: Int, delegate: (any WebSocketServerDelegate)?) -> Int32
     {
@@ -229,32 +283,32 @@ public final class WebSocketServer: @unchecked Sendable {
 
         // HTTP exchanges, the WebSocket upgrade's included.
         case .rawAdopt:
-            rawAdopted(wsi)
+            http.rawAdopted(wsi)
             return 0
-        case .rawRx: return rawReceived(wsi, input: input, length: length)
-        case .httpConfirmUpgrade: return confirmUpgrade(wsi, input: input)
-        case .http: return beginHTTP(wsi, input: input, length: length)
-        case .httpBody: return receiveBody(wsi, input: input, length: length)
+        case .rawRx: return http.rawReceived(wsi, input: input, length: length)
+        case .httpConfirmUpgrade: return http.confirmUpgrade(wsi, input: input, server: self)
+        case .http: return http.beginHTTP(wsi, input: input, length: length, server: self)
+        case .httpBody: return http.receiveBody(wsi, input: input, length: length)
         case .httpBodyCompletion:
-            bodyCompleted(wsi)
+            http.bodyCompleted(wsi, server: self)
             return 0
-        case .httpWriteable: return httpWriteable(wsi)
+        case .httpWriteable: return http.httpWriteable(wsi)
         case .closedHTTP:
-            httpClosed(wsi)
+            http.httpClosed(wsi)
             return 0
 
         // WebSocket connections and their writer.
-        case .established: return opened(wsi, user: user, delegate: delegate)
+        case .established: return connections.opened(wsi, user: user, server: self, delegate: delegate)
         case .receive:
-            received(wsi, user: user, input: input, length: length, delegate: delegate)
+            connections.received(wsi, user: user, input: input, length: length, server: self, delegate: delegate)
             return 0
         case .receivePong:
-            pongReceived(user)
+            connections.pongReceived(user)
             return 0
-        case .peerInitiatedClose: return peerClosing(wsi, user: user, input: input, length: length)
-        case .serverWriteable: return writeable(wsi, user: user)
+        case .peerInitiatedClose: return connections.peerClosing(wsi, user: user, input: input, length: length)
+        case .serverWriteable: return writer.writeable(wsi, user: user)
         case .closed:
-            connectionClosed(wsi, user: user, delegate: delegate)
+            connections.connectionClosed(wsi, user: user, server: self, delegate: delegate)
             return 0
 
         default:
@@ -282,70 +336,4 @@ final class ServiceRun: LWSServerHandler {
     {
         server.handle(wsi, event, user, input, length, delegate: delegate)
     }
-}
-
-/// Service-thread-only state. Not Sendable on purpose: nothing else may hold it.
-///
-/// `@exclusivity(unchecked)` on the properties touched once or more per delivered frame: each
-/// access to a class's stored property is otherwise checked at run time for overlapping access
-/// (`swift_beginAccess`/`swift_endAccess`, a thread-local lookup each), several per fan-out
-/// delivery. They are only touched on the service thread, and no access to
-/// them is held across a call that could reach them again (delegate calls happen after the
-/// lookup returns), so there is nothing for the check to find.
-final class ServiceState {
-    /// Open WebSockets by connection id (ids count up from 1 and are never reused).
-    @exclusivity(unchecked) var connections = IDTable<WSConnection>()
-    var pendingUpgrades: [OpaquePointer: any Sendable] = [:]
-    var exchanges: [OpaquePointer: HTTPExchange] = [:]
-    var exchangesByID: [UInt64: HTTPExchange] = [:]
-    var nextConnection: UInt64 = 0
-    var nextExchange: UInt64 = 0
-    @exclusivity(unchecked) var counters = TransportCounters()
-    /// Connections with something to write once this wake-up's callbacks are done (each listed
-    /// once: `WSConnection.flushListed`), and the list being written, swapped so that a write that
-    /// lists its connection again lists it for the next flush.
-    @exclusivity(unchecked) var flushList: [WSConnection] = []
-    @exclusivity(unchecked) var flushing: [WSConnection] = []
-    /// Inbound frames handled since the last flush.
-    @exclusivity(unchecked) var framesSinceFlush = 0
-    /// TLS connections by wsi: false while their handshake runs, true once it is done.
-    var tlsHandshakes: [OpaquePointer: Bool] = [:]
-    var shuttingDown = false
-    /// The code of each client Close frame received, until its connection's CLOSED.
-    var peerCloses: [UInt64: UInt16] = [:]
-    var onDrained: (() -> Void)?
-    /// Set when the loop starts (`runLoop`).
-    var keepAlive: KeepAliveSchedule?
-    var keepAliveActions: [KeepAliveSchedule.Action] = []
-    /// Every socket lws accepted and has not destroyed yet, until it becomes a WebSocket.
-    var sockets: [OpaquePointer: AcceptedSocket] = [:]
-    /// Established WebSockets lws has not destroyed yet: they left `sockets` (and the idle
-    /// order) when it was established (`socketUpgraded`), since an open WebSocket needs none of the HTTP bookkeeping.
-    var upgradedSockets = 0
-    /// The socket budget's count.
-    var openSockets: Int { sockets.count + upgradedSockets }
-    /// Sockets the budget evicted whose close has not completed yet (still in `sockets`).
-    var evictedOpen = 0
-    /// Open sockets not on their way out: what the `/healthz` headroom is measured against.
-    var liveSockets: Int { openSockets - evictedOpen }
-    /// Sockets waiting for a request, oldest first (entries go stale; see `evictOldestIdle`).
-    var idleOrder = FIFO<(OpaquePointer, UInt64, AcceptedSocket)>()
-    var nextSocket: UInt64 = 0
-    var nextIdle: UInt64 = 0
-    var pressure = Pressure(lastLog: .distantPast)
-    private var writeStorage: UnsafeMutableRawPointer?
-    private var writeStorageCapacity = 0
-
-    /// Scratch space for one coalesced write, at least `capacity` bytes; reused from write to write
-    /// (lws copies whatever the socket does not take before `lws_write` returns).
-    func writeBuffer(capacity: Int) -> UnsafeMutableRawPointer {
-        if let writeStorage, writeStorageCapacity >= capacity { return writeStorage }
-        writeStorage?.deallocate()
-        let storage = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
-        writeStorage = storage
-        writeStorageCapacity = capacity
-        return storage
-    }
-
-    deinit { writeStorage?.deallocate() }
 }

@@ -5,13 +5,34 @@ import Foundation
 /// HTTP exchanges: requests read from lws's parsed head, checked for framing and size before any
 /// route sees them, handed to the delegate, and answered (in chunks, keep-alive) from the
 /// responder's answer; the WebSocket upgrade's checks; and the deadlines of heads and idle
-/// keep-alive sockets.
-extension WebSocketServer {
+/// keep-alive sockets. Owns the exchanges in flight and the HTTP counters; reads the socket
+/// budget's bookkeeping of each socket and the connections' count. Service thread only.
+final class HTTPExchanges {
+    let settings: TransportSettings
+    let logger: Logger
+    let budget: SocketBudget<OpaquePointer>
+    let connections: WebSocketConnections
+    private var exchanges: [OpaquePointer: HTTPExchange] = [:]
+    private var exchangesByID: [UInt64: HTTPExchange] = [:]
+    private var nextExchange: UInt64 = 0
+
+    /// Its share of `TransportCounters`.
+    private(set) var rejectedAtCapacity = 0
+    private(set) var requestsRejected = 0
+    private(set) var requestsTimedOut = 0
+
+    init(settings: TransportSettings, logger: Logger, budget: SocketBudget<OpaquePointer>, connections: WebSocketConnections) {
+        self.settings = settings
+        self.logger = logger
+        self.budget = budget
+        self.connections = connections
+    }
+
     /// LWS_CALLBACK_RAW_ADOPT. Only requests lws cannot parse as HTTP get here (see
     /// cs_lws_option_fallback_to_raw): an unknown method, or CONNECT, which lws would otherwise
     /// hold open as a raw tunnel.
     func rawAdopted(_ wsi: OpaquePointer) {
-        state.sockets[wsi]?.idle = false
+        budget.socket(wsi)?.idle = false
     }
 
     /// LWS_CALLBACK_RAW_RX: the start of such a request, answered and closed.
@@ -25,8 +46,8 @@ extension WebSocketServer {
                                             detail: "the request method is not one this server implements"))
     }
 
-    func confirmUpgrade(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?) -> Int32 {
-        state.sockets[wsi]?.idle = false
+    func confirmUpgrade(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?, server: WebSocketServer) -> Int32 {
+        budget.socket(wsi)?.idle = false
         // `Upgrade: h2c` (what `curl --http2` offers over plain HTTP) may be ignored (RFC 9113
         // §3.2), and lws would switch the socket to HTTP/2 if we agreed. lws passes the header
         // value in place: blanking it makes lws carry on with an ordinary HTTP/1.1 request.
@@ -44,20 +65,20 @@ extension WebSocketServer {
                                                 detail: "only WebSocket version 13 (RFC 6455) is supported",
                                                 headers: [("sec-websocket-version", "13")]))
         }
-        if state.shuttingDown {
+        if connections.shuttingDown {
             return writeImmediate(wsi, .problem(503, code: "shutting_down", detail: "the server is shutting down",
                                                 headers: [("retry-after", "1")]))
         }
-        if state.connections.count + state.pendingUpgrades.count >= capacity {
-            state.counters.rejectedAtCapacity += 1
-            logger.warning("refusing peer at capacity", ["capacity": "\(capacity)"])
+        if connections.countWithUpgrades >= budget.capacity {
+            rejectedAtCapacity += 1
+            logger.warning("refusing peer at capacity", ["capacity": "\(budget.capacity)"])
             return writeImmediate(wsi, .problem(503, code: "at_capacity", detail: "the server holds as many peers as it can",
                                                 headers: [("retry-after", "5")]))
         }
-        guard let delegate else { return -1 }
-        switch delegate.server(self, shouldUpgrade: request) {
+        guard let delegate = server.delegate else { return -1 }
+        switch delegate.server(server, shouldUpgrade: request) {
         case .accept(let context):
-            state.pendingUpgrades[wsi] = context
+            connections.pendingUpgrades[wsi] = context
             return 0
         case .reject(let response):
             return writeImmediate(wsi, response)
@@ -86,8 +107,8 @@ extension WebSocketServer {
     /// nothing after them on the connection may be read as another request. Returning -1 makes
     /// lws close the socket once what we wrote has gone out.
     func rejectAndClose(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Int32 {
-        state.counters.requestsRejected += 1
-        if let socket = state.sockets[wsi] {
+        requestsRejected += 1
+        if let socket = budget.socket(wsi) {
             socket.answered = true
             socket.idle = false
             socket.readingBody = false
@@ -115,8 +136,8 @@ extension WebSocketServer {
             return .problem(431, code: "headers_too_large",
                             detail: "the request head is limited to \(settings.maxHeaderBytes) bytes")
         }
-        if state.liveSockets > capacity, !Self.headroomPaths.contains(path) {
-            state.counters.rejectedAtCapacity += 1
+        if budget.liveSockets > budget.capacity, !WebSocketServer.headroomPaths.contains(path) {
+            rejectedAtCapacity += 1
             return .problem(503, code: "at_capacity", detail: "the server holds as many connections as it can",
                             headers: [("retry-after", "5")])
         }
@@ -143,40 +164,40 @@ extension WebSocketServer {
 
     // MARK: HTTP
 
-    func beginHTTP(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?, length: Int) -> Int32 {
-        state.sockets[wsi]?.idle = false
+    func beginHTTP(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?, length: Int, server: WebSocketServer) -> Int32 {
+        budget.socket(wsi)?.idle = false
         let path = input.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: max(0, length)), as: UTF8.self) } ?? "/"
         if let rejection = framingProblem(wsi, path: path, upgrade: false) { return rejectAndClose(wsi, rejection) }
         guard let method = requestMethod(wsi), var request = readRequest(wsi, method: method) else { return -1 }
         if length > 0 { request.path = path }
-        state.nextExchange += 1
-        let exchange = HTTPExchange(id: state.nextExchange, wsi: wsi, request: request)
-        if let previous = state.exchanges[wsi] { state.exchangesByID[previous.id] = nil }
-        state.exchanges[wsi] = exchange
-        state.exchangesByID[exchange.id] = exchange
+        nextExchange += 1
+        let exchange = HTTPExchange(id: nextExchange, wsi: wsi, request: request)
+        if let previous = exchanges[wsi] { exchangesByID[previous.id] = nil }
+        exchanges[wsi] = exchange
+        exchangesByID[exchange.id] = exchange
         // framingProblem has vouched for it: one plain decimal number, no Transfer-Encoding.
         let declaredLength = request.headers["content-length"].flatMap(HTTPFraming.contentLength) ?? 0
-        if declaredLength > 0, let socket = state.sockets[wsi], socket.served > 0,
+        if declaredLength > 0, let socket = budget.socket(wsi), socket.served > 0,
            LWS.tcpBytesReceived(wsi) == socket.bytesAtDispatch
         {
             // Nothing arrived since the previous request was handed to its route, before its
             // answer went out: this one had been pipelined behind it. lws 4.1.6 loops forever on the body of such a request
             // (BODY_COMPLETION repeated every turn; found by the http fuzz target), so the
             // connection closes before it, which RFC 9112 §9.3.2 lets clients recover from.
-            state.counters.requestsRejected += 1
+            requestsRejected += 1
             return -1
         }
         if declaredLength > settings.maxBodyBytes {
             exchange.bodyTooLarge = true
-            dispatchHTTP(exchange)
+            dispatchHTTP(exchange, server: server)
         } else if declaredLength == 0 {
-            dispatchHTTP(exchange)
-        } else if let socket = state.sockets[wsi] {
+            dispatchHTTP(exchange, server: server)
+        } else if let socket = budget.socket(wsi) {
             // The body arrives through HTTP_BODY and is dispatched on HTTP_BODY_COMPLETION. Until
             // then the socket holds a slot of the budget for a client that may never finish, so
             // it can be evicted like one that never sends its request (`evictOldestIdle`).
             exchange.bodyStartedAt = DispatchTime.now().uptimeNanoseconds
-            markEvictable(wsi, socket)
+            budget.markEvictable(wsi, socket)
             socket.readingBody = true
         }
         return 0
@@ -193,26 +214,26 @@ extension WebSocketServer {
         guard elapsed > Double(settings.httpBodyGraceSeconds),
               Double(exchange.bodyBytesReceived) < Double(minimum) * elapsed
         else { return nil }
-        state.counters.requestsTimedOut += 1
+        requestsTimedOut += 1
         return .problem(408, code: "body_too_slow",
                         detail: "request bodies must arrive at \(minimum) bytes per second or faster after \(settings.httpBodyGraceSeconds) s")
     }
 
-    func dispatchHTTP(_ exchange: HTTPExchange) {
+    func dispatchHTTP(_ exchange: HTTPExchange, server: WebSocketServer) {
         guard !exchange.dispatched else { return }
         exchange.dispatched = true
-        state.sockets[exchange.wsi]?.readingBody = false
-        state.sockets[exchange.wsi]?.bytesAtDispatch = LWS.tcpBytesReceived(exchange.wsi)
+        budget.socket(exchange.wsi)?.readingBody = false
+        budget.socket(exchange.wsi)?.bytesAtDispatch = LWS.tcpBytesReceived(exchange.wsi)
         if exchange.bodyTooLarge {
             respond(exchangeID: exchange.id, .problem(413, code: "body_too_large",
                                                       detail: "request bodies are limited to \(settings.maxBodyBytes) bytes"))
             return
         }
-        guard let delegate else {
+        guard let delegate = server.delegate else {
             respond(exchangeID: exchange.id, .problem(503, code: "unavailable", detail: "server is not ready"))
             return
         }
-        delegate.server(self, handle: exchange.request, responder: HTTPResponder(server: self, exchangeID: exchange.id))
+        delegate.server(server, handle: exchange.request, responder: HTTPResponder(server: server, exchangeID: exchange.id))
     }
 
     func writeHTTP(_ exchange: HTTPExchange, wsi: OpaquePointer) -> Int32 {
@@ -236,11 +257,11 @@ extension WebSocketServer {
     }
 
     func completeHTTP(_ exchange: HTTPExchange, wsi: OpaquePointer) -> Int32 {
-        state.exchanges[wsi] = nil
-        state.exchangesByID[exchange.id] = nil
-        if let socket = state.sockets[wsi] {
+        exchanges[wsi] = nil
+        exchangesByID[exchange.id] = nil
+        if let socket = budget.socket(wsi) {
             socket.served += 1
-            markIdle(wsi, socket)
+            budget.markIdle(wsi, socket, now: DispatchTime.now().uptimeNanoseconds, bytesReceived: LWS.tcpBytesReceived(wsi))
         }
         // Keep-alive: lws waits for the next request on this socket, or tells us to close it.
         return LWS.transactionCompleted(wsi) != 0 ? -1 : 0
@@ -250,11 +271,11 @@ extension WebSocketServer {
     func receiveBody(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?, length: Int) -> Int32 {
         // Evicted by the socket budget: lws re-arms its own body timer after every piece of
         // body, which would outlast the kill `evictOldestIdle` asked for.
-        if let socket = state.sockets[wsi], socket.evicted { return -1 }
+        if let socket = budget.socket(wsi), socket.evicted { return -1 }
         // A request already dispatched has no body to read. lws 4.1.6 can still deliver one for
         // it when requests are pipelined behind a bodiless POST, from a buffer it has already
         // freed (AddressSanitizer, found by the http fuzz target): never touch `input` then.
-        guard let exchange = state.exchanges[wsi], !exchange.dispatched, let input else { return 0 }
+        guard let exchange = exchanges[wsi], !exchange.dispatched, let input else { return 0 }
         if let rejection = bodyTooSlow(wsi, exchange, adding: length) {
             exchange.dispatched = true
             return rejectAndClose(wsi, rejection)
@@ -268,27 +289,27 @@ extension WebSocketServer {
     }
 
     /// LWS_CALLBACK_HTTP_BODY_COMPLETION: the body is in; the request goes to its route.
-    func bodyCompleted(_ wsi: OpaquePointer) {
-        guard let exchange = state.exchanges[wsi] else { return }
-        dispatchHTTP(exchange)
+    func bodyCompleted(_ wsi: OpaquePointer, server: WebSocketServer) {
+        guard let exchange = exchanges[wsi] else { return }
+        dispatchHTTP(exchange, server: server)
     }
 
     /// LWS_CALLBACK_HTTP_WRITEABLE: the next part of the answer.
     func httpWriteable(_ wsi: OpaquePointer) -> Int32 {
-        guard let exchange = state.exchanges[wsi] else { return 0 }
+        guard let exchange = exchanges[wsi] else { return 0 }
         return writeHTTP(exchange, wsi: wsi)
     }
 
     /// LWS_CALLBACK_CLOSED_HTTP: the exchange ends with its socket; a late answer is dropped.
     func httpClosed(_ wsi: OpaquePointer) {
-        state.pendingUpgrades[wsi] = nil
-        if let exchange = state.exchanges.removeValue(forKey: wsi) {
-            state.exchangesByID[exchange.id] = nil
+        connections.pendingUpgrades[wsi] = nil
+        if let exchange = exchanges.removeValue(forKey: wsi) {
+            exchangesByID[exchange.id] = nil
         }
     }
 
     func respond(exchangeID: UInt64, _ response: HTTPResponse) {
-        guard let exchange = state.exchangesByID[exchangeID], exchange.response == nil else { return }
+        guard let exchange = exchangesByID[exchangeID], exchange.response == nil else { return }
         exchange.response = response
         LWS.callbackOnWritable(exchange.wsi)
     }
@@ -297,27 +318,17 @@ extension WebSocketServer {
     /// socket for longer than `httpKeepAliveTimeoutSeconds`. Service thread only; called on every
     /// tick. lws arms timers for both, but under its libev loop (lws 4.1.6) a timer armed while
     /// its loop timer waits for a later one fires only with that later one, seconds or minutes late.
-    public func expireHTTPDeadlines() {
-        let now = DispatchTime.now().uptimeNanoseconds
+    func expireDeadlines() {
         let second: UInt64 = 1_000_000_000
-        let header = UInt64(settings.httpHeaderTimeoutSeconds) * second
-        let keepAlive = UInt64(settings.httpKeepAliveTimeoutSeconds) * second
-        var expired: [(OpaquePointer, AcceptedSocket, Bool)] = []
-        for (wsi, socket) in state.sockets where socket.idle && !socket.closed && !socket.evicted {
-            let waited = now &- socket.idleSince
-            if socket.served == 0 {
-                if waited > header { expired.append((wsi, socket, true)) }
-            } else if waited > keepAlive {
-                // A keep-alive request that has begun arriving gets its header time too.
-                let started = LWS.tcpBytesReceived(wsi) != socket.bytesAtIdle
-                if !started || waited > keepAlive + header { expired.append((wsi, socket, started)) }
-            }
-        }
-        for (wsi, socket, headLate) in expired where !socket.closed {
-            if headLate { state.counters.requestsRejected += 1 }
+        let late = budget.lateSockets(now: DispatchTime.now().uptimeNanoseconds,
+                                      headerTimeout: UInt64(settings.httpHeaderTimeoutSeconds) * second,
+                                      keepAliveTimeout: UInt64(settings.httpKeepAliveTimeoutSeconds) * second,
+                                      bytesReceived: LWS.tcpBytesReceived)
+        for (wsi, socket, headLate) in late where !socket.closed {
+            if headLate { requestsRejected += 1 }
             socket.answered = true
             socket.idle = false
-            shutDownForClose(wsi)
+            WebSocketServer.shutDownForClose(wsi)
             LWS.killNow(wsi)
         }
     }

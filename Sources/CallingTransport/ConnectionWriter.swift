@@ -3,14 +3,67 @@ import CallingProtocol
 import Foundation
 
 /// The connection writer: what the delegate sends is queued per connection, framed (through
-/// `WebSocketFraming`, the one frame-header writer) and written once a wake-up's callbacks are done
+/// `WebSocketFraming`, the one frame writer) and written once a wake-up's callbacks are done
 /// or from the connection's WRITEABLE; slow consumers are closed; the closing handshake's Close and
-/// the keep-alive's PING go out here.
-extension WebSocketServer {
+/// the keep-alive's PING go out here. Owns the flush list, the write buffer and the write counters;
+/// takes connections, never ids (the server looks them up in `WebSocketConnections`). Service
+/// thread only.
+///
+/// `@exclusivity(unchecked)` on what a relayed frame touches, for the reason given at
+/// `WebSocketConnections`.
+final class ConnectionWriter {
+    let settings: TransportSettings
+    let logger: Logger
+    /// Runs `flushDeferred` after the callbacks of a wake-up (see `requestWritable`). Lives as long
+    /// as the server, which outlives its lws context.
+    private(set) lazy var flushCall = LWSDeferredCall { [unowned self] in flushDeferred() }
+    /// Connections with something to write once this wake-up's callbacks are done (each listed
+    /// once: `WSConnection.flushListed`), and the list being written, swapped so that a write that
+    /// lists its connection again lists it for the next flush.
+    @exclusivity(unchecked) private var flushList: [WSConnection] = []
+    @exclusivity(unchecked) private var flushing: [WSConnection] = []
+    /// Events handled since the last flush (`countTowardsFlush`).
+    @exclusivity(unchecked) private var framesSinceFlush = 0
+    private var writeStorage: UnsafeMutableRawPointer?
+    private var writeStorageCapacity = 0
+
+    /// Its share of `TransportCounters`.
+    @exclusivity(unchecked) private(set) var framesOut = 0
+    @exclusivity(unchecked) private(set) var bytesOut = 0
+    @exclusivity(unchecked) private(set) var writesFlushed = 0
+    @exclusivity(unchecked) private(set) var writesOnWriteable = 0
+    private(set) var closedSlowConsumer = 0
+
+    init(settings: TransportSettings, logger: Logger) {
+        self.settings = settings
+        self.logger = logger
+    }
+
+    deinit { writeStorage?.deallocate() }
+
+    /// Scratch space for one coalesced write, at least `capacity` bytes; reused from write to write
+    /// (lws copies whatever the socket does not take before `lws_write` returns).
+    private func writeBuffer(capacity: Int) -> UnsafeMutableRawPointer {
+        if let writeStorage, writeStorageCapacity >= capacity { return writeStorage }
+        writeStorage?.deallocate()
+        let storage = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
+        writeStorage = storage
+        writeStorageCapacity = capacity
+        return storage
+    }
+
+    /// One more event handled (an inbound frame, an upgrade, a posted piece of work) while the
+    /// loop may keep finding more: after `flushAfterFrames` of them, what they queued is written.
+    @inline(__always)
+    func countTowardsFlush() {
+        framesSinceFlush += 1
+        if framesSinceFlush > settings.flushAfterFrames, !flushList.isEmpty { flushDeferred() }
+    }
+
     /// Queues `message` for `connection`. A connection whose queue passes `maxQueueBytes` is closed
     /// as a slow consumer from its own WRITEABLE callback (docs/architecture.md, "The lws #2889 guards").
-    public func send(_ message: OutboundMessage, to connection: ConnectionID) {
-        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
+    func send(_ message: OutboundMessage, to conn: WSConnection, _ connection: ConnectionID) {
+        guard conn.closeCode == nil else { return }
         conn.queue.append(message)
         conn.queuedBytes += message.count
         queued(conn, connection)
@@ -22,23 +75,19 @@ extension WebSocketServer {
     /// order, limits and slow-consumer close as `send(_:to:)`: the bytes are pending only while
     /// nothing is queued before them, and a frame that arrives behind queued messages (or would
     /// take the pending bytes past `maxCoalescedBytes`) is queued as a message instead.
-    public func send(count: Int, to connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
-        // Borrowed from the table, not copied out of it (a retain and a release per relayed
-        // frame): nothing below removes a connection from `connections`.
-        guard let entry = state.connections.unretained(for: connection.rawValue) else { return }
-        entry._withUnsafeGuaranteedRef { conn in
-            guard conn.closeCode == nil else { return }
-            let framed = count + WebSocketFraming.headerSize(length: count)
-            guard conn.queue.isEmpty, conn.pendingUsed + framed <= settings.maxCoalescedBytes else {
-                return send(OutboundMessage(count: count, writing: write), to: connection)
-            }
-            let start = conn.reservePending(framed)
-            let header = WebSocketFraming.writeHeader(.text, length: count, into: start)
-            write((start + header).assumingMemoryBound(to: UInt8.self))
-            conn.notePending(framed: framed, payload: count)
-            conn.queuedBytes += count
-            queued(conn, connection)
+    @inline(__always)
+    func send(count: Int, to conn: WSConnection, _ connection: ConnectionID, writing write: (UnsafeMutablePointer<UInt8>) -> Void) {
+        guard conn.closeCode == nil else { return }
+        let framed = count + WebSocketFraming.headerSize(length: count)
+        guard conn.queue.isEmpty, conn.pendingUsed + framed <= settings.maxCoalescedBytes else {
+            return send(OutboundMessage(count: count, writing: write), to: conn, connection)
         }
+        let start = conn.reservePending(framed)
+        let header = WebSocketFraming.writeHeader(.text, length: count, into: start)
+        write((start + header).assumingMemoryBound(to: UInt8.self))
+        conn.notePending(framed: framed, payload: count)
+        conn.queuedBytes += count
+        queued(conn, connection)
     }
 
     /// After a frame was queued: closes a connection whose queue passed `maxQueueBytes`, else has
@@ -50,7 +99,7 @@ extension WebSocketServer {
             conn.dropPending()
             conn.queuedBytes = 0
             conn.closeCode = CloseCode.slowConsumer.rawValue
-            state.counters.closedSlowConsumer += 1
+            closedSlowConsumer += 1
             logger.warning("closing slow consumer", ["conn": "\(connection)", "max_queue_bytes": "\(settings.maxQueueBytes)"])
             // It has already shown it does not read: no point waiting long for a Close answer.
             armCloseDeadline(conn, seconds: 1)
@@ -67,7 +116,7 @@ extension WebSocketServer {
         if conn.writablePending || conn.flushListed { return }
         if conn.closeCode != nil { return requestWritableCallback(conn) }
         conn.flushListed = true
-        state.flushList.append(conn)
+        flushList.append(conn)
         flushCall.schedule(on: conn.wsi)
     }
 
@@ -88,9 +137,9 @@ extension WebSocketServer {
     /// lws still decides when a socket is full: while it holds part of an earlier write, or once a
     /// connection is closing, the connection waits for its WRITEABLE instead.
     func flushDeferred() {
-        swap(&state.flushList, &state.flushing)
-        state.framesSinceFlush = 0
-        for conn in state.flushing {
+        swap(&flushList, &flushing)
+        framesSinceFlush = 0
+        for conn in flushing {
             conn.flushListed = false
             guard !conn.closed, !conn.writablePending else { continue }
             if conn.closeCode != nil || LWS.hasBufferedOutput(conn.wsi) {
@@ -98,15 +147,15 @@ extension WebSocketServer {
                 continue
             }
             if conn.pendingUsed == 0, conn.queue.isEmpty, !conn.pingDue { continue }
-            state.counters.writesFlushed += 1
+            writesFlushed += 1
             if writeNext(conn, wsi: conn.wsi) < 0 { LWS.killAsync(conn.wsi) }
         }
-        state.flushing.removeAll(keepingCapacity: state.flushing.capacity <= 4_096)
+        flushing.removeAll(keepingCapacity: flushing.capacity <= 4_096)
     }
 
     /// Closes after the frames already queued have been written.
-    public func close(_ connection: ConnectionID, code: CloseCode) {
-        guard let conn = state.connections[connection.rawValue], conn.closeCode == nil else { return }
+    func close(_ conn: WSConnection, code: CloseCode) {
+        guard conn.closeCode == nil else { return }
         conn.closeCode = code.rawValue
         armCloseDeadline(conn)
         requestWritable(conn)
@@ -124,10 +173,10 @@ extension WebSocketServer {
     /// of an earlier write).
     @inline(__always)
     func writeable(_ wsi: OpaquePointer, user: UnsafeMutableRawPointer?) -> Int32 {
-        guard let user, let conn = Self.connection(user) else { return 0 }
+        guard let user, let conn = WebSocketConnections.connection(user) else { return 0 }
         conn.writablePending = false
         if !conn.closeFrameSent, conn.closeCode != nil || conn.pendingUsed > 0 || !conn.queue.isEmpty || conn.pingDue {
-            state.counters.writesOnWriteable += 1
+            writesOnWriteable += 1
         }
         return writeNext(conn, wsi: wsi)
     }
@@ -144,8 +193,8 @@ extension WebSocketServer {
             let length = conn.pendingUsed
             let start = conn.pendingFramesStart.assumingMemoryBound(to: UInt8.self)
             guard LWS.write(wsi, start, length, .http) >= length else { return -1 }
-            state.counters.framesOut += conn.pendingFrames
-            state.counters.bytesOut += length
+            framesOut += conn.pendingFrames
+            bytesOut += length
             conn.queuedBytes -= conn.pendingPayloadBytes
             conn.dropPending()
             if !conn.queue.isEmpty || conn.closeCode != nil { requestWritable(conn) }
@@ -156,8 +205,8 @@ extension WebSocketServer {
         let written: Int32
         if conn.queue.isEmpty {
             written = LWS.write(wsi, first.payloadPointer, first.count, .text) < first.count ? -1 : 0
-            state.counters.framesOut += 1
-            state.counters.bytesOut += first.count
+            framesOut += 1
+            bytesOut += first.count
         } else {
             written = writeCoalesced(first, conn, wsi: wsi)
         }
@@ -172,22 +221,14 @@ extension WebSocketServer {
     /// a reset and reports 1006 instead of the code we meant (fatal for terminal codes such as
     /// 4400, which SDKs must see to stop reconnecting). The close deadline still bounds the wait.
     func sendCloseFrame(_ code: UInt16, _ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
-        // A control frame's payload is at most 125 bytes (RFC 6455 §5.5): the code, then the reason.
-        let reason = (CloseCode(rawValue: code)?.reason ?? "").utf8.prefix(123)
         conn.closeFrameSent = true
         conn.queue.removeAll()
         conn.dropPending()
         conn.queuedBytes = 0
         armCloseDeadline(conn, seconds: code == CloseCode.slowConsumer.rawValue ? 1 : nil)
-        let buffer = state.writeBuffer(capacity: OutboundMessage.headroom + WebSocketFraming.maxHeaderBytes + 125)
+        let buffer = writeBuffer(capacity: OutboundMessage.headroom + WebSocketFraming.maxCloseFrameBytes)
         let start = buffer + OutboundMessage.headroom
-        var length = WebSocketFraming.writeHeader(.close, length: 2 + reason.count, into: start)
-        start.storeBytes(of: code.bigEndian, toByteOffset: length, as: UInt16.self)
-        length += 2
-        for byte in reason {
-            start.storeBytes(of: byte, toByteOffset: length, as: UInt8.self)
-            length += 1
-        }
+        let length = WebSocketFraming.writeClose(code: code, reason: CloseCode(rawValue: code)?.reason ?? "", into: start)
         return LWS.write(wsi, start.assumingMemoryBound(to: UInt8.self), length, .http) < length ? -1 : 0
     }
 
@@ -197,10 +238,10 @@ extension WebSocketServer {
     /// server never sees.
     func sendPing(_ conn: WSConnection, wsi: OpaquePointer) -> Int32 {
         conn.pingDue = false
-        let buffer = state.writeBuffer(capacity: OutboundMessage.headroom + WebSocketFraming.maxHeaderBytes + 8)
+        let buffer = writeBuffer(capacity: OutboundMessage.headroom + WebSocketFraming.maxHeaderBytes + 8)
         let start = buffer + OutboundMessage.headroom
         let header = WebSocketFraming.writeHeader(.ping, length: 8, into: start)  // RFC 6455 §5.5.2
-        start.storeBytes(of: UInt64(Self.milliseconds()).bigEndian, toByteOffset: header, as: UInt64.self)
+        start.storeBytes(of: UInt64(WebSocketServer.milliseconds()).bigEndian, toByteOffset: header, as: UInt64.self)
         let length = header + 8
         guard LWS.write(wsi, start.assumingMemoryBound(to: UInt8.self), length, .http) >= length else { return -1 }
         if conn.pendingUsed > 0 || !conn.queue.isEmpty || conn.closeCode != nil { requestWritable(conn) }
@@ -215,7 +256,7 @@ extension WebSocketServer {
         // Framed straight into the service thread's write buffer as the messages are taken off the
         // queue: no batch array and no buffer allocated per write (a fan-out writes once per
         // recipient per wake-up).
-        let buffer = state.writeBuffer(capacity: OutboundMessage.headroom + max(settings.maxCoalescedBytes, first.count + 10))
+        let buffer = writeBuffer(capacity: OutboundMessage.headroom + max(settings.maxCoalescedBytes, first.count + 10))
         var offset = OutboundMessage.headroom
         var frames = 0
         var next: OutboundMessage? = first
@@ -233,8 +274,8 @@ extension WebSocketServer {
         let length = offset - OutboundMessage.headroom
         let start = (buffer + OutboundMessage.headroom).assumingMemoryBound(to: UInt8.self)
         guard LWS.write(wsi, start, length, .http) >= length else { return -1 }
-        state.counters.framesOut += frames
-        state.counters.bytesOut += length
+        framesOut += frames
+        bytesOut += length
         return 0
     }
 }
