@@ -72,7 +72,7 @@ final class ConnectionWriter {
     /// Queues one frame of `count` bytes for `connection` alone (an addressed relay), which `write`
     /// puts in place: framed straight into the connection's pending bytes, which its next write
     /// (`writeNext`) writes at once, so no message is allocated, queued and copied per frame. Same
-    /// order, limits and slow-consumer close as `send(_:to:)`: the bytes are pending only while
+    /// order, limits and slow-consumer close as `send(_:to:_:)`: the bytes are pending only while
     /// nothing is queued before them, and a frame that arrives behind queued messages (or would
     /// take the pending bytes past `maxCoalescedBytes`) is queued as a message instead.
     @inline(__always)
@@ -188,7 +188,7 @@ final class ConnectionWriter {
         }
         if conn.pingDue { return sendPing(conn, wsi: wsi) }
         if conn.pendingUsed > 0 {
-            // Older than anything queued (see `send(count:to:writing:)`): these go first, in one
+            // Older than anything queued (see `send(count:to:_:writing:)`): these go first, in one
             // write, as a coalesced batch would.
             let length = conn.pendingUsed
             let start = conn.pendingFramesStart.assumingMemoryBound(to: UInt8.self)

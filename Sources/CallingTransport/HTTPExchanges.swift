@@ -195,7 +195,7 @@ final class HTTPExchanges {
         } else if let socket = budget.socket(wsi) {
             // The body arrives through HTTP_BODY and is dispatched on HTTP_BODY_COMPLETION. Until
             // then the socket holds a slot of the budget for a client that may never finish, so
-            // it can be evicted like one that never sends its request (`evictOldestIdle`).
+            // it can be evicted like one that never sends its request (`SocketBudget.evictOldestWaiting`).
             exchange.bodyStartedAt = DispatchTime.now().uptimeNanoseconds
             budget.markEvictable(wsi, socket)
             socket.readingBody = true
@@ -270,7 +270,7 @@ final class HTTPExchanges {
     /// LWS_CALLBACK_HTTP_BODY: a piece of the request's body.
     func receiveBody(_ wsi: OpaquePointer, input: UnsafeMutableRawPointer?, length: Int) -> Int32 {
         // Evicted by the socket budget: lws re-arms its own body timer after every piece of
-        // body, which would outlast the kill `evictOldestIdle` asked for.
+        // body, which would outlast the kill the budget asked for (`SocketBudget.evictOldestWaiting`).
         if let socket = budget.socket(wsi), socket.evicted { return -1 }
         // A request already dispatched has no body to read. lws 4.1.6 can still deliver one for
         // it when requests are pipelined behind a bodiless POST, from a buffer it has already

@@ -230,7 +230,7 @@ package final class AcceptedSocket {
     var idleSerial: UInt64 = 0
     /// Requests answered on it so far (keep-alive).
     package var served = 0
-    /// TCP bytes received when its last request went to its route (see `HTTPExchanges.begin`: pipelining).
+    /// TCP bytes received when its last request went to its route (see `HTTPExchanges.beginHTTP`: pipelining).
     var bytesAtDispatch: UInt64 = 0
     /// TCP bytes received when it last became idle (see `SocketBudget.headerOverflowCulprit`).
     package var bytesAtIdle: UInt64 = 0

@@ -2,7 +2,7 @@ import CallingProtocol
 import Foundation
 
 /// One open WebSocket. Its properties are unchecked for exclusivity for the reason given at
-/// `ServiceState`: service thread only, touched per frame.
+/// `WebSocketConnections`: service thread only, touched per frame.
 final class WSConnection {
     let wsi: OpaquePointer
     @exclusivity(unchecked) var queue = FIFO<OutboundMessage>()
@@ -16,7 +16,7 @@ final class WSConnection {
     @exclusivity(unchecked) var closeFrameSent = false
     /// A WRITEABLE callback has been asked for and has not come yet.
     @exclusivity(unchecked) var writablePending = false
-    /// In `ServiceState.flushList`.
+    /// In `ConnectionWriter.flushList`.
     @exclusivity(unchecked) var flushListed = false
     /// The keep-alive's PING goes out with the next write (`sendPing`).
     @exclusivity(unchecked) var pingDue = false

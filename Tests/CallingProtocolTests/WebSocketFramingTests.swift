@@ -46,4 +46,21 @@ final class WebSocketFramingTests: XCTestCase {
         WebSocketFraming.appendHeader(.pong, length: 1, mask: key, to: &appended)
         XCTAssertEqual(appended, [0xEE, 0x8A, 0x81, 1, 2, 3, 4])
     }
+
+    private func close(_ code: UInt16, _ reason: String) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: WebSocketFraming.maxCloseFrameBytes)
+        let size = bytes.withUnsafeMutableBytes { WebSocketFraming.writeClose(code: code, reason: reason, into: $0.baseAddress!) }
+        return Array(bytes.prefix(size))
+    }
+
+    func test_a_close_frame_carries_its_code_big_endian_then_its_reason() {
+        XCTAssertEqual(close(4400, "gone"), [0x88, 6, 0x11, 0x30] + Array("gone".utf8))
+        XCTAssertEqual(close(1000, ""), [0x88, 2, 0x03, 0xE8])
+    }
+
+    func test_a_close_frames_reason_is_cut_to_the_125_bytes_a_control_frame_holds() {
+        let frame = close(1011, String(repeating: "x", count: 200))
+        XCTAssertEqual(frame.count, WebSocketFraming.maxCloseFrameBytes)
+        XCTAssertEqual(Array(frame.prefix(4)), [0x88, 125, 0x03, 0xF3])
+    }
 }
