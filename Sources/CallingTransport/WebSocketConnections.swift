@@ -49,7 +49,7 @@ final class WebSocketConnections {
 
     // MARK: WebSocket events (service thread)
 
-    /// LWS_CALLBACK_ESTABLISHED: the upgrade `confirmUpgrade` accepted is done; the connection gets
+    /// LWS_CALLBACK_ESTABLISHED: the upgrade `HTTPExchanges.confirmUpgrade` accepted is done; the connection gets
     /// its id and the delegate hears of it.
     func opened(_ wsi: OpaquePointer, user: UnsafeMutableRawPointer?, server: WebSocketServer,
                 delegate: (any WebSocketServerDelegate)?) -> Int32
@@ -65,7 +65,7 @@ final class WebSocketConnections {
         let id = ConnectionID(.socket, serial: nextConnection)
         let conn = WSConnection(wsi: wsi)
         // The connection's own state is reached from the callbacks' `user` memory from now on
-        // (unretained; `connections` owns it, and `connectionClosed` clears the pointer before letting
+        // (unretained; `table` owns it, and `connectionClosed` clears the pointer before letting
         // go). Its socket no longer needs the HTTP bookkeeping: only the budget's count.
         LWSSession.store(user, id: id.rawValue, object: Unmanaged.passUnretained(conn).toOpaque())
         table.insert(conn, for: id.rawValue)
@@ -87,7 +87,7 @@ final class WebSocketConnections {
         // they go out from here.
         writer.countTowardsFlush()
         // Borrowed for the call, not retained and released around it (one pair of atomic
-        // operations per inbound frame): `connections` owns the connection until its CLOSED
+        // operations per inbound frame): `table` owns the connection until its CLOSED
         // callback, and lws runs no other callback of this wsi, CLOSED included, from inside
         // this one. Nothing the transport calls from here closes a wsi on the spot (`close`
         // and `killAsync` both wait for a later turn of the loop).
