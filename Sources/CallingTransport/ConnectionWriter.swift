@@ -24,15 +24,15 @@ final class ConnectionWriter {
     @exclusivity(unchecked) private var flushing: [WSConnection] = []
     /// Events handled since the last flush (`countTowardsFlush`).
     @exclusivity(unchecked) private var framesSinceFlush = 0
-    private var writeStorage: UnsafeMutableRawPointer?
-    private var writeStorageCapacity = 0
+    @exclusivity(unchecked) private var writeStorage: UnsafeMutableRawPointer?
+    @exclusivity(unchecked) private var writeStorageCapacity = 0
 
     /// Its share of `TransportCounters`.
     @exclusivity(unchecked) private(set) var framesOut = 0
     @exclusivity(unchecked) private(set) var bytesOut = 0
     @exclusivity(unchecked) private(set) var writesFlushed = 0
     @exclusivity(unchecked) private(set) var writesOnWriteable = 0
-    private(set) var closedSlowConsumer = 0
+    @exclusivity(unchecked) private(set) var closedSlowConsumer = 0
 
     init(settings: TransportSettings, logger: Logger) {
         self.settings = settings

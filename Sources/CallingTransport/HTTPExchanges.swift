@@ -6,20 +6,21 @@ import Foundation
 /// route sees them, handed to the delegate, and answered (in chunks, keep-alive) from the
 /// responder's answer; the WebSocket upgrade's checks; and the deadlines of heads and idle
 /// keep-alive sockets. Owns the exchanges in flight and the HTTP counters; reads the socket
-/// budget's bookkeeping of each socket and the connections' count. Service thread only.
+/// budget's bookkeeping of each socket and the connections' count. Service thread only; its stored
+/// properties are unchecked for exclusivity for the reason given at `WebSocketConnections`.
 final class HTTPExchanges {
     let settings: TransportSettings
     let logger: Logger
     let budget: SocketBudget<OpaquePointer>
     let connections: WebSocketConnections
-    private var exchanges: [OpaquePointer: HTTPExchange] = [:]
-    private var exchangesByID: [UInt64: HTTPExchange] = [:]
-    private var nextExchange: UInt64 = 0
+    @exclusivity(unchecked) private var exchanges: [OpaquePointer: HTTPExchange] = [:]
+    @exclusivity(unchecked) private var exchangesByID: [UInt64: HTTPExchange] = [:]
+    @exclusivity(unchecked) private var nextExchange: UInt64 = 0
 
     /// Its share of `TransportCounters`.
-    private(set) var rejectedAtCapacity = 0
-    private(set) var requestsRejected = 0
-    private(set) var requestsTimedOut = 0
+    @exclusivity(unchecked) private(set) var rejectedAtCapacity = 0
+    @exclusivity(unchecked) private(set) var requestsRejected = 0
+    @exclusivity(unchecked) private(set) var requestsTimedOut = 0
 
     init(settings: TransportSettings, logger: Logger, budget: SocketBudget<OpaquePointer>, connections: WebSocketConnections) {
         self.settings = settings

@@ -6,7 +6,9 @@ import Foundation
 /// socket. Pure: it performs no I/O and reads no clock; what lws must do (close a socket, shut it
 /// down first) comes back as an `Eviction`, and the server's thin driver
 /// (WebSocketServer+SocketBudget.swift) does it. Service thread only. Generic over the socket's
-/// key so its unit tests (SocketBudgetTests) need no lws handle.
+/// key so its unit tests (SocketBudgetTests) need no lws handle. Its stored properties are unchecked
+/// for exclusivity for the reason given at `WebSocketConnections`: each accept, request and close
+/// touches several, and the run-time check is a thread-local lookup per access.
 package final class SocketBudget<Socket: Hashable> {
     /// A socket the budget dropped: lws must close it, shut down both ways first when it was in
     /// the middle of its body (`WebSocketServer.shutDownForClose`).
@@ -28,33 +30,33 @@ package final class SocketBudget<Socket: Hashable> {
     }
 
     /// Accepted sockets of every kind this process allows at once; set at start.
-    package var limit = 0
+    @exclusivity(unchecked) package var limit = 0
     /// What peers and ordinary requests may use: `limit` minus the `/healthz` headroom.
-    package var capacity = 0
+    @exclusivity(unchecked) package var capacity = 0
 
     /// Every socket lws accepted and has not destroyed yet, until it becomes a WebSocket.
-    package private(set) var sockets: [Socket: AcceptedSocket] = [:]
+    @exclusivity(unchecked) package private(set) var sockets: [Socket: AcceptedSocket] = [:]
     /// Established WebSockets lws has not destroyed yet: they left `sockets` (and the idle
     /// order) when they were established (`upgraded`), since an open WebSocket needs none of the HTTP
     /// bookkeeping.
-    package private(set) var upgradedSockets = 0
+    @exclusivity(unchecked) package private(set) var upgradedSockets = 0
     /// Sockets evicted whose close has not completed yet (still in `sockets`).
-    package private(set) var evictedOpen = 0
+    @exclusivity(unchecked) package private(set) var evictedOpen = 0
     /// Sockets waiting for a request or a body, oldest first (entries go stale; see `evictOldestWaiting`).
-    private var idleOrder = FIFO<(Socket, UInt64, AcceptedSocket)>()
-    private var nextSocket: UInt64 = 0
-    private var nextIdle: UInt64 = 0
+    @exclusivity(unchecked) private var idleOrder = FIFO<(Socket, UInt64, AcceptedSocket)>()
+    @exclusivity(unchecked) private var nextSocket: UInt64 = 0
+    @exclusivity(unchecked) private var nextIdle: UInt64 = 0
     /// TLS connections: false while their handshake runs, true once it is done.
-    private var tlsHandshakes: [Socket: Bool] = [:]
+    @exclusivity(unchecked) private var tlsHandshakes: [Socket: Bool] = [:]
     /// What happened since the last "socket budget full" line.
-    package private(set) var pressure = Pressure(lastLog: .distantPast)
+    @exclusivity(unchecked) package private(set) var pressure = Pressure(lastLog: .distantPast)
 
     /// Connections closed at accept because the budget was spent.
-    package private(set) var refusedCount = 0
+    @exclusivity(unchecked) package private(set) var refusedCount = 0
     /// Sockets dropped to make room.
-    package private(set) var evictedCount = 0
+    @exclusivity(unchecked) package private(set) var evictedCount = 0
     /// TLS connections destroyed before their handshake completed.
-    package private(set) var tlsHandshakeFailures = 0
+    @exclusivity(unchecked) package private(set) var tlsHandshakeFailures = 0
 
     package init() {}
 

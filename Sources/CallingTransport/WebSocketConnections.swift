@@ -7,12 +7,12 @@ import Foundation
 /// reported with how it ended. Owns the table of open connections, the upgrades accepted and not
 /// yet established, and the client Close codes until CLOSED. Service thread only.
 ///
-/// `@exclusivity(unchecked)` on the properties touched once or more per delivered frame: each
-/// access to a class's stored property is otherwise checked at run time for overlapping access
-/// (`swift_beginAccess`/`swift_endAccess`, a thread-local lookup each), several per fan-out
-/// delivery. They are only touched on the service thread, and no access to them is held across a
-/// call that could reach them again (delegate calls happen after the lookup returns), so there is
-/// nothing for the check to find. The same holds for `ConnectionWriter` and `WSConnection`.
+/// `@exclusivity(unchecked)` on its stored properties: each access to a class's stored property is
+/// otherwise checked at run time for overlapping access (`swift_beginAccess`/`swift_endAccess`, a
+/// thread-local lookup each), several per fan-out delivery and per join. They are only touched on
+/// the service thread, and no access to them is held across a call that could reach them again
+/// (delegate calls happen after the lookup returns), so there is nothing for the check to find. The
+/// same holds for `ConnectionWriter`, `SocketBudget`, `HTTPExchanges` and `WSConnection`.
 final class WebSocketConnections {
     let settings: TransportSettings
     /// Where what a connection sends or answers is written.
@@ -23,20 +23,20 @@ final class WebSocketConnections {
     /// Open WebSockets by connection id (ids count up from 1 and are never reused).
     @exclusivity(unchecked) var table = IDTable<WSConnection>()
     /// Upgrades the delegate accepted, with its context, until ESTABLISHED (or the socket's end).
-    var pendingUpgrades: [OpaquePointer: any Sendable] = [:]
-    private var nextConnection: UInt64 = 0
+    @exclusivity(unchecked) var pendingUpgrades: [OpaquePointer: any Sendable] = [:]
+    @exclusivity(unchecked) private var nextConnection: UInt64 = 0
     /// The code of each client Close frame received, until its connection's CLOSED.
-    private var peerCloses: [UInt64: UInt16] = [:]
+    @exclusivity(unchecked) private var peerCloses: [UInt64: UInt16] = [:]
     /// `stop` has begun: no upgrade is accepted, and `onDrained` runs when the last connection goes.
-    var shuttingDown = false
-    var onDrained: (() -> Void)?
+    @exclusivity(unchecked) var shuttingDown = false
+    @exclusivity(unchecked) var onDrained: (() -> Void)?
     /// Set when the loop starts (`WebSocketServer.runLoop`).
-    var keepAlive: KeepAliveSchedule?
-    private var keepAliveActions: [KeepAliveSchedule.Action] = []
+    @exclusivity(unchecked) var keepAlive: KeepAliveSchedule?
+    @exclusivity(unchecked) private var keepAliveActions: [KeepAliveSchedule.Action] = []
 
     /// Its share of `TransportCounters`.
-    private(set) var accepted = 0
-    private(set) var oversizeMessages = 0
+    @exclusivity(unchecked) private(set) var accepted = 0
+    @exclusivity(unchecked) private(set) var oversizeMessages = 0
 
     init(settings: TransportSettings, writer: ConnectionWriter, budget: SocketBudget<OpaquePointer>) {
         self.settings = settings

@@ -155,7 +155,7 @@ public final class WebSocketServer: @unchecked Sendable {
     let http: HTTPExchanges
 
     /// What the service thread took from the inbox last, kept for its storage (`drainInbox`).
-    var drained: [@Sendable () -> Void] = []
+    @exclusivity(unchecked) var drained: [@Sendable () -> Void] = []
     /// A keep-alive tick is posted and has not run yet (`startKeepAliveTicker`).
     let keepAliveTickQueued = Atomic<Bool>(false)
     let loopCallbacks = Atomic<Int64>(0)
