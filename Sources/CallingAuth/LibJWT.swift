@@ -93,6 +93,10 @@ struct JWTHandle: ~Copyable {
         try check(jwt_add_grant_int(raw, name, value), "jwt_add_grant_int")
     }
 
+    func addGrant(_ name: String, _ value: Bool) throws(LibJWTError) {
+        try check(jwt_add_grant_bool(raw, name, value ? 1 : 0), "jwt_add_grant_bool")
+    }
+
     /// Signs and serialises the token (`jwt_encode_str`).
     func encode() throws(LibJWTError) -> String {
         let encoded = jwt_encode_str(raw)

@@ -33,6 +33,8 @@ public struct PeerTokenClaims: Sendable, Equatable {
     /// `max_peers`: the seat limit of the token's room for this joiner (0 = unlimited); absent means
     /// the server's `max_peers_per_room`.
     public var maxPeers: Int?
+    /// `moderator`: the peer may delete anyone's chat messages in the room. Absent means false.
+    public var moderator: Bool
 
     public init(
         sub: PeerID,
@@ -46,8 +48,10 @@ public struct PeerTokenClaims: Sendable, Equatable {
         expiresAt: Date,
         notBefore: Date? = nil,
         tokenID: String? = nil,
-        maxPeers: Int? = nil
+        maxPeers: Int? = nil,
+        moderator: Bool = false
     ) {
+        self.moderator = moderator
         self.sub = sub
         self.roomID = roomID
         self.callID = callID
@@ -77,6 +81,7 @@ enum ClaimName {
     static let notBefore = "nbf"
     static let tokenID = "jti"
     static let maxPeers = "max_peers"
+    static let moderator = "moderator"
 }
 
 extension PeerTokenClaims {
@@ -104,6 +109,12 @@ extension PeerTokenClaims {
         case .double(let value)? where value >= 0 && value <= 1_000_000 && value.rounded() == value: maxPeers = Int(value)
         default: throw .invalidClaim(ClaimName.maxPeers)
         }
+        var moderator = false
+        switch read.moderator {
+        case nil, .null?: break
+        case .bool(let flag)?: moderator = flag
+        default: throw .invalidClaim(ClaimName.moderator)
+        }
         self.init(
             sub: PeerID(subject),
             roomID: roomID.map { RoomID($0) },
@@ -116,7 +127,8 @@ extension PeerTokenClaims {
             expiresAt: expiry,
             notBefore: notBefore,
             tokenID: tokenID,
-            maxPeers: maxPeers
+            maxPeers: maxPeers,
+            moderator: moderator
         )
     }
 
@@ -200,6 +212,7 @@ struct ClaimValues {
     var notBefore: JSONValue?
     var tokenID: JSONValue?
     var maxPeers: JSONValue?
+    var moderator: JSONValue?
 
     init(_ payload: TokenObject) {
         for member in payload.members {
@@ -230,7 +243,11 @@ struct ClaimValues {
                 default: break
                 }
             case 9:
-                if member.name == ClaimName.maxPeers { maxPeers = value }
+                switch member.name {
+                case ClaimName.maxPeers: maxPeers = value
+                case ClaimName.moderator: moderator = value
+                default: break
+                }
             default:
                 break
             }

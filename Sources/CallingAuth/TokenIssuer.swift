@@ -63,6 +63,7 @@ public struct TokenIssuer: Sendable {
             if let notBefore { try jwt.addGrant(ClaimName.notBefore, notBefore) }
             if let tokenID = claims.tokenID { try jwt.addGrant(ClaimName.tokenID, tokenID) }
             if let maxPeers = claims.maxPeers { try jwt.addGrant(ClaimName.maxPeers, maxPeers) }
+            if claims.moderator { try jwt.addGrant(ClaimName.moderator, true) }
             try jwt.setAlgorithm(algorithm.libjwt, key: key)
             return try jwt.encode()
         } catch {

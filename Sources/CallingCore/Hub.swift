@@ -14,9 +14,12 @@ public struct PeerIdentity: Sendable, Equatable {
     public var maxPeers: Int?
     /// Which token this is, so a kicked peer's token can be refused until it expires.
     public var credential: TokenCredential?
+    /// The token's `moderator` claim: the peer may delete anyone's chat messages.
+    public var moderator: Bool
 
     public init(peer: PeerID, room: RoomID, call: CallID? = nil, role: String = "peer", name: String? = nil,
-                maxPeers: Int? = nil, credential: TokenCredential? = nil) {
+                maxPeers: Int? = nil, credential: TokenCredential? = nil, moderator: Bool = false) {
+        self.moderator = moderator
         self.peer = peer
         self.room = room
         self.call = call
@@ -164,17 +167,29 @@ public struct ChatResume: Sendable, Equatable {
     }
 }
 
-/// A stored chat message, as broadcast and replayed.
+/// A stored row of a room's chat, as broadcast and replayed: a message, or an operation on one
+/// (`kind`; docs/protocol.md, "Chat operations").
 public struct ChatMessage: Sendable, Equatable {
     public var room: RoomID
     public var seq: Int64
     public var from: PeerID
     public var clientID: String
+    /// A message's or an edit's text; "" for other operations and for content a delete erased.
     public var text: String
     public var meta: JSONValue?
     public var timestamp: Millis
+    public var kind: ChatRowKind
+    /// An operation's target: the seq of the message it acts on; 0 for a message.
+    public var target: Int64
+    /// A message's `reply_to`.
+    public var replyTo: Int64?
+    /// A reaction's key (`react`, `unreact`).
+    public var key: String?
+    /// A message or edit whose content a delete erased (replayed with `"deleted": true`).
+    public var deleted: Bool
 
-    public init(room: RoomID, seq: Int64, from: PeerID, clientID: String, text: String, meta: JSONValue?, timestamp: Millis) {
+    public init(room: RoomID, seq: Int64, from: PeerID, clientID: String, text: String, meta: JSONValue?, timestamp: Millis,
+                kind: ChatRowKind = .message, target: Int64 = 0, replyTo: Int64? = nil, key: String? = nil, deleted: Bool = false) {
         self.room = room
         self.seq = seq
         self.from = from
@@ -182,10 +197,37 @@ public struct ChatMessage: Sendable, Equatable {
         self.text = text
         self.meta = meta
         self.timestamp = timestamp
+        self.kind = kind
+        self.target = target
+        self.replyTo = replyTo
+        self.key = key
+        self.deleted = deleted
     }
 
+    /// A message without `reply_to` or tombstone: its frame is `Frame.chat`'s, which the router
+    /// may write from the fields.
+    public var isPlainMessage: Bool { kind == .message && replyTo == nil && !deleted }
+
     public var frame: Frame {
-        Frame.chat(from: from.rawValue, clientID: clientID, text: text, meta: meta, seq: seq, timestamp: timestamp)
+        if isPlainMessage {
+            return Frame.chat(from: from.rawValue, clientID: clientID, text: text, meta: meta, seq: seq, timestamp: timestamp)
+        }
+        var payload: [String: JSONValue] = ["client_id": .string(clientID), "seq": .int(seq), "ts": .int(timestamp)]
+        switch kind {
+        case .message, .edit:
+            payload["text"] = .string(deleted ? "" : text)
+            payload["meta"] = deleted ? .null : (meta ?? .null)
+            if let replyTo { payload["reply_to"] = .int(replyTo) }
+            if kind == .edit { payload["target"] = .int(target) }
+            if deleted { payload["deleted"] = .bool(true) }
+        case .delete:
+            payload["target"] = .int(target)
+        case .react, .unreact:
+            payload["target"] = .int(target)
+            payload["key"] = .string(key ?? "")
+            payload["remove"] = .bool(kind == .unreact)
+        }
+        return Frame(kind.frameType, from: from.rawValue, payload: .object(payload))
     }
 
     /// Its sender's `chat-ack`: the seq and server time it was stored with.
@@ -244,6 +286,10 @@ public enum HubEffect: Sendable, Equatable {
     case close(ConnectionID, CloseCode)
     /// Persist a chat; its outcome comes back as `.chatStored`, or goes to `route(_:)`.
     case storeChat(connection: ConnectionID, room: RoomID, peer: PeerID, ChatSubmission, timestamp: Millis)
+    /// Persist a chat operation (the store applies `ChatRules` to its target in the same
+    /// transaction); its outcome comes back as `.chatStored`, or goes to `route(_:)`.
+    case storeChatOperation(connection: ConnectionID, room: RoomID, peer: PeerID, ChatOperation, moderator: Bool,
+                            timestamp: Millis)
     /// Persist a read marker; the result comes back as `.readStored`.
     case storeRead(room: RoomID, peer: PeerID, seq: Int64)
     /// Persist a stats sample for analytics.
@@ -287,12 +333,16 @@ public struct HubSettings: Sendable, Equatable {
     public var rpcMaxPayloadBytes: Int
     /// Longest RPC method name and request id, in UTF-8 bytes.
     public var rpcMaxNameBytes: Int
+    /// Edit window and reaction limits of chat operations.
+    public var chatOperations: ChatOperationLimits
 
     public init(pingIntervalMs: Int64 = 25_000, typingTTLMs: Int64 = 6_000, chatMaxTextBytes: Int = 4_096,
                 chatMaxMetaBytes: Int = 2_048, maxPeersPerRoom: Int = 0, seatHoldMs: Int64 = 30_000,
-                reconnectGraceMs: Int64 = 15_000, rpcMaxPayloadBytes: Int = 15_360, rpcMaxNameBytes: Int = 128) {
+                reconnectGraceMs: Int64 = 15_000, rpcMaxPayloadBytes: Int = 15_360, rpcMaxNameBytes: Int = 128,
+                chatOperations: ChatOperationLimits = ChatOperationLimits()) {
         self.rpcMaxPayloadBytes = rpcMaxPayloadBytes
         self.rpcMaxNameBytes = rpcMaxNameBytes
+        self.chatOperations = chatOperations
         self.reconnectGraceMs = reconnectGraceMs
         self.pingIntervalMs = pingIntervalMs
         self.typingTTLMs = typingTTLMs
@@ -419,6 +469,12 @@ public struct Hub: Sendable {
         func chatSender(on connection: ConnectionID) -> (peer: PeerID, typing: Bool)? {
             guard let sender = all.firstIndex(where: { $0.connection == connection }) else { return nil }
             return (all[sender].identity.peer, all[sender].typingUntil != nil)
+        }
+
+        /// A chat operation's sender: its peer id and the token's `moderator` claim.
+        func operationSender(on connection: ConnectionID) -> (peer: PeerID, moderator: Bool)? {
+            guard let sender = all.firstIndex(where: { $0.connection == connection }) else { return nil }
+            return (all[sender].identity.peer, all[sender].identity.moderator)
         }
 
         /// Seats `member` last, or in place of the member with its peer id; true when it is new.
@@ -1034,6 +1090,7 @@ public struct Hub: Sendable {
             return relay(kind, to: to, payload: payload, from: connection).map { [$0.effect] } ?? []
         }
         if case .chat(let submission) = message { return chat(submission, from: connection, now: now) }
+        if case .chatOperation(let operation) = message { return chatOperation(operation, from: connection, now: now) }
         guard let slot = connections[connection] else { return [] }
         let roomID = rooms.id(at: slot)
         // By its slot: the room id is for the effects, not to find the room again.
@@ -1055,6 +1112,8 @@ public struct Hub: Sendable {
             return setTyping(typing, room: roomID, peer: peer, now: now)
         case .chat(let submission):
             return chat(submission, from: connection, now: now)  // not reached: taken above
+        case .chatOperation(let operation):
+            return chatOperation(operation, from: connection, now: now)  // not reached: taken above
         case .read(let seq):
             return [.storeRead(room: roomID, peer: peer, seq: seq)]
         case .stats(let sample):
@@ -1093,12 +1152,36 @@ public struct Hub: Sendable {
             + [.storeChat(connection: connection, room: roomID, peer: peer, submission, timestamp: now)])
     }
 
+    /// A chat operation from `connection`: its store request, or the `chat-ack` refusing what
+    /// can be told without the stored target (an edit's text and meta, a reaction's key). The
+    /// rules that need the target (`ChatRules.decide`) run in the store, in the transaction that
+    /// writes the operation, so two operations on one message cannot both pass on a stale view.
+    public mutating func chatOperation(_ operation: ChatOperation, from connection: ConnectionID, now: Millis) -> [HubEffect] {
+        guard let slot = connections[connection], let (peer, moderator) = rooms[slot: slot].members.operationSender(on: connection)
+        else { return [] }
+        let roomID = rooms.id(at: slot)
+        var error: WireError?
+        switch operation.action {
+        case .edit(let text, let meta): error = validate(text: text, meta: meta)
+        case .delete: break
+        case .react(let key, _): error = ChatRules.reactionKeyError(key, maxBytes: settings.chatOperations.reactionKeyMaxBytes)
+        }
+        if let error {
+            return [.send([connection], Frame(.chatAck, payload: ["client_id": .string(operation.clientID)], error: error))]
+        }
+        return [.storeChatOperation(connection: connection, room: roomID, peer: peer, operation, moderator: moderator, timestamp: now)]
+    }
+
     private func validate(_ chat: ChatSubmission) -> WireError? {
-        if Self.isBlank(chat.text) { return WireError(.chatEmpty, "chat text is empty") }
-        if chat.text.utf8.count > settings.chatMaxTextBytes {
+        validate(text: chat.text, meta: chat.meta)
+    }
+
+    private func validate(text: String, meta: JSONValue?) -> WireError? {
+        if Self.isBlank(text) { return WireError(.chatEmpty, "chat text is empty") }
+        if text.utf8.count > settings.chatMaxTextBytes {
             return WireError(.chatTooLong, "chat text is longer than \(settings.chatMaxTextBytes) bytes")
         }
-        if let meta = chat.meta {
+        if let meta {
             guard meta.objectValue != nil else { return WireError(.chatMetaInvalid, "chat meta must be an object") }
             if JSONWriter.bytes(meta).count > settings.chatMaxMetaBytes {
                 return WireError(.chatMetaInvalid, "chat meta is larger than \(settings.chatMaxMetaBytes) bytes")

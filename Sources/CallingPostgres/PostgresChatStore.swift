@@ -196,6 +196,18 @@ public final class PostgresChatStore: ChatPersistence, @unchecked Sendable {
         submit(completion) { try PostgresChatRepository(db: $0).history(room: room, sinceSeq: sinceSeq, limit: limit) }
     }
 
+    public func messages(
+        room: RoomID, query: MessageQuery, completion: @escaping @Sendable (Result<MessagePage, StoreError>) -> Void
+    ) {
+        submit(completion) { try PostgresChatRepository(db: $0).messages(room: room, query: query) }
+    }
+
+    public func inbox(
+        peer: PeerID, query: InboxQuery, completion: @escaping @Sendable (Result<InboxPage, StoreError>) -> Void
+    ) {
+        submit(completion) { try PostgresChatRepository(db: $0).inbox(peer: peer, query: query) }
+    }
+
     public func roomSummary(
         room: RoomID, peer: PeerID, completion: @escaping @Sendable (Result<RoomSummary, StoreError>) -> Void
     ) {

@@ -4,6 +4,8 @@ public enum ClientMessage: Sendable, Equatable {
     /// is its text as the sender wrote it, which the relayed frame carries unchanged.
     case relay(RelayKind, to: PeerID?, payload: RawJSON?)
     case chat(ChatSubmission)
+    /// `chat-edit`, `chat-delete` or `chat-react`: an operation on a stored message.
+    case chatOperation(ChatOperation)
     case typing(Bool)
     case read(seq: Int64)
     case stats(StatsSample)
@@ -16,6 +18,7 @@ public enum ClientMessage: Sendable, Equatable {
         switch self {
         case .relay(let kind, _, _): return kind.frameType
         case .chat: return .chat
+        case .chatOperation(let operation): return operation.action.frameType
         case .typing: return .typing
         case .read: return .read
         case .stats: return .stats
@@ -72,11 +75,49 @@ public struct ChatSubmission: Sendable, Equatable {
     public var clientID: String
     public var text: String
     public var meta: JSONValue?
+    /// The seq of the message this one answers (`reply_to`); the store checks that it names a
+    /// message of the room.
+    public var replyTo: Int64?
 
-    public init(clientID: String, text: String, meta: JSONValue? = nil) {
+    public init(clientID: String, text: String, meta: JSONValue? = nil, replyTo: Int64? = nil) {
         self.clientID = clientID
         self.text = text
         self.meta = meta
+        self.replyTo = replyTo
+    }
+}
+
+/// `chat-edit`, `chat-delete` or `chat-react` as sent by a client: an operation on the message
+/// stored at `target`, with its own `client_id` in the same dedupe namespace as `chat`.
+public struct ChatOperation: Sendable, Equatable {
+    /// What the operation does to its target.
+    public enum Action: Sendable, Equatable {
+        /// New text and meta (checked as a chat's are).
+        case edit(text: String, meta: JSONValue?)
+        /// A tombstone: the message's content is erased.
+        case delete
+        /// Adds the sender's reaction `key`, or removes it when `remove`.
+        case react(key: String, remove: Bool)
+
+        /// The frame type that carries this action.
+        public var frameType: FrameType {
+            switch self {
+            case .edit: return .chatEdit
+            case .delete: return .chatDelete
+            case .react: return .chatReact
+            }
+        }
+    }
+
+    public var clientID: String
+    /// The seq of a message (a `chat` row) in the sender's room.
+    public var target: Int64
+    public var action: Action
+
+    public init(clientID: String, target: Int64, action: Action) {
+        self.clientID = clientID
+        self.target = target
+        self.action = action
     }
 }
 
@@ -309,7 +350,37 @@ public enum ClientFrameDecoder {
             else { throw invalid("chat needs a string 'client_id' of 1–\(limits.maxClientIDBytes) bytes") }
             guard let text = body["text"]?.stringValue else { throw invalid("chat needs a string 'text'") }
             let meta = body["meta"].flatMap(JSONValue.nonNull)
-            return .chat(ChatSubmission(clientID: clientID, text: text, meta: meta))
+            var replyTo: Int64?
+            if let value = body["reply_to"].flatMap(JSONValue.nonNull) {
+                guard let seq = value.int64Value, seq >= 1 else { throw invalid("chat 'reply_to' must be an integer seq ≥ 1") }
+                replyTo = seq
+            }
+            return .chat(ChatSubmission(clientID: clientID, text: text, meta: meta, replyTo: replyTo))
+        case .chatEdit, .chatDelete, .chatReact:
+            guard let body = payload?.objectValue else { throw invalid("\(typeName) payload must be an object") }
+            guard let clientID = body["client_id"]?.stringValue, !clientID.isEmpty,
+                clientID.utf8.count <= limits.maxClientIDBytes
+            else { throw invalid("\(typeName) needs a string 'client_id' of 1–\(limits.maxClientIDBytes) bytes") }
+            guard let target = body["target"]?.int64Value, target >= 1 else {
+                throw invalid("\(typeName) needs an integer 'target' ≥ 1 (the seq of a message)")
+            }
+            let action: ChatOperation.Action
+            switch type {
+            case .chatEdit:
+                guard let text = body["text"]?.stringValue else { throw invalid("chat-edit needs a string 'text'") }
+                action = .edit(text: text, meta: body["meta"].flatMap(JSONValue.nonNull))
+            case .chatDelete:
+                action = .delete
+            default:
+                guard let key = body["key"]?.stringValue else { throw invalid("chat-react needs a string 'key'") }
+                var remove = false
+                if let value = body["remove"].flatMap(JSONValue.nonNull) {
+                    guard let flag = value.boolValue else { throw invalid("chat-react 'remove' must be a boolean") }
+                    remove = flag
+                }
+                action = .react(key: key, remove: remove)
+            }
+            return .chatOperation(ChatOperation(clientID: clientID, target: target, action: action))
         case .typing:
             guard let typing = payload?["typing"]?.boolValue else { throw invalid("typing needs a boolean 'typing'") }
             return .typing(typing)
@@ -446,7 +517,8 @@ public enum ClientFrameDecoder {
                              limits: FrameLimits) -> ChatSubmission?
     {
         if let to = scanned.to, to.kind != .null { return nil }
-        guard scanned.payload?.kind == .object,
+        // A member the scan does not note (a `reply_to`) takes the general path, which reads it.
+        guard !scanned.payloadHasOtherMembers, scanned.payload?.kind == .object,
             let clientIDToken = scanned.clientID, case .string = clientIDToken.kind, let clientID = text(clientIDToken),
             !clientID.isEmpty, clientID.utf8.count <= limits.maxClientIDBytes,
             let textToken = scanned.text, case .string = textToken.kind, let body = text(textToken)

@@ -28,6 +28,14 @@ public enum ErrorCode: Int, Sendable, CaseIterable, CustomStringConvertible {
     case chatTooLong = 441
     /// Chat `meta` is not an object or is larger than `chat.max_meta_bytes`.
     case chatMetaInvalid = 442
+    /// A chat operation's `target` (or a chat's `reply_to`) is not the seq of a message in this room.
+    case chatTargetNotFound = 443
+    /// A chat operation the rules refuse: not the author (edit; delete without the token's
+    /// `moderator` claim), the message is deleted (edit, react), or the edit window has passed.
+    case chatForbidden = 444
+    /// A reaction key that is empty, too long or holds whitespace or control characters, or a
+    /// message that already has `chat_max_reaction_keys` distinct keys.
+    case chatReactionInvalid = 445
     /// More frames than `max_frames_per_second` allows; the frame was dropped.
     case rateLimited = 429
     /// The request conflicts with the current state (for example accepting an ended request).
@@ -64,6 +72,9 @@ public enum ErrorCode: Int, Sendable, CaseIterable, CustomStringConvertible {
         case .chatEmpty: return "chat_empty"
         case .chatTooLong: return "chat_too_long"
         case .chatMetaInvalid: return "chat_meta_invalid"
+        case .chatTargetNotFound: return "chat_target_not_found"
+        case .chatForbidden: return "chat_forbidden"
+        case .chatReactionInvalid: return "chat_reaction_invalid"
         case .rateLimited: return "rate_limited"
         case .conflict: return "conflict"
         case .internalError: return "internal_error"

@@ -567,7 +567,7 @@ public struct Frame: Sendable, Equatable {
 }
 
 /// `{code, message}` as sent in a frame's `error` field.
-public struct WireError: Sendable, Equatable, Error {
+public struct WireError: Sendable, Hashable, Error {
     public var code: Int
     public var message: String
 
@@ -668,6 +668,12 @@ public enum FrameType: String, Sendable, CaseIterable {
     case data
     case chat
     case chatAck = "chat-ack"
+    /// New text and meta for a stored message (docs/protocol.md, "Chat operations").
+    case chatEdit = "chat-edit"
+    /// A tombstone for a stored message: its content is erased from storage.
+    case chatDelete = "chat-delete"
+    /// A reaction key added to (or removed from) a stored message.
+    case chatReact = "chat-react"
     case typing
     case read
     case meter
@@ -690,7 +696,7 @@ public enum FrameType: String, Sendable, CaseIterable {
 
     public var isClientSendable: Bool {
         switch self {
-        case .offer, .answer, .candidate, .data, .chat, .typing, .read, .stats, .ping, .leave, .rpcRequest, .rpcAck, .rpcResponse:
+        case .offer, .answer, .candidate, .data, .chat, .chatEdit, .chatDelete, .chatReact, .typing, .read, .stats, .ping, .leave, .rpcRequest, .rpcAck, .rpcResponse:
             return true
         default: return false
         }

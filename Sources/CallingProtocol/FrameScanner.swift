@@ -51,8 +51,11 @@ struct FrameScanner {
         var clientID: Token?
         var text: Token?
         var meta: Token?
+        /// The payload object has a member besides those noted here (a chat's `reply_to`).
+        var payloadHasOtherMembers = false
 
         fileprivate mutating func forgetPayloadMembers() {
+            payloadHasOtherMembers = false
             sdp = nil
             candidate = nil
             sdpMid = nil
@@ -156,6 +159,7 @@ struct FrameScanner {
             case .clientID: result.clientID = token
             case .text: result.text = token
             case .meta: result.meta = token
+            case .other: result.payloadHasOtherMembers = true
             default: break
             }
             guard let more = endOfMember(closing: UInt8(ascii: "}")) else { return false }

@@ -159,15 +159,43 @@ final class CallsAPI: @unchecked Sendable {
         case .failure(let response): return respond(response)
         case .success(let parsed): body = parsed
         }
+        // `scope: "user"`: a user token (the inbox, GET /v1/me/rooms), bound to no room.
+        let scope = body.string("scope", maxBytes: 16) ?? "room"
+        if scope != "room" && scope != "user" { body.problem("scope", "must be \"room\" or \"user\"") }
+        let userToken = scope == "user"
+        if userToken, body.raw("room_id") != nil { body.problem("room_id", "a user token is bound to no room") }
+        if userToken, body.raw("call_id") != nil { body.problem("call_id", "a user token is bound to no call") }
         let call = body.identifier("call_id", maxBytes: Self.maxIdentifierBytes).map { CallID($0) }
-        let room = body.identifier("room_id", maxBytes: Self.maxIdentifierBytes, required: call == nil).map { RoomID($0) }
+        let room = body.identifier("room_id", maxBytes: Self.maxIdentifierBytes, required: call == nil && !userToken).map { RoomID($0) }
         let peer = body.identifier("peer_id", maxBytes: config.maxPeerIDBytes, required: true).map { PeerID($0) }
         let role = body.identifier("role", maxBytes: 64) ?? "peer"
         let name = body.string("name", maxBytes: 256)
         let ttl = body.integer("ttl_s", in: 1...31_536_000) ?? Int64(config.tokenTTLSeconds)
         let maxPeers = body.integer("max_peers", in: Self.maxPeersRange)
+        let moderator: Bool
+        switch body.raw("moderator") {
+        case .bool(let flag)?: moderator = flag
+        case nil, .null?: moderator = false
+        default:
+            moderator = false
+            body.problem("moderator", "must be a boolean")
+        }
         if let problems = body.problems { return respond(problems) }
         guard let peer else { return respond(.problem(500, code: "internal_error", detail: "peer_id was not read")) }
+        if userToken {
+            let now = context.now()
+            let claims = PeerTokenClaims(
+                sub: peer, role: role, name: name, scope: ["user"], audience: config.jwtAudience, issuedAt: Self.date(now),
+                expiresAt: Self.date(now + ttl * 1_000), tokenID: Self.newTokenID())
+            do {
+                let token = try context.issuer.issue(claims)
+                return respond(.json(201, ["token": .string(token), "expires_at": .int(Int64(claims.expiresAt.timeIntervalSince1970)),
+                                           "peer_id": .string(peer.rawValue), "scope": .string("user")],
+                                     headers: [("cache-control", "no-store")]))
+            } catch {
+                return respond(.problem(500, code: "internal_error", detail: "the token could not be issued"))
+            }
+        }
 
         // With a call_id, the call must exist, be live, and be in the named room (which defaults to it).
         // A token for a call carries the call's max_peers unless the request sets its own.
@@ -176,7 +204,7 @@ final class CallsAPI: @unchecked Sendable {
             let claims = PeerTokenClaims(
                 sub: peer, roomID: room, callID: call, role: role, name: name, scope: ["room"], audience: config.jwtAudience,
                 issuedAt: Self.date(now), expiresAt: Self.date(now + ttl * 1_000), tokenID: Self.newTokenID(),
-                maxPeers: (maxPeers ?? callMaxPeers).map(Int.init))
+                maxPeers: (maxPeers ?? callMaxPeers).map(Int.init), moderator: moderator)
             do {
                 let token = try context.issuer.issue(claims)
                 return .json(201, ["token": .string(token), "expires_at": .int(Int64(claims.expiresAt.timeIntervalSince1970)),

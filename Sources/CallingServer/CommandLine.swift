@@ -61,11 +61,13 @@ public enum CallingCommand {
               --role R               role claim (default peer; agent, dashboard or caller for presence)
               --name N               display name
               --call CALL            call_id claim
-              --scope S              space-separated scopes (default room; presence for /v1/presence)
+              --scope S              space-separated scopes (default room; presence for /v1/presence;
+                                     user for GET /v1/me/rooms, with no --room)
               --ttl SECONDS          lifetime (default token_ttl_seconds)
               --audience A           aud claim (default jwt_audience)
               --max-peers N          seats of the room for this joiner (0 = unlimited)
               --jti ID               token id (default random)
+              --moderator true       may delete anyone's chat messages (default false)
             \(configFlags)
 
             examples:
@@ -365,7 +367,7 @@ public enum CallingCommand {
 
     private static func token(flags: [String: String], environment: [String: String]) -> Int32 {
         var flags = flags
-        let tokenKeys = ["room", "peer", "role", "name", "call", "scope", "ttl", "audience", "max-peers", "jti"]
+        let tokenKeys = ["room", "peer", "role", "name", "call", "scope", "ttl", "audience", "max-peers", "jti", "moderator"]
         var options: [String: String] = [:]
         for key in tokenKeys { options[key] = flags.removeValue(forKey: key) }
         let config: ServerConfig
@@ -395,6 +397,7 @@ public enum CallingCommand {
                 problems.append("--max-peers must be an integer from 0 (unlimited) to 1000000")
             }
         }
+        if let raw = options["moderator"], raw != "true", raw != "false" { problems.append("--moderator must be true or false") }
         guard problems.isEmpty, let peer = options["peer"] else {
             printError(problems.joined(separator: "\n"))
             return 64
@@ -408,7 +411,7 @@ public enum CallingCommand {
                 role: options["role"] ?? "peer", name: options["name"], scope: scope,
                 audience: options["audience"] ?? config.jwtAudience, issuedAt: now,
                 expiresAt: now.addingTimeInterval(TimeInterval(ttl)), tokenID: options["jti"] ?? CallsAPI.newTokenID(),
-                maxPeers: maxPeers)
+                maxPeers: maxPeers, moderator: options["moderator"] == "true")
             print(try issuer.issue(claims))
             return 0
         } catch {

@@ -12,7 +12,7 @@ import CallingTransport
 /// small strings per count instead of a hash. `/metrics` sees one map either way.
 struct FrameCounts {
     private static let types = FrameType.allCases
-    private var known = InlineArray<22, Int>(repeating: 0)
+    private var known = InlineArray<25, Int>(repeating: 0)
     private var other: [(name: String, count: Int)] = []
     private var last = 0
 
@@ -35,19 +35,22 @@ struct FrameCounts {
         case .data: return 6
         case .chat: return 7
         case .chatAck: return 8
-        case .typing: return 9
-        case .read: return 10
-        case .meter: return 11
-        case .stats: return 12
-        case .ping: return 13
-        case .pong: return 14
-        case .error: return 15
-        case .peerReconnecting: return 16
-        case .peerResumed: return 17
-        case .leave: return 18
-        case .rpcRequest: return 19
-        case .rpcAck: return 20
-        case .rpcResponse: return 21
+        case .chatEdit: return 9
+        case .chatDelete: return 10
+        case .chatReact: return 11
+        case .typing: return 12
+        case .read: return 13
+        case .meter: return 14
+        case .stats: return 15
+        case .ping: return 16
+        case .pong: return 17
+        case .error: return 18
+        case .peerReconnecting: return 19
+        case .peerResumed: return 20
+        case .leave: return 21
+        case .rpcRequest: return 22
+        case .rpcAck: return 23
+        case .rpcResponse: return 24
         }
     }
 

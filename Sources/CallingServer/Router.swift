@@ -174,8 +174,8 @@ final class LocalRouter: Router {
         guard !others.isEmpty else { return }
         // The broadcast is written once, into the message every socket shares (or straight into
         // the one socket's pending bytes); an HTTP session among the targets, a meta or a string
-        // to escape take the `Frame` path.
-        guard message.meta == nil, !others.contains(where: { $0.isHTTPSession }),
+        // to escape, an operation or a reply take the `Frame` path.
+        guard message.meta == nil, message.isPlainMessage, !others.contains(where: { $0.isHTTPSession }),
               let length = Frame.plainChatLength(from: message.from.rawValue, clientID: message.clientID, text: message.text,
                                                  seq: message.seq, timestamp: message.timestamp)
         else { return deliver(message.frame, to: others) }

@@ -76,6 +76,12 @@ public struct ServerConfig: Sendable, Equatable {
     public var chatMaxMetaBytes = 2_048
     public var rpcMaxPayloadBytes = 15_360
     public var rpcMaxNameBytes = 128
+    /// How long after a message's ts its author may edit it; 0 = always (docs/protocol.md, "Chat operations").
+    public var chatEditWindowMs = 86_400_000
+    /// Distinct reaction keys one message may carry.
+    public var chatMaxReactionKeys = 20
+    /// Longest reaction key, in UTF-8 bytes.
+    public var chatReactionKeyMaxBytes = 32
     public var replayCap = 500
     public var historyDefaultLimit = 50
     public var historyMaxLimit = 200
@@ -264,7 +270,9 @@ public struct ServerConfig: Sendable, Equatable {
     public var hub: HubSettings {
         HubSettings(pingIntervalMs: Int64(pingIntervalMs), typingTTLMs: Int64(typingTTLMs), chatMaxTextBytes: chatMaxTextBytes,
                     chatMaxMetaBytes: chatMaxMetaBytes, maxPeersPerRoom: maxPeersPerRoom, reconnectGraceMs: Int64(reconnectGraceMs),
-                    rpcMaxPayloadBytes: rpcMaxPayloadBytes, rpcMaxNameBytes: rpcMaxNameBytes)
+                    rpcMaxPayloadBytes: rpcMaxPayloadBytes, rpcMaxNameBytes: rpcMaxNameBytes,
+                    chatOperations: ChatOperationLimits(editWindowMs: Int64(chatEditWindowMs), maxReactionKeys: chatMaxReactionKeys,
+                                                        reactionKeyMaxBytes: chatReactionKeyMaxBytes))
     }
 
     /// One entry per key: its JSON name, a one-line meaning, and how to read and write it.
@@ -368,6 +376,10 @@ public struct ServerConfig: Sendable, Equatable {
         .int("rpc_max_payload_bytes", "largest RPC payload, or RPC error message and data together (rpc-request, rpc-response)",
              \.rpcMaxPayloadBytes, 1...1_048_576),
         .int("rpc_max_name_bytes", "longest RPC method name and request id", \.rpcMaxNameBytes, 8...1_024),
+        .int("chat_edit_window_ms", "how long after a message's ts its author may edit it; 0 = always", \.chatEditWindowMs,
+             0...31_536_000_000),
+        .int("chat_max_reaction_keys", "distinct reaction keys one message may carry", \.chatMaxReactionKeys, 1...1_000),
+        .int("chat_reaction_key_max_bytes", "longest reaction key (UTF-8 bytes)", \.chatReactionKeyMaxBytes, 1...256),
         .int("replay_cap", "messages replayed on resume before saying recovered=false", \.replayCap, 0...100_000),
         .int("history_default_limit", "GET …/messages default limit", \.historyDefaultLimit, 1...10_000),
         .int("history_max_limit", "GET …/messages largest limit", \.historyMaxLimit, 1...10_000),

@@ -98,6 +98,8 @@ final class SignalingService: @unchecked Sendable {
         case .message(let connection, .relay(let kind, let to?, let payload)):
             relay(kind, to: to, payload: payload, from: connection)
         case .message(let connection, .chat(let submission)): chat(submission, from: connection)
+        case .message(let connection, .chatOperation(let operation)):
+            apply(Self.inPlace(&hub) { $0.chatOperation(operation, from: connection, now: now()) })
         default: apply(hub.handle(input, now: now()))
         }
     }
@@ -422,6 +424,8 @@ final class SignalingService: @unchecked Sendable {
                 router.close(connection, code: code)
             case .storeChat(let connection, let room, let peer, let submission, let timestamp):
                 storeChat(connection: connection, room: room, peer: peer, submission, timestamp: timestamp)
+            case .storeChatOperation(let connection, let room, let peer, let operation, let moderator, let timestamp):
+                storeChatOperation(connection: connection, room: room, peer: peer, operation, moderator: moderator, timestamp: timestamp)
             case .storeRead(let room, let peer, let seq):
                 chats.markRead(room: room, peer: peer, seq: seq, nowMs: now()) { [context] result in
                     context.post { [self] in
@@ -446,17 +450,47 @@ final class SignalingService: @unchecked Sendable {
 
     private func storeChat(connection: ConnectionID, room: RoomID, peer: PeerID, _ submission: ChatSubmission, timestamp: Millis) {
         let draft = ChatDraft(room: room, sender: peer, clientID: submission.clientID, text: submission.text,
-                              meta: submission.meta.map(JSONWriter.string), timestampMs: timestamp)
+                              meta: submission.meta.map(JSONWriter.string), timestampMs: timestamp, replyTo: submission.replyTo)
+        append(draft, connection: connection)
+    }
+
+    /// A chat operation the hub admitted: stored like a chat (same batches, same completions), the
+    /// store deciding on its target with `ChatRules`.
+    private func storeChatOperation(connection: ConnectionID, room: RoomID, peer: PeerID, _ operation: ChatOperation,
+                                    moderator: Bool, timestamp: Millis) {
+        var draft = ChatDraft(room: room, sender: peer, clientID: operation.clientID, text: "", timestampMs: timestamp,
+                              target: operation.target, moderator: moderator, limits: config.hub.chatOperations)
+        switch operation.action {
+        case .edit(let text, let meta):
+            draft.kind = .edit
+            draft.text = text
+            draft.meta = meta.map(JSONWriter.string)
+        case .delete:
+            draft.kind = .delete
+        case .react(let key, let remove):
+            draft.kind = remove ? .unreact : .react
+            draft.key = key
+        }
+        append(draft, connection: connection)
+    }
+
+    private func append(_ draft: ChatDraft, connection: ConnectionID) {
+        let room = draft.room
+        let peer = draft.sender
         // Monotonic, for the ack latency histogram: two clock reads per chat, no allocation.
         let received = DispatchTime.now().uptimeNanoseconds
         // The client id alone, not the submission: its text and meta would be retained into the
         // completion's context and released with it, for a refusal that never reads them.
-        let clientID = submission.clientID
+        let clientID = draft.clientID
         chats.appendChat(draft) { [chatOutcomes] result in
             let outcome: ChatStoreOutcome
             switch result {
             case .success(let stored):
-                outcome = .stored(ChatMessage(record: stored.message), connection: connection, duplicate: stored.duplicate)
+                if let refusal = stored.refusal {
+                    outcome = .failed(room: room, peer: peer, clientID: clientID, connection: connection, refusal)
+                } else {
+                    outcome = .stored(ChatMessage(record: stored.message), connection: connection, duplicate: stored.duplicate)
+                }
             case .failure(let error):
                 outcome = .failed(room: room, peer: peer, clientID: clientID, connection: connection,
                                   WireError(.unavailable, "chat not stored: \(error.isRetryable ? "store busy" : "store error"); retry with the same client_id"))
@@ -497,9 +531,16 @@ final class SignalingService: @unchecked Sendable {
         metrics.ackLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- chat.received)
         if case .stored(let message, _, false) = chat.outcome, webhooks.wants(.chatMessage) {
             let room = chat.room
-            var data = message.chatJSON.fields
-            data["room_id"] = .string(room.rawValue)
-            webhooks.emit(.chatMessage, key: room.rawValue, data)
+            var event = message.chatJSON.fields
+            event["room_id"] = .string(room.rawValue)
+            // Operations ride the same event, told apart by `kind` (docs/operations.md, "Webhooks").
+            if !message.isPlainMessage {
+                event["kind"] = .string(message.webhookKind)
+                if let replyTo = message.replyTo { event["reply_to"] = .int(replyTo) }
+                if message.kind != .message { event["target"] = .int(message.target) }
+                if let key = message.key { event["key"] = .string(key) }
+            }
+            webhooks.emit(.chatMessage, key: room.rawValue, event)
         }
     }
 
@@ -567,16 +608,28 @@ extension PeerIdentity {
             ?? TokenCredential(issuedAt: Int64(claims.issuedAt?.timeIntervalSince1970 ?? 0),
                                expires: Int64(claims.expiresAt.timeIntervalSince1970), expiresAt: exp)
         self.init(peer: claims.sub, room: room, call: call ?? claims.callID, role: claims.role ?? defaultRole, name: claims.name,
-                  maxPeers: claims.maxPeers, credential: credential)
+                  maxPeers: claims.maxPeers, credential: credential, moderator: claims.moderator)
     }
 }
 
 extension ChatMessage {
+    /// The `kind` of a `chat_message` webhook event for this row.
+    var webhookKind: String {
+        switch kind {
+        case .message: "message"
+        case .edit: "edit"
+        case .delete: "delete"
+        case .react: "react"
+        case .unreact: "unreact"
+        }
+    }
+
     /// Borrows the record: each field is copied once, and no copy of the whole record is made and
     /// destroyed per chat (the store completion builds one of these for every acked chat).
     init(record: borrowing ChatRecord) {
         let meta = record.meta.flatMap { try? JSONParser.parse($0) }
         self.init(room: record.room, seq: record.seq, from: record.sender, clientID: record.clientID, text: record.text,
-                  meta: meta, timestamp: record.timestampMs)
+                  meta: meta, timestamp: record.timestampMs, kind: record.kind, target: record.target, replyTo: record.replyTo,
+                  key: record.key, deleted: record.deleted)
     }
 }

@@ -12,6 +12,10 @@ import CallingCore
 ///   `duplicate == true`, and takes no seq.
 /// - A completion reports success only after the row is durable (committed); a failure means the row
 ///   was not written, so the client may retry with the same client_id.
+/// - An operation draft (`ChatDraft.kind` other than `.message`) and a reply are checked by
+///   `ChatRules` against the target as stored in the transaction that writes them; a refusal
+///   completes with `ChatAppendResult.refusal` set, stores nothing and takes no seq. A delete
+///   erases the text and meta of its message and of the message's edits in that transaction.
 /// - Operations submitted from one thread run in that order: a `history` or `markRead` submitted
 ///   after an `appendChat` sees the appended row.
 /// - Every operation returns at once and never waits on disk or network; its completion runs on the
@@ -37,6 +41,13 @@ public protocol ChatPersistence: AnyObject, Sendable {
     /// as 100 000). Resuming after `last_seq` is `history(room:sinceSeq: lastSeq, …)`.
     func history(room: RoomID, sinceSeq: Int64, limit: Int,
                  completion: @escaping @Sendable (Result<HistoryPage, StoreError>) -> Void)
+
+    /// Messages (operations folded into them) in `query`'s direction from its start, each as it is
+    /// now: latest edit, tombstone, reactions, and its edits when asked.
+    func messages(room: RoomID, query: MessageQuery, completion: @escaping @Sendable (Result<MessagePage, StoreError>) -> Void)
+
+    /// The rooms `peer` has sent in or has a read marker in, newest activity first.
+    func inbox(peer: PeerID, query: InboxQuery, completion: @escaping @Sendable (Result<InboxPage, StoreError>) -> Void)
 
     /// The room's last seq, `peer`'s read marker and its unread count.
     func roomSummary(room: RoomID, peer: PeerID, completion: @escaping @Sendable (Result<RoomSummary, StoreError>) -> Void)

@@ -258,6 +258,20 @@ public final class ChatStore: @unchecked Sendable {
         submit("history", completion) { try ChatRepository(db: $0).history(room: room, sinceSeq: sinceSeq, limit: limit) }
     }
 
+    /// A page of messages folded as they are now. `completion` runs on the store queue.
+    public func messages(
+        room: RoomID, query: MessageQuery, completion: @escaping @Sendable (Result<MessagePage, StoreError>) -> Void
+    ) {
+        submit("messages", completion) { try ChatRepository(db: $0).messages(room: room, query: query) }
+    }
+
+    /// A page of `peer`'s inbox. `completion` runs on the store queue.
+    public func inbox(
+        peer: PeerID, query: InboxQuery, completion: @escaping @Sendable (Result<InboxPage, StoreError>) -> Void
+    ) {
+        submit("inbox", completion) { try ChatRepository(db: $0).inbox(peer: peer, query: query) }
+    }
+
     /// The room's last seq, `peer`'s read marker and its unread count. `completion` runs on the store queue.
     public func roomSummary(
         room: RoomID, peer: PeerID, completion: @escaping @Sendable (Result<RoomSummary, StoreError>) -> Void

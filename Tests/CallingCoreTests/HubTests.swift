@@ -55,7 +55,7 @@ final class HubTests: XCTestCase {
     private func storeEffects(_ effects: [HubEffect]) -> [HubEffect] {
         effects.filter {
             switch $0 {
-            case .storeChat, .storeRead, .storeStats, .storeMeter: return true
+            case .storeChat, .storeChatOperation, .storeRead, .storeStats, .storeMeter: return true
             case .send, .close, .armGrace: return false
             }
         }

@@ -16,6 +16,14 @@ final class ClientMessageTests: XCTestCase {
             return "\(kind.rawValue) to=\(to?.rawValue ?? "-") payload=\(payload.map { String(decoding: $0.bytes, as: UTF8.self) } ?? "-")"
         case .chat(let chat):
             return "chat client_id=\(json(.string(chat.clientID))) text=\(json(.string(chat.text))) meta=\(json(chat.meta))"
+                + (chat.replyTo.map { " reply_to=\($0)" } ?? "")
+        case .chatOperation(let operation):
+            let head = "client_id=\(json(.string(operation.clientID))) target=\(operation.target)"
+            switch operation.action {
+            case .edit(let text, let meta): return "chat-edit \(head) text=\(json(.string(text))) meta=\(json(meta))"
+            case .delete: return "chat-delete \(head)"
+            case .react(let key, let remove): return "chat-react \(head) key=\(json(.string(key))) remove=\(remove)"
+            }
         case .typing(let typing):
             return "typing \(typing)"
         case .read(let seq):

@@ -37,7 +37,8 @@ final class MigrationsTests: XCTestCase {
             }
         }
         XCTAssertEqual(Set(strict.map(\.0)),
-                       ["chat_messages", "rooms", "read_markers", "api_keys", "calls", "call_stats", "meters", "webhook_deliveries", "seats", "token_bans"])
+                       ["chat_messages", "rooms", "read_markers", "api_keys", "calls", "call_stats", "meters", "webhook_deliveries", "seats", "token_bans",
+                        "chat_reactions", "chat_room_peers"])
         XCTAssertTrue(strict.allSatisfy { $0.1 == 1 }, "\(strict)")
         // STRICT really refuses a wrongly typed value.
         XCTAssertThrowsError(try store.sync { try $0.run("INSERT INTO rooms (room_id, last_seq) VALUES ('r', 'not a number')") })
@@ -207,7 +208,8 @@ final class MigrationsTests: XCTestCase {
 
         let store = try ChatStore.open(path: path)
         defer { store.close() }
-        XCTAssertEqual(store.migrationsAppliedAtOpen, ["006_chat_room_numbers", "007_calls_by_room_newest", "008_seats", "009_token_bans", "010_webhook_claims"])
+        XCTAssertEqual(store.migrationsAppliedAtOpen, ["006_chat_room_numbers", "007_calls_by_room_newest", "008_seats", "009_token_bans",
+                                                         "010_webhook_claims", "011_chat_operations"])
         try store.sync { db in
             XCTAssertEqual(try chatRows(db), before, "every row and column kept")
             XCTAssertEqual(try db.query("SELECT room_id, room_no FROM rooms ORDER BY room_id") { "\($0.text(0))=\($0.int64(1))" },

@@ -174,6 +174,49 @@ extension HTTPRoutes {
     }
 }
 
+extension HTTPRoutes {
+    /// The body of a messages page (docs/protocol.md, "History"): `{has_more, last_seq, limit,
+    /// messages, next_since_seq | next_before_seq, room_id}`, each message as it is now.
+    static func messagesJSON(_ page: MessagePage, query: MessageQuery, limit: Int) -> JSONValue {
+        var body: [String: JSONValue] = [
+            "room_id": .string(page.room.rawValue),
+            "messages": .array(page.messages.map(messageJSON)),
+            "has_more": .bool(page.hasMore),
+            "last_seq": .int(page.lastSeq),
+            "limit": .int(Int64(limit)),
+        ]
+        switch query.direction {
+        case .after: body["next_since_seq"] = .int(page.next)
+        case .before: body["next_before_seq"] = .int(page.next)
+        }
+        return .object(body)
+    }
+
+    static func messageJSON(_ message: MessageView) -> JSONValue {
+        func meta(_ text: String?) -> JSONValue { text.flatMap { try? JSONParser.parse($0) } ?? .null }
+        var object: [String: JSONValue] = [
+            "seq": .int(message.seq), "from": .string(message.sender.rawValue), "client_id": .string(message.clientID),
+            "text": .string(message.text), "meta": meta(message.meta), "ts": .int(message.timestampMs),
+            "reactions": .array(message.reactions.map { reaction in
+                ["key": .string(reaction.key), "count": .int(Int64(reaction.peers.count)),
+                 "peers": .array(reaction.peers.map { .string($0.rawValue) })]
+            }),
+        ]
+        if let replyTo = message.replyTo { object["reply_to"] = .int(replyTo) }
+        if let edited = message.editedTs { object["edited_ts"] = .int(edited) }
+        if let deleted = message.deletedTs {
+            object["deleted"] = .bool(true)
+            object["deleted_ts"] = .int(deleted)
+        }
+        if let edits = message.edits {
+            object["edits"] = .array(edits.map { edit in
+                ["seq": .int(edit.seq), "ts": .int(edit.timestampMs), "text": .string(edit.text), "meta": meta(edit.meta)]
+            })
+        }
+        return .object(object)
+    }
+}
+
 extension ChatMessage {
     /// The message with its sender, as the history API lists it and the `chat_message` webhook
     /// sends it: the chat frame's payload plus `from`.

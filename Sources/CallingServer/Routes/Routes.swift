@@ -25,6 +25,7 @@ extension RouteTable {
             Route([.get], "/v1/ice", auth: anyPeer, browser: true, .peer(service.iceServers)),
             Route([.get], "/v1/rooms/{room_id}/messages", auth: .peerToken(scope: nil, binding: .room(parameter: "room_id")),
                   browser: true, .peer(service.messages)),
+            Route([.get], "/v1/me/rooms", auth: .peerToken(scope: .required("user"), binding: nil), browser: true, .peer(service.inbox)),
 
             Route([.post], "/v1/calls", auth: callsKey, .http(calls.createCall)),
             Route([.get], "/v1/calls/{call_id}", auth: callsKey, .http(calls.getCall)),
