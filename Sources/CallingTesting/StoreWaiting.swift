@@ -76,4 +76,12 @@ extension ChatPersistence {
     public func summaryAndWait(room: RoomID, peer: PeerID) throws -> RoomSummary {
         try awaitResult { roomSummary(room: room, peer: peer, completion: $0) }
     }
+
+    public func messagesAndWait(room: RoomID, _ query: MessageQuery) throws -> MessagePage {
+        try awaitResult { messages(room: room, query: query, completion: $0) }
+    }
+
+    public func inboxAndWait(peer: PeerID, _ query: InboxQuery) throws -> InboxPage {
+        try awaitResult { inbox(peer: peer, query: query, completion: $0) }
+    }
 }

@@ -606,6 +606,67 @@ final class HubTests: XCTestCase {
         }
     }
 
+    // MARK: - Chat operations
+
+    func test_chat_operations_are_stored_with_the_senders_moderator_claim() {
+        _ = hub.handle(.join(alice, PeerIdentity(peer: "alice", room: room, moderator: true), ChatResume()), now: now)
+        join(bob, "bob")
+        let delete = ChatOperation(clientID: "d-1", target: 3, action: .delete)
+        XCTAssertEqual(send(alice, .chatOperation(delete)),
+                       [.storeChatOperation(connection: alice, room: room, peer: "alice", delete, moderator: true, timestamp: now)])
+        let react = ChatOperation(clientID: "r-1", target: 3, action: .react(key: "👍", remove: true))
+        XCTAssertEqual(send(bob, .chatOperation(react)),
+                       [.storeChatOperation(connection: bob, room: room, peer: "bob", react, moderator: false, timestamp: now)])
+        XCTAssertEqual(hub.handle(.message(ConnectionID(99), .chatOperation(delete)), now: now), [], "an unseated sender gets nothing")
+    }
+
+    func test_a_chat_edit_is_checked_like_a_chat_and_a_reaction_key_by_its_rules() {
+        hub = Hub(settings: HubSettings(chatMaxTextBytes: 4, chatOperations: ChatOperationLimits(reactionKeyMaxBytes: 4)))
+        join(alice, "alice")
+        assertChatRefused(send(alice, .chatOperation(ChatOperation(clientID: "c-1", target: 1, action: .edit(text: " ", meta: nil)))),
+                          code: .chatEmpty)
+        assertChatRefused(send(alice, .chatOperation(ChatOperation(clientID: "c-1", target: 1, action: .edit(text: "12345", meta: nil)))),
+                          code: .chatTooLong)
+        assertChatRefused(send(alice, .chatOperation(ChatOperation(clientID: "c-1", target: 1, action: .edit(text: "ok", meta: .int(1))))),
+                          code: .chatMetaInvalid)
+        assertChatRefused(send(alice, .chatOperation(ChatOperation(clientID: "c-1", target: 1, action: .react(key: "12345", remove: false)))),
+                          code: .chatReactionInvalid)
+        assertChatRefused(send(alice, .chatOperation(ChatOperation(clientID: "c-1", target: 1, action: .react(key: "a b", remove: false)))),
+                          code: .chatReactionInvalid)
+    }
+
+    func test_a_stored_operation_acks_its_sender_and_reaches_the_others_as_its_frame() {
+        join(alice, "alice")
+        join(bob, "bob")
+        let edit = ChatMessage(room: room, seq: 5, from: "alice", clientID: "e-1", text: "new", meta: nil, timestamp: now,
+                               kind: .edit, target: 2)
+        let effects = hub.handle(.chatStored(.stored(edit, connection: alice, duplicate: false)), now: now)
+        XCTAssertEqual(frames(effects, to: alice), [Frame.chatAck(clientID: "e-1", seq: 5, timestamp: now)])
+        XCTAssertEqual(frames(effects, to: bob), [Frame(.chatEdit, from: "alice", payload: [
+            "client_id": "e-1", "seq": 5, "ts": .int(now), "target": 2, "text": "new", "meta": .null,
+        ])])
+        let refused = hub.handle(.chatStored(.failed(room: room, peer: "alice", clientID: "e-2", connection: alice,
+                                                     WireError(.chatForbidden, "only the author may edit a message"))), now: now)
+        XCTAssertEqual(frames(refused, to: alice).map(\.error?.code), [444])
+        XCTAssertEqual(frames(refused, to: bob), [])
+    }
+
+    func test_a_tombstone_and_a_reaction_are_written_as_the_contract_says() {
+        let tombstone = ChatMessage(room: room, seq: 2, from: "bob", clientID: "m-2", text: "", meta: nil, timestamp: 7,
+                                    replyTo: 1, deleted: true)
+        XCTAssertEqual(tombstone.frame, Frame(.chat, from: "bob", payload: [
+            "client_id": "m-2", "seq": 2, "ts": 7, "text": "", "meta": .null, "reply_to": 1, "deleted": true,
+        ]))
+        let unreact = ChatMessage(room: room, seq: 9, from: "bob", clientID: "r-1", text: "", meta: nil, timestamp: 7,
+                                  kind: .unreact, target: 2, key: "👍")
+        XCTAssertEqual(unreact.frame, Frame(.chatReact, from: "bob", payload: [
+            "client_id": "r-1", "seq": 9, "ts": 7, "target": 2, "key": "👍", "remove": .bool(true),
+        ]))
+        let delete = ChatMessage(room: room, seq: 10, from: "mod", clientID: "d-1", text: "", meta: nil, timestamp: 7,
+                                 kind: .delete, target: 2)
+        XCTAssertEqual(delete.frame, Frame(.chatDelete, from: "mod", payload: ["client_id": "d-1", "seq": 10, "ts": 7, "target": 2]))
+    }
+
     func test_chat_longer_than_the_limit_is_refused_with_441() {
         hub = Hub(settings: HubSettings(chatMaxTextBytes: 10))
         joinAll()
