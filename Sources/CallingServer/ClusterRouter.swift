@@ -168,7 +168,9 @@ final class ClusterRouter: Router, @unchecked Sendable {
         guard !targets.isEmpty else { return }
         // The type, for the frames-out counter, without decoding the whole frame.
         let type = Self.frameType(bytes) ?? "unknown"
-        if catchUp != nil, type == FrameType.chat.rawValue, let seq = Self.chatSeq(bytes) {
+        // Every row of the room's chat log (a message or an operation on one) has its seq: the
+        // catch-up follows them all, or an operation's seq would read as a gap and be filled twice.
+        if catchUp != nil, Self.chatLogTypes.contains(type), let seq = Self.chatSeq(bytes) {
             let fresh = catchUp?.arrived(room: room, seq: seq, targets: targets, now: now()) ?? targets
             chatsDeduplicated += targets.count - fresh.count
             targets = fresh
@@ -257,6 +259,10 @@ final class ClusterRouter: Router, @unchecked Sendable {
                             lastSeq: welcome.lastSeq, now: current)
         }
     }
+
+    /// The frame types of chat log rows (ChatRowKind.frameType).
+    static let chatLogTypes: Set<String> = [FrameType.chat.rawValue, FrameType.chatEdit.rawValue, FrameType.chatDelete.rawValue,
+                                             FrameType.chatReact.rawValue]
 
     /// `payload.seq` of an encoded chat frame.
     static func chatSeq(_ bytes: [UInt8]) -> Int64? {

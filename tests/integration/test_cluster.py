@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from support import Peer, jwt_payload, kill_and_reap, run, sign_jwt
+from support import Peer, jwt_payload, kill_and_reap, parse_metrics, run, sign_jwt
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 SECRET = "cluster-test-secret-0123456789abcdef"
@@ -1470,3 +1470,53 @@ def test_with_database_url_a_session_post_for_a_call_created_on_one_node_is_answ
         assert "a=ice-ufrag:ansU" in answer["sdp"]
 
     run(body(), timeout=20)
+
+
+def test_chat_operations_cross_nodes_once_each_and_fold_into_the_shared_history(chat_cluster):
+    """Edits, reactions, deletes and replies sent on one node reach the peers on the others once
+    each, as their frames, in seq order; the catch-up counts their seqs (no gap fill doubles them)."""
+    nodes, _ = chat_cluster
+
+    async def send(peer: ChatPeer, frame_type: str, **payload) -> dict:
+        future = asyncio.get_running_loop().create_future()
+        peer.acks[payload["client_id"]] = future
+        await peer.peer.send({"type": frame_type, "payload": payload})
+        ack = await asyncio.wait_for(future, 10)
+        assert "error" not in ack, ack
+        return ack
+
+    async def body():
+        alice = await ChatPeer.connect(nodes[0], "ops", "alice")
+        bob = await ChatPeer.connect(nodes[1], "ops", "bob")
+        carol = await ChatPeer.connect(nodes[2], "ops", "carol")
+        await wait_remote(nodes, [2, 2, 2])
+        m1 = (await send(alice, "chat", client_id="a1", text="hello"))["payload"]["seq"]
+        m2 = (await send(bob, "chat", client_id="b1", text="reply", reply_to=m1))["payload"]["seq"]
+        e1 = (await send(alice, "chat-edit", client_id="a2", target=m1, text="hello!"))["payload"]["seq"]
+        r1 = (await send(carol, "chat-react", client_id="c1", target=m1, key="👍"))["payload"]["seq"]
+        d1 = (await send(bob, "chat-delete", client_id="b2", target=m2))["payload"]["seq"]
+        assert [m1, m2, e1, r1, d1] == [1, 2, 3, 4, 5]
+        await asyncio.sleep(0.5)
+        for peer, own in ((alice, {m1, e1}), (bob, {m2, d1}), (carol, {r1})):
+            rows = sorted([f for f in peer.chats + peer.frames if f["type"].startswith("chat")], key=lambda f: f["payload"]["seq"])
+            seqs = [f["payload"]["seq"] for f in rows]
+            assert seqs == sorted({1, 2, 3, 4, 5} - own), (peer.name, seqs)
+            by_seq = {f["payload"]["seq"]: f for f in rows}
+            if m2 in by_seq:
+                assert by_seq[m2]["payload"]["reply_to"] == m1
+            if e1 in by_seq:
+                assert by_seq[e1]["type"] == "chat-edit" and by_seq[e1]["payload"]["target"] == m1
+            if d1 in by_seq:
+                assert by_seq[d1]["type"] == "chat-delete"
+        for peer in (alice, bob, carol):
+            await peer.close()
+
+    run(body(), timeout=25)
+    token = nodes[2].token("ops", "reader")
+    status, _, page = nodes[2].get_json("/v1/rooms/ops/messages?before_seq=100", token)
+    assert status == 200, page
+    assert [m["seq"] for m in page["messages"]] == [2, 1]
+    assert page["messages"][0]["deleted"] is True and page["messages"][0]["reply_to"] == 1
+    assert page["messages"][1]["text"] == "hello!" and page["messages"][1]["reactions"] == [{"key": "👍", "count": 1, "peers": ["carol"]}]
+    metrics = parse_metrics(nodes[0].http("GET", "/metrics")[2].decode())
+    assert metrics.get("calling_cluster_chat_gap_fills_total", 0) == 0
