@@ -31,7 +31,8 @@ final class CodesTests: XCTestCase {
         let expected: [ErrorCode: Int] = [
             .badJSON: 400, .badFrame: 401, .unknownType: 402, .forbidden: 403, .peerNotFound: 404,
             .conflict: 409, .frameTooLarge: 413, .binaryUnsupported: 415, .invalidUTF8: 416, .invalidPayload: 422,
-            .rateLimited: 429, .chatEmpty: 440, .chatTooLong: 441, .chatMetaInvalid: 442, .peerReconnecting: 480,
+            .rateLimited: 429, .chatEmpty: 440, .chatTooLong: 441, .chatMetaInvalid: 442, .chatTargetNotFound: 443,
+            .chatForbidden: 444, .chatReactionInvalid: 445, .peerReconnecting: 480,
             .internalError: 500, .unavailable: 503, .rpcPayloadTooLarge: 460,
         ]
         XCTAssertEqual(Set(ErrorCode.allCases), Set(expected.keys), "a new code needs a row here and in docs/protocol.md")

@@ -253,15 +253,15 @@ final class FrameTests: XCTestCase {
     func test_frame_types_use_the_sdk_wire_names() {
         XCTAssertEqual(
             FrameType.allCases.map(\.rawValue),
-            ["welcome", "peer-joined", "peer-left", "offer", "answer", "candidate", "data", "chat", "chat-ack", "typing",
-             "read", "meter", "stats", "ping", "pong", "error", "peer-reconnecting", "peer-resumed", "leave",
-             "rpc-request", "rpc-ack", "rpc-response"])
+            ["welcome", "peer-joined", "peer-left", "offer", "answer", "candidate", "data", "chat", "chat-ack", "chat-edit",
+             "chat-delete", "chat-react", "typing", "read", "meter", "stats", "ping", "pong", "error", "peer-reconnecting",
+             "peer-resumed", "leave", "rpc-request", "rpc-ack", "rpc-response"])
     }
 
     func test_clients_may_send_only_signalling_chat_and_keepalive_frames() {
         let sendable = Set(FrameType.allCases.filter(\.isClientSendable))
-        XCTAssertEqual(sendable, [.offer, .answer, .candidate, .data, .chat, .typing, .read, .stats, .ping, .leave,
-                                  .rpcRequest, .rpcAck, .rpcResponse])
+        XCTAssertEqual(sendable, [.offer, .answer, .candidate, .data, .chat, .chatEdit, .chatDelete, .chatReact, .typing, .read,
+                                  .stats, .ping, .leave, .rpcRequest, .rpcAck, .rpcResponse])
     }
 
     func test_direct_envelope_encoding_equals_the_generic_writer() {
