@@ -16,6 +16,8 @@ public enum BenchCommand {
                calling-bench SCENARIO [same flags]        one scenario of the suite
                calling-bench chat [--rooms N] [--senders-per-room N] [--window N] [--seconds S] [--rate R] [--latency-seconds S] [--event-loop libev|poll] [--client raw|lws]
                               [--database-url postgres://…]   the in-process chat benchmark (chat in PostgreSQL with the URL)
+               calling-bench chat-ops [--seconds S] [--window N] [--history-rows N] [--inbox-rooms N] [--reads N] [--database-url postgres://…]
+                              chat operations at the store: acked sends vs a mix of sends, edits and reactions; before_seq and inbox p99
         scenarios: \(Scenarios.names.joined(separator: ", ")) (all but keepalive by default)
         """
 
@@ -28,6 +30,7 @@ public enum BenchCommand {
             print(usage)
             return 0
         }
+        if arguments.count >= 2, arguments[1] == "chat-ops" { return runChatOperations(Array(arguments.dropFirst(2))) }
         guard arguments.count >= 2, arguments[1] == "chat", case .success(let flags) = CallingCommand.parseFlags(arguments.dropFirst(2)) else {
             CallingCommand.printError(usage)
             return 64
@@ -79,4 +82,36 @@ public enum BenchCommand {
         }
     }
 
+    /// `calling-bench chat-ops …`.
+    static func runChatOperations(_ arguments: [String]) -> Int32 {
+        guard case .success(let flags) = CallingCommand.parseFlags(arguments[...]) else {
+            CallingCommand.printError(usage)
+            return 64
+        }
+        var options = ChatOperationsBenchmark.Options()
+        var problems: [String] = []
+        for (key, value) in flags {
+            switch key {
+            case "seconds": if let v = Double(value), v > 0 { options.seconds = v } else { problems.append("--seconds") }
+            case "window": if let v = Int(value), v > 0 { options.window = v } else { problems.append("--window") }
+            case "history-rows": if let v = Int(value), v >= 10 { options.historyRows = v } else { problems.append("--history-rows") }
+            case "inbox-rooms": if let v = Int(value), v > 0 { options.inboxRooms = v } else { problems.append("--inbox-rooms") }
+            case "reads": if let v = Int(value), v > 0 { options.reads = v } else { problems.append("--reads") }
+            case "database-url":
+                if value.hasPrefix("postgres://") || value.hasPrefix("postgresql://") { options.databaseURL = value } else { problems.append("--database-url") }
+            default: problems.append("unknown flag --\(key)")
+            }
+        }
+        guard problems.isEmpty else {
+            CallingCommand.printError("bad bench flags: \(problems.joined(separator: ", "))")
+            return 64
+        }
+        do {
+            print(try ChatOperationsBenchmark.run(options))
+            return 0
+        } catch {
+            CallingCommand.printError("bench failed: \(error)")
+            return 1
+        }
+    }
 }
