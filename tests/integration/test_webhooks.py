@@ -186,6 +186,42 @@ def test_room_events_are_signed_and_arrive_in_order(start_server):
         receiver.close()
 
 
+def test_chat_operations_ride_chat_message_events_with_their_kind(start_server):
+    receiver = Receiver()
+    try:
+        server = start_server(env=ENV, webhook_urls=receiver.url, webhook_chat_messages="true")
+
+        async def body():
+            alice = await Peer.connect(server, server.token("r1", "alice"), "alice")
+            for frame_type, payload in (("chat", {"client_id": "m1", "text": "hello"}),
+                                        ("chat", {"client_id": "m2", "text": "reply", "reply_to": 1}),
+                                        ("chat-edit", {"client_id": "e1", "target": 1, "text": "hello!"}),
+                                        ("chat-react", {"client_id": "r1", "target": 1, "key": "k"}),
+                                        ("chat-react", {"client_id": "r2", "target": 1, "key": "k", "remove": True}),
+                                        ("chat-delete", {"client_id": "d1", "target": 2}),
+                                        ("chat-edit", {"client_id": "e2", "target": 2, "text": "refused"})):
+                await alice.send({"type": frame_type, "payload": payload})
+                await alice.recv_type("chat-ack")
+            await alice.ws.close()
+
+        run(body())
+        receiver.wait_for(lambda r: sum(json.loads(x["body"])["type"] == "chat_message" for x in r.accepted()) >= 6, 10,
+                          "six chat_message events")
+        time.sleep(0.3)
+        events = [e for e in once_each_in_order(receiver) if e["type"] == "chat_message"]
+        data = [{k: v for k, v in e["data"].items() if k not in ("ts", "room_id", "from", "meta")} for e in events]
+        assert data == [
+            {"seq": 1, "client_id": "m1", "text": "hello"},
+            {"seq": 2, "client_id": "m2", "text": "reply", "kind": "message", "reply_to": 1},
+            {"seq": 3, "client_id": "e1", "text": "hello!", "kind": "edit", "target": 1},
+            {"seq": 4, "client_id": "r1", "text": "", "kind": "react", "target": 1, "key": "k"},
+            {"seq": 5, "client_id": "r2", "text": "", "kind": "unreact", "target": 1, "key": "k"},
+            {"seq": 6, "client_id": "d1", "text": "", "kind": "delete", "target": 2},
+        ], data
+    finally:
+        receiver.close()
+
+
 def test_500s_and_a_timeout_are_retried_and_each_event_arrives_once_in_order(start_server):
     receiver = Receiver()
     timed_out: list[str] = []
