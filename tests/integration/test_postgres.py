@@ -47,13 +47,14 @@ def test_migrate_applies_the_postgres_schema_once(postgres, tmp_path):
     argv = [str(BINARY), "migrate", "--data-dir", str(tmp_path / "data"), "--database-url", url]
     first = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=cli_env())
     assert first.returncode == 0, first.stderr
-    assert "postgres applied: 001_chat, 002_access, 003_calls, 004_webhooks" in first.stdout, first.stdout
+    assert "postgres applied: 001_chat, 002_access, 003_calls, 004_webhooks, 005_chat_operations" in first.stdout, first.stdout
     again = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=cli_env())
     assert again.returncode == 0, again.stderr
     assert "schema is up to date" in again.stdout and "postgres schema is up to date" in again.stdout, again.stdout
-    assert postgres.psql(url, "SELECT version FROM calling_schema_version") == "4"
+    assert postgres.psql(url, "SELECT version FROM calling_schema_version") == "5"
     tables = postgres.psql(url, "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = 'public'")
-    assert tables == "api_keys,call_stats,calling_schema_version,calls,chat_messages,meters,read_markers,rooms,token_bans,webhook_calls,webhook_outbox,webhook_seats", tables
+    assert tables == ("api_keys,call_stats,calling_schema_version,calls,chat_messages,chat_reactions,chat_room_peers,meters,"
+                      "read_markers,rooms,token_bans,webhook_calls,webhook_outbox,webhook_seats"), tables
 
     # A URL that is not PostgreSQL's is a configuration error (exit 78), not a crash.
     bad = subprocess.run([str(BINARY), "migrate", "--data-dir", str(tmp_path / "data"), "--database-url", "mysql://x"],
