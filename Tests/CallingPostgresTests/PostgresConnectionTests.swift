@@ -51,14 +51,16 @@ final class PostgresConnectionTests: XCTestCase {
     func testMigrateAppliesTheSharedSchemaOnceAndRecordsItsVersion() throws {
         let db = try PostgresConnection(url: try SharedPostgres.database())
         let migrator = try Migrator.bundled(.postgres)
-        XCTAssertEqual(migrator.migrations.map(\.name), ["001_chat", "002_access", "003_calls", "004_webhooks"])
+        let all = ["001_chat", "002_access", "003_calls", "004_webhooks", "005_chat_operations"]
+        XCTAssertEqual(migrator.migrations.map(\.name), all)
         XCTAssertEqual(try db.schemaVersion(), 0)
-        XCTAssertEqual(try migrator.migrate(db), ["001_chat", "002_access", "003_calls", "004_webhooks"])
-        XCTAssertEqual(try db.schemaVersion(), 4)
+        XCTAssertEqual(try migrator.migrate(db), all)
+        XCTAssertEqual(try db.schemaVersion(), 5)
         XCTAssertEqual(try migrator.migrate(db), [], "already current")
         let tables = try db.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename").rows.map { $0[0] }
-        XCTAssertEqual(tables, ["api_keys", "call_stats", "calling_schema_version", "calls", "chat_messages", "meters", "read_markers", "rooms", "token_bans",
-                                "webhook_calls", "webhook_outbox", "webhook_seats"])
+        XCTAssertEqual(tables, ["api_keys", "call_stats", "calling_schema_version", "calls", "chat_messages", "chat_reactions",
+                                "chat_room_peers", "meters", "read_markers", "rooms", "token_bans", "webhook_calls", "webhook_outbox",
+                                "webhook_seats"])
     }
 
     func testServersMigratingAtOnceApplyEachMigrationExactlyOnce() throws {
@@ -73,7 +75,8 @@ final class PostgresConnectionTests: XCTestCase {
             }
         }
         XCTAssertEqual(failures.all, [])
-        XCTAssertEqual(applied.all.flatMap { $0 }.sorted(), ["001_chat", "002_access", "003_calls", "004_webhooks"], "each applied by one of the four, found applied by the others")
+        XCTAssertEqual(applied.all.flatMap { $0 }.sorted(), ["001_chat", "002_access", "003_calls", "004_webhooks", "005_chat_operations"],
+                       "each applied by one of the four, found applied by the others")
     }
 
     func testADatabaseMigratedByANewerBuildIsRefused() throws {
