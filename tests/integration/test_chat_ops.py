@@ -350,3 +350,37 @@ def test_kill_9_keeps_acked_operations(start_server):
     for message in body["messages"]:
         reactions = message["reactions"]
         assert reactions in ([], [{"key": "k", "count": 1, "peers": ["alice"]}]), message
+
+
+def test_post_tokens_mints_user_and_moderator_tokens(server):
+    import http.client
+
+    from support import jwt_payload
+
+    created = subprocess.run([str(BINARY), "apikey", "create", "--name", "backend", "--scope", "calls", "--data-dir",
+                              str(server.data_dir)], capture_output=True, text=True, timeout=10, env=server.env)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+
+    def post(body):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("POST", "/v1/tokens", body=json.dumps(body), headers={"X-API-Key": key, "Content-Type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+        return response.status, json.loads(raw)
+
+    status, user = post({"peer_id": "alice", "scope": "user"})
+    assert status == 201 and user["scope"] == "user" and "room_id" not in user, user
+    claims = jwt_payload(user["token"])
+    assert claims["scope"] == "user" and "room_id" not in claims and claims["sub"] == "alice"
+    status, _, body = server.get_json("/v1/me/rooms", user["token"])
+    assert status == 200 and body == {"rooms": [], "has_more": False}, body
+    status, room = post({"peer_id": "mod", "room_id": "r1", "moderator": True})
+    assert status == 201 and jwt_payload(room["token"])["moderator"] is True, room
+    status, plain = post({"peer_id": "bob", "room_id": "r1"})
+    assert status == 201 and "moderator" not in jwt_payload(plain["token"])
+    for bad in ({"peer_id": "a", "scope": "user", "room_id": "r1"}, {"peer_id": "a", "room_id": "r1", "moderator": "yes"},
+                {"peer_id": "a", "scope": "admin"}):
+        status, problem = post(bad)
+        assert status == 400, (bad, problem)
