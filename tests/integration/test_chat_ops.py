@@ -384,3 +384,26 @@ def test_post_tokens_mints_user_and_moderator_tokens(server):
                 {"peer_id": "a", "scope": "admin"}):
         status, problem = post(bad)
         assert status == 400, (bad, problem)
+
+
+def test_operations_count_against_the_frame_rate_limit(start_server):
+    server = start_server(max_frames_per_second=1, frame_burst=3)
+
+    async def scenario():
+        alice = await Peer.connect(server, server.token("r1", "alice"), "alice")
+        for i in range(6):
+            await alice.send({"type": "chat-react", "payload": {"client_id": f"r{i}", "target": 1, "key": "k"}})
+        frames = []
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            try:
+                frames.append(await alice.recv(timeout=max(0.05, deadline - time.monotonic())))
+            except (AssertionError, asyncio.TimeoutError):
+                break
+        acks = [f for f in frames if f["type"] == "chat-ack"]
+        limited = [f for f in frames if f["type"] == "error" and f["error"]["code"] == 429]
+        # The burst's operations are answered (443: no message 1 yet); the rest are dropped with a 429.
+        assert len(acks) <= 4 and all(a["error"]["code"] == 443 for a in acks), frames
+        assert limited, frames
+
+    run(scenario(), timeout=10)
