@@ -1,8 +1,8 @@
--- 010_chat_operations: edits, deletes and reactions as rows of the room's chat log, replies, and
+-- 011_chat_operations: edits, deletes and reactions as rows of the room's chat log, replies, and
 -- what the history page and the inbox read (docs/protocol.md, "Chat operations", "Inbox").
 --
 -- Same rules as 001 (STRICT, no BEGIN/COMMIT: the migrator wraps this file in one transaction with
--- `PRAGMA user_version = 10`).
+-- `PRAGMA user_version = 11`).
 --
 -- Every operation is a chat_messages row with its own seq, so the room's log stays one gap-free
 -- sequence that resume replays in order, and the (room_no, client_id, sender) dedup key covers

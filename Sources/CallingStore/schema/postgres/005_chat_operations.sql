@@ -1,5 +1,5 @@
--- 004_chat_operations (PostgreSQL): edits, deletes and reactions as rows of the room's chat log,
--- replies, and what the history page and the inbox read; the dialect of schema/010_chat_operations.sql
+-- 005_chat_operations (PostgreSQL): edits, deletes and reactions as rows of the room's chat log,
+-- replies, and what the history page and the inbox read; the dialect of schema/011_chat_operations.sql
 -- (same columns, kinds and meaning; keyed by room_id, as this dialect's chat_messages is).
 --
 -- Applied by CallingStore's Migrator (through CallingPostgres) in one transaction that also records
