@@ -663,7 +663,12 @@ export class _PendingChats {
   readonly size: number;
   has(clientId: string): boolean;
   ids(): string[];
-  add(clientId: string, text: string, meta?: Record<string, unknown> | null): Promise<ChatAck>;
+  /** A `chat` frame `{client_id, text, meta?, reply_to?}`. */
+  add(clientId: string, text: string, meta?: Record<string, unknown> | null, replyTo?: number | null): Promise<ChatAck>;
+  /** Any acked chat operation: frame `type` with payload `{client_id, ...body}`. */
+  addOp(clientId: string, type: "chat" | "chat-edit" | "chat-delete" | "chat-react", body: Record<string, unknown>): Promise<ChatAck>;
+  /** The frame type of a pending operation, or null. */
+  typeOf(clientId: string): string | null;
   /** Sends (or resends) one pending chat and arms its ack timer; `counts` false for a reconnect resend. */
   transmit(clientId: string, counts?: boolean): void;
   /** Resends every pending chat, oldest first (after a reconnect); free of the retry budget. */

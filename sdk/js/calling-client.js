@@ -603,7 +603,7 @@ export class _PendingChats {
     this._timers = options.timers ?? defaultTimers();
     this._send = options.send;
     this._canSend = options.canSend;
-    /** @type {Map<string, {text: string, meta: any, sends: number, timer: unknown, resolve: Function, reject: Function}>} */
+    /** @type {Map<string, {type: string, body: object, sends: number, timer: unknown, resolve: Function, reject: Function}>} */
     this._pending = new Map();
   }
 
@@ -623,12 +623,30 @@ export class _PendingChats {
   }
 
   /** Adds a message (sent at once when possible); resolves with its ack. */
-  add(clientId, text, meta) {
+  add(clientId, text, meta, replyTo) {
+    const body = { text };
+    if (meta !== undefined && meta !== null) body.meta = meta;
+    if (replyTo !== undefined && replyTo !== null) body.reply_to = replyTo;
+    return this.addOp(clientId, "chat", body);
+  }
+
+  /**
+   * Adds any acked chat operation: `type` is the frame type (`chat`, `chat-edit`, `chat-delete`,
+   * `chat-react`) and `body` its payload after `client_id`, in wire order. One ledger for all of
+   * them: they share the server's client_id namespace, the ack and the resend rules.
+   */
+  addOp(clientId, type, body) {
     if (this._pending.has(clientId)) return Promise.reject(invalidState(`client_id ${clientId} is already pending`));
     return new Promise((resolve, reject) => {
-      this._pending.set(clientId, { text, meta: meta ?? null, sends: 0, timer: null, resolve, reject });
+      this._pending.set(clientId, { type, body, sends: 0, timer: null, resolve, reject });
       if (this._canSend()) this.transmit(clientId);
     });
+  }
+
+  /** The frame type of a pending operation, or null. */
+  typeOf(clientId) {
+    const entry = this._pending.get(clientId);
+    return entry ? entry.type : null;
   }
 
   /** Sends one message and arms its ack timer; `counts` false for resends after a reconnect. */
@@ -637,9 +655,7 @@ export class _PendingChats {
     if (!entry) return;
     if (counts) entry.sends += 1;
     this._clearTimer(entry);
-    const payload = { client_id: clientId, text: entry.text };
-    if (entry.meta !== null) payload.meta = entry.meta;
-    this._send(_buildFrame("chat", payload));
+    this._send(_buildFrame(entry.type, { client_id: clientId, ...entry.body }));
     this._arm(clientId, this._ackTimeoutMs);
   }
 
