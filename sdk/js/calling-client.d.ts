@@ -72,6 +72,66 @@ export interface ChatMessage {
   text: string;
   meta: Record<string, unknown> | null;
   ts: number;
+  /** The seq of the message this one answers, or null. */
+  reply_to: number | null;
+  /** A tombstone: the content was deleted (`text` "", `meta` null). */
+  deleted: boolean;
+  /** History only: the last edit's ts. */
+  edited_ts?: number;
+  /** History only: when it was deleted. */
+  deleted_ts?: number;
+  /** History only: reaction counts by key, sorted by key. */
+  reactions?: ReactionCount[];
+  /** History with `includeEdits` only: the edits, oldest first. */
+  edits?: ChatEditEntry[];
+}
+
+/** One reaction key on a message (history). */
+export interface ReactionCount {
+  key: string;
+  count: number;
+  peers: string[];
+}
+
+/** One edit of a message (history with `includeEdits`). */
+export interface ChatEditEntry {
+  seq: number;
+  ts: number;
+  text: string;
+  meta: Record<string, unknown> | null;
+}
+
+/** `chat-edited`: a peer replaced the text of message `target`. */
+export interface ChatEdited {
+  from: string;
+  seq: number;
+  ts: number;
+  client_id: string;
+  target: number;
+  text: string;
+  meta: Record<string, unknown> | null;
+  /** A replayed edit of a message deleted since (text "", meta null). */
+  deleted: boolean;
+}
+
+/** `chat-deleted`: message `target` is a tombstone now. */
+export interface ChatDeleted {
+  from: string;
+  seq: number;
+  ts: number;
+  client_id: string;
+  target: number;
+}
+
+/** `chat-reaction`: a peer added (or, `removed`, took back) reaction `key` on message `target`. */
+export interface ChatReaction {
+  from: string;
+  seq: number;
+  ts: number;
+  client_id: string;
+  target: number;
+  key: string;
+  removed: boolean;
 }
 
 /** The successful `chat-ack` of `sendChat`. */
@@ -84,11 +144,32 @@ export interface ChatAck {
 /** One page of `GET /v1/rooms/{room_id}/messages`. */
 export interface MessagesPage {
   room_id: string;
+  /** Oldest first with `sinceSeq`, newest first with `beforeSeq`. */
   messages: ChatMessage[];
   next_since_seq: number;
+  /** With `beforeSeq`: the lowest seq the page covered; pass it as the next `beforeSeq`. */
+  next_before_seq?: number;
   has_more: boolean;
   last_seq: number;
   limit: number;
+}
+
+/** One room of `inbox()`. */
+export interface InboxRoom {
+  room_id: string;
+  last_seq: number;
+  last_ts: number;
+  /** The newest message not deleted (text cut to 140 characters), or null. */
+  last_message: { seq: number; from: string; text: string; ts: number } | null;
+  read_seq: number;
+  unread: number;
+}
+
+/** One page of `GET /v1/me/rooms`. */
+export interface InboxPage {
+  rooms: InboxRoom[];
+  has_more: boolean;
+  next_cursor?: string;
 }
 
 /** A 5-second quality sample of one peer connection; the same keys are sent as a `stats` frame. */
@@ -162,6 +243,9 @@ export interface CallingClientEvents {
   reconnecting: { attempt: number; delayMs: number };
   state: { state: ClientState };
   chat: ChatMessage;
+  "chat-edited": ChatEdited;
+  "chat-deleted": ChatDeleted;
+  "chat-reaction": ChatReaction;
   typing: { from: string; typing: boolean };
   read: { from: string; seq: number };
   pong: unknown;
@@ -389,13 +473,23 @@ export class CallingClient {
   /** Stops answering `method` (later requests get 1400). */
   unregisterRpcMethod(method: string): void;
   /** Sends a chat; resolves with its ack. Retries with the same client_id after timeouts and reconnects. */
-  sendChat(text: string, options?: { meta?: Record<string, unknown> | null; clientId?: string }): Promise<ChatAck>;
+  sendChat(text: string, options?: { meta?: Record<string, unknown> | null; clientId?: string; replyTo?: number | null }): Promise<ChatAck>;
+  /** Edits our message `seq`; resolves with the edit's ack. Same retries as sendChat. */
+  editChat(seq: number, text: string, options?: { meta?: Record<string, unknown> | null; clientId?: string }): Promise<ChatAck>;
+  /** Deletes message `seq` (ours, or any with a moderator token); resolves with the delete's ack. */
+  deleteChat(seq: number, options?: { clientId?: string }): Promise<ChatAck>;
+  /** Adds our reaction `key` to message `seq`. */
+  react(seq: number, key: string, options?: { clientId?: string }): Promise<ChatAck>;
+  /** Removes our reaction `key` from message `seq`. */
+  unreact(seq: number, key: string, options?: { clientId?: string }): Promise<ChatAck>;
   /** Typing indicator; only changes are sent; true turns itself off after typingTimeoutMs. */
   setTyping(on: boolean): void;
   /** Moves the read marker (the server only moves it forward). */
   markRead(seq: number): void;
   /** One history page over REST; works before connect() (room from the token). */
-  fetchMessages(options?: { sinceSeq?: number; limit?: number }): Promise<MessagesPage>;
+  fetchMessages(options?: { sinceSeq?: number; beforeSeq?: number; limit?: number; includeEdits?: boolean }): Promise<MessagesPage>;
+  /** The token's rooms, newest activity first (`GET /v1/me/rooms`); needs a user token. */
+  inbox(options?: { limit?: number; cursor?: string }): Promise<InboxPage>;
   /** App-level ping; resolves with the pong payload. */
   ping(payload?: unknown): Promise<unknown>;
 }

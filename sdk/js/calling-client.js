@@ -1995,12 +1995,85 @@ export class CallingClient extends ReconnectingSocket {
    * after a reconnect every pending message is sent again (free). A failed ack rejects at once
    * (440 empty, 441 too long, 442 bad meta); 503 is retried after 1 s. While connecting or
    * reconnecting the message waits.
+   * `replyTo` names the seq of the message this one answers (`reply_to`).
+   * @param {string} text
+   * @param {{meta?: object|null, clientId?: string, replyTo?: number|null}} [options]
+   */
+  sendChat(text, options = {}) {
+    if (typeof text !== "string") return Promise.reject(invalidArgument("text must be a string"));
+    const replyTo = options.replyTo === undefined ? null : options.replyTo;
+    if (replyTo !== null && !isSeq(replyTo)) return Promise.reject(invalidArgument("replyTo must be an integer ≥ 1"));
+    return this._submitChatOp("chat", options, () => {
+      const body = { text };
+      if (options.meta !== undefined && options.meta !== null) body.meta = options.meta;
+      if (replyTo !== null) body.reply_to = replyTo;
+      return body;
+    });
+  }
+
+  /**
+   * Replaces the text (and meta) of our message `seq` (`chat-edit`); resolves with the edit's own
+   * ack once committed. Same retries as sendChat; 443 unknown target, 444 not ours, deleted or
+   * past the edit window.
+   * @param {number} seq
    * @param {string} text
    * @param {{meta?: object|null, clientId?: string}} [options]
    */
-  sendChat(text, options = {}) {
-    if (this._state === "idle" || this._state === "closed") return Promise.reject(notConnected());
+  editChat(seq, text, options = {}) {
+    if (!isSeq(seq)) return Promise.reject(invalidArgument("seq must be an integer ≥ 1"));
     if (typeof text !== "string") return Promise.reject(invalidArgument("text must be a string"));
+    return this._submitChatOp("chat-edit", options, () => {
+      const body = { target: seq, text };
+      if (options.meta !== undefined && options.meta !== null) body.meta = options.meta;
+      return body;
+    });
+  }
+
+  /**
+   * Deletes message `seq` (`chat-delete`: ours, or anyone's with a moderator token); the server
+   * erases its content. Resolves with the delete's own ack. Same retries as sendChat.
+   * @param {number} seq
+   * @param {{clientId?: string}} [options]
+   */
+  deleteChat(seq, options = {}) {
+    if (!isSeq(seq)) return Promise.reject(invalidArgument("seq must be an integer ≥ 1"));
+    return this._submitChatOp("chat-delete", options, () => ({ target: seq }));
+  }
+
+  /**
+   * Adds our reaction `key` (a short emoji or word) to message `seq` (`chat-react`). Adding one we
+   * already have is acked and changes nothing. 445 for a bad key or too many keys.
+   * @param {number} seq
+   * @param {string} key
+   * @param {{clientId?: string}} [options]
+   */
+  react(seq, key, options = {}) {
+    return this._reaction(seq, key, false, options);
+  }
+
+  /**
+   * Removes our reaction `key` from message `seq` (`chat-react` with `remove: true`).
+   * @param {number} seq
+   * @param {string} key
+   * @param {{clientId?: string}} [options]
+   */
+  unreact(seq, key, options = {}) {
+    return this._reaction(seq, key, true, options);
+  }
+
+  _reaction(seq, key, remove, options) {
+    if (!isSeq(seq)) return Promise.reject(invalidArgument("seq must be an integer ≥ 1"));
+    if (typeof key !== "string" || key === "") return Promise.reject(invalidArgument("key must be a non-empty string"));
+    return this._submitChatOp("chat-react", options, () => {
+      const body = { target: seq, key };
+      if (remove) body.remove = true;
+      return body;
+    });
+  }
+
+  /** Checks what every chat operation shares (state, meta, client_id), then queues it in the ledger. */
+  _submitChatOp(type, options, makeBody) {
+    if (this._state === "idle" || this._state === "closed") return Promise.reject(notConnected());
     const meta = options.meta === undefined ? null : options.meta;
     if (meta !== null && (typeof meta !== "object" || Array.isArray(meta))) {
       return Promise.reject(new CallingError("meta must be an object", { code: 442, retryable: false }));
@@ -2009,7 +2082,7 @@ export class CallingClient extends ReconnectingSocket {
     if (typeof clientId !== "string" || clientId === "" || utf8Length(clientId) > MAX_CLIENT_ID_BYTES) {
       return Promise.reject(new CallingError(`client_id must be 1–${MAX_CLIENT_ID_BYTES} bytes`, { code: 422, retryable: false }));
     }
-    return this._chats.add(clientId, text, meta);
+    return this._chats.addOp(clientId, type, makeBody());
   }
 
   /** Typing indicator: only changes are sent; `true` turns itself off after `typingTimeoutMs`. */
@@ -2027,23 +2100,50 @@ export class CallingClient extends ReconnectingSocket {
   /**
    * One page of history, `GET /v1/rooms/{room}/messages`, with this client's token. Works before
    * connect() (the room comes from the token). Does not change `lastSeq` and emits nothing.
-   * @param {{sinceSeq?: number, limit?: number}} [options]
+   * `sinceSeq` pages forward (oldest first), `beforeSeq` backward (newest first, `next_before_seq`);
+   * each message is as it is now (edited text, tombstone, reactions); `includeEdits` adds `edits`.
+   * @param {{sinceSeq?: number, beforeSeq?: number, limit?: number, includeEdits?: boolean}} [options]
    */
-  async fetchMessages({ sinceSeq = 0, limit = 50 } = {}) {
+  async fetchMessages({ sinceSeq, beforeSeq, limit = 50, includeEdits = false } = {}) {
     const room = this.roomId;
     if (!room) throw new CallingError("the token has no room_id claim", { code: "invalid_token", retryable: false });
-    const url = `${_httpBase(this._url)}/v1/rooms/${encodeURIComponent(room)}/messages?since_seq=${encodeURIComponent(sinceSeq)}&limit=${encodeURIComponent(limit)}`;
+    if (sinceSeq !== undefined && beforeSeq !== undefined) throw invalidArgument("give sinceSeq or beforeSeq, not both");
+    const backward = beforeSeq !== undefined;
+    const cursor = backward ? `before_seq=${encodeURIComponent(beforeSeq)}` : `since_seq=${encodeURIComponent(sinceSeq ?? 0)}`;
+    const edits = includeEdits ? "&include=edits" : "";
+    const url = `${_httpBase(this._url)}/v1/rooms/${encodeURIComponent(room)}/messages?${cursor}&limit=${encodeURIComponent(limit)}${edits}`;
     const answer = await httpRequest(this._fetch, "GET", url, { token: this._tokenValue });
     if (answer.status !== 200 || !answer.body || typeof answer.body !== "object") throw problemError(answer.status, answer.body, answer.headers);
     const body = answer.body;
-    return {
+    const page = {
       room_id: body.room_id ?? room,
-      messages: Array.isArray(body.messages) ? body.messages : [],
-      next_since_seq: body.next_since_seq ?? sinceSeq,
+      messages: Array.isArray(body.messages) ? body.messages.map(historyMessage).filter((m) => m !== null) : [],
+      next_since_seq: body.next_since_seq ?? sinceSeq ?? 0,
       has_more: Boolean(body.has_more),
       last_seq: body.last_seq ?? 0,
       limit: body.limit ?? limit,
     };
+    if (backward) page.next_before_seq = body.next_before_seq ?? beforeSeq;
+    return page;
+  }
+
+  /**
+   * The rooms of the token's peer id, most recent activity first (`GET /v1/me/rooms`), each with
+   * `last_seq`, `last_ts`, `last_message`, `read_seq` and `unread`. Needs a user token (scope
+   * `user`, no room): make a client with it and call this without connect().
+   * @param {{limit?: number, cursor?: string}} [options]
+   */
+  async inbox({ limit, cursor } = {}) {
+    const query = [];
+    if (limit !== undefined) query.push(`limit=${encodeURIComponent(limit)}`);
+    if (cursor !== undefined && cursor !== null) query.push(`cursor=${encodeURIComponent(cursor)}`);
+    const url = `${_httpBase(this._url)}/v1/me/rooms${query.length ? `?${query.join("&")}` : ""}`;
+    const answer = await httpRequest(this._fetch, "GET", url, { token: this._tokenValue });
+    if (answer.status !== 200 || !answer.body || typeof answer.body !== "object") throw problemError(answer.status, answer.body, answer.headers);
+    const body = answer.body;
+    const page = { rooms: Array.isArray(body.rooms) ? body.rooms : [], has_more: Boolean(body.has_more) };
+    if (typeof body.next_cursor === "string") page.next_cursor = body.next_cursor;
+    return page;
   }
 
   // --- socket hooks ----------------------------------------------------------------------------
@@ -2172,10 +2272,10 @@ export class CallingClient extends ReconnectingSocket {
           if (this._relays.refused(error.frameType) !== null) return;
         }
         this._events.emit("error", error);
-        if (error.frameType === "chat" && !error.retryable) {
-          // The frame names no client_id; the latest chat sent is the one refused (our own checks
-          // make this rare: client_id and text are validated before sending).
-          const id = this._chats.ids().pop();
+        if (CHAT_OP_TYPES.has(error.frameType) && !error.retryable) {
+          // The frame names no client_id; the latest operation of that type sent is the one
+          // refused (our own checks make this rare: client_id and text are validated before sending).
+          const id = this._chats.ids().filter((pending) => this._chats.typeOf(pending) === error.frameType).pop();
           if (id) this._chats.reject(id, error);
         }
         return;
@@ -2184,7 +2284,7 @@ export class CallingClient extends ReconnectingSocket {
         const id = payload && payload.client_id;
         if (typeof id !== "string") return;
         if (json.error) {
-          const error = this._frameError(json, { type: "chat" });
+          const error = this._frameError(json, { type: this._chats.typeOf(id) ?? "chat" });
           this._events.emit("error", error);
           this._chats.failAck(id, error);
           return;
@@ -2199,6 +2299,17 @@ export class CallingClient extends ReconnectingSocket {
         if (!message) return;
         const { deliver, gapFill } = this._resume.onChat(message.seq);
         if (deliver) this._deliverChat(message);
+        if (gapFill) this._startGapFill();
+        return;
+      }
+      case "chat-edit":
+      case "chat-delete":
+      case "chat-react": {
+        const op = chatOperation(type, payload, from);
+        if (!op) return;
+        // Operations have seqs of their own: the same dedupe, and the replay counts them.
+        const { deliver, gapFill } = this._resume.onChat(op.event.seq);
+        if (deliver) this._deliverOp(op);
         if (gapFill) this._startGapFill();
         return;
       }
@@ -2291,6 +2402,15 @@ export class CallingClient extends ReconnectingSocket {
     this._events.emit("chat", message);
   }
 
+  _deliverOp({ name, event }) {
+    if (event.from === this._peerId && this._chats.has(event.client_id)) {
+      // Our own operation in a resume replay: committed, its ack was lost with the socket.
+      this._chats.resolve(event.client_id, { seq: event.seq, client_id: event.client_id, ts: event.ts });
+      return;
+    }
+    this._events.emit(name, event);
+  }
+
   /** The replay was capped (`recovered: false`): page the rest over REST through the same dedupe. */
   _startGapFill() {
     const gen = this._gen;
@@ -2299,9 +2419,10 @@ export class CallingClient extends ReconnectingSocket {
       for (;;) {
         const page = await this.fetchMessages({ sinceSeq: cursor, limit: 200 });
         if (gen !== this._gen) return;
-        for (const raw of page.messages) {
-          const message = chatMessage(raw, raw && raw.from);
-          if (message && this._resume.accept(message.seq)) this._deliverChat(message);
+        // Messages as they are now: operations in the gap are folded into them (edited text,
+        // tombstone, reactions), not reported one by one.
+        for (const message of page.messages) {
+          if (this._resume.accept(message.seq)) this._deliverChat(message);
         }
         const more = page.has_more && page.next_since_seq > cursor;
         this._resume.setGapCursor(more ? page.next_since_seq : null);
@@ -2651,6 +2772,14 @@ export class CallingClient extends ReconnectingSocket {
   }
 }
 
+/** Frame types of the acked chat operations (one ledger, one client_id namespace). */
+const CHAT_OP_TYPES = new Set(["chat", "chat-edit", "chat-delete", "chat-react"]);
+
+/** A seq as the chat operations take it: an integer ≥ 1. */
+function isSeq(value) {
+  return Number.isInteger(value) && value >= 1;
+}
+
 function chatMessage(payload, from) {
   if (!payload || typeof payload.seq !== "number") return null;
   return {
@@ -2660,7 +2789,46 @@ function chatMessage(payload, from) {
     text: payload.text ?? "",
     meta: payload.meta ?? null,
     ts: payload.ts ?? 0,
+    reply_to: typeof payload.reply_to === "number" ? payload.reply_to : null,
+    deleted: payload.deleted === true,
   };
+}
+
+/** A message of a history page: a chat message plus its state now (edits, tombstone, reactions). */
+function historyMessage(raw) {
+  const message = chatMessage(raw, raw && raw.from);
+  if (!message) return null;
+  if (typeof raw.edited_ts === "number") message.edited_ts = raw.edited_ts;
+  if (typeof raw.deleted_ts === "number") message.deleted_ts = raw.deleted_ts;
+  message.reactions = Array.isArray(raw.reactions) ? raw.reactions : [];
+  if (Array.isArray(raw.edits)) message.edits = raw.edits;
+  return message;
+}
+
+/**
+ * A live or replayed `chat-edit`/`chat-delete`/`chat-react` as the event it raises
+ * (`chat-edited`, `chat-deleted`, `chat-reaction`), or null when malformed.
+ */
+function chatOperation(type, payload, from) {
+  if (!payload || typeof payload.seq !== "number" || typeof payload.target !== "number") return null;
+  const base = {
+    from: typeof from === "string" ? from : payload.from ?? null,
+    seq: payload.seq,
+    ts: payload.ts ?? 0,
+    client_id: payload.client_id ?? null,
+    target: payload.target,
+  };
+  switch (type) {
+    case "chat-edit":
+      return { name: "chat-edited", event: { ...base, text: payload.text ?? "", meta: payload.meta ?? null, deleted: payload.deleted === true } };
+    case "chat-delete":
+      return { name: "chat-deleted", event: base };
+    case "chat-react":
+      if (typeof payload.key !== "string") return null;
+      return { name: "chat-reaction", event: { ...base, key: payload.key, removed: payload.remove === true } };
+    default:
+      return null;
+  }
 }
 
 /**

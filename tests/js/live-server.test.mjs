@@ -136,7 +136,7 @@ async function liveTest(WebSocket) {
     const ack = await alice.sendChat("hello", { meta: { k: 1 } });
     assert.ok(ack.seq >= 1);
     await until("bob's chat", () => got.bob.length === 1);
-    assert.deepEqual(got.bob[0], { seq: ack.seq, from: "alice", client_id: ack.client_id, text: "hello", meta: { k: 1 }, ts: ack.ts });
+    assert.deepEqual(got.bob[0], { seq: ack.seq, from: "alice", client_id: ack.client_id, text: "hello", meta: { k: 1 }, ts: ack.ts, reply_to: null, deleted: false });
     // A retry with the same client_id is answered with the original ack and stored once.
     assert.deepEqual(await alice.sendChat("hello again?", { clientId: ack.client_id }), ack);
     await assert.rejects(alice.sendChat("   "), (e) => e.code === 440);
