@@ -126,9 +126,15 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
     private var typingOn = false
 
     // chat bookkeeping (the Swift SDK's ChatLedger)
-    private class PendingChat(val text: String, val meta: String?, val waiter: Long, var sends: Int = 0)
+    /**
+     * An acked chat operation waiting for its `chat-ack`: frame [type] with payload
+     * `{client_id, ...body}` ([body] in wire order). Chats, edits, deletes and reactions share the
+     * server's client_id namespace, the ack and the resend rules, so one ledger holds them all.
+     */
+    private class PendingChat(val type: String, val body: JSONObject, val waiter: Long, var sends: Int = 0)
     private val pending = LinkedHashMap<String, PendingChat>()
-    private var lastChatSent: String? = null
+    /** The pending operation of each frame type sent last: an `error` frame names no client_id. */
+    private val lastSent = HashMap<String, String>()
     private val seenSeqs = HashSet<Long>()
     private var seenFloor = 0L
     private var resumable = false
@@ -293,7 +299,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             out.add(SessionAction.Resolve(chat.waiter, null, error))
         }
         pending.clear()
-        lastChatSent = null
+        lastSent.clear()
         held.clear()
     }
 
@@ -512,7 +518,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         emit(CallingEvent.Error(error))
         // A refused chat frame (not a refused chat, which comes as a failed chat-ack) would
         // otherwise wait out every ack timeout; a temporary refusal (429) is retried by the timer.
-        if (frameType == "chat" && !error.isRetryable) lastChatSent?.let { resolveChat(it, null, error) }
+        if (frameType == "chat" && !error.isRetryable) lastSent[frameType]?.let { resolveChat(it, null, error) }
     }
 
     // --- relays -------------------------------------------------------------------------------
@@ -535,29 +541,36 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
     // --- chat ---------------------------------------------------------------------------------
 
     private fun sendChat(input: SessionInput.SendChat) {
+        val body = JSONObject().put("text", input.text)
+        if (input.meta != null) body.put("meta", JSONObject(input.meta))
+        addPending(input.waiter, input.clientId, "chat", body)
+    }
+
+    /** Any acked chat operation: checked, queued, and sent now when connected (else after the next welcome). */
+    private fun addPending(waiter: Long, clientId: String, type: String, body: JSONObject) {
         if (state != ConnectionState.CONNECTED && state != ConnectionState.CONNECTING && state != ConnectionState.RECONNECTING) {
-            out.add(SessionAction.Resolve(input.waiter, null, CallingError.notConnected()))
+            out.add(SessionAction.Resolve(waiter, null, CallingError.notConnected()))
             return
         }
-        if (input.clientId.isEmpty() || input.clientId.toByteArray(Charsets.UTF_8).size > 128) {
-            out.add(SessionAction.Resolve(input.waiter, null, CallingError.server(422, "client_id must be 1-128 bytes")))
+        if (clientId.isEmpty() || clientId.toByteArray(Charsets.UTF_8).size > 128) {
+            out.add(SessionAction.Resolve(waiter, null, CallingError.server(422, "client_id must be 1-128 bytes")))
             return
         }
-        if (pending.containsKey(input.clientId)) {
-            out.add(SessionAction.Resolve(input.waiter, null, CallingError.invalidState("client_id ${input.clientId} is already pending")))
+        if (pending.containsKey(clientId)) {
+            out.add(SessionAction.Resolve(waiter, null, CallingError.invalidState("client_id $clientId is already pending")))
             return
         }
-        pending[input.clientId] = PendingChat(input.text, input.meta, input.waiter)
-        if (state == ConnectionState.CONNECTED) transmit(input.clientId, true)
+        pending[clientId] = PendingChat(type, body, waiter)
+        if (state == ConnectionState.CONNECTED) transmit(clientId, true)
     }
 
     private fun transmit(id: String, counts: Boolean) {
         val chat = pending[id] ?: return
         if (counts) chat.sends += 1
-        val body = JSONObject().put("client_id", id).put("text", chat.text)
-        if (chat.meta != null) body.put("meta", JSONObject(chat.meta))
-        send(frameText("chat", null, body))
-        lastChatSent = id
+        val payload = JSONObject().put("client_id", id)
+        for (key in chat.body.keys()) payload.put(key, chat.body.get(key))
+        send(frameText(chat.type, null, payload))
+        lastSent[chat.type] = id
         out.add(SessionAction.Arm(SessionTimer.ChatAck(id), settings.chatAckTimeoutMs))
     }
 
@@ -565,7 +578,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         val id = payload?.let { stringOrNull(it, "client_id") } ?: return
         val wire = json.optJSONObject("error")
         if (wire != null) {
-            val error = CallingError.server(wire.optInt("code", 0), wire.optString("message", ""), "chat")
+            val error = CallingError.server(wire.optInt("code", 0), wire.optString("message", ""), pending[id]?.type ?: "chat")
             emit(CallingEvent.Error(error))
             if (!pending.containsKey(id)) return
             // 503: not stored; the ack timer resends the same client_id a little later.
@@ -603,7 +616,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
 
     private fun resolveChat(id: String, ack: ChatAck?, error: CallingError?) {
         val chat = pending.remove(id) ?: return
-        if (lastChatSent == id) lastChatSent = null
+        if (lastSent[chat.type] == id) lastSent.remove(chat.type)
         out.add(SessionAction.Cancel(SessionTimer.ChatAck(id)))
         out.add(SessionAction.Resolve(chat.waiter, ack, error))
     }
