@@ -21,9 +21,10 @@ struct ChatLedger {
     private var seenFloor: Int64 = 0
     private var pendingChats: [String: PendingChat] = [:]
     private var pendingOrder: [String] = []
-    /// The pending chat sent most recently: an `error` frame about a `chat` names no client_id,
-    /// and our own checks leave only the latest send to be the refused one.
-    private var lastChatSent: String?
+    /// The pending operation of each frame type sent most recently: an `error` frame about a
+    /// `chat` (or `chat-edit` …) names no client_id, and our own checks leave only the latest send
+    /// of that type to be the refused one.
+    private var lastSent: [String: String] = [:]
     /// Replayed `chat` frames still expected after a resumed `welcome`.
     private var replayRemaining = 0
     /// The resumed `welcome` said `recovered: false`: page the rest over REST after the replay.
@@ -38,8 +39,7 @@ struct ChatLedger {
     private var out: [SessionAction] = []
 
     private struct PendingChat {
-        var text: String
-        var meta: JSONValue?
+        var operation: ChatOperation
         var waiter: Waiter
         var sends = 0
     }
@@ -80,13 +80,14 @@ struct ChatLedger {
         return (resend, gapFill)
     }
 
-    /// `sendChat`; `connected` sends it now, otherwise the next `welcome` does.
-    mutating func send(_ id: String, text: String, meta: JSONValue?, waiter: Waiter, connected: Bool) -> [SessionAction] {
+    /// `sendChat` (or another acked chat operation); `connected` sends it now, otherwise the next
+    /// `welcome` does.
+    mutating func send(_ id: String, _ operation: ChatOperation, waiter: Waiter, connected: Bool) -> [SessionAction] {
         collect { ledger in
             guard ledger.pendingChats[id] == nil else {
                 return ledger.out.append(.resume(waiter, .failure(CallingError(.invalidState("client_id \(id) is already pending")))))
             }
-            ledger.pendingChats[id] = PendingChat(text: text, meta: meta, waiter: waiter)
+            ledger.pendingChats[id] = PendingChat(operation: operation, waiter: waiter)
             ledger.pendingOrder.append(id)
             if connected { ledger.transmit(id) }
         }
@@ -128,11 +129,12 @@ struct ChatLedger {
         }
     }
 
-    /// An `error` frame refused a `chat` frame for good (not a refused chat, which comes as a
-    /// `chat-ack` with an error): the latest send throws it instead of waiting out every ack timeout.
-    mutating func chatFrameRefused(_ error: CallingError) -> [SessionAction] {
+    /// An `error` frame refused a frame of type `frameType` (`chat`, `chat-edit` …) for good (not
+    /// a refused operation, which comes as a `chat-ack` with an error): the latest send of that type
+    /// throws it instead of waiting out every ack timeout.
+    mutating func chatFrameRefused(_ frameType: String, _ error: CallingError) -> [SessionAction] {
         collect { ledger in
-            if let id = ledger.lastChatSent, ledger.pendingChats[id] != nil { ledger.resolve(id, .failure(error)) }
+            if let id = ledger.lastSent[frameType], ledger.pendingChats[id] != nil { ledger.resolve(id, .failure(error)) }
         }
     }
 
@@ -223,18 +225,42 @@ struct ChatLedger {
         guard var pending = pendingChats[id] else { return }
         if counts { pending.sends += 1 }
         pendingChats[id] = pending
-        var body: [String: JSONValue] = ["client_id": .string(id), "text": .string(pending.text)]
-        if let meta = pending.meta { body["meta"] = meta }
-        out.append(.send(Frame(.chat, payload: .object(body))))
-        lastChatSent = id
+        var body = pending.operation.body
+        body["client_id"] = .string(id)
+        out.append(.send(Frame(type: pending.operation.frameType, payload: .object(body))))
+        lastSent[pending.operation.frameType] = id
         out.append(.arm(.chatAck(id), after: ackTimeout))
     }
 
     private mutating func resolve(_ id: String, _ result: Result<ChatAck, CallingError>) {
         guard let pending = pendingChats.removeValue(forKey: id) else { return }
         pendingOrder.removeAll { $0 == id }
-        if lastChatSent == id { lastChatSent = nil }
+        if lastSent[pending.operation.frameType] == id { lastSent[pending.operation.frameType] = nil }
         out.append(.cancel(.chatAck(id)))
         out.append(.resume(pending.waiter, result.map { .chatAck($0) }))
+    }
+}
+
+/// An acked chat operation as the ledger holds it until its `chat-ack`: they all share the room's
+/// `client_id` namespace, the ack and the resend rules (docs/protocol.md).
+enum ChatOperation: Sendable, Equatable {
+    /// `chat {text, meta?}`.
+    case message(text: String, meta: JSONValue?)
+
+    /// The frame's type.
+    var frameType: String {
+        switch self {
+        case .message: return FrameType.chat.rawValue
+        }
+    }
+
+    /// The frame's payload, without `client_id`.
+    var body: [String: JSONValue] {
+        switch self {
+        case .message(let text, let meta):
+            var body: [String: JSONValue] = ["text": .string(text)]
+            if let meta { body["meta"] = meta }
+            return body
+        }
     }
 }

@@ -647,8 +647,8 @@ struct SignalingSession {
         // A refused `chat` frame (not a refused chat, which comes as a `chat-ack` with an error)
         // would otherwise wait out every ack timeout. A temporary refusal (429) is retried by
         // the ack timer like a lost ack.
-        if payload?["type"]?.stringValue == FrameType.chat.rawValue, !error.isRetryable {
-            out += chat.chatFrameRefused(error)
+        if let type = payload?["type"]?.stringValue, type == FrameType.chat.rawValue, !error.isRetryable {
+            out += chat.chatFrameRefused(type, error)
         }
     }
 
@@ -659,7 +659,7 @@ struct SignalingSession {
         case .connected, .connecting, .reconnecting: break
         default: return out.append(.resume(waiter, .failure(CallingError.notConnected)))
         }
-        out += chat.send(id, text: text, meta: meta, waiter: waiter, connected: state == .connected)
+        out += chat.send(id, .message(text: text, meta: meta), waiter: waiter, connected: state == .connected)
     }
 
     private mutating func setTyping(_ typing: Bool) {
