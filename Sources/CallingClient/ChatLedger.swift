@@ -138,16 +138,19 @@ struct ChatLedger {
         }
     }
 
-    /// A live or replayed `chat` frame; `own` is our peer id.
-    mutating func received(_ message: ChatMessage, own: PeerID?, socket: UInt64) -> [SessionAction] {
-        collect { ledger in ledger.handle(message, replayed: ledger.replayRemaining > 0, own: own, socket: socket) }
+    /// A live or replayed `chat`, `chat-edit`, `chat-delete` or `chat-react` frame; `own` is our
+    /// peer id. Operations have seqs of their own: the same dedupe, and the replay counts them.
+    mutating func received(_ item: ChatInbound, own: PeerID?, socket: UInt64) -> [SessionAction] {
+        collect { ledger in ledger.handle(item, replayed: ledger.replayRemaining > 0, own: own, socket: socket) }
     }
 
     /// A page of the gap fill numbered `generation`.
     mutating func gapPage(_ generation: UInt64, _ page: MessagesPage, own: PeerID?, socket: UInt64) -> [SessionAction] {
         collect { ledger in
             guard generation == ledger.gapGeneration, generation == socket, let cursor = ledger.gapCursor else { return }
-            for message in page.messages { ledger.handle(message, replayed: false, own: own, socket: socket) }
+            // Messages as they are now: operations in the gap are folded into them (edited text,
+            // tombstone, reactions), not reported one by one.
+            for message in page.messages { ledger.handle(.message(message), replayed: false, own: own, socket: socket) }
             if page.hasMore, page.nextSinceSeq > cursor {
                 ledger.gapCursor = page.nextSinceSeq
                 ledger.out.append(.fetchGap(since: page.nextSinceSeq, generation: generation))
@@ -179,22 +182,23 @@ struct ChatLedger {
         return out
     }
 
-    private mutating func handle(_ message: ChatMessage, replayed: Bool, own: PeerID?, socket: UInt64) {
+    private mutating func handle(_ item: ChatInbound, replayed: Bool, own: PeerID?, socket: UInt64) {
         defer {
             if replayed, replayRemaining > 0 {
                 replayRemaining -= 1
                 if replayRemaining == 0, gapFillPending { startGapFill(socket: socket) }
             }
         }
-        if replayed { replayHigh = max(replayHigh, message.seq) }
-        guard message.seq > seenFloor, !seenSeqs.contains(message.seq) else { return }  // replay overlap
-        markSeen(message.seq)
-        if message.from == own, pendingChats[message.clientID] != nil {
-            // Our own message in a resume replay: committed, its ack was lost with the socket.
-            resolve(message.clientID, .success(ChatAck(clientID: message.clientID, seq: message.seq, ts: message.ts)))
+        let (seq, from, clientID, ts) = item.identity
+        if replayed { replayHigh = max(replayHigh, seq) }
+        guard seq > seenFloor, !seenSeqs.contains(seq) else { return }  // replay overlap
+        markSeen(seq)
+        if from == own, pendingChats[clientID] != nil {
+            // Our own message or operation in a resume replay: committed, its ack was lost with the socket.
+            resolve(clientID, .success(ChatAck(clientID: clientID, seq: seq, ts: ts)))
             return
         }
-        out.append(.emit(.chat(message)))
+        out.append(.emit(item.event))
     }
 
     private mutating func markSeen(_ seq: Int64) {
@@ -244,23 +248,86 @@ struct ChatLedger {
 /// An acked chat operation as the ledger holds it until its `chat-ack`: they all share the room's
 /// `client_id` namespace, the ack and the resend rules (docs/protocol.md).
 enum ChatOperation: Sendable, Equatable {
-    /// `chat {text, meta?}`.
-    case message(text: String, meta: JSONValue?)
+    /// `chat {text, meta?, reply_to?}`.
+    case message(text: String, meta: JSONValue?, replyTo: Int64? = nil)
+    /// `chat-edit {target, text, meta?}`.
+    case edit(target: Int64, text: String, meta: JSONValue?)
+    /// `chat-delete {target}`.
+    case delete(target: Int64)
+    /// `chat-react {target, key, remove?}`.
+    case react(target: Int64, key: String, remove: Bool)
+
+    /// The frame types of the operations: an `error` frame refusing one of them fails its send.
+    static let frameTypes: Set<String> = ["chat", "chat-edit", "chat-delete", "chat-react"]
 
     /// The frame's type.
     var frameType: String {
         switch self {
         case .message: return FrameType.chat.rawValue
+        case .edit: return "chat-edit"
+        case .delete: return "chat-delete"
+        case .react: return "chat-react"
         }
     }
 
     /// The frame's payload, without `client_id`.
     var body: [String: JSONValue] {
         switch self {
-        case .message(let text, let meta):
+        case .message(let text, let meta, let replyTo):
             var body: [String: JSONValue] = ["text": .string(text)]
             if let meta { body["meta"] = meta }
+            if let replyTo { body["reply_to"] = .int(replyTo) }
             return body
+        case .edit(let target, let text, let meta):
+            var body: [String: JSONValue] = ["target": .int(target), "text": .string(text)]
+            if let meta { body["meta"] = meta }
+            return body
+        case .delete(let target):
+            return ["target": .int(target)]
+        case .react(let target, let key, let remove):
+            var body: [String: JSONValue] = ["target": .int(target), "key": .string(key)]
+            if remove { body["remove"] = true }
+            return body
+        }
+    }
+}
+
+/// What arrives with a seq of its own: a message or an operation on one, live or replayed.
+enum ChatInbound: Sendable, Equatable {
+    case message(ChatMessage)
+    case edit(ChatEdit)
+    case deletion(ChatDeletion)
+    case reaction(ChatReaction)
+
+    /// A `chat`, `chat-edit`, `chat-delete` or `chat-react` frame; nil for another type or a
+    /// malformed payload.
+    init?(type: String, payload: JSONValue?, from: String?) {
+        switch type {
+        case "chat": guard let message = ChatMessage(payload, from: from) else { return nil }; self = .message(message)
+        case "chat-edit": guard let edit = ChatEdit(payload, from: from) else { return nil }; self = .edit(edit)
+        case "chat-delete": guard let deletion = ChatDeletion(payload, from: from) else { return nil }; self = .deletion(deletion)
+        case "chat-react": guard let reaction = ChatReaction(payload, from: from) else { return nil }; self = .reaction(reaction)
+        default: return nil
+        }
+    }
+
+    /// seq, sender, client_id, ts: what the dedupe and the ledger read.
+    var identity: (seq: Int64, from: PeerID, clientID: String, ts: Int64) {
+        switch self {
+        case .message(let m): return (m.seq, m.from, m.clientID, m.ts)
+        case .edit(let e): return (e.seq, e.from, e.clientID, e.ts)
+        case .deletion(let d): return (d.seq, d.from, d.clientID, d.ts)
+        case .reaction(let r): return (r.seq, r.from, r.clientID, r.ts)
+        }
+    }
+
+    /// The event it raises.
+    var event: CallingEvent {
+        switch self {
+        case .message(let m): return .chat(m)
+        case .edit(let e): return .chatEdited(e)
+        case .deletion(let d): return .chatDeleted(d)
+        case .reaction(let r): return .chatReaction(r)
         }
     }
 }

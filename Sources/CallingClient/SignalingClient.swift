@@ -365,12 +365,42 @@ public final class SignalingClient: @unchecked Sendable {
     /// every pending message is sent again. A `chat-ack` with an error, or an `error` frame
     /// refusing the `chat` frame, throws `CallingError` at once (`serverCode` 440/441/442…); 503
     /// is retried. While reconnecting the message waits.
-    public func sendChat(_ text: String, meta: JSONValue? = nil, clientID: String? = nil) async throws -> ChatAck {
+    public func sendChat(_ text: String, meta: JSONValue? = nil, replyTo: Int64? = nil, clientID: String? = nil) async throws
+        -> ChatAck
+    {
+        try await submit(.message(text: text, meta: meta, replyTo: replyTo), clientID: clientID)
+    }
+
+    /// Replaces the text and meta of our message `seq` (`chat-edit`) and returns the edit's own
+    /// ack (it has a seq of its own). The same `client_id` retries as `sendChat`; a failed ack
+    /// throws (443 no such message, 444 not ours, deleted or past the edit window, 440–442).
+    public func editChat(_ seq: Int64, text: String, meta: JSONValue? = nil, clientID: String? = nil) async throws -> ChatAck {
+        try await submit(.edit(target: seq, text: text, meta: meta), clientID: clientID)
+    }
+
+    /// Deletes message `seq` (`chat-delete`): ours, or anyone's with a moderator token. The server
+    /// erases its content; deleting it again is acked and changes nothing.
+    public func deleteChat(_ seq: Int64, clientID: String? = nil) async throws -> ChatAck {
+        try await submit(.delete(target: seq), clientID: clientID)
+    }
+
+    /// Adds our reaction `key` (an emoji or a short word) to message `seq` (`chat-react`); adding
+    /// one we have is acked and changes nothing. 445 for a bad key or too many keys on the message.
+    public func react(_ seq: Int64, key: String, clientID: String? = nil) async throws -> ChatAck {
+        try await submit(.react(target: seq, key: key, remove: false), clientID: clientID)
+    }
+
+    /// Removes our reaction `key` from message `seq` (`chat-react` with `remove: true`).
+    public func unreact(_ seq: Int64, key: String, clientID: String? = nil) async throws -> ChatAck {
+        try await submit(.react(target: seq, key: key, remove: true), clientID: clientID)
+    }
+
+    private func submit(_ operation: ChatOperation, clientID: String?) async throws -> ChatAck {
         let id = clientID ?? UUID().uuidString.lowercased()
         guard case .chatAck(let ack) = try await driver.wait({
-            $0.handle(.sendChat(clientID: id, text: text, meta: meta, waiter: $1))
+            $0.handle(.chatOperation(clientID: id, operation, waiter: $1))
         }) else {
-            throw CallingError(.invalidState("sendChat resumed without an ack"))
+            throw CallingError(.invalidState("\(operation.frameType) resumed without an ack"))
         }
         return ack
     }
@@ -386,22 +416,46 @@ public final class SignalingClient: @unchecked Sendable {
         try command(.markRead(seq))
     }
 
-    /// One page of history over REST (`GET /v1/rooms/{room}/messages`), with this client's token.
-    /// The room is `welcome.room_id`, or before `connect()` the token's `room_id` claim.
-    /// Does not change `lastSeq` and emits no events.
-    public func fetchMessages(sinceSeq: Int64 = 0, limit: Int? = nil) async throws -> MessagesPage {
+    /// One page of history over REST (`GET /v1/rooms/{room}/messages`), with this client's token,
+    /// oldest first after `sinceSeq`. Each message is as it is now (edited text, tombstone,
+    /// reactions); `includeEdits` adds each one's `edits`. The room is `welcome.room_id`, or before
+    /// `connect()` the token's `room_id` claim. Does not change `lastSeq` and emits no events.
+    public func fetchMessages(sinceSeq: Int64 = 0, limit: Int? = nil, includeEdits: Bool = false) async throws -> MessagesPage {
+        try await messages(cursor: URLQueryItem(name: "since_seq", value: String(sinceSeq)), limit: limit,
+                           includeEdits: includeEdits, sinceSeq: sinceSeq)
+    }
+
+    /// One page of history backward: the messages before `beforeSeq`, newest first; go on with
+    /// `page.nextBeforeSeq` while `page.hasMore`. Otherwise as `fetchMessages(sinceSeq:)`.
+    public func fetchMessages(beforeSeq: Int64, limit: Int? = nil, includeEdits: Bool = false) async throws -> MessagesPage {
+        try await messages(cursor: URLQueryItem(name: "before_seq", value: String(beforeSeq)), limit: limit,
+                           includeEdits: includeEdits, sinceSeq: 0)
+    }
+
+    private func messages(cursor: URLQueryItem, limit: Int?, includeEdits: Bool, sinceSeq: Int64) async throws -> MessagesPage {
         let (bearer, room) = driver.read { ($0.token, $0.roomID ?? TokenClaims.roomID(of: $0.token)) }
         guard let room else { throw CallingError(.invalidToken("no room_id claim")) }
         let endpoint = try endpoint.get()
-        var query = [URLQueryItem(name: "since_seq", value: String(sinceSeq))]
+        var query = [cursor]
         if let limit { query.append(URLQueryItem(name: "limit", value: String(limit))) }
+        if includeEdits { query.append(URLQueryItem(name: "include", value: "edits")) }
         let body = try await REST.get(transport: transport, endpoint: endpoint, tls: options.tls,
                                       path: "/v1/rooms/\(queryEncoded(room.rawValue))/messages", query: query,
                                       token: bearer, timeout: options.httpTimeout)
-        let messages = (body["messages"]?.arrayValue ?? []).compactMap { ChatMessage($0, from: $0["from"]?.stringValue) }
-        return MessagesPage(roomID: RoomID(body["room_id"]?.stringValue ?? room.rawValue), messages: messages,
-                            nextSinceSeq: body["next_since_seq"]?.int64Value ?? sinceSeq,
-                            hasMore: body["has_more"]?.boolValue ?? false, lastSeq: body["last_seq"]?.int64Value ?? 0)
+        return MessagesPage(json: body, room: room, sinceSeq: sinceSeq)
+    }
+
+    /// The rooms of the token's peer id, most recent activity first (`GET /v1/me/rooms`): each
+    /// with its last seq and message, our read marker and the unread count. Needs a user token
+    /// (scope `user`, no room): make a client with it and call this without `connect()`.
+    public func inbox(limit: Int? = nil, cursor: String? = nil) async throws -> InboxPage {
+        let bearer = driver.read(\.token)
+        var query: [URLQueryItem] = []
+        if let limit { query.append(URLQueryItem(name: "limit", value: String(limit))) }
+        if let cursor { query.append(URLQueryItem(name: "cursor", value: cursor)) }
+        let body = try await REST.get(transport: transport, endpoint: try endpoint.get(), tls: options.tls, path: "/v1/me/rooms",
+                                      query: query, token: bearer, timeout: options.httpTimeout)
+        return InboxPage(json: body)
     }
 
     /// STUN/TURN servers for the peer connection (`GET /v1/ice` with this client's token), as

@@ -103,6 +103,8 @@ enum SessionInput: Sendable {
     case connect(token: String?, waiter: Waiter)
     case disconnect(waiter: Waiter)
     case sendChat(clientID: String, text: String, meta: JSONValue?, waiter: Waiter)
+    /// Any acked chat operation (`sendChat` with `replyTo`, `editChat`, `deleteChat`, `react`, `unreact`).
+    case chatOperation(clientID: String, ChatOperation, waiter: Waiter)
     case call(PeerID, media: CallMedia = .standard, waiter: Waiter)
     case accept(PeerID, waiter: Waiter)
 
@@ -244,7 +246,8 @@ struct SignalingSession {
         switch input {
         case .connect(let token, let waiter): connect(token: token, waiter: waiter)
         case .disconnect(let waiter): disconnect(waiter)
-        case .sendChat(let id, let text, let meta, let waiter): sendChat(id, text, meta, waiter)
+        case .sendChat(let id, let text, let meta, let waiter): sendChat(id, .message(text: text, meta: meta), waiter)
+        case .chatOperation(let id, let operation, let waiter): sendChat(id, operation, waiter)
         case .call(let peer, let media, let waiter): out += calls.call(peer, media, waiter, connected: state == .connected)
         case .accept(let peer, let waiter): out += calls.accept(peer, waiter, connected: state == .connected)
         case .socketOpened:
@@ -494,9 +497,9 @@ struct SignalingSession {
         case "welcome": handleWelcome(payload ?? [:])
         case "error": handleError(json, payload: payload)
         case "chat-ack": out += chat.ack(json, payload: payload)
-        case "chat":
-            guard let message = ChatMessage(payload, from: json["from"]?.stringValue) else { return }
-            out += chat.received(message, own: peerID, socket: socket)
+        case "chat", "chat-edit", "chat-delete", "chat-react":
+            guard let item = ChatInbound(type: type, payload: payload, from: json["from"]?.stringValue) else { return }
+            out += chat.received(item, own: peerID, socket: socket)
         case "typing":
             guard let from, let typing = payload?["typing"]?.boolValue else { return }
             emit(.typing(from: from, isTyping: typing))
@@ -647,19 +650,19 @@ struct SignalingSession {
         // A refused `chat` frame (not a refused chat, which comes as a `chat-ack` with an error)
         // would otherwise wait out every ack timeout. A temporary refusal (429) is retried by
         // the ack timer like a lost ack.
-        if let type = payload?["type"]?.stringValue, type == FrameType.chat.rawValue, !error.isRetryable {
+        if let type = payload?["type"]?.stringValue, ChatOperation.frameTypes.contains(type), !error.isRetryable {
             out += chat.chatFrameRefused(type, error)
         }
     }
 
     // MARK: chat
 
-    private mutating func sendChat(_ id: String, _ text: String, _ meta: JSONValue?, _ waiter: Waiter) {
+    private mutating func sendChat(_ id: String, _ operation: ChatOperation, _ waiter: Waiter) {
         switch state {
         case .connected, .connecting, .reconnecting: break
         default: return out.append(.resume(waiter, .failure(CallingError.notConnected)))
         }
-        out += chat.send(id, .message(text: text, meta: meta), waiter: waiter, connected: state == .connected)
+        out += chat.send(id, operation, waiter: waiter, connected: state == .connected)
     }
 
     private mutating func setTyping(_ typing: Bool) {

@@ -97,7 +97,7 @@ public struct Welcome: Sendable, Equatable {
     public var raw: JSONValue
 }
 
-/// A committed chat message (live or replayed).
+/// A committed chat message (live, replayed or from history).
 public struct ChatMessage: Sendable, Equatable {
     /// The message's position in the room (1, 2, 3… per room).
     public var seq: Int64
@@ -111,6 +111,18 @@ public struct ChatMessage: Sendable, Equatable {
     public var meta: JSONValue?
     /// Server receive time, ms since the Unix epoch.
     public var ts: Int64
+    /// The seq of the message this one answers (`reply_to`), nil when none.
+    public var replyTo: Int64?
+    /// A tombstone: the message was deleted and its content erased (`text` "", `meta` nil).
+    public var deleted: Bool
+    /// History only: the last edit's ts (the text and meta are the edited ones).
+    public var editedTS: Int64?
+    /// History only: when the message was deleted.
+    public var deletedTS: Int64?
+    /// History only: the reactions by key, sorted by key (empty when none).
+    public var reactions: [ChatReactionCount]
+    /// History with `includeEdits` only: every edit, oldest first.
+    public var edits: [ChatEditEntry]?
 
     init?(_ payload: JSONValue?, from: String?) {
         guard let payload, let seq = payload["seq"]?.int64Value,
@@ -121,7 +133,211 @@ public struct ChatMessage: Sendable, Equatable {
         text = payload["text"]?.stringValue ?? ""
         meta = payload["meta"].flatMap(JSONValue.nonNull)
         ts = payload["ts"]?.int64Value ?? 0
+        replyTo = payload["reply_to"]?.int64Value
+        deleted = payload["deleted"]?.boolValue ?? false
+        editedTS = payload["edited_ts"]?.int64Value
+        deletedTS = payload["deleted_ts"]?.int64Value
+        reactions = (payload["reactions"]?.arrayValue ?? []).compactMap(ChatReactionCount.init)
+        edits = payload["edits"]?.arrayValue.map { $0.compactMap(ChatEditEntry.init) }
     }
+}
+
+/// One reaction key on a message, as history reports it.
+public struct ChatReactionCount: Sendable, Equatable {
+    /// The reaction (an emoji or a short word).
+    public var key: String
+    /// How many peers reacted with it.
+    public var count: Int
+    /// Who did.
+    public var peers: [PeerID]
+
+    init?(_ json: JSONValue) {
+        guard let key = json["key"]?.stringValue else { return nil }
+        self.key = key
+        count = Int(json["count"]?.int64Value ?? 0)
+        peers = (json["peers"]?.arrayValue ?? []).compactMap { $0.stringValue.map { PeerID($0) } }
+    }
+}
+
+/// One edit of a message (history with `includeEdits`).
+public struct ChatEditEntry: Sendable, Equatable {
+    /// The edit's own seq.
+    public var seq: Int64
+    /// When it was made, ms since the Unix epoch.
+    public var ts: Int64
+    /// The text it set ("" once the message was deleted).
+    public var text: String
+    /// The meta it set.
+    public var meta: JSONValue?
+
+    init?(_ json: JSONValue) {
+        guard let seq = json["seq"]?.int64Value else { return nil }
+        self.seq = seq
+        ts = json["ts"]?.int64Value ?? 0
+        text = json["text"]?.stringValue ?? ""
+        meta = json["meta"].flatMap(JSONValue.nonNull)
+    }
+}
+
+/// A peer edited message `target` (`chat-edit`); `seq` is the edit's own position in the room.
+public struct ChatEdit: Sendable, Equatable {
+    /// Who edited (the message's author).
+    public var from: PeerID
+    /// The edit's own seq.
+    public var seq: Int64
+    /// Server receive time of the edit, ms since the Unix epoch.
+    public var ts: Int64
+    /// The edit's `client_id`.
+    public var clientID: String
+    /// The seq of the edited message.
+    public var target: Int64
+    /// The new text.
+    public var text: String
+    /// The new meta.
+    public var meta: JSONValue?
+    /// A replayed edit of a message deleted since: `text` "" and `meta` nil.
+    public var deleted: Bool
+
+    init?(_ payload: JSONValue?, from: String?) {
+        guard let payload, let seq = payload["seq"]?.int64Value, let target = payload["target"]?.int64Value,
+              let sender = from ?? payload["from"]?.stringValue else { return nil }
+        self.from = PeerID(sender)
+        self.seq = seq
+        ts = payload["ts"]?.int64Value ?? 0
+        clientID = payload["client_id"]?.stringValue ?? ""
+        self.target = target
+        text = payload["text"]?.stringValue ?? ""
+        meta = payload["meta"].flatMap(JSONValue.nonNull)
+        deleted = payload["deleted"]?.boolValue ?? false
+    }
+}
+
+/// Message `target` was deleted (`chat-delete`): its author, or a moderator.
+public struct ChatDeletion: Sendable, Equatable {
+    /// Who deleted it.
+    public var from: PeerID
+    /// The delete's own seq.
+    public var seq: Int64
+    /// Server receive time, ms since the Unix epoch.
+    public var ts: Int64
+    /// The delete's `client_id`.
+    public var clientID: String
+    /// The seq of the deleted message.
+    public var target: Int64
+
+    init?(_ payload: JSONValue?, from: String?) {
+        guard let payload, let seq = payload["seq"]?.int64Value, let target = payload["target"]?.int64Value,
+              let sender = from ?? payload["from"]?.stringValue else { return nil }
+        self.from = PeerID(sender)
+        self.seq = seq
+        ts = payload["ts"]?.int64Value ?? 0
+        clientID = payload["client_id"]?.stringValue ?? ""
+        self.target = target
+    }
+}
+
+/// A peer added (or, `removed`, took back) its reaction `key` on message `target` (`chat-react`).
+public struct ChatReaction: Sendable, Equatable {
+    /// Who reacted.
+    public var from: PeerID
+    /// The reaction's own seq.
+    public var seq: Int64
+    /// Server receive time, ms since the Unix epoch.
+    public var ts: Int64
+    /// The reaction's `client_id`.
+    public var clientID: String
+    /// The seq of the message.
+    public var target: Int64
+    /// The reaction (an emoji or a short word).
+    public var key: String
+    /// True when the peer removed it.
+    public var removed: Bool
+
+    init?(_ payload: JSONValue?, from: String?) {
+        guard let payload, let seq = payload["seq"]?.int64Value, let target = payload["target"]?.int64Value,
+              let key = payload["key"]?.stringValue, let sender = from ?? payload["from"]?.stringValue else { return nil }
+        self.from = PeerID(sender)
+        self.seq = seq
+        ts = payload["ts"]?.int64Value ?? 0
+        clientID = payload["client_id"]?.stringValue ?? ""
+        self.target = target
+        self.key = key
+        removed = payload["remove"]?.boolValue ?? false
+    }
+}
+
+extension MessagesPage {
+    /// A `GET /v1/rooms/{room}/messages` body; `room` and `sinceSeq` stand in for absent fields.
+    init(json body: JSONValue, room: RoomID, sinceSeq: Int64) {
+        self.init(roomID: RoomID(body["room_id"]?.stringValue ?? room.rawValue),
+                  messages: (body["messages"]?.arrayValue ?? []).compactMap { ChatMessage($0, from: $0["from"]?.stringValue) },
+                  nextSinceSeq: body["next_since_seq"]?.int64Value ?? sinceSeq, hasMore: body["has_more"]?.boolValue ?? false,
+                  lastSeq: body["last_seq"]?.int64Value ?? 0, nextBeforeSeq: body["next_before_seq"]?.int64Value)
+    }
+}
+
+extension InboxPage {
+    /// A `GET /v1/me/rooms` body.
+    init(json body: JSONValue) {
+        self.init(rooms: (body["rooms"]?.arrayValue ?? []).compactMap(InboxRoom.init), hasMore: body["has_more"]?.boolValue ?? false,
+                  nextCursor: body["next_cursor"]?.stringValue)
+    }
+}
+
+/// One room of `inbox()` (`GET /v1/me/rooms`).
+public struct InboxRoom: Sendable, Equatable {
+    /// The room.
+    public var roomID: RoomID
+    /// The room's highest seq (operations included).
+    public var lastSeq: Int64
+    /// When the room last had activity, ms since the Unix epoch.
+    public var lastTS: Int64
+    /// The newest message that is not deleted (text cut to 140 characters), nil when none.
+    public var lastMessage: InboxMessage?
+    /// The peer's read marker in the room.
+    public var readSeq: Int64
+    /// Messages from others after `readSeq`, deleted ones not counted.
+    public var unread: Int64
+
+    init?(_ json: JSONValue) {
+        guard let room = json["room_id"]?.stringValue else { return nil }
+        roomID = RoomID(room)
+        lastSeq = json["last_seq"]?.int64Value ?? 0
+        lastTS = json["last_ts"]?.int64Value ?? 0
+        lastMessage = json["last_message"].flatMap(JSONValue.nonNull).flatMap(InboxMessage.init)
+        readSeq = json["read_seq"]?.int64Value ?? 0
+        unread = json["unread"]?.int64Value ?? 0
+    }
+}
+
+/// The preview of a room's last message in `inbox()`.
+public struct InboxMessage: Sendable, Equatable {
+    /// Its seq.
+    public var seq: Int64
+    /// Its author.
+    public var from: PeerID
+    /// Its text, at most 140 characters.
+    public var text: String
+    /// Server receive time, ms since the Unix epoch.
+    public var ts: Int64
+
+    init?(_ json: JSONValue) {
+        guard let seq = json["seq"]?.int64Value, let from = json["from"]?.stringValue else { return nil }
+        self.seq = seq
+        self.from = PeerID(from)
+        text = json["text"]?.stringValue ?? ""
+        ts = json["ts"]?.int64Value ?? 0
+    }
+}
+
+/// One page of `inbox()`: the rooms, most recent activity first.
+public struct InboxPage: Sendable, Equatable {
+    /// The rooms of this page.
+    public var rooms: [InboxRoom]
+    /// More rooms follow: pass `nextCursor` as `cursor`.
+    public var hasMore: Bool
+    /// The cursor of the next page, nil on the last one.
+    public var nextCursor: String?
 }
 
 /// The server's acknowledgement of `sendChat`: the message is committed at `seq`.
@@ -138,14 +354,17 @@ public struct ChatAck: Sendable, Equatable {
 public struct MessagesPage: Sendable, Equatable {
     /// The room.
     public var roomID: RoomID
-    /// The messages, in seq order.
+    /// The messages: oldest first (`sinceSeq`), newest first (`beforeSeq`).
     public var messages: [ChatMessage]
     /// Pass as `sinceSeq` for the next page.
     public var nextSinceSeq: Int64
-    /// More messages follow after `nextSinceSeq`.
+    /// More messages follow (after `nextSinceSeq`, or before `nextBeforeSeq` for a backward page).
     public var hasMore: Bool
     /// The room's latest seq when the page was read.
     public var lastSeq: Int64
+    /// A backward page (`fetchMessages(beforeSeq:)`): the lowest seq it covered, to pass as the
+    /// next `beforeSeq`; nil for a forward page.
+    public var nextBeforeSeq: Int64? = nil
 }
 
 /// The consultation meter (`meter` frame): typed fields plus the raw payload.
@@ -215,6 +434,12 @@ public enum CallingEvent: Sendable, Equatable {
     case disconnected(CallingError?)
     /// A chat message from another peer (or our own from another session), exactly once per seq.
     case chat(ChatMessage)
+    /// A peer edited a message, exactly once per seq (the edit's), live or replayed.
+    case chatEdited(ChatEdit)
+    /// A message was deleted, exactly once per seq.
+    case chatDeleted(ChatDeletion)
+    /// A peer added or removed a reaction, exactly once per seq.
+    case chatReaction(ChatReaction)
     case typing(from: PeerID, isTyping: Bool)
     /// A peer's read marker moved to `seq`.
     case read(from: PeerID, seq: Int64)

@@ -384,6 +384,133 @@ final class SignalingSessionTests: XCTestCase {
         XCTAssertEqual(outcome(w), .failure(.notConnected))
     }
 
+    // MARK: - Chat operations (issue 43: docs/protocol.md, wire frames exactly as there)
+
+    private func operation(_ id: String, _ op: ChatOperation) -> Waiter {
+        let w = waiter()
+        input(.chatOperation(clientID: id, op, waiter: w))
+        return w
+    }
+
+    func test_each_chat_operation_sends_its_frame_and_resolves_with_its_own_ack() {
+        connected(lastSeq: 4)
+        let reply = operation("c1", .message(text: "yes", meta: nil, replyTo: 3))
+        let edit = operation("c2", .edit(target: 3, text: "fixed", meta: ["k": 1]))
+        let delete = operation("c3", .delete(target: 2))
+        let add = operation("c4", .react(target: 3, key: "👍", remove: false))
+        let remove = operation("c5", .react(target: 3, key: "👍", remove: true))
+        XCTAssertEqual(sent(log), [
+            Frame(.chat, payload: ["client_id": "c1", "text": "yes", "reply_to": 3]),
+            Frame(type: "chat-edit", payload: ["client_id": "c2", "target": 3, "text": "fixed", "meta": ["k": 1]]),
+            Frame(type: "chat-delete", payload: ["client_id": "c3", "target": 2]),
+            Frame(type: "chat-react", payload: ["client_id": "c4", "target": 3, "key": "👍"]),
+            Frame(type: "chat-react", payload: ["client_id": "c5", "target": 3, "key": "👍", "remove": true]),
+        ])
+        for (offset, id) in ["c1", "c2", "c3", "c4", "c5"].enumerated() { _ = server(ack(id, seq: 5 + Int64(offset))) }
+        XCTAssertEqual([reply, edit, delete, add, remove].map(outcome), (5...9).map { seq -> Result<WaiterOutcome, CallingError>? in
+            .success(.chatAck(ChatAck(clientID: "c\(seq - 4)", seq: Int64(seq), ts: 5)))
+        })
+        XCTAssertEqual(session.lastSeq, 9)
+    }
+
+    func test_an_operation_is_retried_with_its_client_id_and_refusals_fail_only_that_type() {
+        use { $0.chatMaxAttempts = 2 }
+        connected()
+        let edit = operation("e1", .edit(target: 1, text: "again", meta: nil))
+        let resent = sent(advance(by: 10))
+        XCTAssertEqual(resent, [Frame(type: "chat-edit", payload: ["client_id": "e1", "target": 1, "text": "again"])])
+        advance(by: 10)
+        XCTAssertEqual(outcome(edit), .failure(CallingError(.timedOut("chat-ack"))))
+        let forbidden = operation("d1", .delete(target: 1))
+        _ = server(["type": "chat-ack", "payload": ["client_id": "d1"], "error": ["code": 444, "message": "not the author"]])
+        XCTAssertEqual(outcome(forbidden), .failure(CallingError(.server(code: 444, message: "not the author"))))
+        // An error frame about a chat-react frame fails the latest reaction, not the pending chat.
+        let chat = waiter()
+        input(.sendChat(clientID: "m1", text: "hi", meta: nil, waiter: chat))
+        let react = operation("r1", .react(target: 1, key: "ok", remove: false))
+        _ = server(["type": "error", "error": ["code": 422, "message": "bad frame"], "payload": ["type": "chat-react"]])
+        XCTAssertEqual(outcome(react), .failure(CallingError(.server(code: 422, message: "bad frame"))))
+        XCTAssertNil(outcome(chat))
+    }
+
+    func test_inbound_operations_are_reported_once_per_seq_and_a_replayed_own_operation_completes_it() {
+        connected(lastSeq: 1)
+        let live = server(["type": "chat", "from": "bob", "payload": ["client_id": "b2", "seq": 2, "ts": 20, "text": "re",
+                                                                      "meta": nil, "reply_to": 1]])
+        let message = events(live).compactMap(\.chatMessage).first
+        XCTAssertEqual(message?.replyTo, 1)
+        XCTAssertEqual(message?.deleted, false)
+        let edited: JSONValue = ["type": "chat-edit", "from": "bob",
+                                 "payload": ["client_id": "b3", "seq": 3, "ts": 30, "target": 2, "text": "re!", "meta": ["m": 1]]]
+        XCTAssertEqual(events(server(edited)), [.chatEdited(ChatEdit(edited["payload"], from: "bob")!)])
+        let reacted: JSONValue = ["type": "chat-react", "from": "bob",
+                                  "payload": ["client_id": "b4", "seq": 4, "ts": 40, "target": 2, "key": "🎉", "remove": false]]
+        XCTAssertEqual(events(server(reacted)).count, 1)
+        XCTAssertTrue(events(server(reacted)).isEmpty, "once per seq")
+        // Our delete is sent, and its ack lost with the socket.
+        let delete = operation("a5", .delete(target: 2))
+        input(.socketClosed(session.socket, code: nil, reason: ""))
+        XCTAssertEqual(opened(advance(by: 1))?.path, "/v1/ws?last_seq=4")
+        let back = server(welcome(lastSeq: 1, resumed: (true, 4)))
+        XCTAssertEqual(sent(back), [Frame(type: "chat-delete", payload: ["client_id": "a5", "target": 2])], "resent after the welcome")
+        // The replay counts operations: an overlap, our delete, bob's edit of the deleted message, his unreact.
+        var replayed = server(reacted)
+        replayed += server(["type": "chat-delete", "from": "alice", "payload": ["client_id": "a5", "seq": 5, "ts": 50, "target": 2]])
+        replayed += server(["type": "chat-edit", "from": "bob", "payload": ["client_id": "b6", "seq": 6, "ts": 60, "target": 2,
+                                                                            "text": "", "meta": nil, "deleted": true]])
+        replayed += server(["type": "chat-react", "from": "bob", "payload": ["client_id": "b7", "seq": 7, "ts": 70, "target": 2,
+                                                                             "key": "🎉", "remove": true]])
+        XCTAssertEqual(outcome(delete), .success(.chatAck(ChatAck(clientID: "a5", seq: 5, ts: 50))))
+        let kinds = events(replayed).map { event -> String in
+            switch event {
+            case .chatEdited(let edit): return "edit \(edit.seq) deleted=\(edit.deleted)"
+            case .chatReaction(let reaction): return "react \(reaction.seq) \(reaction.key) removed=\(reaction.removed)"
+            default: return "\(event)"
+            }
+        }
+        XCTAssertEqual(kinds, ["edit 6 deleted=true", "react 7 🎉 removed=true"])
+        let carol = server(["type": "chat-delete", "from": "carol", "payload": ["client_id": "c8", "seq": 8, "ts": 80, "target": 2]])
+        XCTAssertEqual(events(carol), [.chatDeleted(ChatDeletion(["client_id": "c8", "seq": 8, "ts": 80, "target": 2], from: "carol")!)])
+        let tombstone = events(server(["type": "chat", "from": "bob", "payload": ["client_id": "b9", "seq": 9, "ts": 90, "text": "",
+                                                                                  "meta": nil, "deleted": true]]))
+        XCTAssertEqual(tombstone.compactMap(\.chatMessage).map(\.deleted), [true])
+        XCTAssertEqual(session.lastSeq, 9)
+    }
+
+    func test_history_and_inbox_pages_read_every_field() throws {
+        let body = try JSONParser.parse(#"""
+            {"room_id":"r1","messages":[
+              {"seq":7,"from":"bob","client_id":"b7","text":"now","meta":null,"ts":70,"reply_to":3,"edited_ts":80,
+               "reactions":[{"key":"👍","count":2,"peers":["alice","carol"]}],"edits":[{"seq":8,"ts":80,"text":"now","meta":null}]},
+              {"seq":5,"from":"bob","client_id":"b5","text":"","meta":null,"ts":50,"deleted":true,"deleted_ts":60,"reactions":[]}],
+             "next_before_seq":5,"has_more":true,"last_seq":9,"limit":2}
+            """#)
+        let page = MessagesPage(json: body, room: "r1", sinceSeq: 0)
+        XCTAssertEqual(page.nextBeforeSeq, 5)
+        XCTAssertTrue(page.hasMore)
+        let newest = try XCTUnwrap(page.messages.first)
+        XCTAssertEqual(newest.replyTo, 3)
+        XCTAssertEqual(newest.editedTS, 80)
+        XCTAssertEqual(newest.reactions.map(\.key), ["👍"])
+        XCTAssertEqual(newest.reactions.first?.count, 2)
+        XCTAssertEqual(newest.reactions.first?.peers, ["alice", "carol"])
+        XCTAssertEqual(newest.edits?.map(\.seq), [8])
+        let tomb = page.messages[1]
+        XCTAssertEqual([tomb.deleted ? 1 : 0, Int(tomb.deletedTS ?? 0)], [1, 60])
+        XCTAssertNil(tomb.edits)
+        let inbox = InboxPage(json: try JSONParser.parse(#"""
+            {"rooms":[{"room_id":"r1","last_seq":9,"last_ts":90,"last_message":{"seq":7,"from":"bob","text":"now","ts":70},
+                       "read_seq":4,"unread":2},
+                      {"room_id":"r2","last_seq":1,"last_ts":10,"last_message":null,"read_seq":0,"unread":0}],
+             "has_more":true,"next_cursor":"abc"}
+            """#))
+        XCTAssertEqual(inbox.rooms.map(\.roomID), ["r1", "r2"])
+        XCTAssertEqual(inbox.rooms[0].lastMessage?.text, "now")
+        XCTAssertEqual(inbox.rooms[0].unread, 2)
+        XCTAssertNil(inbox.rooms[1].lastMessage)
+        XCTAssertEqual(inbox.nextCursor, "abc")
+    }
+
     // MARK: - Media
 
     func test_candidates_wait_for_the_remote_description_and_a_dying_connection_hangs_up() {
