@@ -28,9 +28,14 @@ async function connected() {
 /** What the browser SDK puts on the wire for one vector's call. */
 async function frameOf({ op, args }) {
   switch (op) {
-    case "chat": case "data": case "typing": case "read": {
+    case "chat": case "data": case "typing": case "read": case "chat-edit": case "chat-delete": case "chat-react": {
       const { client, ws } = await connected();
-      if (op === "chat") client.sendChat(args.text, { clientId: args.client_id, ...(args.meta ? { meta: args.meta } : {}) }).catch(() => {});
+      if (op === "chat") {
+        client.sendChat(args.text, { clientId: args.client_id, ...(args.meta ? { meta: args.meta } : {}), ...(args.reply_to ? { replyTo: args.reply_to } : {}) }).catch(() => {});
+      }
+      if (op === "chat-edit") client.editChat(args.target, args.text, { clientId: args.client_id, ...(args.meta ? { meta: args.meta } : {}) }).catch(() => {});
+      if (op === "chat-delete") client.deleteChat(args.target, { clientId: args.client_id }).catch(() => {});
+      if (op === "chat-react") (args.remove ? client.unreact : client.react).call(client, args.target, args.key, { clientId: args.client_id }).catch(() => {});
       if (op === "data") client.sendData(args.payload, args.to);
       if (op === "typing") client.setTyping(args.typing);
       if (op === "read") client.markRead(args.seq);

@@ -24,6 +24,12 @@ interface Listener {
     fun onSignal(type: String, from: String, payload: String) {}
     fun onData(from: String, payload: String?) {}
     fun onChat(message: ChatMessage) {}
+    /** A peer edited message `edit.target`; once per seq, live or replayed. */
+    fun onChatEdited(edit: ChatEdit) {}
+    /** Message `deletion.target` was deleted; once per seq. */
+    fun onChatDeleted(deletion: ChatDeletion) {}
+    /** A peer added or removed a reaction; once per seq. */
+    fun onChatReaction(reaction: ChatReaction) {}
     fun onTyping(from: String, isTyping: Boolean) {}
     fun onRead(from: String, seq: Long) {}
     fun onMeter(state: String, raw: String) {}
@@ -99,8 +105,28 @@ class CallingClient(
      * timeout and after a reconnect; the server answers every retry with the original ack.
      * [meta] is a JSON object's text.
      */
-    suspend fun sendChat(text: String, meta: String? = null, clientId: String = UUID.randomUUID().toString()): ChatAck =
-        call { SessionInput.SendChat(it, clientId, text, meta) } as ChatAck
+    suspend fun sendChat(text: String, meta: String? = null, clientId: String = UUID.randomUUID().toString(), replyTo: Long? = null): ChatAck =
+        call { SessionInput.SendChat(it, clientId, text, meta, replyTo) } as ChatAck
+
+    /**
+     * Replaces the text (and [meta]) of our message [seq] (`chat-edit`); returns the edit's own
+     * ack. Retried like [sendChat]; a failed ack throws (443 no such message, 444 not ours,
+     * deleted or past the edit window).
+     */
+    suspend fun editChat(seq: Long, text: String, meta: String? = null, clientId: String = UUID.randomUUID().toString()): ChatAck =
+        call { SessionInput.EditChat(it, clientId, seq, text, meta) } as ChatAck
+
+    /** Deletes message [seq] (`chat-delete`): ours, or anyone's with a moderator token. Retried like [sendChat]. */
+    suspend fun deleteChat(seq: Long, clientId: String = UUID.randomUUID().toString()): ChatAck =
+        call { SessionInput.DeleteChat(it, clientId, seq) } as ChatAck
+
+    /** Adds our reaction [key] to message [seq] (`chat-react`); 445 for a bad key or too many keys. */
+    suspend fun react(seq: Long, key: String, clientId: String = UUID.randomUUID().toString()): ChatAck =
+        call { SessionInput.React(it, clientId, seq, key, false) } as ChatAck
+
+    /** Removes our reaction [key] from message [seq] (`chat-react` with `remove: true`). */
+    suspend fun unreact(seq: Long, key: String, clientId: String = UUID.randomUUID().toString()): ChatAck =
+        call { SessionInput.React(it, clientId, seq, key, true) } as ChatAck
 
     /** Relays `offer`, `answer` or `candidate` ([payload]: JSON object text) to [to]. */
     fun sendSignal(type: String, to: String, payload: String) { post(SessionInput.SendSignal(type, to, payload)) }
@@ -184,17 +210,35 @@ class CallingClient(
 
     /**
      * One page of the room's chat history after [sinceSeq] (`GET /v1/rooms/{id}/messages` with
-     * this client's token, docs/protocol.md "History API"). [roomId] defaults to the room of the
-     * last `welcome`, else the token's `room_id` claim. Works before `connect()`. Throws a
-     * [CallingError] (`status`, problem `code`) when refused.
+     * this client's token, docs/protocol.md "History API"), or with [beforeSeq] the messages
+     * before it, newest first. Each message is as it is now (edited text, tombstone, reactions);
+     * [includeEdits] adds its edits. [roomId] defaults to the room of the last `welcome`, else the
+     * token's `room_id` claim. Works before `connect()`. Throws a [CallingError] (`status`,
+     * problem `code`) when refused.
      */
-    suspend fun fetchMessages(roomId: String? = null, sinceSeq: Long = 0, limit: Int = 50): MessagesPage {
+    suspend fun fetchMessages(roomId: String? = null, sinceSeq: Long = 0, limit: Int = 50, beforeSeq: Long? = null,
+                              includeEdits: Boolean = false): MessagesPage {
         val token = currentToken
         val room = roomId ?: this.roomId ?: roomIdClaim(token)
             ?: throw CallingError("invalid_token", "the token has no room_id claim")
-        val path = "/v1/rooms/${java.net.URLEncoder.encode(room, "UTF-8").replace("+", "%20")}/messages?since_seq=$sinceSeq&limit=$limit"
+        val cursor = if (beforeSeq != null) "before_seq=$beforeSeq" else "since_seq=$sinceSeq"
+        val edits = if (includeEdits) "&include=edits" else ""
+        val path = "/v1/rooms/${encode(room)}/messages?$cursor&limit=$limit$edits"
         return MessagesPage.from(Rest.getJson(http, baseUrl, path, token), room, sinceSeq, limit)
     }
+
+    /**
+     * The rooms of the token's peer id, most recent activity first (`GET /v1/me/rooms`), each
+     * with its last seq and message, our read marker and unread count. Needs a user token (scope
+     * `user`, no room): make a client with it and call this without `connect()`.
+     */
+    suspend fun inbox(limit: Int? = null, cursor: String? = null): InboxPage {
+        val query = listOfNotNull(limit?.let { "limit=$it" }, cursor?.let { "cursor=${encode(it)}" })
+        val path = "/v1/me/rooms" + if (query.isEmpty()) "" else query.joinToString("&", prefix = "?")
+        return InboxPage.from(Rest.getJson(http, baseUrl, path, currentToken))
+    }
+
+    private fun encode(value: String): String = java.net.URLEncoder.encode(value, "UTF-8").replace("+", "%20")
 
     /** Stops the frame coroutine; call after `disconnect()` when the client is no longer needed. */
     fun close() { driver.close() }
@@ -344,6 +388,9 @@ class CallingClient(
                 is CallingEvent.Signal -> listener.onSignal(event.type, event.from, event.payload)
                 is CallingEvent.Data -> listener.onData(event.from, event.payload)
                 is CallingEvent.Chat -> listener.onChat(event.message)
+                is CallingEvent.ChatEdited -> listener.onChatEdited(event.edit)
+                is CallingEvent.ChatDeleted -> listener.onChatDeleted(event.deletion)
+                is CallingEvent.ChatReactionChanged -> listener.onChatReaction(event.reaction)
                 is CallingEvent.Typing -> listener.onTyping(event.from, event.isTyping)
                 is CallingEvent.Read -> listener.onRead(event.from, event.seq)
                 is CallingEvent.Meter -> listener.onMeter(event.state, event.raw)

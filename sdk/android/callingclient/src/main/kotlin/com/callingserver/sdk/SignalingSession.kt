@@ -44,7 +44,14 @@ sealed class SessionInput {
     data class Connect(val waiter: Long, val token: String? = null) : SessionInput()
     data class Disconnect(val waiter: Long) : SessionInput()
     /** [meta] is a JSON object's text or null. */
-    data class SendChat(val waiter: Long, val clientId: String, val text: String, val meta: String? = null) : SessionInput()
+    data class SendChat(val waiter: Long, val clientId: String, val text: String, val meta: String? = null, val replyTo: Long? = null) :
+        SessionInput()
+    /** `chat-edit` of message [target]; [meta] is a JSON object's text or null. */
+    data class EditChat(val waiter: Long, val clientId: String, val target: Long, val text: String, val meta: String? = null) :
+        SessionInput()
+    data class DeleteChat(val waiter: Long, val clientId: String, val target: Long) : SessionInput()
+    /** `chat-react`: add our reaction [key] on message [target], or take it back ([remove]). */
+    data class React(val waiter: Long, val clientId: String, val target: Long, val key: String, val remove: Boolean) : SessionInput()
     /** `offer`, `answer` or `candidate` to [to]; [payload] is JSON text. */
     data class SendSignal(val type: String, val to: String, val payload: String) : SessionInput()
     data class SendData(val payload: String?, val to: String? = null) : SessionInput()
@@ -104,6 +111,8 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
     companion object {
         /** Page size of the REST gap fill, as in the browser and Swift SDKs. */
         const val GAP_PAGE_LIMIT = 200
+        /** Frame types of the acked chat operations: one ledger, one client_id namespace. */
+        val CHAT_OPERATION_TYPES = setOf("chat", "chat-edit", "chat-delete", "chat-react")
     }
 
     private val lifecycle = ConnectionLifecycle(token, settings.lifecycle)
@@ -164,6 +173,17 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             is SessionInput.Connect -> connect(input)
             is SessionInput.Disconnect -> disconnect(input.waiter)
             is SessionInput.SendChat -> sendChat(input)
+            is SessionInput.EditChat -> {
+                val body = JSONObject().put("target", input.target).put("text", input.text)
+                if (input.meta != null) body.put("meta", JSONObject(input.meta))
+                addPending(input.waiter, input.clientId, "chat-edit", body)
+            }
+            is SessionInput.DeleteChat -> addPending(input.waiter, input.clientId, "chat-delete", JSONObject().put("target", input.target))
+            is SessionInput.React -> {
+                val body = JSONObject().put("target", input.target).put("key", input.key)
+                if (input.remove) body.put("remove", true)
+                addPending(input.waiter, input.clientId, "chat-react", body)
+            }
             is SessionInput.SendSignal -> if (requireConnected()) relay(input.type, input.to, JSONObject(input.payload))
             is SessionInput.SendData -> if (requireConnected()) {
                 val payload = input.payload?.let { org.json.JSONTokener(it).nextValue() }
@@ -349,13 +369,12 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
             "chat-ack" -> chatAck(json, payload)
             "chat" -> {
                 val message = chatMessage(payload, from) ?: return
-                val replayed = replayRemaining > 0
-                if (replayed) replayHigh = maxOf(replayHigh, message.seq)
-                receiveChat(message)
-                if (replayed) {
-                    replayRemaining -= 1
-                    if (replayRemaining == 0 && gapFillPending) startGapFill()
-                }
+                receiveSocketSeq(message.seq) { receiveChat(message) }
+            }
+            "chat-edit", "chat-delete", "chat-react" -> {
+                // Operations have seqs of their own: the same dedupe, and the replay counts them.
+                val event = chatOperationOf(type, payload, from) ?: return
+                receiveSocketSeq(payload!!.getLong("seq")) { receiveOperation(event, payload) }
             }
             "typing" -> if (from != null && payload != null && payload.has("typing")) emit(CallingEvent.Typing(from, payload.optBoolean("typing")))
             "read" -> if (from != null && payload != null && payload.has("seq")) emit(CallingEvent.Read(from, payload.optLong("seq")))
@@ -518,7 +537,7 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
         emit(CallingEvent.Error(error))
         // A refused chat frame (not a refused chat, which comes as a failed chat-ack) would
         // otherwise wait out every ack timeout; a temporary refusal (429) is retried by the timer.
-        if (frameType == "chat" && !error.isRetryable) lastSent[frameType]?.let { resolveChat(it, null, error) }
+        if (frameType in CHAT_OPERATION_TYPES && !error.isRetryable) lastSent[frameType]?.let { resolveChat(it, null, error) }
     }
 
     // --- relays -------------------------------------------------------------------------------
@@ -543,7 +562,38 @@ class SignalingSession(token: String, val settings: Settings = Settings()) {
     private fun sendChat(input: SessionInput.SendChat) {
         val body = JSONObject().put("text", input.text)
         if (input.meta != null) body.put("meta", JSONObject(input.meta))
+        if (input.replyTo != null) body.put("reply_to", input.replyTo)
         addPending(input.waiter, input.clientId, "chat", body)
+    }
+
+    /** A seq'd frame from the socket: counts against a resume's replay, then the gap fill may start. */
+    private inline fun receiveSocketSeq(seq: Long, deliver: () -> Unit) {
+        val replayed = replayRemaining > 0
+        if (replayed) replayHigh = maxOf(replayHigh, seq)
+        deliver()
+        if (replayed) {
+            replayRemaining -= 1
+            if (replayRemaining == 0 && gapFillPending) startGapFill()
+        }
+    }
+
+    private fun receiveOperation(event: CallingEvent, payload: JSONObject) {
+        val seq = payload.getLong("seq")
+        if (seq <= seenFloor || seq in seenSeqs) return // replay overlapping live frames
+        markSeen(seq)
+        val from = when (event) {
+            is CallingEvent.ChatEdited -> event.edit.from
+            is CallingEvent.ChatDeleted -> event.deletion.from
+            is CallingEvent.ChatReactionChanged -> event.reaction.from
+            else -> null
+        }
+        val clientId = payload.optString("client_id", "")
+        if (from == peerId && pending.containsKey(clientId)) {
+            // Our own operation in a resume replay: committed, its ack was lost with the socket.
+            resolveChat(clientId, ChatAck(clientId, seq, payload.optLong("ts", 0)), null)
+            return
+        }
+        emit(event)
     }
 
     /** Any acked chat operation: checked, queued, and sent now when connected (else after the next welcome). */

@@ -33,12 +33,78 @@ data class Welcome(
     val replayCount: Int
 )
 
-/** A committed chat message, live or replayed (docs/protocol.md "chat (server -> client)"). */
-data class ChatMessage(val seq: Long, val from: String, val clientId: String, val text: String, val ts: Long, val meta: String?)
+/**
+ * A committed chat message, live, replayed or from history (docs/protocol.md "chat (server -> client)").
+ * [replyTo] is the seq of the message it answers; [deleted] marks a tombstone (`text` "", `meta`
+ * null). History only: [editedTs] (the last edit's), [deletedTs], [reactions] (by key, sorted),
+ * and with `includeEdits` [edits], oldest first.
+ */
+data class ChatMessage(
+    val seq: Long,
+    val from: String,
+    val clientId: String,
+    val text: String,
+    val ts: Long,
+    val meta: String?,
+    val replyTo: Long? = null,
+    val deleted: Boolean = false,
+    val editedTs: Long? = null,
+    val deletedTs: Long? = null,
+    val reactions: List<ReactionCount> = emptyList(),
+    val edits: List<ChatEditEntry>? = null
+)
+
+/** One reaction key on a message in history: how many peers, and who. */
+data class ReactionCount(val key: String, val count: Int, val peers: List<String>)
+
+/** One edit of a message (history with `includeEdits`); [meta] is JSON text or null. */
+data class ChatEditEntry(val seq: Long, val ts: Long, val text: String, val meta: String?)
+
+/**
+ * A peer edited message [target] (`chat-edit`); [seq] is the edit's own. [deleted]: a replayed
+ * edit of a message deleted since (`text` "", `meta` null).
+ */
+data class ChatEdit(val from: String, val seq: Long, val ts: Long, val clientId: String, val target: Long, val text: String,
+                    val meta: String?, val deleted: Boolean)
+
+/** Message [target] was deleted (`chat-delete`), by its author or a moderator. */
+data class ChatDeletion(val from: String, val seq: Long, val ts: Long, val clientId: String, val target: Long)
+
+/** A peer added (or, [removed], took back) its reaction [key] on message [target] (`chat-react`). */
+data class ChatReaction(val from: String, val seq: Long, val ts: Long, val clientId: String, val target: Long, val key: String,
+                        val removed: Boolean)
+
+/** The preview of a room's newest message that is not deleted ([text] at most 140 characters). */
+data class InboxMessage(val seq: Long, val from: String, val text: String, val ts: Long)
+
+/** One room of [CallingClient.inbox]: its last seq and activity, our read marker, the unread count. */
+data class InboxRoom(val roomId: String, val lastSeq: Long, val lastTs: Long, val lastMessage: InboxMessage?, val readSeq: Long,
+                     val unread: Long)
+
+/** One page of `GET /v1/me/rooms`, most recent activity first; pass [nextCursor] as `cursor` while [hasMore]. */
+data class InboxPage(val rooms: List<InboxRoom>, val hasMore: Boolean, val nextCursor: String?) {
+    companion object {
+        /** Reads the endpoint's JSON body. */
+        fun from(body: JSONObject): InboxPage {
+            val array = body.optJSONArray("rooms")
+            val rooms = if (array == null) emptyList() else (0 until array.length()).mapNotNull { index ->
+                val raw = array.optJSONObject(index) ?: return@mapNotNull null
+                val room = stringOrNull(raw, "room_id") ?: return@mapNotNull null
+                val last = raw.optJSONObject("last_message")?.let { m ->
+                    val from = stringOrNull(m, "from")
+                    if (!m.has("seq") || from == null) null else InboxMessage(m.getLong("seq"), from, m.optString("text", ""), m.optLong("ts", 0))
+                }
+                InboxRoom(room, raw.optLong("last_seq", 0), raw.optLong("last_ts", 0), last, raw.optLong("read_seq", 0), raw.optLong("unread", 0))
+            }
+            return InboxPage(rooms, body.optBoolean("has_more", false), stringOrNull(body, "next_cursor"))
+        }
+    }
+}
 
 /**
  * One page of `GET /v1/rooms/{room_id}/messages` (docs/protocol.md "History API"): [messages]
- * after the asked `since_seq`, oldest first; ask again from [nextSinceSeq] while [hasMore].
+ * after the asked `since_seq`, oldest first; ask again from [nextSinceSeq] while [hasMore]. A
+ * backward page (`beforeSeq`) is newest first and goes on from [nextBeforeSeq].
  */
 data class MessagesPage(
     val roomId: String,
@@ -46,7 +112,8 @@ data class MessagesPage(
     val nextSinceSeq: Long,
     val hasMore: Boolean,
     val lastSeq: Long,
-    val limit: Int
+    val limit: Int,
+    val nextBeforeSeq: Long? = null
 ) {
     companion object {
         /** Reads the endpoint's JSON body; [sinceSeq] and [limit] stand in for absent fields. */
@@ -57,7 +124,8 @@ data class MessagesPage(
                 chatMessageOf(raw, raw?.let { json -> stringOrNull(json, "from") })
             }
             return MessagesPage(stringOrNull(body, "room_id") ?: roomId, messages, body.optLong("next_since_seq", sinceSeq),
-                body.optBoolean("has_more", false), body.optLong("last_seq", 0), body.optInt("limit", limit))
+                body.optBoolean("has_more", false), body.optLong("last_seq", 0), body.optInt("limit", limit),
+                if (body.has("next_before_seq") && !body.isNull("next_before_seq")) body.getLong("next_before_seq") else null)
         }
     }
 }
@@ -85,6 +153,9 @@ sealed class CallingEvent {
     /** A relayed `data` frame; [payload] is JSON text, or null when absent. */
     data class Data(val from: String, val payload: String?) : CallingEvent()
     data class Chat(val message: ChatMessage) : CallingEvent()
+    data class ChatEdited(val edit: ChatEdit) : CallingEvent()
+    data class ChatDeleted(val deletion: ChatDeletion) : CallingEvent()
+    data class ChatReactionChanged(val reaction: ChatReaction) : CallingEvent()
     data class Typing(val from: String, val isTyping: Boolean) : CallingEvent()
     data class Read(val from: String, val seq: Long) : CallingEvent()
     /** The room's consultation meter; [raw] is the payload's JSON text. */
@@ -172,10 +243,47 @@ internal fun peersOf(array: JSONArray?): List<PeerInfo> {
 /** A `chat` frame's payload or a history entry; null without `seq` or sender. */
 internal fun chatMessageOf(payload: JSONObject?, from: String?): ChatMessage? {
     if (payload == null || from == null || !payload.has("seq")) return null
-    val meta = if (payload.has("meta") && !payload.isNull("meta")) payload.get("meta").toString() else null
+    val reactions = payload.optJSONArray("reactions")?.let { array ->
+        (0 until array.length()).mapNotNull { index ->
+            val raw = array.optJSONObject(index) ?: return@mapNotNull null
+            val key = stringOrNull(raw, "key") ?: return@mapNotNull null
+            val peers = raw.optJSONArray("peers")
+            ReactionCount(key, raw.optInt("count", 0), if (peers == null) emptyList() else (0 until peers.length()).map { peers.optString(it) })
+        }
+    } ?: emptyList()
+    val edits = payload.optJSONArray("edits")?.let { array ->
+        (0 until array.length()).mapNotNull { index ->
+            val raw = array.optJSONObject(index) ?: return@mapNotNull null
+            if (!raw.has("seq")) null else ChatEditEntry(raw.getLong("seq"), raw.optLong("ts", 0), raw.optString("text", ""), metaText(raw))
+        }
+    }
     return ChatMessage(payload.getLong("seq"), from, payload.optString("client_id", ""), payload.optString("text", ""),
-        payload.optLong("ts", 0), meta)
+        payload.optLong("ts", 0), metaText(payload), longOrNull(payload, "reply_to"), payload.optBoolean("deleted", false),
+        longOrNull(payload, "edited_ts"), longOrNull(payload, "deleted_ts"), reactions, edits)
 }
+
+/** A `chat-edit`, `chat-delete` or `chat-react` frame as the event it raises; null when malformed. */
+internal fun chatOperationOf(type: String, payload: JSONObject?, from: String?): CallingEvent? {
+    if (payload == null || from == null || !payload.has("seq") || !payload.has("target")) return null
+    val seq = payload.getLong("seq")
+    val ts = payload.optLong("ts", 0)
+    val clientId = payload.optString("client_id", "")
+    val target = payload.getLong("target")
+    return when (type) {
+        "chat-edit" -> CallingEvent.ChatEdited(ChatEdit(from, seq, ts, clientId, target, payload.optString("text", ""), metaText(payload),
+            payload.optBoolean("deleted", false)))
+        "chat-delete" -> CallingEvent.ChatDeleted(ChatDeletion(from, seq, ts, clientId, target))
+        "chat-react" -> {
+            val key = stringOrNull(payload, "key") ?: return null
+            CallingEvent.ChatReactionChanged(ChatReaction(from, seq, ts, clientId, target, key, payload.optBoolean("remove", false)))
+        }
+        else -> null
+    }
+}
+
+private fun metaText(json: JSONObject): String? = if (json.has("meta") && !json.isNull("meta")) json.get("meta").toString() else null
+
+private fun longOrNull(json: JSONObject, key: String): Long? = if (json.has(key) && !json.isNull(key)) json.getLong(key) else null
 
 /** The `room_id` claim of a JWT, read without verifying it (the server verifies); null if absent. */
 internal fun roomIdClaim(token: String): String? {

@@ -19,7 +19,13 @@ class WireVectorsTest {
             """{"type":"welcome","payload":{"peer_id":"me","room_id":"r","call_id":null,"role":"peer","name":null,"peers":[{"peer_id":"bob","role":"peer","name":null}],"last_seq":0,"read_seq":0,"unread":0}}"""))
         fun num(key: String): Double? = if (args.isNull(key)) null else args.getDouble(key)
         val input = when (op) {
-            "chat" -> SessionInput.SendChat(2, args.getString("client_id"), args.getString("text"), args.optJSONObject("meta")?.toString())
+            "chat" -> SessionInput.SendChat(2, args.getString("client_id"), args.getString("text"), args.optJSONObject("meta")?.toString(),
+                if (args.has("reply_to")) args.getLong("reply_to") else null)
+            "chat-edit" -> SessionInput.EditChat(2, args.getString("client_id"), args.getLong("target"), args.getString("text"),
+                args.optJSONObject("meta")?.toString())
+            "chat-delete" -> SessionInput.DeleteChat(2, args.getString("client_id"), args.getLong("target"))
+            "chat-react" -> SessionInput.React(2, args.getString("client_id"), args.getLong("target"), args.getString("key"),
+                args.optBoolean("remove", false))
             "data" -> SessionInput.SendData(args.get("payload").toString(), if (args.has("to")) args.getString("to") else null)
             "typing" -> SessionInput.SetTyping(args.getBoolean("typing"))
             "read" -> SessionInput.MarkRead(args.getLong("seq"))
