@@ -1,5 +1,6 @@
 // Demo page of calling-server (served at `/`): join a room with a peer token, call the other
-// peers with audio, chat with typing indicators, read receipts and history, and watch the
+// peers with audio, chat with typing indicators, read receipts, history, replies, edits,
+// deletions and reactions, and watch the
 // consultation meter and call quality. Plain ES module on top of /sdk/calling-client.js.
 //
 // Stable selectors for browser tests (keep them when changing the markup):
@@ -31,14 +32,24 @@
 //                           data-read-by = space-separated peer ids that have read it; its text
 //                           ("read by X") names each reader once, at the newest own message X has read
 //   #chat-log li[data-client-id][data-pending]  own message waiting for its ack (data-failed if refused)
-//   #chat-input, #chat-send compose and send (Enter sends too)
+//       .reply-quote[data-reply-to=N]  the message this one answers (its sender and text), if any
+//       data-edited="true"  the message was edited (.edited says so); .text is the edited text
+//       data-deleted="true" a tombstone: .text says "message deleted", no actions, no reactions
+//       .reactions button.reaction[data-key=K]  one per key with data-count and data-peers
+//                           (space-separated); aria-pressed="true" when it is ours; click toggles ours
+//       .actions button.reply / button.edit / button.delete (own only) / button.react[data-key=K]
+//   #compose-context        shown while replying or editing: data-mode = reply | edit, data-seq;
+//                           #compose-cancel leaves that mode
+//   #chat-input, #chat-send compose and send (Enter sends too); in edit mode Send saves the edit
 //   #typing                 "bob is typing…"; data-peers = space-separated ids of peers typing now
 //   #unread                 "N new" button; data-count = N; hidden when 0; click scrolls to the latest
-//   #load-history           loads the HISTORY_PAGE messages before the earliest one shown;
-//                           disabled (data-has-more="false") once seq 1 is shown
+//   #load-history           loads the HISTORY_PAGE messages before the earliest one shown (paged
+//                           backward with beforeSeq); disabled (data-has-more="false") at the beginning
 //   window.demo.client      the CallingClient (null before the first connect)
 //
-// Chat history: on the first welcome the latest HISTORY_PAGE messages are loaded; messages count
+// Chat history: on the first welcome the latest HISTORY_PAGE messages are loaded (each as it is
+// now: edited text, tombstones, reaction counts, reply targets); edits, deletions and reactions
+// that arrive later update the message they name. Messages count
 // as read (markRead) while the log is scrolled to the bottom and the tab is visible, otherwise
 // messages from others raise #unread.
 
@@ -47,6 +58,8 @@ import { $, clientSession, connectElements, hide, renderStatus, show, socketURL 
 
 /** Messages per history page (the first load and each "load earlier"). */
 const HISTORY_PAGE = 20;
+/** The reactions offered on each message (any short key works; these are the buttons). */
+const REACTION_KEYS = ["👍", "❤️", "😂"];
 /** Pixels from the bottom of the log that still count as "at the latest message". */
 const BOTTOM_SLACK_PX = 24;
 
@@ -76,6 +89,9 @@ const el = {
   chatForm: $("#chat-form"),
   chatInput: $("#chat-input"),
   chatSend: $("#chat-send"),
+  composeContext: $("#compose-context"),
+  composeText: $("#compose-context .compose-text"),
+  composeCancel: $("#compose-cancel"),
 };
 
 /** Everything the page knows about the current room session. Reset by `resetRoom()`. */
@@ -102,6 +118,12 @@ const app = {
   /** Whether the first welcome of this client has been handled (history loaded). */
   welcomed: false,
   historyLoading: false,
+  /** More history before the earliest message shown (null: not asked yet). */
+  historyHasMore: null,
+  /** seq → {from, text, replyTo, deleted, edited, reactions: Map key → Set of peer ids} */
+  state: new Map(),
+  /** Replying to or editing a message: {mode: "reply" | "edit", seq}, or null. */
+  compose: null,
   /** Latest meter payload and when it arrived, to count down between frames. */
   meter: null,
   meterAt: 0,
@@ -144,6 +166,9 @@ function resetRoom() {
   releaseMicrophone();
   app.messages.clear();
   app.pending.clear();
+  app.state.clear();
+  app.historyHasMore = null;
+  setCompose(null);
   app.readBy.clear();
   app.typing.clear();
   app.readSeq = 0;
@@ -213,6 +238,9 @@ function subscribe(on) {
   });
 
   on("chat", (message) => addMessage(message));
+  on("chat-edited", (edit) => applyEdit(edit.target, edit.text, edit.deleted));
+  on("chat-deleted", ({ target }) => applyDelete(target));
+  on("chat-reaction", ({ target, from, key, removed }) => applyReaction(target, from, key, !removed));
   on("typing", ({ from, typing }) => {
     if (typing) app.typing.add(from); else app.typing.delete(from);
     renderTyping();
@@ -558,9 +586,15 @@ function fillMessage(li, message) {
   li.dataset.own = String(own);
   delete li.dataset.pending;
   delete li.dataset.failed;
-  li.querySelector(".text").textContent = message.text;
+  const reactions = new Map();
+  for (const { key, peers } of message.reactions ?? []) reactions.set(key, new Set(peers));
+  app.state.set(message.seq, {
+    from: message.from, text: message.text, replyTo: message.reply_to ?? null, deleted: Boolean(message.deleted),
+    edited: typeof message.edited_ts === "number", reactions,
+  });
   const time = new Date(message.ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   li.querySelector(".meta").textContent = own ? time : `${peerName(message.from)} · ${time}`;
+  renderMessageBody(li, message.seq);
   if (own && !li.querySelector(".receipt")) {
     const receipt = document.createElement("span");
     receipt.className = "receipt";
@@ -588,11 +622,177 @@ function addMessage(message) {
   fillMessage(li, message);
   app.messages.set(message.seq, li);
   insertInOrder(li, message.seq);
+  renderQuotesOf(message.seq);
   if (li.dataset.own === "true") renderReceipts();
   renderHistoryButton();
 
   if (stickToBottom) scrollToLatest();
   markVisibleRead();
+}
+
+/**
+ * The parts of a message that edits, deletions and reactions change: text, the reply quote, the
+ * "edited" mark, the tombstone, the reaction buttons and the actions.
+ */
+function renderMessageBody(li, seq) {
+  const state = app.state.get(seq);
+  if (!state) return;
+  const own = state.from === ownId();
+  li.querySelector(".text").textContent = state.deleted ? "message deleted" : state.text;
+  if (state.deleted) li.dataset.deleted = "true"; else delete li.dataset.deleted;
+  if (state.edited && !state.deleted) li.dataset.edited = "true"; else delete li.dataset.edited;
+
+  li.querySelector(".reply-quote")?.remove();
+  if (state.replyTo !== null) {
+    const quote = document.createElement("span");
+    quote.className = "reply-quote";
+    quote.dataset.replyTo = String(state.replyTo);
+    const target = app.state.get(state.replyTo);
+    quote.textContent = target
+      ? `↪ ${peerName(target.from)}: ${target.deleted ? "message deleted" : target.text}`
+      : `↪ message #${state.replyTo}`;
+    li.prepend(quote);
+  }
+  li.querySelector(".edited")?.remove();
+  if (li.dataset.edited === "true") {
+    const mark = document.createElement("span");
+    mark.className = "edited";
+    mark.textContent = "edited";
+    li.querySelector(".meta").append(mark);
+  }
+
+  li.querySelector(".reactions")?.remove();
+  li.querySelector(".actions")?.remove();
+  if (state.deleted) return;
+  const me = ownId();
+  const reactions = document.createElement("span");
+  reactions.className = "reactions";
+  for (const [key, peers] of [...state.reactions].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+    if (peers.size === 0) continue;
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "reaction";
+    button.dataset.key = key;
+    button.dataset.count = String(peers.size);
+    button.dataset.peers = [...peers].join(" ");
+    button.setAttribute("aria-pressed", String(peers.has(me)));
+    button.title = [...peers].map(peerName).join(", ");
+    button.textContent = `${key} ${peers.size}`;
+    button.addEventListener("click", () => toggleReaction(seq, key));
+    reactions.append(button);
+  }
+  li.append(reactions);
+
+  const actions = document.createElement("span");
+  actions.className = "actions";
+  const action = (cls, text, label, handler) => {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = cls;
+    button.textContent = text;
+    button.setAttribute("aria-label", label);
+    button.addEventListener("click", handler);
+    actions.append(button);
+    return button;
+  };
+  action("reply", "Reply", "Reply to this message", () => setCompose({ mode: "reply", seq }));
+  if (own) {
+    action("edit", "Edit", "Edit this message", () => setCompose({ mode: "edit", seq }));
+    action("delete", "Delete", "Delete this message", () => deleteMessage(seq));
+  }
+  for (const key of REACTION_KEYS) {
+    action("react", key, `React with ${key}`, () => toggleReaction(seq, key)).dataset.key = key;
+  }
+  li.append(actions);
+}
+
+/** Re-renders every reply quote that names `seq` (its text changed or it was deleted). */
+function renderQuotesOf(seq) {
+  for (const [other, li] of app.messages) if (app.state.get(other)?.replyTo === seq) renderMessageBody(li, other);
+}
+
+function applyEdit(seq, text, deleted) {
+  const state = app.state.get(seq);
+  const li = app.messages.get(seq);
+  // A message not loaded yet shows its current text when a history page brings it.
+  if (!state || !li) return;
+  if (deleted) state.deleted = true; else { state.text = text; state.edited = true; }
+  keepBottom(() => { renderMessageBody(li, seq); renderQuotesOf(seq); });
+}
+
+function applyDelete(seq) {
+  const state = app.state.get(seq);
+  const li = app.messages.get(seq);
+  if (!state || !li) return;
+  state.deleted = true;
+  state.text = "";
+  state.reactions.clear();
+  if (app.compose && app.compose.seq === seq) setCompose(null);
+  keepBottom(() => { renderMessageBody(li, seq); renderQuotesOf(seq); });
+}
+
+function applyReaction(seq, from, key, added) {
+  const state = app.state.get(seq);
+  const li = app.messages.get(seq);
+  if (!state || !li || state.deleted) return;
+  const peers = state.reactions.get(key) ?? new Set();
+  if (added) peers.add(from); else peers.delete(from);
+  state.reactions.set(key, peers);
+  keepBottom(() => renderMessageBody(li, seq));
+}
+
+/** Adds our reaction `key`, or takes it back when we have it; shown once the server acked it. */
+async function toggleReaction(seq, key) {
+  const state = app.state.get(seq);
+  const me = ownId();
+  if (!state || !app.client || !me) return;
+  const has = state.reactions.get(key)?.has(me) ?? false;
+  try {
+    await (has ? app.client.unreact(seq, key) : app.client.react(seq, key));
+    applyReaction(seq, me, key, !has);
+  } catch (error) {
+    notify(`Could not ${has ? "remove" : "add"} the reaction: ${error.message}`);
+  }
+}
+
+async function deleteMessage(seq) {
+  if (!app.client) return;
+  try {
+    await app.client.deleteChat(seq);
+    applyDelete(seq);
+  } catch (error) {
+    notify(`Could not delete the message: ${error.message}`);
+  }
+}
+
+/** Reply or edit mode of the compose form (null: a new message). */
+function setCompose(compose) {
+  app.compose = compose;
+  el.composeContext.hidden = compose === null;
+  if (compose === null) {
+    delete el.composeContext.dataset.mode;
+    delete el.composeContext.dataset.seq;
+    el.chatSend.textContent = "Send";
+    return;
+  }
+  const state = app.state.get(compose.seq);
+  el.composeContext.dataset.mode = compose.mode;
+  el.composeContext.dataset.seq = String(compose.seq);
+  el.composeText.textContent = compose.mode === "edit"
+    ? "Editing your message"
+    : `Replying to ${peerName(state?.from ?? "")}: ${state?.text ?? ""}`;
+  el.chatSend.textContent = compose.mode === "edit" ? "Save" : "Send";
+  if (compose.mode === "edit") el.chatInput.value = state?.text ?? "";
+  el.chatInput.focus();
+}
+
+async function saveEdit(seq, text) {
+  try {
+    await app.client.editChat(seq, text);
+    applyEdit(seq, text, false);
+  } catch (error) {
+    notify(`Could not edit the message: ${error.message}`);
+  }
 }
 
 /** Inserts a committed message before the first one with a higher seq, or before pending ones. */
@@ -614,7 +814,7 @@ function newClientId() {
   return `demo-${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
 }
 
-async function sendChat(text, clientId = newClientId(), li = null) {
+async function sendChat(text, clientId = newClientId(), li = null, replyTo = null) {
   if (!li) {
     li = messageItem();
     li.querySelector(".text").textContent = text;
@@ -630,14 +830,14 @@ async function sendChat(text, clientId = newClientId(), li = null) {
   app.pending.set(clientId, li);
   try {
     // The SDK resends with the same client_id after timeouts and reconnects; the server dedupes.
-    const ack = await app.client.sendChat(text, { clientId });
+    const ack = await app.client.sendChat(text, { clientId, replyTo });
     if (app.pending.get(clientId) !== li) return; // already shown through a replay
     if (app.messages.has(ack.seq)) {
       // Shown meanwhile from a history page (which has no way to find this pending item).
       app.pending.delete(clientId);
       li.remove();
     } else {
-      addMessage({ seq: ack.seq, from: ownId(), client_id: clientId, text, meta: null, ts: ack.ts });
+      addMessage({ seq: ack.seq, from: ownId(), client_id: clientId, text, meta: null, ts: ack.ts, reply_to: replyTo, deleted: false });
     }
   } catch (error) {
     if (app.pending.get(clientId) !== li) return; // delivered meanwhile through a replay
@@ -649,7 +849,7 @@ async function sendChat(text, clientId = newClientId(), li = null) {
       retry.type = "button";
       retry.className = "retry";
       retry.textContent = "Retry";
-      retry.addEventListener("click", () => sendChat(text, clientId, li));
+      retry.addEventListener("click", () => sendChat(text, clientId, li, replyTo));
       li.append(retry);
     }
   }
@@ -744,10 +944,10 @@ function earliestSeq() {
 }
 
 function renderHistoryButton() {
-  const lowest = earliestSeq();
-  // Seqs have no gaps and start at 1, so anything above 1 (or an unloaded non-empty room) has more.
+  // Edits, deletions and reactions take seqs too, so the seqs of messages have gaps: the server's
+  // has_more says whether anything is left before the earliest page.
   const lastSeq = app.client?.lastSeq ?? 0;
-  const hasMore = lowest === Infinity ? lastSeq > 0 : lowest > 1;
+  const hasMore = app.historyHasMore ?? lastSeq > 0;
   el.loadHistory.dataset.hasMore = String(hasMore);
   el.loadHistory.disabled = !hasMore || app.historyLoading;
   el.loadHistory.textContent = hasMore ? "Load earlier messages" : "Beginning of the conversation";
@@ -755,8 +955,12 @@ function renderHistoryButton() {
 
 /** The first page on joining: the newest HISTORY_PAGE messages up to `lastSeq`. */
 async function loadLatest(lastSeq) {
-  if (lastSeq <= 0) return;
-  await loadRange(Math.max(0, lastSeq - HISTORY_PAGE), Math.min(HISTORY_PAGE, lastSeq));
+  if (lastSeq <= 0) {
+    app.historyHasMore = false;
+    renderHistoryButton();
+    return;
+  }
+  await loadBefore(lastSeq + 1);
   scrollToLatest();
   markVisibleRead();
 }
@@ -766,27 +970,25 @@ async function loadEarlier() {
   const lowest = earliestSeq();
   const top = lowest === Infinity ? (app.client?.lastSeq ?? 0) + 1 : lowest;
   if (top <= 1) return;
-  const since = Math.max(0, top - 1 - HISTORY_PAGE);
   // Keep the messages the reader is looking at in place while older ones appear above them.
   const before = el.chatScroll.scrollHeight;
-  await loadRange(since, top - 1 - since);
+  await loadBefore(top);
   el.chatScroll.scrollTop += el.chatScroll.scrollHeight - before;
 }
 
-/**
- * History is paged forward (`since_seq`, ascending), so a page "before seq N" is the request
- * since_seq = N-1-limit with that limit.
- */
-async function loadRange(sinceSeq, limit) {
+/** One page backward (`beforeSeq`, newest first): the HISTORY_PAGE messages before `seq`. */
+async function loadBefore(seq) {
   const client = app.client;
-  if (!client || limit <= 0) return;
+  if (!client || seq <= 1) return;
   app.historyLoading = true;
   renderHistoryButton();
   try {
-    const page = await client.fetchMessages({ sinceSeq, limit });
+    const page = await client.fetchMessages({ beforeSeq: seq, limit: HISTORY_PAGE });
     if (app.client !== client) return;
     const stick = atBottom();
-    for (const message of page.messages) addMessage(message);
+    // Oldest first, so that a reply's quote finds a target on the same page.
+    for (const message of [...page.messages].reverse()) addMessage(message);
+    app.historyHasMore = page.has_more;
     if (stick) scrollToLatest();
   } catch (error) {
     notify(`Could not load messages: ${error.message}`);
@@ -818,7 +1020,14 @@ el.chatForm.addEventListener("submit", (event) => {
   if (!text.trim() || !app.client) return;
   el.chatInput.value = "";
   app.client.setTyping(false);
-  sendChat(text);
+  const compose = app.compose;
+  setCompose(null);
+  if (compose?.mode === "edit") saveEdit(compose.seq, text);
+  else sendChat(text, undefined, null, compose?.mode === "reply" ? compose.seq : null);
+});
+el.composeCancel.addEventListener("click", () => {
+  if (app.compose?.mode === "edit") el.chatInput.value = "";
+  setCompose(null);
 });
 el.chatInput.addEventListener("input", () => {
   // The SDK sends only changes and turns typing off by itself after a pause.
