@@ -70,7 +70,7 @@ ANDROID_DIR := sdk/android/callingclient/src
 ANDROID_OUT := .build-android
 ANDROID_LIBS := $(JAVA_SHARE)/okhttp.jar:$(JAVA_SHARE)/okio.jar:$(JAVA_SHARE)/kotlinx-coroutines-core.jar:$(JAVA_SHARE)/com.android.json.jar:$(JAVA_SHARE)/junit4.jar
 ANDROID_RUN_CP := $(ANDROID_OUT)/classes:$(ANDROID_LIBS):$(JAVA_SHARE)/kotlin-stdlib.jar:$(JAVA_SHARE)/atomicfu.jar:$(JAVA_SHARE)/hamcrest-core.jar
-ANDROID_TESTS := com.callingserver.sdk.ConnectionLifecycleTest com.callingserver.sdk.SignalingSessionTest com.callingserver.sdk.ChatOperationsTest com.callingserver.sdk.PresenceSessionTest com.callingserver.sdk.FeatureTableTest com.callingserver.sdk.LiveServerTest com.callingserver.sdk.LiveRestPresenceTest com.callingserver.sdk.WireVectorsTest com.callingserver.sdk.LivePushTest com.callingserver.sdk.LiveBrowserPeerTest com.callingserver.sdk.CallMachineTest com.callingserver.sdk.LiveCallTest com.callingserver.sdk.StatsReadingTest com.callingserver.sdk.RpcSessionTest
+ANDROID_TESTS := com.callingserver.sdk.ConnectionLifecycleTest com.callingserver.sdk.SignalingSessionTest com.callingserver.sdk.ChatOperationsTest com.callingserver.sdk.PresenceSessionTest com.callingserver.sdk.FeatureTableTest com.callingserver.sdk.LiveServerTest com.callingserver.sdk.LiveChatOperationsTest com.callingserver.sdk.LiveRestPresenceTest com.callingserver.sdk.WireVectorsTest com.callingserver.sdk.LivePushTest com.callingserver.sdk.LiveBrowserPeerTest com.callingserver.sdk.CallMachineTest com.callingserver.sdk.LiveCallTest com.callingserver.sdk.StatsReadingTest com.callingserver.sdk.RpcSessionTest
 
 $(ANDROID_OUT)/classes.stamp: $(shell find $(ANDROID_DIR) -name '*.kt' 2>/dev/null)
 	@rm -rf $(ANDROID_OUT)/classes && mkdir -p $(ANDROID_OUT)/classes

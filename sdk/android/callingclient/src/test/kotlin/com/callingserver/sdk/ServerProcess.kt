@@ -68,6 +68,9 @@ class ServerProcess(private val extraArgs: List<String> = emptyList(), private v
     /** A presence token (`--scope presence`) for [role] `agent`, `dashboard` or `caller`. */
     fun presenceToken(peer: String, role: String): String = mint("--peer", peer, "--role", role, "--scope", "presence")
 
+    /** A user token (`--scope user`, no room) for `GET /v1/me/rooms`. */
+    fun userToken(peer: String): String = mint("--peer", peer, "--scope", "user")
+
     private fun mint(vararg args: String): String {
         val cli = ProcessBuilder(binary.path, "token", "--data-dir", dataDir.path, *args)
             .redirectError(ProcessBuilder.Redirect.INHERIT).start()
