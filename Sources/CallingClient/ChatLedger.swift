@@ -39,7 +39,7 @@ struct ChatLedger {
     private var out: [SessionAction] = []
 
     private struct PendingChat {
-        var operation: ChatOperation
+        var operation: ChatOutbound
         var waiter: Waiter
         var sends = 0
     }
@@ -82,7 +82,7 @@ struct ChatLedger {
 
     /// `sendChat` (or another acked chat operation); `connected` sends it now, otherwise the next
     /// `welcome` does.
-    mutating func send(_ id: String, _ operation: ChatOperation, waiter: Waiter, connected: Bool) -> [SessionAction] {
+    mutating func send(_ id: String, _ operation: ChatOutbound, waiter: Waiter, connected: Bool) -> [SessionAction] {
         collect { ledger in
             guard ledger.pendingChats[id] == nil else {
                 return ledger.out.append(.resume(waiter, .failure(CallingError(.invalidState("client_id \(id) is already pending")))))
@@ -247,7 +247,7 @@ struct ChatLedger {
 
 /// An acked chat operation as the ledger holds it until its `chat-ack`: they all share the room's
 /// `client_id` namespace, the ack and the resend rules (docs/protocol.md).
-enum ChatOperation: Sendable, Equatable {
+enum ChatOutbound: Sendable, Equatable {
     /// `chat {text, meta?, reply_to?}`.
     case message(text: String, meta: JSONValue?, replyTo: Int64? = nil)
     /// `chat-edit {target, text, meta?}`.

@@ -395,7 +395,7 @@ public final class SignalingClient: @unchecked Sendable {
         try await submit(.react(target: seq, key: key, remove: true), clientID: clientID)
     }
 
-    private func submit(_ operation: ChatOperation, clientID: String?) async throws -> ChatAck {
+    private func submit(_ operation: ChatOutbound, clientID: String?) async throws -> ChatAck {
         let id = clientID ?? UUID().uuidString.lowercased()
         guard case .chatAck(let ack) = try await driver.wait({
             $0.handle(.chatOperation(clientID: id, operation, waiter: $1))

@@ -104,7 +104,7 @@ enum SessionInput: Sendable {
     case disconnect(waiter: Waiter)
     case sendChat(clientID: String, text: String, meta: JSONValue?, waiter: Waiter)
     /// Any acked chat operation (`sendChat` with `replyTo`, `editChat`, `deleteChat`, `react`, `unreact`).
-    case chatOperation(clientID: String, ChatOperation, waiter: Waiter)
+    case chatOperation(clientID: String, ChatOutbound, waiter: Waiter)
     case call(PeerID, media: CallMedia = .standard, waiter: Waiter)
     case accept(PeerID, waiter: Waiter)
 
@@ -650,14 +650,14 @@ struct SignalingSession {
         // A refused `chat` frame (not a refused chat, which comes as a `chat-ack` with an error)
         // would otherwise wait out every ack timeout. A temporary refusal (429) is retried by
         // the ack timer like a lost ack.
-        if let type = payload?["type"]?.stringValue, ChatOperation.frameTypes.contains(type), !error.isRetryable {
+        if let type = payload?["type"]?.stringValue, ChatOutbound.frameTypes.contains(type), !error.isRetryable {
             out += chat.chatFrameRefused(type, error)
         }
     }
 
     // MARK: chat
 
-    private mutating func sendChat(_ id: String, _ operation: ChatOperation, _ waiter: Waiter) {
+    private mutating func sendChat(_ id: String, _ operation: ChatOutbound, _ waiter: Waiter) {
         switch state {
         case .connected, .connecting, .reconnecting: break
         default: return out.append(.resume(waiter, .failure(CallingError.notConnected)))

@@ -386,7 +386,7 @@ final class SignalingSessionTests: XCTestCase {
 
     // MARK: - Chat operations (issue 43: docs/protocol.md, wire frames exactly as there)
 
-    private func operation(_ id: String, _ op: ChatOperation) -> Waiter {
+    private func operation(_ id: String, _ op: ChatOutbound) -> Waiter {
         let w = waiter()
         input(.chatOperation(clientID: id, op, waiter: w))
         return w
