@@ -349,6 +349,12 @@ public enum ClusterDelivery: Sendable, Equatable {
     /// Leader → the connection's node.
     case presenceFrame(connection: UInt64, bytes: [UInt8])
     case presenceClose(connection: UInt64, code: Int)
+    /// A `PATCH` or `DELETE` of an HTTP session or WHIP resource another node holds, from the node
+    /// that received it (`node`), to be answered with `httpResponse` under the same `request` id.
+    case httpRequest(node: String, request: UInt64, method: String, path: String, headers: [String: String],
+                     remote: String, body: [UInt8])
+    /// The owner's answer to an `httpRequest`.
+    case httpResponse(request: UInt64, status: Int, headers: [[String]], body: [UInt8])
 
     public var encoded: [UInt8] {
         var out: [UInt8]
@@ -370,6 +376,13 @@ public enum ClusterDelivery: Sendable, Equatable {
             return header("p-frame", ["conn": .int(Int64(bitPattern: connection))], body: bytes)
         case .presenceClose(let connection, let code):
             return header("p-close", ["conn": .int(Int64(bitPattern: connection)), "close": .int(Int64(code))])
+        case .httpRequest(let node, let request, let method, let path, let headers, let remote, let body):
+            return header("h-req", ["node": .string(node), "conn": .int(Int64(bitPattern: request)), "method": .string(method),
+                                    "path": .string(path), "headers": .object(headers.mapValues(JSONValue.string)),
+                                    "remote": .string(remote)], body: body)
+        case .httpResponse(let request, let status, let headers, let body):
+            return header("h-res", ["conn": .int(Int64(bitPattern: request)), "status": .int(Int64(status)),
+                                    "headers": .array(headers.map { .array($0.map(JSONValue.string)) })], body: body)
         case .frame(let room, let peers, let bytes):
             out = JSONWriter.bytes(["room": .string(room.rawValue), "peers": .array(peers.map { .string($0.rawValue) })])
             out.append(0x0a)
@@ -406,6 +419,18 @@ public enum ClusterDelivery: Sendable, Equatable {
             case "p-close":
                 guard let code = header["close"]?.int64Value else { return nil }
                 self = .presenceClose(connection: connection, code: Int(code))
+            case "h-req":
+                guard let node, let method = header["method"]?.stringValue, let path = header["path"]?.stringValue,
+                    let fields = header["headers"]?.objectValue
+                else { return nil }
+                self = .httpRequest(node: node, request: connection, method: method, path: path,
+                                    headers: fields.compactMapValues(\.stringValue), remote: header["remote"]?.stringValue ?? "",
+                                    body: body)
+            case "h-res":
+                guard let status = header["status"]?.int64Value, let fields = header["headers"]?.arrayValue else { return nil }
+                self = .httpResponse(request: connection, status: Int(status),
+                                     headers: fields.compactMap { $0.arrayValue?.compactMap(\.stringValue) }.filter { $0.count == 2 },
+                                     body: body)
             default:
                 return nil
             }

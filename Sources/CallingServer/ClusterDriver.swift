@@ -14,7 +14,7 @@ import Synchronization
 /// presence leader's state, one JSON record per agent id and per ringing request id),
 /// `roomseats:<room>` and `noderooms:<node>` (the rooms' shared seat counts, `RoomSeats`).
 /// Channels: `bus` (membership events, one order for every node), `node:<node>` (frames and closes
-/// for that node's peers).
+/// for that node's peers, HTTP session requests forwarded to it and their answers).
 final class RedisClusterDriver: @unchecked Sendable {
     // @unchecked: `outbox` is a `Locked`; `thread`-only state (connections, timers) is touched
     // only by the driver thread; the counters are atomics.

@@ -312,6 +312,14 @@ final class ClusterLink: @unchecked Sendable {
     private var lostBus = false
     /// A dead node's seats are being ended in the shared store (`endSeatsOfDeadNodes`).
     private var endingSeats = false
+    /// The nodes with a heartbeat at the last liveness check, and every node seen alive since start.
+    private var alive: Set<String> = []
+    private var seenAlive: Set<String> = []
+    /// HTTP session requests sent to their owning node (`forward`), by request id, awaiting its answer.
+    private var forwarded: [UInt64: (deadline: Millis, respond: @Sendable (HTTPResponse) -> Void)] = [:]
+    private var nextForward: UInt64 = 0
+    /// Runs a request another node forwarded (`HTTPRoutes.handleForwarded`); set by `ServerApp`.
+    var dispatch: ((HTTPRequest, @escaping @Sendable (HTTPResponse) -> Void) -> Void)?
 
     init(router: ClusterRouter, rooms: SignalingService, presence: PresenceEndpoint, logger: Logger) {
         self.router = router
@@ -331,8 +339,75 @@ final class ClusterLink: @unchecked Sendable {
         router.driver.start { [self] events in handle(events) }
     }
 
-    /// Every `tick_ms`, service thread.
-    func tick(now: Millis) { router.tick(now: now) }
+    /// Every `tick_ms`, service thread: also answers forwarded requests whose owner is late (504).
+    func tick(now: Millis) {
+        router.tick(now: now)
+        let late = forwarded.filter { $0.value.deadline <= now }
+        for (id, entry) in late {
+            forwarded[id] = nil
+            entry.respond(Self.ownerTimeout)
+        }
+    }
+
+    /// Where a request for a session held by `owner` goes (pure). A node is gone when a liveness
+    /// check found it alive and a later one did not; one never seen alive may have started since the
+    /// last check (its session is newer than the check), so it is asked, and 504 if it is dead.
+    enum ForwardRoute: Equatable {
+        /// Over the owner's channel.
+        case owner
+        /// The owner is gone, and its sessions with it: answer what a node holding none answers.
+        case ownerGone
+        /// Redis is unreachable: nothing can reach the owner now.
+        case unreachable
+    }
+
+    static func route(owner: String, alive: Set<String>, seenAlive: Set<String>, busUp: Bool) -> ForwardRoute {
+        guard busUp else { return .unreachable }
+        return seenAlive.contains(owner) && !alive.contains(owner) ? .ownerGone : .owner
+    }
+
+    /// Sends a PATCH or DELETE for a session `owner` holds to that node; `respond` gets its answer,
+    /// `fallback` when it is gone, 504 `session_owner_timeout` after `cluster_forward_timeout_ms`,
+    /// 503 `cluster_unavailable` while Redis is unreachable. Service thread.
+    func forward(to owner: String, _ request: HTTPRequest, fallback: HTTPResponse, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        switch Self.route(owner: owner, alive: alive, seenAlive: seenAlive, busUp: router.driver.isUp) {
+        case .ownerGone:
+            respond(fallback)
+        case .unreachable:
+            respond(.problem(503, code: "cluster_unavailable", detail: "the node holding this session cannot be reached now; retry shortly",
+                             headers: [("retry-after", "1")]))
+        case .owner:
+            nextForward += 1
+            let id = nextForward
+            let config = rooms.context.config
+            // A PATCH carrying SDP (a renegotiation, WHIP's ICE restart) waits for the answering peer first.
+            let sdp = ["application/sdp", "application/trickle-ice-sdpfrag"].contains(HTTPSessions.mediaType(request) ?? "")
+            let wait = config.clusterForwardTimeoutMs + (sdp ? config.sessionAnswerTimeoutMs : 0)
+            forwarded[id] = (rooms.context.now() + Millis(wait), respond)
+            // Only what the routes read: the token, the body's type, WHIP's If-Match.
+            let headers = request.headers.filter { ["authorization", "content-type", "if-match"].contains($0.key) }
+            router.driver.submit([.deliver(node: owner, .httpRequest(node: router.driver.settings.node, request: id,
+                                                                       method: request.method.rawValue, path: request.path,
+                                                                       headers: headers, remote: request.remoteAddress,
+                                                                       body: request.body))])
+        }
+    }
+
+    static let ownerTimeout = HTTPResponse.problem(504, code: "session_owner_timeout",
+                                                   detail: "the node holding this session did not answer in time (cluster_forward_timeout_ms); retry shortly",
+                                                   headers: [("retry-after", "1")])
+
+    /// Another node's forwarded request: run as if it had arrived here, the response sent back.
+    private func serveForwarded(from node: String, request id: UInt64, method: String, path: String, headers: [String: String],
+                                remote: String, body: [UInt8])
+    {
+        guard let method = HTTPMethod(rawValue: method), let dispatch else { return }
+        let driver = router.driver
+        dispatch(HTTPRequest(method: method, path: path, headers: headers, body: body, remoteAddress: remote)) { response in
+            driver.submit([.deliver(node: node, .httpResponse(request: id, status: response.status,
+                                                              headers: response.headers.map { [$0.0, $0.1] }, body: response.body))])
+        }
+    }
 
     func stop() { router.driver.stop() }
 
@@ -359,6 +434,8 @@ final class ClusterLink: @unchecked Sendable {
                     router.busRestored()
                 }
             case .liveness(let registered, let alive):
+                self.alive = alive
+                seenAlive.formUnion(alive)
                 apply(router.handle(.liveness(registered: registered, alive: alive)))
                 presence.nodesAlive(alive)
                 endSeatsOfDeadNodes(alive: alive)
@@ -379,6 +456,10 @@ final class ClusterLink: @unchecked Sendable {
                     rooms.context.metrics.closes[closeCode.reason, default: 0] += 1
                     router.local.close(connection, code: closeCode)
                 }
+            case .delivery(.httpRequest(let node, let id, let method, let path, let headers, let remote, let body)):
+                serveForwarded(from: node, request: id, method: method, path: path, headers: headers, remote: remote, body: body)
+            case .delivery(.httpResponse(let id, let status, let headers, let body)):
+                forwarded.removeValue(forKey: id)?.respond(HTTPResponse(status: status, headers: headers.map { ($0[0], $0[1]) }, body: body))
             case .delivery(let delivery):
                 presence.arrived(delivery)
             }

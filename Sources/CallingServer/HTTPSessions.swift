@@ -128,13 +128,13 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     /// `DELETE /webrtc-proxy/{call_id}/v1/webrtc/sessions/{session_id}`.
     func deleteProxySession(_ route: RouteRequest, _ claims: PeerTokenClaims, _ respond: @escaping Respond) {
         let call = CallID(route.parameter("call_id"))
-        deleteSession(id: route.parameter("session_id"), kind: .proxy, claims: claims, respond) { $0.identity.call == call }
+        deleteSession(id: route.parameter("session_id"), kind: .proxy, route.http, claims: claims, respond) { $0.identity.call == call }
     }
 
     /// `DELETE /whip/{room_id}/{resource_id}`.
     func deleteWHIPResource(_ route: RouteRequest, _ claims: PeerTokenClaims, _ respond: @escaping Respond) {
         let room = RoomID(route.parameter("room_id"))
-        deleteSession(id: route.parameter("resource_id"), kind: .whip, claims: claims, respond) { $0.identity.room == room }
+        deleteSession(id: route.parameter("resource_id"), kind: .whip, route.http, claims: claims, respond) { $0.identity.room == room }
     }
 
     /// `OPTIONS /whip/{room_id}` (not a CORS preflight, which the front door answers).
@@ -199,7 +199,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
         let call = CallID(route.parameter("call_id"))
         let id = route.parameter("session_id")
         guard let session = byID[id], session.kind == .proxy, session.identity.call == call else {
-            return respond(Self.sessionNotFound(id))
+            return notHeld(id, request, respond, fallback: Self.sessionNotFound(id))
         }
         guard session.identity.peer == claims.sub else { return respond(Self.notYours) }
         switch Self.mediaType(request) {
@@ -231,15 +231,61 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
     }
 
     /// `DELETE` of a session or WHIP resource: 204, also when it is already gone.
-    private func deleteSession(id: String, kind: Kind, claims: PeerTokenClaims, _ respond: @escaping Respond,
+    private func deleteSession(id: String, kind: Kind, _ request: HTTPRequest, claims: PeerTokenClaims, _ respond: @escaping Respond,
                                sessionMatches: (Session) -> Bool)
     {
-        if let session = byID[id], session.kind == kind, sessionMatches(session) {
-            guard session.identity.peer == claims.sub else { return respond(Self.notYours) }
-            logger.info("session deleted", ["session.id": session.id, "room.id": session.identity.room.rawValue])
-            end(session, hangup: true, reason: "deleted")
+        guard let session = byID[id], session.kind == kind, sessionMatches(session) else {
+            return notHeld(id, request, respond, fallback: HTTPResponse(status: 204))
         }
+        guard session.identity.peer == claims.sub else { return respond(Self.notYours) }
+        logger.info("session deleted", ["session.id": session.id, "room.id": session.identity.room.rawValue])
+        end(session, hangup: true, reason: "deleted")
         respond(HTTPResponse(status: 204))
+    }
+
+    // MARK: cluster
+
+    /// In a cluster: hands a request for a session another node holds to that node and answers with
+    /// its response, or with `fallback` (what this node answers for a session nobody holds) when
+    /// that node is gone (`ClusterLink.forward`). Nil on a single node.
+    var forward: ((_ owner: String, _ request: HTTPRequest, _ fallback: HTTPResponse, _ respond: @escaping Respond) -> Void)?
+
+    /// A PATCH or DELETE for a session this node does not hold: the owning node named in its id
+    /// answers it in a cluster, `fallback` otherwise.
+    private func notHeld(_ id: String, _ request: HTTPRequest, _ respond: @escaping Respond, fallback: HTTPResponse) {
+        guard let forward, let owner = Self.owner(ofSession: id), owner != context.nodeID else { return respond(fallback) }
+        forward(owner, request, fallback, respond)
+    }
+
+    /// A new session's id: a UUID, and in a cluster `.` and the hex of this node's id, so that any
+    /// node knows where a PATCH or DELETE must go, without a shared record that could outlive it.
+    func newSessionID() -> String {
+        let uuid = UUID().uuidString.lowercased()
+        guard forward != nil, let node = context.nodeID else { return uuid }
+        return uuid + "." + node.utf8.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The node a session id names (`newSessionID`), or nil (a single node's id, or not an id of ours).
+    static func owner(ofSession id: String) -> String? {
+        guard let dot = id.lastIndex(of: "."), id.distance(from: dot, to: id.endIndex) > 1 else { return nil }
+        let hex = Array(id[id.index(after: dot)...].utf8)
+        guard hex.count % 2 == 0, hex.count <= 128 else { return nil }
+        var bytes: [UInt8] = []
+        var index = 0
+        while index < hex.count {
+            guard let high = hexDigit(hex[index]), let low = hexDigit(hex[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        return String(bytes: bytes, encoding: .utf8)
+    }
+
+    private static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        default: return nil
+        }
     }
 
     // MARK: WHIP
@@ -273,7 +319,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
         let room = RoomID(route.parameter("room_id"))
         let id = route.parameter("resource_id")
         guard let session = byID[id], session.kind == .whip, session.identity.room == room else {
-            return respond(Self.sessionNotFound(id))
+            return notHeld(id, request, respond, fallback: Self.sessionNotFound(id))
         }
         guard session.identity.peer == claims.sub else { return respond(Self.notYours) }
         guard Self.mediaType(request) == "application/trickle-ice-sdpfrag" else {
@@ -389,7 +435,7 @@ final class HTTPSessions: VirtualConnection, @unchecked Sendable {
             finishPending(old, .sessionGone)
         }
         nextVirtual += 1
-        let session = Session(id: UUID().uuidString.lowercased(), kind: kind, connection: ConnectionID(.httpSession, serial: nextVirtual),
+        let session = Session(id: newSessionID(), kind: kind, connection: ConnectionID(.httpSession, serial: nextVirtual),
                               identity: identity, answerer: answerer.peer, expiresAt: expiresAt, offer: offer)
         byID[session.id] = session
         byConnection[session.connection] = session

@@ -141,6 +141,10 @@ public final class ServerApp: @unchecked Sendable {
         routeTable = table
         let routes = HTTPRoutes(context: context, table: table, staticFiles: staticFiles, apiKeys: apiKeys,
                                 rateLimit: { [httpSessions] in httpSessions.rateLimit($0) })
+        if let cluster {
+            cluster.dispatch = { [routes] in routes.handleForwarded($0, respond: $1) }
+            httpSessions.forward = { [cluster] in cluster.forward(to: $0, $1, fallback: $2, $3) }
+        }
         endpoints = WebSocketEndpoints(context: context, primaryPath: "/v1/ws", routes: routes)
         transport.delegate = endpoints
         if let tlsSummary { transport.setTLSCertificateExpiry(tlsSummary.notAfter) }

@@ -183,6 +183,9 @@ public struct ServerConfig: Sendable, Equatable {
     /// A new presence leader waits this long for both sides of a ringing request it resumed to
     /// connect again before the request ends with `disconnected`.
     public var clusterPresenceResumeMs = 10_000
+    /// How long a node waits for the node holding an HTTP session to answer a `PATCH` or `DELETE`
+    /// it forwarded (then 504); a `PATCH` carrying SDP waits `sessionAnswerTimeoutMs` longer.
+    public var clusterForwardTimeoutMs = 2_000
 
     public init() {}
 
@@ -473,6 +476,9 @@ public struct ServerConfig: Sendable, Equatable {
         .int("cluster_presence_resume_ms",
              "a new presence leader waits this long for both sides of a ringing request to connect again (else it ends, disconnected)",
              \.clusterPresenceResumeMs, 100...600_000),
+        .int("cluster_forward_timeout_ms",
+             "a PATCH or DELETE of an HTTP session or WHIP resource held by another node waits this long for that node's answer (then 504 session_owner_timeout); a PATCH carrying SDP waits session_answer_timeout_ms longer",
+             \.clusterForwardTimeoutMs, 50...600_000),
     ]
 
     /// `CALLING_*` variables that are not server keys: the config file's name, and what

@@ -406,6 +406,90 @@ def test_an_http_session_finds_its_answering_peer_on_another_node(cluster):
     run(body(), timeout=30)
 
 
+FORWARD_TIMEOUT_MS = 300
+FORWARD_NODE_TTL_MS = 3000
+ANSWER_TIMEOUT_MS = 500
+
+
+def test_an_http_session_request_for_an_owner_that_does_not_answer_is_504_and_for_a_dead_owner_404(start_server, redis):
+    """A PATCH through node a for a WHIP resource node b holds: while b is frozen (SIGSTOP, its
+    heartbeat not yet lapsed) a answers 504 `session_owner_timeout` after
+    `cluster_forward_timeout_ms`; once b is declared gone its sessions are gone with it: 404
+    `session_not_found`, and DELETE 204 as for any session that no longer exists; without Redis,
+    503 `cluster_unavailable`."""
+    import http.client
+
+    # A node TTL well above the forward wait (timeout plus the answer wait of an SDP fragment), so
+    # that the frozen b is still alive to a when the forward times out.
+    a, b = [start_server(env={"CALLING_JWT_SECRET": SECRET}, cluster_redis_url=redis.url, node_id=name, cluster_heartbeat_ms=HEARTBEAT_MS,
+                         cluster_node_ttl_ms=FORWARD_NODE_TTL_MS, cluster_forward_timeout_ms=FORWARD_TIMEOUT_MS,
+                         session_answer_timeout_ms=ANSWER_TIMEOUT_MS)
+            for name in ("fwd-a", "fwd-b")]
+    for node in (a, b):
+        wait_for(lambda: health(node)["cluster"]["synced"], what=f"{node.port} synced")
+    token = b.token("r-fwd", "pub", role="client")
+
+    etag = {}
+
+    def call(node, method, path, body=b"", content_type=None):
+        conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=10)
+        headers = {"Authorization": f"Bearer {token}", **etag}
+        if content_type:
+            headers["Content-Type"] = content_type
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+        return response.status, dict((k.lower(), v) for k, v in response.getheaders()), raw.decode()
+
+    frag = "a=ice-ufrag:offU\r\na=ice-pwd:offerpassword0123456789\r\na=mid:0\r\na=candidate:1 1 udp 1 192.0.2.1 4000 typ host\r\n"
+
+    async def body():
+        agent = await Peer.connect(a, a.token("r-fwd", "ann", role="agent"), "agent-on-a")
+        await wait_remote([a, b], [0, 1])
+        posting = asyncio.get_running_loop().run_in_executor(None, call, b, "POST", "/whip/r-fwd", OFFER, "application/sdp")
+        offer = await agent.recv_type("offer", timeout=5, skip=("peer-joined",))
+        await agent.send({"type": "answer", "to": "pub", "payload": {"sdp": ANSWER, "type": "answer",
+                                                                      "session_id": offer["payload"]["session_id"]}})
+        status, headers, answer = await posting
+        assert status == 201, answer
+        location = headers["location"]
+        etag["If-Match"] = headers["etag"]
+        # Through a, while b answers: b's response, ETag and all.
+        status, _, text = await asyncio.get_running_loop().run_in_executor(None, call, a, "PATCH", location, frag,
+                                                                            "application/trickle-ice-sdpfrag")
+        assert status == 204, text
+        assert (await agent.recv_type("candidate", timeout=5))["from"] == "pub"
+        await agent.close()
+        return location
+
+    location = run(body(), timeout=20)
+    b.signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        status, headers, text = call(a, "PATCH", location, frag, "application/trickle-ice-sdpfrag")
+        elapsed = time.monotonic() - started
+        assert (status, json.loads(text)["code"]) == (504, "session_owner_timeout"), text
+        assert headers["content-type"] == "application/problem+json" and headers["retry-after"] == "1", headers
+        # An SDP fragment may be an ICE restart, which waits for the answer: both waits, not the node TTL.
+        wait = (FORWARD_TIMEOUT_MS + ANSWER_TIMEOUT_MS) / 1000
+        assert wait <= elapsed < wait + 1.0, elapsed
+    finally:
+        b.kill()
+    # Once b's heartbeat lapses, a knows its sessions died with it.
+    wait_for(lambda: call(a, "PATCH", location, frag, "application/trickle-ice-sdpfrag")[0] == 404,
+             timeout=(FORWARD_NODE_TTL_MS + HEARTBEAT_MS) / 1000 + 3, what="404 once b is gone")
+    status, _, text = call(a, "PATCH", location, frag, "application/trickle-ice-sdpfrag")
+    assert (status, json.loads(text)["code"]) == (404, "session_not_found"), text
+    status, _, text = call(a, "DELETE", location)
+    assert status == 204, text
+    # Without Redis no owner can be reached: 503, to retry.
+    redis.stop()
+    status, headers, text = wait_for(lambda: (answer := call(a, "PATCH", location, frag, "application/trickle-ice-sdpfrag"))[0] == 503
+                                     and answer, timeout=5, what="503 without Redis")
+    assert json.loads(text)["code"] == "cluster_unavailable" and headers["retry-after"] == "1", text
+
+
 def test_an_admin_kick_of_a_peer_on_another_node_is_carried_out_by_that_node(cluster):
     import http.client
 

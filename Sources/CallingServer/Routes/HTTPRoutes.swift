@@ -83,6 +83,20 @@ final class HTTPRoutes: @unchecked Sendable {
         }
     }
 
+    /// A request another node forwarded (`ClusterLink.forward`): that node already applied CORS and
+    /// the rate limit, so only the row and its auth apply here.
+    func handleForwarded(_ request: HTTPRequest, respond: @escaping RouteResponder) {
+        let rows = table.rows(at: request.pathSegments)
+        guard let row = rows.first(where: { $0.route.methods.contains(request.method) }), case .http(let run) = row.route.handler
+        else { return respond(Problem.notFound(request)) }
+        authorize(request, row.route.auth, parameters: row.parameters) { result in
+            switch result {
+            case .failure(let response): respond(response)
+            case .success(let routeRequest): run(routeRequest, respond)
+            }
+        }
+    }
+
     /// Applies a row's auth: synchronously for none and peer tokens, after the store's answer for
     /// an API key. `then` runs on the service thread.
     private func authorize(_ request: HTTPRequest, _ auth: RouteAuth, parameters: [String: String],
