@@ -189,6 +189,16 @@ final class ClusterMembershipTests: XCTestCase {
                          .presenceClose(connection: 7, code: 4400)] {
             XCTAssertEqual(ClusterDelivery(encoded: presence.encoded), presence)
         }
+        // A forwarded HTTP session request and its answer: bodies with newlines and bytes that are not UTF-8 survive.
+        for http in [ClusterDelivery.httpRequest(node: "a/b\n", request: UInt64.max, method: "PATCH", path: "/whip/r/x.6162",
+                                                 headers: ["authorization": "Bearer t", "if-match": "\"x.1\""], remote: "10.0.0.1",
+                                                 body: Array("a=mid:0\r\n".utf8) + [0xff, 0x0a]),
+                     .httpResponse(request: 3, status: 200, headers: [["etag", "\"x.2\""], ["content-type", "application/sdp"]],
+                                   body: [0x0a, 0x00, 0xfe]),
+                     .httpResponse(request: 4, status: 204, headers: [], body: [])] {
+            XCTAssertEqual(ClusterDelivery(encoded: http.encoded), http)
+        }
+        XCTAssertNil(ClusterDelivery(encoded: Array("{\"kind\":\"h-req\",\"conn\":1,\"node\":\"a\"}\n".utf8)))
         XCTAssertEqual(PresenceIdentity(clusterJSON: PresenceIdentity(peer: "d", role: .dashboard).clusterJSON),
                        PresenceIdentity(peer: "d", role: .dashboard))
         XCTAssertNil(ClusterEvent(encoded: Array("{}".utf8)))
