@@ -212,18 +212,17 @@ public struct ChatMessage: Sendable, Equatable {
         if isPlainMessage {
             return Frame.chat(from: from.rawValue, clientID: clientID, text: text, meta: meta, seq: seq, timestamp: timestamp)
         }
-        var payload: [String: JSONValue] = ["client_id": .string(clientID), "seq": .int(seq), "ts": .int(timestamp)]
+        var payload: [String: JSONValue]
         switch kind {
         case .message, .edit:
-            payload["text"] = .string(deleted ? "" : text)
-            payload["meta"] = deleted ? .null : (meta ?? .null)
+            payload = ChatJSON(clientID: clientID, meta: deleted ? nil : meta, seq: seq, text: deleted ? "" : text, timestamp: timestamp).fields
             if let replyTo { payload["reply_to"] = .int(replyTo) }
             if kind == .edit { payload["target"] = .int(target) }
             if deleted { payload["deleted"] = .bool(true) }
         case .delete:
-            payload["target"] = .int(target)
+            payload = ["client_id": .string(clientID), "seq": .int(seq), "ts": .int(timestamp), "target": .int(target)]
         case .react, .unreact:
-            payload["target"] = .int(target)
+            payload = ["client_id": .string(clientID), "seq": .int(seq), "ts": .int(timestamp), "target": .int(target)]
             payload["key"] = .string(key ?? "")
             payload["remove"] = .bool(kind == .unreact)
         }

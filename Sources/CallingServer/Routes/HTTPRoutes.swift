@@ -149,46 +149,6 @@ final class HTTPRoutes: @unchecked Sendable {
 }
 
 extension HTTPRoutes {
-    /// The body of a history page: `{has_more, last_seq, limit, messages, next_since_seq, room_id}`,
-    /// the same bytes as `JSONWriter.bytes(historyJSON(page, limit:))`, written directly. A page
-    /// holds up to 100 messages, and building a dictionary for each, then sorting and encoding it,
-    /// was most of the time a page took.
-    static func historyBody(_ page: HistoryPage, limit: Int) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(256 + page.messages.count * 160)
-        JSONWriter.writeRaw(#"{"has_more":"#, into: &out)
-        JSONWriter.write(.bool(page.hasMore), into: &out)
-        JSONWriter.writeRaw(#","last_seq":"#, into: &out)
-        JSONWriter.writeInteger(page.lastSeq, into: &out)
-        JSONWriter.writeRaw(#","limit":"#, into: &out)
-        JSONWriter.writeInteger(Int64(limit), into: &out)
-        JSONWriter.writeRaw(#","messages":["#, into: &out)
-        for (offset, record) in page.messages.enumerated() {
-            if offset > 0 { out.append(UInt8(ascii: ",")) }
-            ChatMessage(record: record).chatJSON.write(into: &out)
-        }
-        JSONWriter.writeRaw(#"],"next_since_seq":"#, into: &out)
-        JSONWriter.writeInteger(page.nextSinceSeq, into: &out)
-        JSONWriter.writeRaw(#","room_id":"#, into: &out)
-        JSONWriter.writeString(page.room.rawValue, into: &out)
-        out.append(UInt8(ascii: "}"))
-        return out
-    }
-
-    /// The history page as a value: what `historyBody` writes.
-    static func historyJSON(_ page: HistoryPage, limit: Int) -> JSONValue {
-        [
-            "room_id": .string(page.room.rawValue),
-            "messages": .array(page.messages.map { ChatMessage(record: $0).chatJSON.json }),
-            "next_since_seq": .int(page.nextSinceSeq),
-            "has_more": .bool(page.hasMore),
-            "last_seq": .int(page.lastSeq),
-            "limit": .int(Int64(limit)),
-        ]
-    }
-}
-
-extension HTTPRoutes {
     /// The body of a messages page (docs/protocol.md, "History"): `{has_more, last_seq, limit,
     /// messages, next_since_seq | next_before_seq, room_id}`, each message as it is now.
     static func messagesJSON(_ page: MessagePage, query: MessageQuery, limit: Int) -> JSONValue {
@@ -208,14 +168,12 @@ extension HTTPRoutes {
 
     static func messageJSON(_ message: MessageView) -> JSONValue {
         func meta(_ text: String?) -> JSONValue { text.flatMap { try? JSONParser.parse($0) } ?? .null }
-        var object: [String: JSONValue] = [
-            "seq": .int(message.seq), "from": .string(message.sender.rawValue), "client_id": .string(message.clientID),
-            "text": .string(message.text), "meta": meta(message.meta), "ts": .int(message.timestampMs),
-            "reactions": .array(message.reactions.map { reaction in
-                ["key": .string(reaction.key), "count": .int(Int64(reaction.peers.count)),
-                 "peers": .array(reaction.peers.map { .string($0.rawValue) })]
-            }),
-        ]
+        var object = ChatJSON(clientID: message.clientID, from: message.sender.rawValue, meta: meta(message.meta), seq: message.seq,
+                              text: message.text, timestamp: message.timestampMs).fields
+        object["reactions"] = .array(message.reactions.map { reaction in
+            ["key": .string(reaction.key), "count": .int(Int64(reaction.peers.count)),
+             "peers": .array(reaction.peers.map { .string($0.rawValue) })]
+        })
         if let replyTo = message.replyTo { object["reply_to"] = .int(replyTo) }
         if let edited = message.editedTs { object["edited_ts"] = .int(edited) }
         if let deleted = message.deletedTs {
